@@ -1,0 +1,29 @@
+//! Fixed-register unwind rules, compact rule tables, a 509-slot direct-mapped rule cache and an
+//! allocation-free unwind loop.
+//!
+//! This crate touches no ELF file, no OS interface and no allocator on the unwind path: tables are
+//! built once (allocation allowed) and then evaluated from a signal handler. It is `no_std` so that
+//! samples of one architecture can be unwound on a host of another.
+//!
+//! The pieces:
+//! - [`x86_64`]: the register set (PC, SP, FP), its typed [`x86_64::Rule`] and the unwind loop.
+//! - [`expr`]: a small postfix program for the DWARF expressions that read only tracked registers.
+//! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
+//! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
+//! - [`memory`]: bounds-checked reads of a copied stack image or of the live stack.
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod cache;
+pub mod expr;
+pub mod memory;
+pub mod table;
+pub mod unwind;
+pub mod x86_64;
+
+pub use cache::{Cache, CACHE_SLOTS};
+pub use memory::{LiveStack, Memory, StackImage};
+pub use table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
+pub use unwind::{StopReason, Trust, UnwindResult};

@@ -1,0 +1,475 @@
+//! Compact, immutable rule tables.
+//!
+//! A module's rules ([`ModuleRules`]) are a dictionary of the distinct rules plus two parallel
+//! sorted arrays: extent starts (`u32`, relative to the module's lowest address) and rule indices
+//! (`u16`), 6 bytes per extent. An extent runs to the next start; gaps between described ranges
+//! are extents with [`NO_RULE`]. Real binaries have few distinct rules (hundreds), so the
+//! dictionary is small and rows are found with one binary search.
+//!
+//! A [`RuleTable`] is the set of modules of one process (or sample), sorted by load address,
+//! with a generation number that caches use to notice a replaced table. Module rules are shared
+//! through `Arc`, so a rebuilt table after dlopen reuses the rules of modules already parsed.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::num::NonZeroU32;
+
+use crate::expr::Expr;
+
+/// The rule index of an extent that no rule describes.
+pub const NO_RULE: u16 = u16::MAX;
+
+/// Why a table could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// More than 65,535 distinct rules (or expressions) in one module.
+    TooManyRules,
+    /// A module's described addresses span more than 4 GiB.
+    RangeTooLarge,
+    /// Two modules' address ranges overlap.
+    OverlappingModules,
+    /// More than 65,535 modules.
+    TooManyModules,
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TableError::TooManyRules => "more than 65535 distinct rules in one module",
+            TableError::RangeTooLarge => "a module's unwind ranges span more than 4 GiB",
+            TableError::OverlappingModules => "two modules' address ranges overlap",
+            TableError::TooManyModules => "more than 65535 modules",
+        })
+    }
+}
+
+/// Counts kept while building a module's rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildStats {
+    /// Rows pushed into the builder.
+    pub rows_in: u64,
+    /// Extents that carry a rule, after merging.
+    pub extents: u64,
+    /// Rows merged into an identical, adjacent predecessor.
+    pub merged: u64,
+    /// Rows dropped or clipped because an earlier row already covered their addresses.
+    pub overlapping: u64,
+    /// Rows with an empty address range.
+    pub empty: u64,
+}
+
+/// The rules of one module (one ELF file), addressed by its file (stated) virtual addresses.
+#[derive(Clone, Debug)]
+pub struct ModuleRules<R> {
+    base: u64,
+    starts: Vec<u32>,
+    rules: Vec<u16>,
+    dict: Vec<R>,
+    exprs: Vec<Expr>,
+    stats: BuildStats,
+}
+
+impl<R: Copy> ModuleRules<R> {
+    /// A module without any rules (every lookup misses; the unwinder falls back to frame pointers).
+    pub fn empty() -> Self {
+        ModuleRules {
+            base: 0,
+            starts: Vec::new(),
+            rules: Vec::new(),
+            dict: Vec::new(),
+            exprs: Vec::new(),
+            stats: BuildStats::default(),
+        }
+    }
+
+    /// The rule for file address `svma`, if one describes it.
+    #[inline]
+    pub fn lookup(&self, svma: u64) -> Option<R> {
+        let rel = u32::try_from(svma.checked_sub(self.base)?).ok()?;
+        let i = self.starts.partition_point(|&s| s <= rel).checked_sub(1)?;
+        let r = *self.rules.get(i)?;
+        self.dict.get(usize::from(r)).copied()
+    }
+
+    /// The expression with index `i` (rules refer to expressions by index).
+    #[inline]
+    pub fn expr(&self, i: u16) -> Option<&Expr> {
+        self.exprs.get(usize::from(i))
+    }
+
+    /// Distinct rules.
+    pub fn dictionary(&self) -> &[R] {
+        &self.dict
+    }
+
+    /// Compiled expressions.
+    pub fn exprs(&self) -> &[Expr] {
+        &self.exprs
+    }
+
+    /// The extents as `(start svma, end svma, rule)`, gaps left out.
+    pub fn extents(&self) -> impl Iterator<Item = (u64, u64, R)> + '_ {
+        self.starts
+            .windows(2)
+            .zip(&self.rules)
+            .filter_map(|(w, &r)| {
+                let rule = self.dict.get(usize::from(r))?;
+                Some((
+                    self.base + u64::from(w[0]),
+                    self.base + u64::from(w[1]),
+                    *rule,
+                ))
+            })
+    }
+
+    /// Counts from building.
+    pub fn stats(&self) -> BuildStats {
+        self.stats
+    }
+
+    /// Extents carrying a rule.
+    pub fn rows(&self) -> u64 {
+        self.stats.extents
+    }
+
+    /// Heap bytes of this module's rules: extents, dictionary and expressions.
+    pub fn bytes(&self) -> usize {
+        self.starts.len() * 4
+            + self.rules.len() * 2
+            + self.dict.len() * core::mem::size_of::<R>()
+            + self.exprs.len() * core::mem::size_of::<Expr>()
+    }
+}
+
+/// Collects rows for one module; rows may come in any order.
+#[derive(Debug)]
+pub struct ModuleRulesBuilder<R> {
+    rows: Vec<(u64, u64, u16)>,
+    index: BTreeMap<R, u16>,
+    dict: Vec<R>,
+    expr_index: BTreeMap<Expr, u16>,
+    exprs: Vec<Expr>,
+}
+
+impl<R: Copy + Ord> Default for ModuleRulesBuilder<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R: Copy + Ord> ModuleRulesBuilder<R> {
+    /// An empty builder.
+    pub fn new() -> Self {
+        ModuleRulesBuilder {
+            rows: Vec::new(),
+            index: BTreeMap::new(),
+            dict: Vec::new(),
+            expr_index: BTreeMap::new(),
+            exprs: Vec::new(),
+        }
+    }
+
+    /// Interns an expression and returns the index rules use to refer to it.
+    pub fn add_expr(&mut self, e: Expr) -> Result<u16, TableError> {
+        if let Some(&i) = self.expr_index.get(&e) {
+            return Ok(i);
+        }
+        let i = u16::try_from(self.exprs.len()).map_err(|_| TableError::TooManyRules)?;
+        self.exprs.push(e);
+        self.expr_index.insert(e, i);
+        Ok(i)
+    }
+
+    /// Describes file addresses `start..end` with `rule`.
+    pub fn push(&mut self, start: u64, end: u64, rule: R) -> Result<(), TableError> {
+        let i = match self.index.get(&rule) {
+            Some(&i) => i,
+            None => {
+                let i = u16::try_from(self.dict.len()).map_err(|_| TableError::TooManyRules)?;
+                if i == NO_RULE {
+                    return Err(TableError::TooManyRules);
+                }
+                self.dict.push(rule);
+                self.index.insert(rule, i);
+                i
+            }
+        };
+        self.rows.push((start, end, i));
+        Ok(())
+    }
+
+    /// Sorts the rows, merges identical neighbours and encodes the extents.
+    pub fn build(mut self) -> Result<ModuleRules<R>, TableError> {
+        let mut stats = BuildStats {
+            rows_in: self.rows.len() as u64,
+            ..BuildStats::default()
+        };
+        self.rows.sort_by_key(|r| r.0);
+        let base = self.rows.first().map_or(0, |r| r.0);
+        let mut starts = Vec::with_capacity(self.rows.len() + 1);
+        let mut rules: Vec<u16> = Vec::with_capacity(self.rows.len() + 1);
+        let rel = |a: u64| u32::try_from(a - base).map_err(|_| TableError::RangeTooLarge);
+        let mut prev_end: Option<u64> = None;
+        for &(mut start, end, rule) in &self.rows {
+            if end <= start {
+                stats.empty += 1;
+                continue;
+            }
+            if let Some(pe) = prev_end {
+                if end <= pe {
+                    stats.overlapping += 1;
+                    continue;
+                }
+                if start < pe {
+                    stats.overlapping += 1;
+                    start = pe;
+                }
+                if start > pe {
+                    starts.push(rel(pe)?);
+                    rules.push(NO_RULE);
+                } else if rules.last() == Some(&rule) {
+                    stats.merged += 1;
+                    prev_end = Some(end);
+                    continue;
+                }
+            }
+            starts.push(rel(start)?);
+            rules.push(rule);
+            stats.extents += 1;
+            prev_end = Some(end);
+        }
+        if let Some(pe) = prev_end {
+            starts.push(rel(pe)?);
+            rules.push(NO_RULE);
+        }
+        starts.shrink_to_fit();
+        rules.shrink_to_fit();
+        Ok(ModuleRules {
+            base,
+            starts,
+            rules,
+            dict: self.dict,
+            exprs: self.exprs,
+            stats,
+        })
+    }
+}
+
+/// One module placed in a process: its rules, where it is loaded, and its name.
+#[derive(Clone, Debug)]
+pub struct TableModule<R> {
+    /// Lowest runtime address of the module's code.
+    pub start: u64,
+    /// One past its highest runtime address.
+    pub end: u64,
+    /// Runtime address minus file address (the load bias).
+    pub bias: u64,
+    /// The module's path or name.
+    pub name: String,
+    /// Its rules, shared between tables.
+    pub rules: Arc<ModuleRules<R>>,
+}
+
+/// The rules of every module of a process: immutable once built, shared by all unwinders.
+#[derive(Clone, Debug)]
+pub struct RuleTable<R> {
+    generation: u32,
+    modules: Vec<TableModule<R>>,
+}
+
+/// The result of a successful table lookup: which module matched and its rule.
+pub type Found<R> = (u16, R);
+
+impl<R: Copy> RuleTable<R> {
+    /// This table's generation: distinct from every other table a cache may have seen.
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The modules, sorted by start address.
+    pub fn modules(&self) -> &[TableModule<R>] {
+        &self.modules
+    }
+
+    /// The module containing runtime address `addr`, with its index.
+    #[inline]
+    pub fn module_for(&self, addr: u64) -> Option<(u16, &TableModule<R>)> {
+        let i = self
+            .modules
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = self.modules.get(i)?;
+        if addr < m.end {
+            Some((i as u16, m))
+        } else {
+            None
+        }
+    }
+
+    /// The rule for runtime address `addr`, with the index of its module.
+    #[inline]
+    pub fn lookup(&self, addr: u64) -> Option<Found<R>> {
+        let (i, m) = self.module_for(addr)?;
+        let rule = m.rules.lookup(addr.wrapping_sub(m.bias))?;
+        Some((i, rule))
+    }
+
+    /// Expression `expr` of module `module`.
+    #[inline]
+    pub fn expr(&self, module: u16, expr: u16) -> Option<&Expr> {
+        self.modules.get(usize::from(module))?.rules.expr(expr)
+    }
+
+    /// Extents carrying a rule, over all modules.
+    pub fn rows(&self) -> u64 {
+        self.modules.iter().map(|m| m.rules.rows()).sum()
+    }
+
+    /// Heap bytes of all modules' rules.
+    pub fn bytes(&self) -> usize {
+        self.modules.iter().map(|m| m.rules.bytes()).sum()
+    }
+}
+
+/// Assembles a [`RuleTable`] from placed modules.
+#[derive(Debug)]
+pub struct RuleTableBuilder<R> {
+    generation: NonZeroU32,
+    modules: Vec<TableModule<R>>,
+}
+
+impl<R: Copy> RuleTableBuilder<R> {
+    /// A builder for a table of the given generation. Generations are never 0, so a fresh cache
+    /// (all entries at generation 0) matches no table.
+    pub fn new(generation: NonZeroU32) -> Self {
+        RuleTableBuilder {
+            generation,
+            modules: Vec::new(),
+        }
+    }
+
+    /// Adds a module loaded at runtime addresses `start..end` with load bias `bias`.
+    pub fn add(
+        &mut self,
+        start: u64,
+        end: u64,
+        bias: u64,
+        name: String,
+        rules: Arc<ModuleRules<R>>,
+    ) {
+        self.modules.push(TableModule {
+            start,
+            end,
+            bias,
+            name,
+            rules,
+        });
+    }
+
+    /// Sorts the modules and checks that they do not overlap.
+    pub fn build(mut self) -> Result<RuleTable<R>, TableError> {
+        if self.modules.len() >= usize::from(u16::MAX) {
+            return Err(TableError::TooManyModules);
+        }
+        self.modules.sort_by_key(|m| m.start);
+        for w in self.modules.windows(2) {
+            if w[1].start < w[0].end {
+                return Err(TableError::OverlappingModules);
+            }
+        }
+        Ok(RuleTable {
+            generation: self.generation.get(),
+            modules: self.modules,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(rows: &[(u64, u64, u8)]) -> ModuleRules<u8> {
+        let mut b = ModuleRulesBuilder::new();
+        for &(s, e, r) in rows {
+            b.push(s, e, r).unwrap();
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn merges_neighbours_and_keeps_gaps() {
+        let m = build(&[
+            (0x20, 0x30, 2),
+            (0x10, 0x18, 1),
+            (0x18, 0x20, 1),
+            (0x40, 0x50, 1),
+        ]);
+        assert_eq!(m.lookup(0x0f), None);
+        assert_eq!(m.lookup(0x10), Some(1));
+        assert_eq!(m.lookup(0x1f), Some(1));
+        assert_eq!(m.lookup(0x20), Some(2));
+        assert_eq!(m.lookup(0x30), None);
+        assert_eq!(m.lookup(0x4f), Some(1));
+        assert_eq!(m.lookup(0x50), None);
+        assert_eq!(m.stats().merged, 1);
+        assert_eq!(m.rows(), 3);
+        let ext: Vec<_> = m.extents().collect();
+        assert_eq!(ext, [(0x10, 0x20, 1), (0x20, 0x30, 2), (0x40, 0x50, 1)]);
+    }
+
+    #[test]
+    fn overlaps_and_empty_rows_are_counted() {
+        let m = build(&[
+            (0x10, 0x30, 1),
+            (0x20, 0x28, 2),
+            (0x28, 0x40, 3),
+            (0x50, 0x50, 4),
+        ]);
+        assert_eq!(m.lookup(0x22), Some(1));
+        assert_eq!(m.lookup(0x30), Some(3));
+        assert_eq!(m.stats().overlapping, 2);
+        assert_eq!(m.stats().empty, 1);
+    }
+
+    #[test]
+    fn too_large_range_is_an_error() {
+        let mut b = ModuleRulesBuilder::new();
+        b.push(0, 8, 1u8).unwrap();
+        b.push(0x1_0000_0000, 0x1_0000_0008, 1).unwrap();
+        assert_eq!(b.build().unwrap_err(), TableError::RangeTooLarge);
+    }
+
+    #[test]
+    fn table_finds_module_and_applies_bias() {
+        let rules = Arc::new(build(&[(0x1000, 0x1100, 7)]));
+        let mut b = RuleTableBuilder::new(NonZeroU32::new(3).unwrap());
+        b.add(
+            0x7000_1000,
+            0x7000_2000,
+            0x7000_0000,
+            "b".into(),
+            rules.clone(),
+        );
+        b.add(0x5000_1000, 0x5000_2000, 0x5000_0000, "a".into(), rules);
+        let t = b.build().unwrap();
+        assert_eq!(t.generation(), 3);
+        assert_eq!(t.lookup(0x5000_1010), Some((0, 7)));
+        assert_eq!(t.lookup(0x7000_10ff), Some((1, 7)));
+        assert_eq!(t.lookup(0x7000_1100), None);
+        assert_eq!(t.lookup(0x6000_0000), None);
+        assert_eq!(t.lookup(0), None);
+    }
+
+    #[test]
+    fn overlapping_modules_are_refused() {
+        let rules = Arc::new(ModuleRules::<u8>::empty());
+        let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+        b.add(0x1000, 0x3000, 0, "a".into(), rules.clone());
+        b.add(0x2000, 0x4000, 0, "b".into(), rules);
+        assert_eq!(b.build().unwrap_err(), TableError::OverlappingModules);
+    }
+}

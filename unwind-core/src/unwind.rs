@@ -1,0 +1,52 @@
+//! What an unwind reports, whatever the architecture.
+
+/// Why the walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// The return-address rule is "undefined": the outermost frame (`_start`, `clone`, a thread's
+    /// start routine). This is the normal, complete end.
+    EndOfStack,
+    /// The caller's return address is 0 (another common marker of the outermost frame).
+    ZeroReturnAddress,
+    /// The output array is full; the stack may go on.
+    BufferFull,
+    /// No rule covers the PC and the frame-pointer fallback did not pass its sanity checks.
+    NoRule,
+    /// A read fell outside the permitted memory (for the live stack: the thread's stack above the
+    /// interrupted stack pointer's red zone).
+    ReadFailed,
+    /// The caller's stack pointer was not above the callee's: the walk would loop or go astray.
+    SpNotIncreasing,
+    /// An expression failed (bad register, stack under- or overflow).
+    ExpressionFailed,
+    /// A rule that cannot produce a return address (for example "same value" for the PC).
+    BadRule,
+}
+
+impl StopReason {
+    /// True for the reasons that mean the whole stack was walked.
+    pub fn is_complete(self) -> bool {
+        matches!(self, StopReason::EndOfStack | StopReason::ZeroReturnAddress)
+    }
+}
+
+/// How a frame's PC was obtained (ordered from most to least trustworthy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Trust {
+    /// From the thread's registers (frame 0).
+    #[default]
+    Context,
+    /// From the callee's CFI rule.
+    Cfi,
+    /// From the callee's frame pointer, because no rule described the callee.
+    FramePointer,
+}
+
+/// The outcome of one unwind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindResult {
+    /// Frames written to the caller's array, frame 0 first.
+    pub frames: usize,
+    /// Why the walk ended.
+    pub stop: StopReason,
+}

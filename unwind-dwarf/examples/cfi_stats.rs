@@ -1,0 +1,41 @@
+//! Loads the CFI of ELF files and prints what was kept, merged and dropped.
+//!
+//! `cargo run --release -p unwind-dwarf --example cfi_stats -- /lib/x86_64-linux-gnu/libc.so.6`
+
+use std::time::Instant;
+
+fn main() {
+    let paths: Vec<String> = std::env::args().skip(1).collect();
+    if paths.is_empty() {
+        eprintln!("usage: cfi_stats FILE...");
+        std::process::exit(2);
+    }
+    for path in paths {
+        let t = Instant::now();
+        match unwind_dwarf::load_elf_file(path.as_ref()) {
+            Ok(loaded) => {
+                let s = &loaded.stats;
+                let rows = loaded.rules.rows().max(1);
+                println!(
+                    "{path}: {} FDEs, {} rows read, {} extents kept, {} merged, {} dropped, {} distinct rules, {} expressions, {:.2} bytes/row, {:.1} ms",
+                    s.fdes,
+                    s.rows,
+                    s.table.extents,
+                    s.table.merged,
+                    s.dropped_total(),
+                    loaded.rules.dictionary().len(),
+                    loaded.rules.exprs().len(),
+                    loaded.rules.bytes() as f64 / rows as f64,
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                for (reason, n) in s.drops() {
+                    println!("  dropped {}: {n}", reason.name());
+                }
+                if s.bad_entries > 0 {
+                    println!("  bad entries: {}", s.bad_entries);
+                }
+            }
+            Err(e) => println!("{path}: error: {e}"),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! x86_64 rows to [`unwind_core::x86_64::Rule`].
+
+use gimli::{
+    CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
+};
+use unwind_core::expr::Expr;
+use unwind_core::table::ModuleRulesBuilder;
+use unwind_core::x86_64::{CfaRule, Reg, RegRule, Rule};
+
+use crate::cfi::{offset, DropReason, Translate};
+use crate::compile::compile_expression;
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// DWARF register numbers (x86_64 psABI, figure 3.36).
+const RSP: u16 = 7;
+const RBP: u16 = 6;
+const RIP: u16 = 16;
+
+fn tracked(r: Register) -> Option<u8> {
+    match r.0 {
+        RIP => Some(Reg::Pc as u8),
+        RSP => Some(Reg::Sp as u8),
+        RBP => Some(Reg::Fp as u8),
+        _ => None,
+    }
+}
+
+pub(crate) struct X86_64;
+
+/// What went wrong with one register's rule, before it is named for that register.
+enum Bad {
+    Rule,
+    Expression,
+    Offset,
+}
+
+fn expression<'a, S: UnwindSection<Slice<'a>>>(
+    e: &gimli::UnwindExpression<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+) -> Option<Expr> {
+    compile_expression(e.get(section).ok()?, cie.encoding(), tracked)
+}
+
+fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
+    rule: RegisterRule<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    builder: &mut ModuleRulesBuilder<Rule>,
+) -> Result<RegRule, Bad> {
+    let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
+    Ok(match rule {
+        RegisterRule::Undefined => RegRule::Undefined,
+        RegisterRule::SameValue => RegRule::Same,
+        RegisterRule::Offset(o) => RegRule::Offset(off(o)?),
+        RegisterRule::ValOffset(o) => RegRule::ValOffset(off(o)?),
+        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => {
+            let compiled = expression(&e, cie, section).ok_or(Bad::Expression)?;
+            let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
+            if matches!(rule, RegisterRule::Expression(_)) {
+                RegRule::Expr(i)
+            } else {
+                RegRule::ValExpr(i)
+            }
+        }
+        _ => return Err(Bad::Rule),
+    })
+}
+
+impl Translate for X86_64 {
+    type Rule = Rule;
+    const ADDRESS_SIZE: u8 = 8;
+
+    fn translate<'a, S: UnwindSection<Slice<'a>>>(
+        row: &gimli::UnwindTableRow<usize>,
+        cie: &CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        builder: &mut ModuleRulesBuilder<Rule>,
+        signal_frame: bool,
+    ) -> Result<Rule, DropReason> {
+        let cfa = match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset {
+                register,
+                offset: o,
+            } => match register.0 {
+                RSP => CfaRule::SpOffset(offset(*o)?),
+                RBP => CfaRule::FpOffset(offset(*o)?),
+                _ => return Err(DropReason::CfaUntrackedRegister),
+            },
+            gimli::CfaRule::Expression(e) => {
+                let compiled = expression(e, cie, section).ok_or(DropReason::CfaExpression)?;
+                CfaRule::Expr(
+                    builder
+                        .add_expr(compiled)
+                        .map_err(|_| DropReason::TooManyExpressions)?,
+                )
+            }
+        };
+        let ra_column = cie.return_address_register();
+        let ra = match row.register(ra_column) {
+            None => return Err(DropReason::ReturnAddressMissing),
+            Some(RegisterRule::SameValue) => return Err(DropReason::ReturnAddressRule),
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
+                Bad::Rule => DropReason::ReturnAddressRule,
+                Bad::Expression => DropReason::ReturnAddressExpression,
+                Bad::Offset => DropReason::OffsetOutOfRange,
+            })?,
+        };
+        let fp = match row.register(Register(RBP)) {
+            None => RegRule::Same,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
+                Bad::Rule => DropReason::FramePointerRule,
+                Bad::Expression => DropReason::FramePointerExpression,
+                Bad::Offset => DropReason::OffsetOutOfRange,
+            })?,
+        };
+        Ok(Rule {
+            cfa,
+            ra,
+            fp,
+            signal_frame,
+        })
+    }
+}
