@@ -1,1 +1,335 @@
-//! placeholder
+//! In-process stack unwinding for sampling profilers on Linux.
+//!
+//! At startup, [`init`] preloads the DWARF CFI of every loaded module (the vdso included) into an
+//! immutable rule table. Each thread to be sampled calls [`register_thread`] (outside any signal
+//! handler). Then, from a `SIGPROF` handler, [`unwind_signal`] walks the interrupted thread's
+//! stack into a caller-supplied array without allocating, locking or making system calls:
+//!
+//! ```no_run
+//! extern "C" fn on_sigprof(_sig: i32, _info: *mut libc::siginfo_t, ucontext: *mut libc::c_void) {
+//!     let mut pcs = [0u64; 128];
+//!     // SAFETY: `ucontext` is the context the kernel passed to this handler.
+//!     if let Ok(r) = unsafe { unwind::unwind_signal(ucontext, &mut pcs, None) } {
+//!         let _stack = &pcs[..r.frames];
+//!         // ... store it in a preallocated ring buffer ...
+//!     }
+//! }
+//! ```
+//!
+//! After `dlopen` or `dlclose`, call [`refresh`]: it builds a new table off the signal path
+//! (reusing modules already parsed), publishes it with one atomic store, and frees old tables
+//! once no handler can be reading them (each registered thread publishes the table it reads in a
+//! hazard pointer). Every thread's rule cache notices the new generation by itself.
+
+#![warn(missing_docs)]
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+compile_error!("the `unwind` runtime supports Linux x86_64 (32-bit ARM: see the ARM issue)");
+
+mod capture;
+mod modules;
+mod report;
+pub mod symbolize;
+mod threads;
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+pub use capture::{capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
+pub use modules::LoadedModule;
+pub use report::{preload_file, ModuleReport, PreloadReport};
+pub use unwind_core::{self as core, x86_64::Regs, StopReason, Trust, UnwindResult};
+pub use unwind_dwarf as dwarf;
+
+use unwind_core::x86_64::Rule;
+use unwind_core::{LiveStack, Memory, RuleTable, RuleTableBuilder, StackImage};
+
+/// Why a sample could not be unwound at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleError {
+    /// [`init`] has not published a table yet.
+    NotInitialized,
+    /// The current thread did not call [`register_thread`].
+    ThreadNotRegistered,
+    /// The current thread is already unwinding (a signal interrupted an unwind).
+    Busy,
+}
+
+impl fmt::Display for SampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SampleError::NotInitialized => "no rule table: call unwind::init() first",
+            SampleError::ThreadNotRegistered => "this thread is not registered",
+            SampleError::Busy => "this thread is already unwinding",
+        })
+    }
+}
+
+impl std::error::Error for SampleError {}
+
+/// Why a table could not be built or a thread registered.
+#[derive(Debug)]
+pub enum Error {
+    /// The modules' rules could not be assembled.
+    Table(unwind_core::table::TableError),
+    /// A system call failed.
+    Io(std::io::Error),
+    /// More than `u32::MAX` tables were built.
+    GenerationsExhausted,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Table(e) => write!(f, "cannot build the rule table: {e}"),
+            Error::Io(e) => write!(f, "{e}"),
+            Error::GenerationsExhausted => f.write_str("table generations exhausted"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The published table. Readers announce it in their hazard pointer before using it.
+static TABLE: AtomicPtr<RuleTable<Rule>> = AtomicPtr::new(ptr::null_mut());
+
+/// Everything the (rare, non-signal) refresh path owns.
+struct State {
+    generation: u32,
+    cache: modules::ModuleCache,
+    modules: Vec<LoadedModule>,
+    /// Replaced tables not yet freed because a hazard pointer may still name them.
+    retired: Vec<*mut RuleTable<Rule>>,
+}
+
+// SAFETY: the raw pointers in `retired` are owned boxes only touched under the STATE mutex.
+unsafe impl Send for State {}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    generation: 0,
+    cache: modules::ModuleCache::new(),
+    modules: Vec::new(),
+    retired: Vec::new(),
+});
+
+/// Preloads the rules of every loaded module and publishes them; registers the calling thread.
+/// Calling it again is the same as [`refresh`].
+pub fn init() -> Result<PreloadReport, Error> {
+    let report = refresh()?;
+    register_thread()?;
+    Ok(report)
+}
+
+/// Rebuilds the table from the modules loaded now (after `dlopen`/`dlclose`), reusing modules
+/// already parsed, publishes it, and frees replaced tables that no unwind is reading.
+pub fn refresh() -> Result<PreloadReport, Error> {
+    let started = Instant::now();
+    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let parsed = modules::discover(&state.cache);
+    let generation = state
+        .generation
+        .checked_add(1)
+        .and_then(NonZeroU32::new)
+        .ok_or(Error::GenerationsExhausted)?;
+    let mut builder = RuleTableBuilder::new(generation);
+    for p in &parsed {
+        builder.add(
+            p.module.start,
+            p.module.end,
+            p.module.bias,
+            p.module.name.clone(),
+            p.rules.clone(),
+        );
+    }
+    let table = Box::into_raw(Box::new(builder.build().map_err(Error::Table)?));
+    let old = TABLE.swap(table, Ordering::SeqCst);
+    if !old.is_null() {
+        state.retired.push(old);
+    }
+    reclaim(&mut state.retired);
+    state.generation = generation.get();
+    state.cache = modules::cache_of(&parsed);
+    state.modules = parsed.iter().map(|p| p.module.clone()).collect();
+    Ok(PreloadReport::new(
+        generation.get(),
+        &parsed,
+        started.elapsed(),
+    ))
+}
+
+/// Frees every retired table that no thread's hazard pointer names.
+fn reclaim(retired: &mut Vec<*mut RuleTable<Rule>>) {
+    retired.retain(|&t| {
+        let in_use = threads::slots().any(|s| s.hazard.load(Ordering::SeqCst) == t);
+        if !in_use {
+            // SAFETY: `t` came from Box::into_raw, is no longer published (it was swapped out
+            // before being retired), and no hazard pointer names it: a reader that loads TABLE
+            // after the swap sees the new table, and one that loaded `t` before re-checks TABLE
+            // after publishing its hazard (see `with_table`), so none can start using `t` now.
+            drop(unsafe { Box::from_raw(t) });
+        }
+        in_use
+    });
+}
+
+/// Frees retired tables that have become unused since the last refresh. Returns how many remain.
+pub fn collect_retired() -> usize {
+    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    reclaim(&mut state.retired);
+    state.retired.len()
+}
+
+/// The modules of the published table (for symbolization and reports).
+pub fn loaded_modules() -> Vec<LoadedModule> {
+    STATE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .modules
+        .clone()
+}
+
+/// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache.
+/// Must be called outside signal handlers (it allocates). Idempotent.
+pub fn register_thread() -> Result<(), Error> {
+    threads::register().map_err(Error::Io)
+}
+
+/// Unregisters the calling thread (call before it exits, outside signal handlers).
+pub fn unregister_thread() {
+    threads::unregister()
+}
+
+/// True if the calling thread is registered.
+pub fn is_thread_registered() -> bool {
+    threads::is_registered()
+}
+
+/// The calling thread's cache counters `(hits, misses)`, or `None` if it is not registered or
+/// is unwinding.
+pub fn cache_stats() -> Option<(u64, u64)> {
+    let guard = threads::enter().ok()?;
+    // SAFETY: the guard holds the slot's busy flag, so this thread has exclusive use of its cache.
+    let cache = unsafe { &*guard.slot.cache.get() };
+    Some((cache.hits(), cache.misses()))
+}
+
+/// Runs `f` with the calling thread's cache and the published table, protected by the thread's
+/// hazard pointer. Async-signal-safe.
+fn with_table<T>(
+    f: impl FnOnce(&RuleTable<Rule>, &mut unwind_core::Cache<Rule>, &threads::ThreadSlot) -> T,
+) -> Result<T, SampleError> {
+    let guard = threads::enter()?;
+    let slot = guard.slot;
+    let mut table = TABLE.load(Ordering::Acquire);
+    // Publish the hazard, then confirm the table is still the published one. A refresh that
+    // swapped in between is seen here, and we retry with its table (bounded: refreshes are rare).
+    let mut stable = false;
+    for _ in 0..8 {
+        slot.hazard.store(table, Ordering::SeqCst);
+        let now = TABLE.load(Ordering::SeqCst);
+        if now == table {
+            stable = true;
+            break;
+        }
+        table = now;
+    }
+    if !stable {
+        return Err(SampleError::Busy);
+    }
+    // SAFETY: `table` is the published table and our hazard names it, so `reclaim` will not free
+    // it until the guard clears the hazard on drop, after `f` returns.
+    let table = unsafe { table.as_ref() }.ok_or(SampleError::NotInitialized)?;
+    // SAFETY: the guard holds the slot's busy flag: this thread alone uses the cache, and a
+    // re-entrant signal gets `Busy` instead of a second reference.
+    let cache = unsafe { &mut *slot.cache.get() };
+    Ok(f(table, cache, slot))
+}
+
+/// The live stack of the calling thread that an unwind from `sp` may read: from the red zone
+/// below `sp` to the top of the registered stack; empty if `sp` is not on that stack.
+fn live_stack(slot: &threads::ThreadSlot, sp: u64) -> LiveStack {
+    let lo = slot.stack_lo.load(Ordering::Relaxed);
+    let hi = slot.stack_hi.load(Ordering::Relaxed);
+    let floor = sp.saturating_sub(RED_ZONE).max(lo);
+    let (lo, hi) = if lo <= sp && sp < hi {
+        (floor, hi)
+    } else {
+        (0, 0)
+    };
+    // SAFETY: `[lo, hi)` is part of the calling thread's own stack mapping (registered from
+    // pthread_getattr_np), at or above the red zone of the interrupted frame, which is mapped.
+    unsafe { LiveStack::new(lo, hi) }
+}
+
+fn unwind_live(
+    regs: Regs,
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> Result<UnwindResult, SampleError> {
+    with_table(|table, cache, slot| {
+        let mem = live_stack(slot, regs.sp);
+        unwind_core::x86_64::unwind(table, cache, regs, &mem, pcs, trust)
+    })
+}
+
+/// Unwinds the thread interrupted by the signal whose handler received `ucontext`, writing PCs
+/// (frame 0 first) into `pcs` and, optionally, each frame's trust into `trust`.
+///
+/// Async-signal-safe: no allocation, lock, system call or panic. Reads only the calling thread's
+/// registered stack above the interrupted stack pointer's red zone.
+///
+/// # Safety
+/// `ucontext` must be the `ucontext_t` the kernel passed to the running signal handler (its third
+/// argument, with `SA_SIGINFO`), on the thread that is to be unwound.
+pub unsafe fn unwind_signal(
+    ucontext: *const libc::c_void,
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> Result<UnwindResult, SampleError> {
+    // SAFETY: forwarded from the caller's contract.
+    let regs = unsafe { regs_from_ucontext(ucontext) };
+    unwind_live(regs, pcs, trust)
+}
+
+/// Unwinds the calling thread from this function's own frame (frame 0 is inside `unwind_here`).
+#[inline(never)]
+pub fn unwind_here(
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> Result<UnwindResult, SampleError> {
+    let regs = capture::current_regs();
+    unwind_live(regs, pcs, trust)
+}
+
+/// Unwinds a copied stack (for example one from [`capture_signal`]) with the published table
+/// and the calling thread's cache. The calling thread must be registered.
+pub fn unwind_copy(
+    regs: Regs,
+    stack: &StackImage<'_>,
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> Result<UnwindResult, SampleError> {
+    with_table(|table, cache, _| unwind_core::x86_64::unwind(table, cache, regs, stack, pcs, trust))
+}
+
+/// Unwinds with any [`Memory`] and a caller-owned cache against the published table; for
+/// offline tools and benchmarks. Async-signal-safe if `mem` is.
+pub fn unwind_with<M: Memory + ?Sized>(
+    regs: Regs,
+    mem: &M,
+    cache: &mut unwind_core::Cache<Rule>,
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> Result<UnwindResult, SampleError> {
+    with_table(|table, _, _| unwind_core::x86_64::unwind(table, cache, regs, mem, pcs, trust))
+}
+
+/// Runs `f` with the published table (for inspection; not for signal handlers that may nest
+/// with another unwind on the same thread, which gets [`SampleError::Busy`]).
+pub fn with_current_table<T>(f: impl FnOnce(&RuleTable<Rule>) -> T) -> Result<T, SampleError> {
+    with_table(|table, _, _| f(table))
+}

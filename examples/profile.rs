@@ -1,0 +1,247 @@
+//! A sampling profiler in one file: worker threads run a bundled workload, a sampler thread sends
+//! each of them SIGPROF at 1 kHz, the handler unwinds the interrupted stack into preallocated
+//! storage, and at the end the stacks are symbolized and printed (hottest first, in the folded
+//! format flame-graph tools read), with the preload report and cache hit rate.
+//!
+//! `cargo run --release --example profile [-- SECONDS]`
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MAX_FRAMES: usize = 128;
+const MAX_SAMPLES: usize = 1 << 16;
+
+/// One sample, written once by a signal handler, read after sampling stops.
+struct Slot {
+    ready: AtomicBool,
+    frames: AtomicUsize,
+    stop: AtomicUsize,
+    pcs: [AtomicU64; MAX_FRAMES],
+}
+
+static SLOTS: std::sync::OnceLock<Box<[Slot]>> = std::sync::OnceLock::new();
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+static FAILED: AtomicUsize = AtomicUsize::new(0);
+
+const STOPS: [unwind::StopReason; 8] = [
+    unwind::StopReason::EndOfStack,
+    unwind::StopReason::ZeroReturnAddress,
+    unwind::StopReason::BufferFull,
+    unwind::StopReason::NoRule,
+    unwind::StopReason::ReadFailed,
+    unwind::StopReason::SpNotIncreasing,
+    unwind::StopReason::ExpressionFailed,
+    unwind::StopReason::BadRule,
+];
+
+extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let mut pcs = [0u64; MAX_FRAMES];
+    // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler.
+    let Ok(r) = (unsafe { unwind::unwind_signal(uc, &mut pcs, None) }) else {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let Some(slots) = SLOTS.get() else { return };
+    let Some(slot) = slots.get(NEXT.fetch_add(1, Ordering::Relaxed)) else {
+        return;
+    };
+    for (dst, &pc) in slot.pcs.iter().zip(&pcs[..r.frames]) {
+        dst.store(pc, Ordering::Relaxed);
+    }
+    slot.frames.store(r.frames, Ordering::Relaxed);
+    let stop = STOPS.iter().position(|&s| s == r.stop).unwrap_or(0);
+    slot.stop.store(stop, Ordering::Relaxed);
+    slot.ready.store(true, Ordering::Release);
+}
+
+// The bundled workload: three kinds of work with distinct call chains.
+#[inline(never)]
+fn fib(n: u64) -> u64 {
+    if n < 2 {
+        n
+    } else {
+        black_box(fib(n - 1)) + fib(n - 2)
+    }
+}
+
+#[inline(never)]
+fn mix(mut h: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+#[inline(never)]
+fn hash_blocks(data: &[u8]) -> u64 {
+    data.chunks(64)
+        .fold(0xcbf2_9ce4_8422_2325, |h, c| mix(h, black_box(c)))
+}
+
+#[inline(never)]
+fn sort_and_sum(seed: u64) -> u64 {
+    let mut v: Vec<u64> = (0..20_000u64)
+        .map(|i| (i ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    v.sort_unstable();
+    v.iter().step_by(97).sum()
+}
+
+#[inline(never)]
+fn worker(kind: usize, until: Instant) -> u64 {
+    let data: Vec<u8> = (0..1 << 16).map(|i| i as u8).collect();
+    let mut acc = 0u64;
+    while Instant::now() < until {
+        acc = acc.wrapping_add(match kind {
+            0 => fib(black_box(24)),
+            1 => hash_blocks(black_box(&data)),
+            _ => sort_and_sum(black_box(acc)),
+        });
+    }
+    acc
+}
+
+fn main() {
+    let seconds: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    SLOTS.get_or_init(|| {
+        (0..MAX_SAMPLES)
+            .map(|_| Slot {
+                ready: AtomicBool::new(false),
+                frames: AtomicUsize::new(0),
+                stop: AtomicUsize::new(0),
+                pcs: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+            .collect()
+    });
+    let report = unwind::init().expect("preload");
+    print!("{report}");
+    if let Some(driver) = rustc_driver() {
+        match unwind::preload_file(&driver) {
+            Ok((m, t)) => println!("preload {m}, {:.1} ms", t.as_secs_f64() * 1e3),
+            Err(e) => println!("preload {}: {e}", driver.display()),
+        }
+    }
+
+    // SAFETY: installs a handler that only calls async-signal-safe code; the sigaction struct is
+    // fully initialised.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigprof as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()), 0);
+    }
+
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let tids: Arc<Vec<AtomicI32>> = Arc::new((0..3).map(|_| AtomicI32::new(0)).collect());
+    let hits = Arc::new(AtomicU64::new(0));
+    let misses = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|kind| {
+            let (tids, hits, misses) = (tids.clone(), hits.clone(), misses.clone());
+            std::thread::Builder::new()
+                .name(format!("worker-{kind}"))
+                .spawn(move || {
+                    unwind::register_thread().expect("register");
+                    // SAFETY: gettid has no preconditions.
+                    tids[kind].store(unsafe { libc::gettid() }, Ordering::Release);
+                    let r = worker(kind, until);
+                    tids[kind].store(0, Ordering::Release);
+                    if let Some((h, m)) = unwind::cache_stats() {
+                        hits.fetch_add(h, Ordering::Relaxed);
+                        misses.fetch_add(m, Ordering::Relaxed);
+                    }
+                    unwind::unregister_thread();
+                    r
+                })
+                .expect("spawn")
+        })
+        .collect();
+
+    // The sampler: SIGPROF to every live worker each millisecond.
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut sent = 0u64;
+    while Instant::now() < until {
+        for t in tids.iter() {
+            let tid = t.load(Ordering::Acquire);
+            // SAFETY: sends a signal to a thread of this process whose handler is installed.
+            if tid != 0 && unsafe { libc::tgkill(pid, tid, libc::SIGPROF) } == 0 {
+                sent += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for w in workers {
+        black_box(w.join().expect("worker"));
+    }
+
+    let sym = unwind::symbolize::Symbolizer::for_current_process();
+    let slots = SLOTS.get().expect("slots");
+    let taken = NEXT.load(Ordering::Relaxed).min(MAX_SAMPLES);
+    let mut folded: std::collections::HashMap<String, usize> = Default::default();
+    let mut stops = [0usize; STOPS.len()];
+    let mut frames = 0usize;
+    for slot in &slots[..taken] {
+        if !slot.ready.load(Ordering::Acquire) {
+            continue;
+        }
+        let n = slot.frames.load(Ordering::Relaxed);
+        let pcs: Vec<u64> = slot.pcs[..n]
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .collect();
+        frames += n;
+        stops[slot.stop.load(Ordering::Relaxed)] += 1;
+        let mut names = sym.stack(&pcs);
+        names.reverse();
+        *folded.entry(names.join(";")).or_default() += 1;
+    }
+    let mut hot: Vec<_> = folded.into_iter().collect();
+    hot.sort_by(|a, b| b.1.cmp(&a.1));
+    println!("\nhottest stacks (folded: outermost;...;innermost count):");
+    for (stack, n) in hot.iter().take(12) {
+        println!("{stack} {n}");
+    }
+    println!(
+        "\nsignals sent: {sent}, samples: {taken}, not unwound: {}",
+        FAILED.load(Ordering::Relaxed)
+    );
+    println!(
+        "mean frames/sample: {:.1}",
+        frames as f64 / taken.max(1) as f64
+    );
+    for (s, n) in STOPS.iter().zip(stops) {
+        if n > 0 {
+            println!("stop {s:?}: {n}");
+        }
+    }
+    let (h, m) = (hits.load(Ordering::Relaxed), misses.load(Ordering::Relaxed));
+    println!(
+        "cache: {h} hits, {m} misses, hit rate {:.2} %",
+        100.0 * h as f64 / (h + m).max(1) as f64
+    );
+}
+
+/// The toolchain's librustc_driver, the largest binary on a Rust machine.
+fn rustc_driver() -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let lib = std::path::Path::new(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
+        })
+}

@@ -1,0 +1,98 @@
+//! Registers from a signal's `ucontext` or from the current frame, and copies of the live stack.
+
+use std::sync::atomic::Ordering;
+
+use unwind_core::x86_64::Regs;
+
+use crate::threads;
+use crate::SampleError;
+
+/// Bytes below the stack pointer that leaf functions may use without moving it (x86_64 psABI).
+pub const RED_ZONE: u64 = 128;
+
+/// The interrupted thread's PC, SP and FP.
+///
+/// # Safety
+/// `ucontext` must point to a valid `ucontext_t`, such as the third argument of a signal
+/// handler installed with `SA_SIGINFO`.
+pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
+    // SAFETY: the caller guarantees a valid ucontext_t.
+    let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
+    let g = &uc.uc_mcontext.gregs;
+    let get = |i: libc::c_int| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| g.get(i))
+            .map_or(0, |&v| v as u64)
+    };
+    Regs {
+        pc: get(libc::REG_RIP),
+        sp: get(libc::REG_RSP),
+        fp: get(libc::REG_RBP),
+    }
+}
+
+/// The caller's registers: PC inside this (never inlined) function, its SP and FP.
+#[inline(never)]
+pub(crate) fn current_regs() -> Regs {
+    let (pc, sp, fp): (u64, u64, u64);
+    // SAFETY: reads rip (by lea), rsp and rbp; touches no memory and changes no other state.
+    unsafe {
+        std::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {fp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Regs { pc, sp, fp }
+}
+
+/// A stack copied in a signal handler: the registers, and `len` bytes of stack starting at
+/// address `base` written at the start of the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CapturedStack {
+    /// The interrupted registers.
+    pub regs: Regs,
+    /// Address of the first copied byte (the stack pointer minus the red zone).
+    pub base: u64,
+    /// Bytes copied.
+    pub len: usize,
+}
+
+/// Copies the interrupted thread's registers and as much of its stack as fits in `buf` (from
+/// the red zone below SP up to the registered stack top), for unwinding later or elsewhere.
+/// Async-signal-safe.
+///
+/// # Safety
+/// As for [`crate::unwind_signal`]: `ucontext` is the running handler's context, on the thread
+/// to be captured.
+pub unsafe fn capture_signal(
+    ucontext: *const libc::c_void,
+    buf: &mut [u8],
+) -> Result<CapturedStack, SampleError> {
+    // SAFETY: forwarded from the caller's contract.
+    let regs = unsafe { regs_from_ucontext(ucontext) };
+    let guard = threads::enter()?;
+    let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
+    let hi = guard.slot.stack_hi.load(Ordering::Relaxed);
+    if !(lo <= regs.sp && regs.sp < hi) {
+        return Ok(CapturedStack {
+            regs,
+            base: regs.sp,
+            len: 0,
+        });
+    }
+    let base = regs.sp.saturating_sub(RED_ZONE).max(lo);
+    let len = usize::try_from(hi - base)
+        .unwrap_or(usize::MAX)
+        .min(buf.len());
+    // SAFETY: `[base, base + len)` is inside the calling thread's registered stack, above the
+    // interrupted frame's red zone, hence mapped; `buf` holds at least `len` bytes and cannot
+    // overlap the live frames being copied (it is the caller's own buffer).
+    unsafe { std::ptr::copy_nonoverlapping(base as *const u8, buf.as_mut_ptr(), len) };
+    Ok(CapturedStack { regs, base, len })
+}

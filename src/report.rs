@@ -1,0 +1,153 @@
+//! What preloading found: per module and in total.
+
+use std::fmt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use unwind_dwarf::CfiStats;
+
+use crate::modules::ParsedModule;
+
+/// One module of a preload.
+#[derive(Clone, Debug)]
+pub struct ModuleReport {
+    /// Path or name.
+    pub name: String,
+    /// Extents carrying a rule.
+    pub rows: u64,
+    /// Distinct rules in its dictionary.
+    pub distinct_rules: usize,
+    /// Heap bytes of its rules.
+    pub bytes: usize,
+    /// FDE and row counts, with drops by reason (none if the module has no CFI).
+    pub stats: Option<CfiStats>,
+    /// Why it has no rules, if it has none.
+    pub error: Option<String>,
+    /// Its rules came from an earlier table (not parsed again).
+    pub reused: bool,
+}
+
+/// What [`crate::init`] or [`crate::refresh`] built.
+#[derive(Clone, Debug)]
+pub struct PreloadReport {
+    /// The new table's generation.
+    pub generation: u32,
+    /// Every module, sorted by address.
+    pub modules: Vec<ModuleReport>,
+    /// Wall time to discover, parse and publish.
+    pub build_time: Duration,
+}
+
+impl PreloadReport {
+    pub(crate) fn new(generation: u32, parsed: &[ParsedModule], build_time: Duration) -> Self {
+        let mut modules: Vec<_> = parsed
+            .iter()
+            .map(|p| ModuleReport {
+                name: p.module.name.clone(),
+                rows: p.rules.rows(),
+                distinct_rules: p.rules.dictionary().len(),
+                bytes: p.rules.bytes(),
+                stats: p.stats.clone(),
+                error: p.error.clone(),
+                reused: p.reused,
+            })
+            .collect();
+        modules.sort_by(|a, b| a.name.cmp(&b.name));
+        PreloadReport {
+            generation,
+            modules,
+            build_time,
+        }
+    }
+
+    /// Extents carrying a rule, over all modules.
+    pub fn rows(&self) -> u64 {
+        self.modules.iter().map(|m| m.rows).sum()
+    }
+
+    /// Sum of the modules' distinct rules.
+    pub fn distinct_rules(&self) -> usize {
+        self.modules.iter().map(|m| m.distinct_rules).sum()
+    }
+
+    /// Heap bytes of all rules.
+    pub fn bytes(&self) -> usize {
+        self.modules.iter().map(|m| m.bytes).sum()
+    }
+
+    /// Bytes per kept row.
+    pub fn bytes_per_row(&self) -> f64 {
+        self.bytes() as f64 / self.rows().max(1) as f64
+    }
+}
+
+impl fmt::Display for ModuleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} rows, {} distinct rules, {:.2} bytes/row",
+            self.name,
+            self.rows,
+            self.distinct_rules,
+            self.bytes as f64 / self.rows.max(1) as f64
+        )?;
+        if let Some(s) = &self.stats {
+            write!(
+                f,
+                ", {} FDEs, {} merged, {} dropped",
+                s.fdes,
+                s.table.merged,
+                s.dropped_total()
+            )?;
+            for (reason, n) in s.drops() {
+                write!(f, " [{}: {n}]", reason.name())?;
+            }
+        }
+        if let Some(e) = &self.error {
+            write!(f, ", no rules: {e}")?;
+        }
+        if self.reused {
+            f.write_str(" (reused)")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for PreloadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "preload: {} modules, {} rows, {} distinct rules, {:.2} bytes/row, {} bytes, {:.1} ms (generation {})",
+            self.modules.len(),
+            self.rows(),
+            self.distinct_rules(),
+            self.bytes_per_row(),
+            self.bytes(),
+            self.build_time.as_secs_f64() * 1e3,
+            self.generation
+        )?;
+        for m in &self.modules {
+            writeln!(f, "  {m}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads an ELF file's CFI the way preload would and reports it, with the time taken.
+pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwarf::DwarfError> {
+    let started = Instant::now();
+    let loaded = unwind_dwarf::load_elf_file(path)?;
+    let elapsed = started.elapsed();
+    Ok((
+        ModuleReport {
+            name: path.display().to_string(),
+            rows: loaded.rules.rows(),
+            distinct_rules: loaded.rules.dictionary().len(),
+            bytes: loaded.rules.bytes(),
+            stats: Some(loaded.stats),
+            error: None,
+            reused: false,
+        },
+        elapsed,
+    ))
+}

@@ -1,0 +1,173 @@
+//! Function names for addresses, from each loaded module's ELF symbol tables (outside signal
+//! handlers: this reads files and allocates).
+
+use object::{Object, ObjectSymbol, SymbolKind};
+
+use crate::LoadedModule;
+
+/// Where an address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Symbol<'a> {
+    /// The module's path or name.
+    pub module: &'a str,
+    /// The demangled function name, if the module has a symbol covering the address.
+    pub function: Option<&'a str>,
+    /// Offset from the function's start (or from the module's load bias if no function).
+    pub offset: u64,
+}
+
+#[derive(Debug)]
+struct SymModule {
+    start: u64,
+    end: u64,
+    bias: u64,
+    name: String,
+    /// `(file address, size, demangled name)`, sorted by address.
+    symbols: Vec<(u64, u64, String)>,
+}
+
+/// Symbolizes addresses of the modules it was built for.
+#[derive(Debug, Default)]
+pub struct Symbolizer {
+    modules: Vec<SymModule>,
+}
+
+fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
+    let Ok(file) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            Some((
+                s.address(),
+                s.size(),
+                format!("{:#}", rustc_demangle::demangle(name)),
+            ))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    out.dedup_by_key(|s| s.0);
+    out
+}
+
+/// Symbols of the file at `path`, completed from its separate debug file
+/// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as Debian's `-dbg` packages install them) when
+/// the file itself is stripped.
+fn file_symbols(path: &str) -> Vec<(u64, u64, String)> {
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let mut symbols = read_symbols(&data);
+    let build_id = object::File::parse(&*data)
+        .ok()
+        .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
+    if let Some(id) = build_id.filter(|id| id.len() > 1) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+        if let Ok(d) = std::fs::read(debug) {
+            symbols.extend(read_symbols(&d));
+            symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            symbols.dedup_by_key(|s| s.0);
+        }
+    }
+    symbols
+}
+
+fn vdso_symbols() -> Vec<(u64, u64, String)> {
+    // SAFETY: getauxval is always safe to call.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the kernel maps a complete ELF image at AT_SYSINFO_EHDR; its header is readable.
+    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
+    let shdrs_end =
+        ehdr.e_shoff as usize + usize::from(ehdr.e_shnum) * usize::from(ehdr.e_shentsize);
+    let len = shdrs_end.clamp(std::mem::size_of::<libc::Elf64_Ehdr>(), 1 << 20);
+    // SAFETY: the section headers end the vdso image, so `[base, base + len)` is mapped.
+    let data = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+    read_symbols(data)
+}
+
+impl Symbolizer {
+    /// Reads the symbol tables of `modules` (files on disk; the vdso from memory).
+    pub fn new(modules: &[LoadedModule]) -> Self {
+        let mut out: Vec<SymModule> = modules
+            .iter()
+            .map(|m| {
+                let symbols = if m.name.contains("linux-vdso") || m.name.contains("linux-gate") {
+                    vdso_symbols()
+                } else {
+                    file_symbols(&m.name)
+                };
+                SymModule {
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    name: m.name.clone(),
+                    symbols,
+                }
+            })
+            .collect();
+        out.sort_by_key(|m| m.start);
+        Symbolizer { modules: out }
+    }
+
+    /// A symbolizer for the modules of the published table.
+    pub fn for_current_process() -> Self {
+        Self::new(&crate::loaded_modules())
+    }
+
+    /// Where `addr` is. For return addresses, pass `addr - 1` to name the call site.
+    pub fn lookup(&self, addr: u64) -> Option<Symbol<'_>> {
+        let i = self
+            .modules
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = self.modules.get(i).filter(|m| addr < m.end)?;
+        let svma = addr.wrapping_sub(m.bias);
+        let j = m.symbols.partition_point(|s| s.0 <= svma);
+        let sym = j.checked_sub(1).and_then(|j| m.symbols.get(j)).filter(|s| {
+            let next = m.symbols.get(j).map_or(u64::MAX, |n| n.0);
+            (s.1 == 0 || svma < s.0 + s.1) && svma < next
+        });
+        Some(match sym {
+            Some(s) => Symbol {
+                module: &m.name,
+                function: Some(&s.2),
+                offset: svma - s.0,
+            },
+            None => Symbol {
+                module: &m.name,
+                function: None,
+                offset: svma,
+            },
+        })
+    }
+
+    /// A printable name: the function, or `module+0xoffset`, or the raw address.
+    pub fn name(&self, addr: u64) -> String {
+        match self.lookup(addr) {
+            Some(Symbol {
+                function: Some(f), ..
+            }) => f.to_string(),
+            Some(Symbol { module, offset, .. }) => {
+                let short = module.rsplit('/').next().unwrap_or(module);
+                format!("{short}+{offset:#x}")
+            }
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// Names for an unwound stack: frame 0 at its PC, callers at `return address - 1`.
+    pub fn stack(&self, pcs: &[u64]) -> Vec<String> {
+        pcs.iter()
+            .enumerate()
+            .map(|(i, &pc)| self.name(if i == 0 { pc } else { pc.wrapping_sub(1) }))
+            .collect()
+    }
+}
