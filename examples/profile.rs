@@ -203,7 +203,7 @@ fn main() {
         *folded.entry(names.join(";")).or_default() += 1;
     }
     let mut hot: Vec<_> = folded.into_iter().collect();
-    hot.sort_by(|a, b| b.1.cmp(&a.1));
+    hot.sort_by_key(|b| std::cmp::Reverse(b.1));
     println!("\nhottest stacks (folded: outermost;...;innermost count):");
     for (stack, n) in hot.iter().take(12) {
         println!("{stack} {n}");

@@ -182,7 +182,7 @@ fn step_cfi<M: Memory + ?Sized>(
 #[inline]
 fn step_fp<M: Memory + ?Sized>(regs: &Regs, mem: &M) -> Result<Step, StopReason> {
     let fp = regs.fp;
-    if fp % 8 != 0 || fp < regs.sp {
+    if !fp.is_multiple_of(8) || fp < regs.sp {
         return Err(StopReason::NoRule);
     }
     let caller_fp = mem.read_u64(fp).ok_or(StopReason::NoRule)?;

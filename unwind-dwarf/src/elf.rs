@@ -10,6 +10,9 @@ use unwind_core::x86_64::Rule;
 use crate::cfi::{rules_from_sections, CfiSections, CfiStats};
 use crate::DwarfError;
 
+/// A section's (possibly decompressed) bytes and its file address.
+type SectionData<'a> = (std::borrow::Cow<'a, [u8]>, u64);
+
 /// The rules of an ELF file and what loading them found.
 #[derive(Debug)]
 pub struct LoadedRules {
@@ -37,7 +40,7 @@ pub fn rules_from_elf(data: &[u8]) -> Result<LoadedRules, DwarfError> {
     if elf.architecture() != object::Architecture::X86_64 {
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
-    let section = |name: &str| -> Result<Option<(std::borrow::Cow<'_, [u8]>, u64)>, DwarfError> {
+    let section = |name: &str| -> Result<Option<SectionData<'_>>, DwarfError> {
         match elf.section_by_name(name) {
             None => Ok(None),
             Some(s) => {
