@@ -95,10 +95,14 @@ impl Rule {
 
 /// The outcome of one step: the caller's registers, how they were found, and whether the
 /// caller's PC is exact (after a signal frame).
-struct Step {
-    caller: Regs,
-    trust: Trust,
-    exact: bool,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The caller's registers; `caller.sp` is the CFA.
+    pub caller: Regs,
+    /// How they were found.
+    pub trust: Trust,
+    /// True after a signal frame: look the caller's rule up at its PC, not at `PC - 1`.
+    pub exact: bool,
 }
 
 #[inline]
@@ -151,8 +155,11 @@ fn recover<M: Memory + ?Sized>(
     }))
 }
 
+/// Applies `rule` (found in module `module` of `table`, which holds its expressions) to the
+/// callee's `regs`: the caller's registers, or why there are none (`EndOfStack` for the
+/// end-of-stack rule).
 #[inline]
-fn step_cfi<M: Memory + ?Sized>(
+pub fn step_cfi<M: Memory + ?Sized>(
     table: &RuleTable<Rule>,
     module: u16,
     rule: &Rule,
@@ -180,7 +187,7 @@ fn step_cfi<M: Memory + ?Sized>(
 /// Frame-pointer fallback: `[rbp]` is the caller's `rbp`, `[rbp + 8]` the return address.
 /// Accepted only if `rbp` is 8-aligned, not below SP, and both words are readable.
 #[inline]
-fn step_fp<M: Memory + ?Sized>(regs: &Regs, mem: &M) -> Result<Step, StopReason> {
+pub fn step_frame_pointer<M: Memory + ?Sized>(regs: &Regs, mem: &M) -> Result<Step, StopReason> {
     let fp = regs.fp;
     if !fp.is_multiple_of(8) || fp < regs.sp {
         return Err(StopReason::NoRule);
@@ -235,7 +242,7 @@ pub fn unwind<M: Memory + ?Sized>(
         };
         let step = match cache.lookup(table, addr) {
             Some((module, rule)) => step_cfi(table, module, &rule, &regs, mem),
-            None => step_fp(&regs, mem),
+            None => step_frame_pointer(&regs, mem),
         };
         let step = match step {
             Ok(s) => s,
