@@ -151,7 +151,11 @@ impl Symbolizer {
 
     /// A printable name: the function, or `module+0xoffset`, or the raw address.
     pub fn name(&self, addr: u64) -> String {
-        match self.lookup(addr) {
+        Self::display(self.lookup(addr), addr)
+    }
+
+    fn display(symbol: Option<Symbol<'_>>, addr: u64) -> String {
+        match symbol {
             Some(Symbol {
                 function: Some(f), ..
             }) => f.to_string(),
@@ -163,11 +167,30 @@ impl Symbolizer {
         }
     }
 
-    /// Names for an unwound stack: frame 0 at its PC, callers at `return address - 1`.
+    /// Where the frame with return address `ra` is: at `ra - 1` (the call instruction), or at
+    /// `ra` itself when no function covers `ra - 1`. The second case is a signal trampoline:
+    /// glibc's `__restore_rt` is preceded by a `nop` so that `ra - 1` finds its CFI, but that
+    /// `nop` belongs to no symbol.
+    pub fn lookup_return_address(&self, ra: u64) -> Option<Symbol<'_>> {
+        match self.lookup(ra.wrapping_sub(1)) {
+            Some(s) if s.function.is_none() => self.lookup(ra).or(Some(s)),
+            other => other,
+        }
+    }
+
+    /// Names for an unwound stack: frame 0 at its PC, callers by
+    /// [`lookup_return_address`](Self::lookup_return_address).
     pub fn stack(&self, pcs: &[u64]) -> Vec<String> {
         pcs.iter()
             .enumerate()
-            .map(|(i, &pc)| self.name(if i == 0 { pc } else { pc.wrapping_sub(1) }))
+            .map(|(i, &pc)| {
+                let s = if i == 0 {
+                    self.lookup(pc)
+                } else {
+                    self.lookup_return_address(pc)
+                };
+                Self::display(s, pc)
+            })
             .collect()
     }
 }

@@ -1,1 +1,358 @@
-fn main() {}
+//! Real programs, built at test time, sample themselves from SIGPROF through the test agent
+//! (tests/agent), and every unwound stack is checked against the program's known call graph,
+//! from the outermost frame (`_start`, or `clone3` for threads) to the innermost program function.
+//!
+//! Programs: tests/programs/workload.c (with frames.S and libshared.so) at -O0, -O2 and -O3
+//! with -fomit-frame-pointer, and the Rust release program tests/agent/src/bin/rust_workload.rs.
+//! They exercise: deep chains of distinct frames, a shared library reached through the PLT that
+//! calls back into the program, `alloca` (CFA on rbp), hand-written asm with CFI directives,
+//! threads, and a signal handler (`SIGUSR1`) interrupted by `SIGPROF`, so the stack crosses the
+//! kernel's signal frame (`__restore_rt`).
+//!
+//! A stack is valid if:
+//! - the walk ended at the end-of-stack rule (or a zero return address);
+//! - seen outermost first, with frames outside the program's own modules collapsed to `[ext]`
+//!   (named exceptions: `_start`, `__restore_rt`, `start_thread`, `clone3`), it starts at a root
+//!   and every step down to the innermost program function is an edge of the call graph;
+//! - below that function, only frames of other modules (a libc call, a PLT stub) remain.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SECONDS: &str = "1.5";
+const HZ: &str = "1000";
+const MIN_SAMPLES: usize = 300;
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the agent (cdylib) and the Rust workload in release mode, in a target directory of
+/// their own so that this nested cargo never waits on the outer one's lock.
+fn build_agent(root: &Path, target: &Path) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "unwind-test-agent",
+            "--target-dir",
+        ])
+        .arg(target));
+    target.join("release")
+}
+
+/// A call graph: allowed `caller>callee` steps, outermost first.
+struct Graph {
+    roots: HashSet<&'static str>,
+    edges: HashSet<(&'static str, &'static str)>,
+}
+
+impl Graph {
+    fn new(roots: &[&'static str], edges: &str) -> Self {
+        let edges = edges
+            .split_whitespace()
+            .map(|e| {
+                let (a, b) = e.split_once('>').expect("edge a>b");
+                // Leak: a handful of short strings for the duration of the test.
+                (&*Box::leak(a.into()), &*Box::leak(b.into()))
+            })
+            .collect();
+        Graph {
+            roots: roots.iter().copied().collect(),
+            edges,
+        }
+    }
+}
+
+const KEEP: [&str; 4] = ["_start", "__restore_rt", "start_thread", "clone"];
+
+/// Names outermost first, with foreign frames collapsed.
+fn tokens(
+    frames: &[(&str, &str)],
+    own: &dyn Fn(&str) -> bool,
+    name: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for &(module, function) in frames.iter().rev() {
+        let f = function.split('.').next().unwrap_or(function);
+        let f = match f {
+            "__clone3" | "clone3" | "__clone" => "clone",
+            f => f,
+        };
+        let t = if KEEP.contains(&f) {
+            f.to_string()
+        } else if own(module) {
+            if f.starts_with("?+") {
+                "[nosym]".to_string()
+            } else {
+                name(f)
+            }
+        } else {
+            "[ext]".to_string()
+        };
+        if out.last().is_some_and(|l| l == &t && t.starts_with('[')) {
+            continue;
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// Checks one stack; returns why it is invalid.
+fn check(tokens: &[String], graph: &Graph) -> Result<(), String> {
+    let foreign = |t: &str| t.starts_with('[');
+    let body_len = tokens
+        .iter()
+        .rposition(|t| !foreign(t))
+        .map_or(0, |i| i + 1);
+    let body = &tokens[..body_len];
+    let first = body.first().ok_or("no program frame")?;
+    if !graph.roots.contains(first.as_str()) {
+        return Err(format!("starts at {first}, not at a root"));
+    }
+    for w in body.windows(2) {
+        if !graph.edges.contains(&(w[0].as_str(), w[1].as_str())) {
+            return Err(format!("no edge {}>{}", w[0], w[1]));
+        }
+    }
+    Ok(())
+}
+
+struct Outcome {
+    samples: usize,
+    complete: usize,
+    valid: usize,
+    seen: HashSet<String>,
+    failures: Vec<String>,
+    stops: BTreeMap<String, usize>,
+    trailer: String,
+}
+
+fn validate(
+    report: &str,
+    own: &dyn Fn(&str) -> bool,
+    name: &dyn Fn(&str) -> String,
+    graph: &Graph,
+) -> Outcome {
+    let mut o = Outcome {
+        samples: 0,
+        complete: 0,
+        valid: 0,
+        seen: HashSet::new(),
+        failures: Vec::new(),
+        stops: BTreeMap::new(),
+        trailer: String::new(),
+    };
+    for line in report.lines() {
+        if let Some(t) = line.strip_prefix("# ") {
+            o.trailer = t.to_string();
+            continue;
+        }
+        let mut parts = line.splitn(3, ' ');
+        let stop = parts.next().unwrap_or("").trim_start_matches("stop=");
+        let _frames = parts.next();
+        let stack = parts.next().unwrap_or("");
+        o.samples += 1;
+        *o.stops.entry(stop.to_string()).or_default() += 1;
+        let frames: Vec<(&str, &str)> = stack
+            .split(';')
+            .filter(|f| !f.is_empty())
+            .map(|f| f.split_once('!').unwrap_or(("?", f)))
+            .collect();
+        let t = tokens(&frames, own, name);
+        let complete = stop == "EndOfStack" || stop == "ZeroReturnAddress";
+        o.complete += usize::from(complete);
+        let verdict = if complete {
+            check(&t, graph)
+        } else {
+            Err(format!("incomplete walk ({stop})"))
+        };
+        match verdict {
+            Ok(()) => {
+                o.valid += 1;
+                for w in t.windows(2) {
+                    o.seen.insert(format!("{}>{}", w[0], w[1]));
+                }
+            }
+            Err(why) => {
+                if o.failures.len() < 15 {
+                    o.failures
+                        .push(format!("{why}\n    {}\n    raw: {stack}", t.join(" > ")));
+                }
+            }
+        }
+    }
+    o
+}
+
+/// The C workload's call graph (see tests/programs/workload.c).
+fn c_graph() -> Graph {
+    Graph::new(
+        &["_start", "clone"],
+        "_start>[ext] [ext]>main clone>start_thread start_thread>thread_main
+         thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_asm main>phase_signal
+         top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
+         phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
+         phase_asm>asm_frame asm_frame>asm_fp_frame asm_fp_frame>cb_from_asm cb_from_asm>spin
+         phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
+         main>now thread_main>now",
+    )
+}
+
+/// Edges every C sample set must contain: each feature was sampled and unwound through.
+const C_MUST_SEE: [&str; 7] = [
+    "start_thread>thread_main",
+    "leaf_c>spin",
+    "via_alloca>leaf_c",
+    "shlib_inner>cb_from_lib",
+    "asm_fp_frame>cb_from_asm",
+    "__restore_rt>on_usr1",
+    "[ext]>main",
+];
+
+/// The Rust workload's call graph: its own functions by name, std's frames collapsed to `[std]`.
+fn rust_graph() -> Graph {
+    Graph::new(
+        &["_start", "clone"],
+        "_start>[ext] [ext]>main main>[std] [std]>rw::main
+         rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
+         clone>start_thread start_thread>[std] [std]>rw_thread
+         rw_thread>rw_recurse rw_thread>rw_sort",
+    )
+}
+
+const RUST_MUST_SEE: [&str; 4] = [
+    "rw_recurse>rw_leaf",
+    "rw_thread>rw_sort",
+    "start_thread>[std]",
+    "[std]>rw::main",
+];
+
+fn rust_name(f: &str) -> String {
+    match f.strip_prefix("rust_workload::") {
+        Some("main") => "rw::main".into(),
+        Some(rest) if rest.starts_with("main::") => "rw::main::closure".into(),
+        Some(rest) => rest.to_string(),
+        None if f == "main" => "main".into(),
+        None => "[std]".into(),
+    }
+}
+
+fn report(
+    name: &str,
+    o: &Outcome,
+    must_see: &[&str],
+    passed: &mut usize,
+    failed: &mut Vec<String>,
+) {
+    println!(
+        "{name}: {} samples, {} complete, {} valid; stops {:?}; {}",
+        o.samples, o.complete, o.valid, o.stops, o.trailer
+    );
+    let mut problems = Vec::new();
+    if o.samples < MIN_SAMPLES {
+        problems.push(format!("only {} samples (want {MIN_SAMPLES})", o.samples));
+    }
+    if o.valid != o.samples {
+        problems.push(format!(
+            "{} invalid stacks, e.g.:\n  {}",
+            o.samples - o.valid,
+            o.failures.join("\n  ")
+        ));
+    }
+    for e in must_see {
+        if !o.seen.contains(*e) {
+            problems.push(format!("no valid sample went through {e}"));
+        }
+    }
+    if problems.is_empty() {
+        *passed += 1;
+    } else {
+        for p in &problems {
+            println!("  FAIL {p}");
+        }
+        failed.push(name.to_string());
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = root.join("target").join("test-programs");
+    let agent_dir = build_agent(&root, &target);
+    let src = root.join("tests").join("programs");
+    let out = target.join("c");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut passed = 0usize;
+    let mut failed = Vec::new();
+
+    for opt in ["-O0", "-O2", "-O3"] {
+        let tag = opt.trim_start_matches('-');
+        let lib = format!("shared-{tag}");
+        run(Command::new("gcc")
+            .args([opt, "-g", "-fomit-frame-pointer", "-fPIC", "-shared", "-o"])
+            .arg(out.join(format!("lib{lib}.so")))
+            .arg(src.join("shlib.c")));
+        let exe = out.join(format!("workload-{tag}"));
+        run(Command::new("gcc")
+            .args([opt, "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&exe)
+            .arg(src.join("workload.c"))
+            .arg(src.join("frames.S"))
+            .arg(format!("-I{}", src.display()))
+            .arg(format!("-L{}", out.display()))
+            .arg(format!("-l{lib}"))
+            .arg(format!("-L{}", agent_dir.display()))
+            .arg("-lunwind_agent")
+            // DT_RPATH (not RUNPATH), and no LD_LIBRARY_PATH when run: cargo test points
+            // LD_LIBRARY_PATH at target/debug, which may hold another build of the agent.
+            .arg("-Wl,--disable-new-dtags")
+            .arg(format!(
+                "-Wl,-rpath,{}:{}",
+                out.display(),
+                agent_dir.display()
+            ))
+            .arg("-lpthread"));
+        let report_path = out.join(format!("workload-{tag}.txt"));
+        run(Command::new(&exe)
+            .env_remove("LD_LIBRARY_PATH")
+            .arg(&report_path)
+            .args([SECONDS, HZ]));
+        let text = std::fs::read_to_string(&report_path).expect("report");
+        let exe_name = format!("workload-{tag}");
+        let lib_name = format!("lib{lib}.so");
+        let own = |m: &str| m == exe_name || m == lib_name;
+        let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph());
+        report(
+            &format!("C {opt}"),
+            &o,
+            &C_MUST_SEE,
+            &mut passed,
+            &mut failed,
+        );
+    }
+
+    let report_path = out.join("rust-workload.txt");
+    run(Command::new(agent_dir.join("rust-workload"))
+        .arg(&report_path)
+        .args([SECONDS, HZ]));
+    let text = std::fs::read_to_string(&report_path).expect("report");
+    let own = |m: &str| m == "rust-workload";
+    let o = validate(&text, &own, &rust_name, &rust_graph());
+    report("Rust release", &o, &RUST_MUST_SEE, &mut passed, &mut failed);
+
+    println!("programs: {passed} passed, {} failed", failed.len());
+    if !failed.is_empty() {
+        panic!("failed: {failed:?}");
+    }
+}

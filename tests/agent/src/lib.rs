@@ -1,1 +1,247 @@
-//! placeholder
+//! A sampling agent for test programs: C programs link against it (`libunwind_agent.so`) and
+//! call `agent_start`, `agent_register_thread`, `agent_unregister_thread` and `agent_stop`; the
+//! Rust workload uses [`start`], [`register_thread`], [`unregister_thread`] and [`stop`].
+//!
+//! A sampler thread sends SIGPROF to every registered thread at the requested rate; the handler
+//! unwinds with `unwind::unwind_signal` into preallocated slots. `stop` symbolizes every sample
+//! and writes one line per sample:
+//!
+//! ```text
+//! stop=EndOfStack frames=7 module!function;module!function;...   (innermost first)
+//! ```
+//!
+//! A function is `?+0xOFFSET` when the module has no symbol for the address. Frame 0 is named
+//! at its PC, callers by `Symbolizer::lookup_return_address`.
+
+use std::ffi::{c_char, c_int, c_uint, CStr};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const MAX_FRAMES: usize = 256;
+const MAX_SAMPLES: usize = 1 << 15;
+const MAX_THREADS: usize = 64;
+
+struct Slot {
+    ready: AtomicBool,
+    frames: AtomicUsize,
+    stop: AtomicUsize,
+    pcs: [AtomicU64; MAX_FRAMES],
+}
+
+const STOPS: [unwind::StopReason; 8] = [
+    unwind::StopReason::EndOfStack,
+    unwind::StopReason::ZeroReturnAddress,
+    unwind::StopReason::BufferFull,
+    unwind::StopReason::NoRule,
+    unwind::StopReason::ReadFailed,
+    unwind::StopReason::SpNotIncreasing,
+    unwind::StopReason::ExpressionFailed,
+    unwind::StopReason::BadRule,
+];
+
+static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+static FAILED: AtomicUsize = AtomicUsize::new(0);
+static TIDS: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREADS];
+static RUNNING: AtomicBool = AtomicBool::new(false);
+static SAMPLER: Mutex<Option<JoinHandle<u64>>> = Mutex::new(None);
+
+extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let mut pcs = [0u64; MAX_FRAMES];
+    // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler.
+    let Ok(r) = (unsafe { unwind::unwind_signal(uc, &mut pcs, None) }) else {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let Some(slot) = SLOTS
+        .get()
+        .and_then(|s| s.get(NEXT.fetch_add(1, Ordering::Relaxed)))
+    else {
+        return;
+    };
+    for (dst, &pc) in slot.pcs.iter().zip(pcs.iter().take(r.frames)) {
+        dst.store(pc, Ordering::Relaxed);
+    }
+    slot.frames.store(r.frames, Ordering::Relaxed);
+    let stop = STOPS.iter().position(|&s| s == r.stop).unwrap_or(0);
+    slot.stop.store(stop, Ordering::Relaxed);
+    slot.ready.store(true, Ordering::Release);
+}
+
+/// Preloads the rule table, installs the SIGPROF handler, registers the calling thread and
+/// starts sampling every registered thread `hz` times a second.
+pub fn start(hz: u32) -> Result<(), String> {
+    SLOTS.get_or_init(|| {
+        (0..MAX_SAMPLES)
+            .map(|_| Slot {
+                ready: AtomicBool::new(false),
+                frames: AtomicUsize::new(0),
+                stop: AtomicUsize::new(0),
+                pcs: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+            .collect()
+    });
+    let report = unwind::init().map_err(|e| e.to_string())?;
+    eprintln!(
+        "agent: preloaded {} modules, {} rows",
+        report.modules.len(),
+        report.rows()
+    );
+    // SAFETY: installs a handler that only runs async-signal-safe code; `sa` is initialised.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigprof as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()) != 0 {
+            return Err("sigaction failed".into());
+        }
+    }
+    register_thread()?;
+    RUNNING.store(true, Ordering::Release);
+    let period = Duration::from_secs_f64(1.0 / f64::from(hz.max(1)));
+    let handle = std::thread::spawn(move || {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let mut sent = 0u64;
+        while RUNNING.load(Ordering::Acquire) {
+            for t in &TIDS {
+                let tid = t.load(Ordering::Acquire);
+                // SAFETY: signals a thread of this process; the SIGPROF handler is installed.
+                if tid != 0 && unsafe { libc::tgkill(pid, tid, libc::SIGPROF) } == 0 {
+                    sent += 1;
+                }
+            }
+            std::thread::sleep(period);
+        }
+        sent
+    });
+    *SAMPLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    Ok(())
+}
+
+/// Registers the calling thread with the unwinder and adds it to the sampled threads.
+pub fn register_thread() -> Result<(), String> {
+    unwind::register_thread().map_err(|e| e.to_string())?;
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    TIDS.iter()
+        .find(|t| {
+            t.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+        .map(|_| ())
+        .ok_or_else(|| "too many threads".to_string())
+}
+
+/// Stops sampling the calling thread and unregisters it.
+pub fn unregister_thread() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    for t in &TIDS {
+        let _ = t.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+    // A signal already sent may still arrive; the handler then finds the thread unregistered
+    // and counts a failure rather than touching freed state.
+    unwind::unregister_thread();
+}
+
+/// Stops the sampler and returns the report: one line per sample, then a summary line.
+pub fn stop() -> String {
+    RUNNING.store(false, Ordering::Release);
+    let sent = SAMPLER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .map_or(0, |h| h.join().unwrap_or(0));
+    for t in &TIDS {
+        t.store(0, Ordering::Release);
+    }
+    let sym = unwind::symbolize::Symbolizer::for_current_process();
+    let mut out = String::new();
+    let taken = NEXT.load(Ordering::Relaxed).min(MAX_SAMPLES);
+    let slots = SLOTS.get().map_or(&[][..], |s| &s[..taken]);
+    for slot in slots.iter().filter(|s| s.ready.load(Ordering::Acquire)) {
+        let n = slot.frames.load(Ordering::Relaxed);
+        let stop = STOPS[slot.stop.load(Ordering::Relaxed)];
+        let _ = write!(out, "stop={stop:?} frames={n} ");
+        for (i, pc) in slot.pcs.iter().take(n).enumerate() {
+            let pc = pc.load(Ordering::Relaxed);
+            let at = if i == 0 { pc } else { pc.wrapping_sub(1) };
+            let symbol = if i == 0 {
+                sym.lookup(pc)
+            } else {
+                sym.lookup_return_address(pc)
+            };
+            let (module, function) = match symbol {
+                Some(s) => (
+                    s.module.rsplit('/').next().unwrap_or(s.module).to_string(),
+                    s.function
+                        .map_or_else(|| format!("?+{:#x}", s.offset), str::to_string),
+                ),
+                None => ("?".to_string(), format!("?+{at:#x}")),
+            };
+            let _ = write!(out, "{}{module}!{function}", if i == 0 { "" } else { ";" });
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "# signals sent {sent}, samples {taken}, not unwound {}",
+        FAILED.load(Ordering::Relaxed)
+    );
+    out
+}
+
+/// C: starts sampling at `hz`; returns 0 on success.
+#[no_mangle]
+pub extern "C" fn agent_start(hz: c_uint) -> c_int {
+    match start(hz) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agent_start: {e}");
+            -1
+        }
+    }
+}
+
+/// C: registers the calling thread for sampling; returns 0 on success.
+#[no_mangle]
+pub extern "C" fn agent_register_thread() -> c_int {
+    match register_thread() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agent_register_thread: {e}");
+            -1
+        }
+    }
+}
+
+/// C: stops sampling the calling thread.
+#[no_mangle]
+pub extern "C" fn agent_unregister_thread() {
+    unregister_thread()
+}
+
+/// C: stops sampling and writes the report to `path`; returns 0 on success.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn agent_stop(path: *const c_char) -> c_int {
+    let report = stop();
+    // SAFETY: the caller passes a NUL-terminated string.
+    let path = unsafe { CStr::from_ptr(path) }
+        .to_string_lossy()
+        .into_owned();
+    match std::fs::write(&path, report) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agent_stop: {path}: {e}");
+            -1
+        }
+    }
+}
