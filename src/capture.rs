@@ -32,8 +32,9 @@ pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
     }
 }
 
-/// The caller's registers: PC inside this (never inlined) function, its SP and FP.
-#[inline(never)]
+/// The registers at this point of the caller (always inlined, so PC, SP and FP are consistent
+/// with the caller's own CFI at that instruction).
+#[inline(always)]
 pub(crate) fn current_regs() -> Regs {
     let (pc, sp, fp): (u64, u64, u64);
     // SAFETY: reads rip (by lea), rsp and rbp; touches no memory and changes no other state.

@@ -1,0 +1,62 @@
+//! Unwinding the calling thread from its current frame, without signals.
+
+use std::hint::black_box;
+
+#[inline(never)]
+fn here_leaf(out: &mut [u64]) -> unwind::UnwindResult {
+    let r = unwind::unwind_here(out, None).expect("unwind_here");
+    black_box(r)
+}
+
+#[inline(never)]
+fn here_middle(out: &mut [u64]) -> unwind::UnwindResult {
+    let r = here_leaf(out);
+    black_box(r)
+}
+
+#[inline(never)]
+fn here_outer(out: &mut [u64]) -> unwind::UnwindResult {
+    let r = here_middle(out);
+    black_box(r)
+}
+
+#[test]
+fn unwinds_the_current_thread_to_its_start() {
+    unwind::init().expect("init");
+    let mut pcs = [0u64; 256];
+    let mut trust = [unwind::Trust::Context; 256];
+    let r = here_outer(&mut pcs);
+    assert!(r.stop.is_complete(), "stopped early: {r:?}");
+    let names = unwind::symbolize::Symbolizer::for_current_process().stack(&pcs[..r.frames]);
+    let pos = |f: &str| {
+        names
+            .iter()
+            .position(|n| n.ends_with(f))
+            .unwrap_or_else(|| panic!("{f} missing from {names:#?}"))
+    };
+    assert!(names[0].contains("unwind_here"), "{names:#?}");
+    assert!(pos("here_leaf") < pos("here_middle"));
+    assert!(pos("here_middle") < pos("here_outer"));
+    assert!(pos("here_outer") < pos("unwinds_the_current_thread_to_its_start"));
+    // Every frame above the first came from CFI (the test binary and libc have it all).
+    let r2 = unwind::unwind_here(&mut pcs, Some(&mut trust)).expect("unwind_here");
+    assert!(
+        trust[1..r2.frames].iter().all(|&t| t == unwind::Trust::Cfi),
+        "{:?}",
+        &trust[..r2.frames]
+    );
+}
+
+#[test]
+fn unregistered_threads_are_refused() {
+    unwind::init().expect("init");
+    std::thread::spawn(|| {
+        let mut pcs = [0u64; 8];
+        assert_eq!(
+            unwind::unwind_here(&mut pcs, None),
+            Err(unwind::SampleError::ThreadNotRegistered)
+        );
+    })
+    .join()
+    .expect("thread");
+}
