@@ -64,6 +64,15 @@ pub struct CapturedStack {
     pub len: usize,
 }
 
+/// Copies the calling thread's registers (frame 0 inside this function) and as much of its
+/// stack as fits in `buf`, like [`capture_signal`] does for an interrupted thread. For tests,
+/// benchmarks and offline unwinding of the current thread.
+#[inline(never)]
+pub fn capture_here(buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
+    let regs = current_regs();
+    copy_stack(regs, buf)
+}
+
 /// Copies the interrupted thread's registers and as much of its stack as fits in `buf` (from
 /// the red zone below SP up to the registered stack top), for unwinding later or elsewhere.
 /// Async-signal-safe.
@@ -77,6 +86,12 @@ pub unsafe fn capture_signal(
 ) -> Result<CapturedStack, SampleError> {
     // SAFETY: forwarded from the caller's contract.
     let regs = unsafe { regs_from_ucontext(ucontext) };
+    copy_stack(regs, buf)
+}
+
+/// Copies `[regs.sp - red zone, stack top)` of the calling thread, as much as fits in `buf`.
+#[inline(always)]
+fn copy_stack(regs: Regs, buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
     let guard = threads::enter()?;
     let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
     let hi = guard.slot.stack_hi.load(Ordering::Relaxed);

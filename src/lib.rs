@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-pub use capture::{capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
+pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
 pub use modules::LoadedModule;
 pub use report::{preload_file, ModuleReport, PreloadReport};
 pub use unwind_core::{self as core, x86_64::Regs, StopReason, Trust, UnwindResult};
