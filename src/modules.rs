@@ -151,11 +151,16 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
             reused: true,
         });
     }
-    let parsed = match hdr {
-        None => Err(DwarfError::NoCfi),
-        // SAFETY: the program headers describe this module's mapped segments.
-        Some(h) => unsafe { rules_from_image(bias, h, phdrs) },
+    // PLT stubs without CFI (lld writes none) get synthesized rules; only the file on disk has
+    // the section headers that locate them. The vdso has no file and no PLT.
+    let plt = if module.name.starts_with('/') {
+        unwind_dwarf::plt::plt_sections_of_file(std::path::Path::new(&module.name))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
     };
+    // SAFETY: the program headers describe this module's mapped segments.
+    let parsed = unsafe { rules_from_image(bias, hdr, phdrs, &plt) };
     let (rules, stats, error) = match parsed {
         Ok((rules, stats)) => (Arc::new(rules), Some(stats), None),
         Err(e) => (Arc::new(ModuleRules::empty()), None, Some(e.to_string())),
@@ -176,9 +181,16 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
 /// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
 unsafe fn rules_from_image(
     bias: u64,
-    hdr: &libc::Elf64_Phdr,
+    hdr: Option<&libc::Elf64_Phdr>,
     phdrs: &[libc::Elf64_Phdr],
+    plt: &[unwind_dwarf::plt::PltSection],
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
+    let Some(hdr) = hdr else {
+        return unwind_dwarf::rules_from_sections(&CfiSections {
+            plt,
+            ..CfiSections::default()
+        });
+    };
     let segment_of = |svma: u64| {
         phdrs
             .iter()
@@ -203,6 +215,7 @@ unsafe fn rules_from_image(
     unwind_dwarf::rules_from_sections(&CfiSections {
         eh_frame: Some(eh_frame),
         eh_frame_svma: eh_svma,
+        plt,
         ..CfiSections::default()
     })
 }

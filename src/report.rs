@@ -94,10 +94,11 @@ impl fmt::Display for ModuleReport {
         if let Some(s) = &self.stats {
             write!(
                 f,
-                ", {} FDEs, {} merged, {} dropped",
+                ", {} FDEs, {} merged, {} dropped, {} PLT rows synthesized",
                 s.fdes,
                 s.table.merged,
-                s.dropped_total()
+                s.dropped_total(),
+                s.plt_rows
             )?;
             for (reason, n) in s.drops() {
                 write!(f, " [{}: {n}]", reason.name())?;

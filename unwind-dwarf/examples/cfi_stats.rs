@@ -31,6 +31,9 @@ fn main() {
                 for (reason, n) in s.drops() {
                     println!("  dropped {}: {n}", reason.name());
                 }
+                if s.plt_rows > 0 {
+                    println!("  PLT rows synthesized: {}", s.plt_rows);
+                }
                 if s.bad_entries > 0 {
                     println!("  bad entries: {}", s.bad_entries);
                 }

@@ -7,6 +7,7 @@ use gimli::{
 };
 use unwind_core::table::{BuildStats, ModuleRules, ModuleRulesBuilder};
 
+use crate::plt::{uncovered, PltSection};
 use crate::DwarfError;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -26,6 +27,8 @@ pub struct CfiSections<'a> {
     pub text_svma: u64,
     /// File address of `.got` (for data-relative pointers; rarely used).
     pub got_svma: u64,
+    /// PLT sections: rules are synthesized where no FDE covers them (see [`crate::plt`]).
+    pub plt: &'a [PltSection],
 }
 
 /// Why a CFI row was not kept. Dropped rows leave a gap, where the unwinder falls back to the
@@ -99,6 +102,8 @@ pub struct CfiStats {
     pub rows: u64,
     /// Rows dropped, by reason (indexed like [`DropReason::ALL`]).
     pub dropped: [u64; DropReason::ALL.len()],
+    /// Rows synthesized for PLT stubs without CFI.
+    pub plt_rows: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
 }
@@ -137,6 +142,12 @@ pub(crate) trait Translate {
         builder: &mut ModuleRulesBuilder<Self::Rule>,
         signal_frame: bool,
     ) -> Result<Self::Rule, DropReason>;
+
+    /// Rules for a PLT section: `(start, end, rule)` rows covering it.
+    fn plt_rows(
+        plt: &PltSection,
+        builder: &mut ModuleRulesBuilder<Self::Rule>,
+    ) -> Result<Vec<(u64, u64, Self::Rule)>, DwarfError>;
 }
 
 struct Collector<'b, T: Translate> {
@@ -148,11 +159,12 @@ struct Collector<'b, T: Translate> {
 }
 
 impl<T: Translate> Collector<'_, T> {
-    /// Reads every FDE of `section`; `skip(start, end)` says whether an FDE is shadowed.
+    /// Reads every FDE of `section`, recording the ranges of those kept in `ranges`;
+    /// `skip(start, end)` says whether an FDE is shadowed.
     fn section<'a, S: UnwindSection<Slice<'a>>>(
         &mut self,
         section: &S,
-        mut ranges: Option<&mut Vec<(u64, u64)>>,
+        ranges: &mut Vec<(u64, u64)>,
         skip: impl Fn(u64, u64) -> bool,
     ) -> Result<(), DwarfError> {
         let mut entries = section.entries(self.bases);
@@ -183,9 +195,7 @@ impl<T: Translate> Collector<'_, T> {
                 self.stats.fdes_shadowed += 1;
                 continue;
             }
-            if let Some(r) = ranges.as_deref_mut() {
-                r.push((start, end));
-            }
+            ranges.push((start, end));
             self.rows.clear();
             let signal = fde.is_signal_trampoline();
             let result: Result<(), gimli::Error> = (|| {
@@ -217,7 +227,7 @@ impl<T: Translate> Collector<'_, T> {
 pub(crate) fn collect<T: Translate>(
     sections: &CfiSections<'_>,
 ) -> Result<(ModuleRules<T::Rule>, CfiStats), DwarfError> {
-    if sections.eh_frame.is_none() && sections.debug_frame.is_none() {
+    if sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty() {
         return Err(DwarfError::NoCfi);
     }
     let bases = BaseAddresses::default()
@@ -235,16 +245,28 @@ pub(crate) fn collect<T: Translate>(
     if let Some(data) = sections.eh_frame {
         let mut s = EhFrame::new(data, LittleEndian);
         s.set_address_size(T::ADDRESS_SIZE);
-        c.section(&s, Some(&mut eh_ranges), |_, _| false)?;
+        c.section(&s, &mut eh_ranges, |_, _| false)?;
     }
+    eh_ranges.sort_unstable();
+    let mut debug_ranges = Vec::new();
     if let Some(data) = sections.debug_frame {
-        eh_ranges.sort_unstable();
         let mut s = DebugFrame::new(data, LittleEndian);
         s.set_address_size(T::ADDRESS_SIZE);
-        c.section(&s, None, |start, end| {
+        c.section(&s, &mut debug_ranges, |start, end| {
             let i = eh_ranges.partition_point(|r| r.1 <= start);
             eh_ranges.get(i).is_some_and(|r| r.0 < end)
         })?;
+    }
+    let mut covered = eh_ranges;
+    covered.extend(debug_ranges);
+    covered.sort_unstable();
+    for plt in sections.plt {
+        for (start, end, rule) in T::plt_rows(plt, &mut c.builder)? {
+            for (s, e) in uncovered(start, end, &covered) {
+                c.builder.push(s, e, rule)?;
+                c.stats.plt_rows += 1;
+            }
+        }
     }
     let rules = c.builder.build()?;
     c.stats.table = rules.stats();

@@ -52,7 +52,9 @@ pub fn rules_from_elf(data: &[u8]) -> Result<LoadedRules, DwarfError> {
     let eh_frame = section(".eh_frame")?;
     let debug_frame = section(".debug_frame")?;
     let addr = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
+    let plt = crate::plt::plt_sections(&elf);
     let sections = CfiSections {
+        plt: &plt,
         eh_frame: eh_frame.as_ref().map(|(d, _)| &d[..]),
         eh_frame_svma: eh_frame.as_ref().map_or(0, |(_, a)| *a),
         debug_frame: debug_frame.as_ref().map(|(d, _)| &d[..]),

@@ -14,6 +14,7 @@
 mod cfi;
 mod compile;
 mod elf;
+pub mod plt;
 mod x86_64;
 
 pub use cfi::{rules_from_sections, CfiSections, CfiStats, DropReason};

@@ -3,12 +3,14 @@
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
-use unwind_core::expr::Expr;
+use unwind_core::expr::{Expr, Op};
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::x86_64::{CfaRule, Reg, RegRule, Rule};
 
 use crate::cfi::{offset, DropReason, Translate};
 use crate::compile::compile_expression;
+use crate::plt::{PltKind, PltSection};
+use crate::DwarfError;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -71,6 +73,58 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
 impl Translate for X86_64 {
     type Rule = Rule;
     const ADDRESS_SIZE: u8 = 8;
+
+    fn plt_rows(
+        plt: &PltSection,
+        builder: &mut ModuleRulesBuilder<Rule>,
+    ) -> Result<Vec<(u64, u64, Rule)>, DwarfError> {
+        let rule = |cfa| Rule {
+            cfa,
+            ra: RegRule::Offset(-8),
+            fp: RegRule::Same,
+            signal_frame: false,
+        };
+        let end = plt.svma.saturating_add(plt.size);
+        Ok(match plt.kind {
+            PltKind::Jump => vec![(plt.svma, end, rule(CfaRule::SpOffset(8)))],
+            PltKind::Lazy => {
+                let plt0 = plt.svma.saturating_add(16).min(end);
+                // The entries' expression tests `rip & 15`: valid for 16-byte aligned entries.
+                let entries = if plt.svma % 16 == 0 {
+                    let e = Expr::new(&[
+                        Op::Reg(Reg::Sp as u8),
+                        Op::Const(8),
+                        Op::Add,
+                        Op::Reg(Reg::Pc as u8),
+                        Op::Const(15),
+                        Op::And,
+                        Op::Const(11),
+                        Op::Ge,
+                        Op::Const(3),
+                        Op::Shl,
+                        Op::Add,
+                    ])
+                    .map_err(|_| DwarfError::Table(unwind_core::table::TableError::TooManyRules))?;
+                    CfaRule::Expr(builder.add_expr(e)?)
+                } else {
+                    CfaRule::SpOffset(8)
+                };
+                vec![
+                    (
+                        plt.svma,
+                        plt.svma.saturating_add(6).min(plt0),
+                        rule(CfaRule::SpOffset(16)),
+                    ),
+                    (
+                        plt.svma.saturating_add(6).min(plt0),
+                        plt0,
+                        rule(CfaRule::SpOffset(24)),
+                    ),
+                    (plt0, end, rule(entries)),
+                ]
+            }
+        })
+    }
 
     fn translate<'a, S: UnwindSection<Slice<'a>>>(
         row: &gimli::UnwindTableRow<usize>,

@@ -1,0 +1,154 @@
+//! Rules for PLT stubs that no FDE describes.
+//!
+//! GNU ld writes CFI for `.plt` (the PLT CFA expression); lld, the default linker of Rust on
+//! x86_64 Linux, writes none. A sample whose PC is in a PLT stub then has no rule, and the
+//! frame-pointer fallback would skip the caller. The stubs' behaviour is fixed by the psABI, so
+//! the rules are synthesized from the section headers where no FDE covers them:
+//! - `.plt` (16-byte lazy entries): `PLT0` pushes once more than the others: `CFA = rsp + 16`
+//!   for its first 6 bytes, `rsp + 24` after; entry `n` pushes its index at offset 6 (taking
+//!   effect at 11): `CFA = rsp + 8 + ((rip & 15) >= 11) * 8`, the expression GNU ld emits.
+//! - `.plt.sec`, `.plt.got` (only `endbr64` and an indirect `jmp`): `CFA = rsp + 8`.
+//!
+//! In every case the return address is at `CFA - 8` and `rbp` is untouched.
+
+use object::{Object, ObjectSection};
+
+/// A PLT section of a module, by file address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PltSection {
+    /// File address of the section.
+    pub svma: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// How its stubs use the stack.
+    pub kind: PltKind,
+}
+
+/// The two shapes of x86_64 PLT stubs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PltKind {
+    /// `.plt`: `PLT0` and 16-byte entries that push a relocation index before jumping to it.
+    Lazy,
+    /// `.plt.sec`, `.plt.got`: entries that only jump.
+    Jump,
+}
+
+/// The PLT sections named in an ELF file's section headers.
+pub fn plt_sections(elf: &object::File<'_>) -> Vec<PltSection> {
+    elf.sections()
+        .filter_map(|s| {
+            let kind = match s.name().ok()? {
+                ".plt" => PltKind::Lazy,
+                ".plt.sec" | ".plt.got" => PltKind::Jump,
+                _ => return None,
+            };
+            (s.size() > 0).then_some(PltSection {
+                svma: s.address(),
+                size: s.size(),
+                kind,
+            })
+        })
+        .collect()
+}
+
+/// Reads the PLT sections of the ELF file at `path` (section headers only).
+pub fn plt_sections_of_file(path: &std::path::Path) -> Result<Vec<PltSection>, crate::DwarfError> {
+    let file = std::fs::File::open(path).map_err(crate::DwarfError::Io)?;
+    // SAFETY: read-only private mapping used only during this call (see `load_elf_file`).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(crate::DwarfError::Io)?;
+    let elf = object::File::parse(&*map).map_err(crate::DwarfError::Elf)?;
+    Ok(plt_sections(&elf))
+}
+
+/// `[start, end)` minus the sorted, possibly overlapping `covered` ranges.
+pub(crate) fn uncovered(start: u64, end: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    let first = covered.partition_point(|r| r.1 <= start);
+    for &(s, e) in covered.get(first..).unwrap_or(&[]) {
+        if s >= end {
+            break;
+        }
+        if s > at {
+            out.push((at, s));
+        }
+        at = at.max(e);
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthesized_plt_rules_unwind_every_stub_offset() {
+        use unwind_core::x86_64::{step_cfi, Regs};
+        use unwind_core::{RuleTableBuilder, StackImage};
+        let plt = [
+            PltSection {
+                svma: 0x1000,
+                size: 0x30,
+                kind: PltKind::Lazy,
+            },
+            PltSection {
+                svma: 0x2000,
+                size: 0x10,
+                kind: PltKind::Jump,
+            },
+        ];
+        let (rules, stats) = crate::rules_from_sections(&crate::CfiSections {
+            plt: &plt,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(stats.plt_rows, 4);
+        let mut b = RuleTableBuilder::new(core::num::NonZeroU32::new(1).unwrap());
+        b.add(0, u64::MAX, 0, "m".into(), std::sync::Arc::new(rules));
+        let table = b.build().unwrap();
+        // A stack whose word at address `a` is `a + 1` (so the return address found tells
+        // which slot was read).
+        let base = 0x8000u64;
+        let bytes: Vec<u8> = (0..64u64)
+            .flat_map(|i| (base + i * 8 + 1).to_le_bytes())
+            .collect();
+        let mem = StackImage::new(base, &bytes);
+        let sp = base + 0x40;
+        // (pc, extra words pushed by the stub before this instruction)
+        let cases = [
+            (0x1000, 1), // PLT0: push GOT+8 (the entry's push is already on the stack)
+            (0x1006, 2), // PLT0: jmp *GOT+16
+            (0x1010, 0), // entry 1: jmp *GOT
+            (0x1016, 0), // entry 1: push $index
+            (0x101b, 1), // entry 1: jmp PLT0
+            (0x1020, 0), // entry 2
+            (0x2008, 0), // .plt.sec
+        ];
+        for (pc, pushed) in cases {
+            let (module, rule) = table
+                .lookup(pc)
+                .unwrap_or_else(|| panic!("no rule at {pc:#x}"));
+            let regs = Regs { pc, sp, fp: 7 };
+            let step = step_cfi(&table, module, &rule, &regs, &mem).unwrap();
+            let ra_slot = sp + 8 * pushed;
+            assert_eq!(step.caller.pc, ra_slot + 1, "pc {pc:#x}");
+            assert_eq!(step.caller.sp, ra_slot + 8, "pc {pc:#x}");
+            assert_eq!(step.caller.fp, 7);
+        }
+        assert!(table.lookup(0x1030).is_none());
+    }
+
+    #[test]
+    fn uncovered_ranges() {
+        assert_eq!(uncovered(0, 100, &[]), [(0, 100)]);
+        assert_eq!(uncovered(0, 100, &[(0, 100)]), []);
+        assert_eq!(
+            uncovered(0, 100, &[(10, 20), (15, 30), (90, 200)]),
+            [(0, 10), (30, 90)]
+        );
+        assert_eq!(uncovered(50, 60, &[(0, 10), (70, 80)]), [(50, 60)]);
+    }
+}
