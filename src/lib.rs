@@ -203,6 +203,12 @@ pub fn unregister_thread() {
     threads::unregister()
 }
 
+/// How many thread slots exist (registered threads, plus free slots left by threads that have
+/// unregistered or exited, which later registrations reuse).
+pub fn registered_slots() -> usize {
+    threads::slots().count()
+}
+
 /// True if the calling thread is registered.
 pub fn is_thread_registered() -> bool {
     threads::is_registered()

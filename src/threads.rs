@@ -36,6 +36,17 @@ thread_local! {
     /// The current thread's slot. Const-initialised with no destructor, so reading it from a
     /// signal handler is a plain TLS load.
     static CURRENT: Cell<*const ThreadSlot> = const { Cell::new(ptr::null()) };
+    /// Releases the slot when a registered thread exits without unregistering. Touched only by
+    /// `register` (outside signal handlers), which is what registers its destructor.
+    static EXIT_GUARD: ExitGuard = const { ExitGuard };
+}
+
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        unregister();
+    }
 }
 
 /// Every slot ever created.
@@ -106,12 +117,16 @@ pub(crate) fn register() -> std::io::Result<()> {
     slot.stack_lo.store(lo, Ordering::Relaxed);
     slot.stack_hi.store(hi, Ordering::Relaxed);
     CURRENT.with(|c| c.set(slot));
+    // Registers the exit guard's destructor (a no-op if this thread already did).
+    let _ = EXIT_GUARD.try_with(|_| ());
     Ok(())
 }
 
 /// Unregisters the current thread; its slot becomes free for another thread.
 pub(crate) fn unregister() {
-    let slot = CURRENT.with(|c| c.replace(ptr::null()));
+    let Ok(slot) = CURRENT.try_with(|c| c.replace(ptr::null())) else {
+        return;
+    };
     // SAFETY: non-null slots are leaked and live forever.
     if let Some(s) = unsafe { slot.as_ref() } {
         s.in_use.store(false, Ordering::Release);

@@ -60,3 +60,23 @@ fn unregistered_threads_are_refused() {
     .join()
     .expect("thread");
 }
+
+#[test]
+fn exiting_threads_release_their_slots() {
+    unwind::init().expect("init");
+    // Threads that register and exit without unregistering: their slots must be reused, so the
+    // registry does not grow with every short-lived thread.
+    for _ in 0..50 {
+        std::thread::spawn(|| {
+            unwind::register_thread().expect("register");
+            assert!(unwind::is_thread_registered());
+        })
+        .join()
+        .expect("thread");
+    }
+    assert!(
+        unwind::registered_slots() < 10,
+        "{} slots for 50 sequential threads",
+        unwind::registered_slots()
+    );
+}
