@@ -122,6 +122,35 @@ impl Expr {
         self.ops.get(..usize::from(self.len)).unwrap_or(&[])
     }
 
+    /// The deepest the evaluation stack gets, found without running the program (it has no
+    /// branches). `initial` counts a value pushed before the first operation. Programs that
+    /// would under- or overflow fail here, so they can be refused when tables are built.
+    pub fn stack_depth(&self, initial: bool) -> Result<usize, ExprError> {
+        let mut depth = usize::from(initial);
+        let mut max = depth;
+        for op in self.ops() {
+            let (pops, pushes) = match op {
+                Op::Nop => (0, 0),
+                Op::Reg(_) | Op::Const(_) => (0, 1),
+                Op::Deref | Op::Neg | Op::Not => (1, 1),
+                Op::Dup => (1, 2),
+                Op::Drop => (1, 0),
+                Op::Swap => (2, 2),
+                Op::Over => (2, 3),
+                _ => (2, 1),
+            };
+            depth = depth.checked_sub(pops).ok_or(ExprError::StackUnderflow)? + pushes;
+            max = max.max(depth);
+        }
+        if depth == 0 {
+            return Err(ExprError::StackUnderflow);
+        }
+        if max > STACK_DEPTH {
+            return Err(ExprError::StackOverflow);
+        }
+        Ok(max)
+    }
+
     /// Runs the program. `initial`, if given, is pushed first (DWARF pushes the CFA before a
     /// register's `DW_CFA_expression`). Returns the value on top of the stack at the end.
     pub fn eval<M: Memory + ?Sized>(
@@ -324,6 +353,28 @@ mod tests {
         );
         let shifts = Expr::new(&[Op::Const(1), Op::Const(200), Op::Shl]).unwrap();
         assert_eq!(shifts.eval(&ctx, None), Ok(0));
+    }
+
+    #[test]
+    fn static_depth_matches_evaluation() {
+        assert_eq!(plt().stack_depth(false), Ok(3));
+        assert_eq!(
+            Expr::new(&[Op::Const(0); 8]).unwrap().stack_depth(false),
+            Ok(8)
+        );
+        assert_eq!(
+            Expr::new(&[Op::Const(0); 8]).unwrap().stack_depth(true),
+            Err(ExprError::StackOverflow)
+        );
+        assert_eq!(
+            Expr::new(&[Op::Add]).unwrap().stack_depth(true),
+            Err(ExprError::StackUnderflow)
+        );
+        assert_eq!(
+            Expr::new(&[Op::Drop]).unwrap().stack_depth(true),
+            Err(ExprError::StackUnderflow)
+        );
+        assert_eq!(Expr::new(&[Op::Deref]).unwrap().stack_depth(true), Ok(1));
     }
 
     #[test]

@@ -3,11 +3,13 @@
 use gimli::{Encoding, Expression, Operation, Reader, ReaderOffset, Register};
 use unwind_core::expr::{Expr, Op};
 
-/// Compiles `expr` if it reads only registers that `reg` maps to tracked-register numbers and
-/// uses no branches, calls or typed operations. Returns `None` otherwise.
+/// Compiles `expr` if it reads only registers that `reg` maps to tracked-register numbers, uses
+/// no branches, calls or typed operations, and fits the evaluation stack (`pushes_cfa`: the CFA
+/// is pushed first, as for register rules). Returns `None` otherwise.
 pub fn compile_expression<R: Reader>(
     expr: Expression<R>,
     encoding: Encoding,
+    pushes_cfa: bool,
     reg: impl Fn(Register) -> Option<u8>,
 ) -> Option<Expr> {
     let mut ops = [Op::Nop; unwind_core::expr::MAX_OPS];
@@ -69,7 +71,9 @@ pub fn compile_expression<R: Reader>(
             _ => return None,
         }
     }
-    Expr::new(ops.get(..n)?).ok()
+    let compiled = Expr::new(ops.get(..n)?).ok()?;
+    compiled.stack_depth(pushes_cfa).ok()?;
+    Some(compiled)
 }
 
 #[cfg(test)]
@@ -93,7 +97,12 @@ mod tests {
     }
 
     fn compile(bytes: &[u8]) -> Option<Expr> {
-        compile_expression(Expression(EndianSlice::new(bytes, LittleEndian)), ENC, x86)
+        compile_expression(
+            Expression(EndianSlice::new(bytes, LittleEndian)),
+            ENC,
+            false,
+            x86,
+        )
     }
 
     #[test]
@@ -131,5 +140,9 @@ mod tests {
         assert!(compile(&[0x77]).is_none());
         // deref of 4 bytes (deref_size 4)
         assert!(compile(&[0x77, 0x00, 0x94, 0x04]).is_none());
+        // deeper than the evaluation stack: lit0 x9
+        assert!(compile(&[0x30; 9]).is_none());
+        // leaves nothing: breg7 0; drop
+        assert!(compile(&[0x77, 0x00, 0x13]).is_none());
     }
 }

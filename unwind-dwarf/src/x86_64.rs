@@ -41,8 +41,9 @@ fn expression<'a, S: UnwindSection<Slice<'a>>>(
     e: &gimli::UnwindExpression<usize>,
     cie: &CommonInformationEntry<Slice<'a>>,
     section: &S,
+    pushes_cfa: bool,
 ) -> Option<Expr> {
-    compile_expression(e.get(section).ok()?, cie.encoding(), tracked)
+    compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
 }
 
 fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
@@ -58,7 +59,7 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
         RegisterRule::Offset(o) => RegRule::Offset(off(o)?),
         RegisterRule::ValOffset(o) => RegRule::ValOffset(off(o)?),
         RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => {
-            let compiled = expression(&e, cie, section).ok_or(Bad::Expression)?;
+            let compiled = expression(&e, cie, section, true).ok_or(Bad::Expression)?;
             let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
             if matches!(rule, RegisterRule::Expression(_)) {
                 RegRule::Expr(i)
@@ -90,7 +91,7 @@ impl Translate for X86_64 {
             PltKind::Lazy => {
                 let plt0 = plt.svma.saturating_add(16).min(end);
                 // The entries' expression tests `rip & 15`: valid for 16-byte aligned entries.
-                let entries = if plt.svma % 16 == 0 {
+                let entries = if plt.svma.is_multiple_of(16) {
                     let e = Expr::new(&[
                         Op::Reg(Reg::Sp as u8),
                         Op::Const(8),
@@ -143,7 +144,8 @@ impl Translate for X86_64 {
                 _ => return Err(DropReason::CfaUntrackedRegister),
             },
             gimli::CfaRule::Expression(e) => {
-                let compiled = expression(e, cie, section).ok_or(DropReason::CfaExpression)?;
+                let compiled =
+                    expression(e, cie, section, false).ok_or(DropReason::CfaExpression)?;
                 CfaRule::Expr(
                     builder
                         .add_expr(compiled)

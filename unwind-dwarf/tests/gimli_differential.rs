@@ -1,0 +1,1043 @@
+//! Differential test: every row boundary of every FDE in real system libraries, unwound once
+//! with our compiled rules (`unwind_dwarf` + `unwind_core::x86_64::step_cfi`) and once by
+//! evaluating gimli's own unwind row directly, on a synthetic stack. The two must agree on the
+//! caller's SP (the CFA), PC (the return address) and FP (`rbp`), or our table must have dropped
+//! the row.
+//!
+//! All rows are checked, also for `librustc_driver` (more than a million rows): that takes a few
+//! seconds even in a debug build, so no sampling is needed.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, Evaluation, EvaluationResult,
+    LittleEndian, Register, RegisterRule, UnwindContext, UnwindSection, UnwindTableRow, Value,
+};
+use object::{Object, ObjectSection};
+use unwind_core::memory::Memory;
+use unwind_core::x86_64::{step_cfi, Regs, Rule};
+use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// Synthetic stack: `[STACK_LO, STACK_HI)`, every 8-byte word derived from its address.
+const STACK_LO: u64 = 0x7fff_0000_0000;
+const STACK_HI: u64 = 0x7fff_0001_0000;
+const SP: u64 = 0x7fff_0000_1000;
+const FP: u64 = 0x7fff_0000_1800;
+
+const RBP: u16 = 6;
+const RSP: u16 = 7;
+const RIP: u16 = 16;
+
+/// The value stored in the synthetic stack's word at `a` (8-aligned).
+fn word(a: u64) -> u64 {
+    a ^ 0x5a5a_5a5a_0000_0000
+}
+
+fn stack_bytes() -> Vec<u8> {
+    let mut v = Vec::with_capacity((STACK_HI - STACK_LO) as usize);
+    let mut a = STACK_LO;
+    while a < STACK_HI {
+        v.extend_from_slice(&word(a).to_le_bytes());
+        a += 8;
+    }
+    v
+}
+
+/// What gimli's row says the caller looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expected {
+    /// The caller's registers, and whether the caller's PC is exact (the FDE is a signal
+    /// trampoline's).
+    Caller {
+        sp: u64,
+        pc: u64,
+        fp: u64,
+        exact: bool,
+    },
+    /// The return-address rule is undefined.
+    EndOfStack,
+    /// A read fell outside the synthetic stack.
+    ReadFailed,
+    /// The row needs an untracked register (or a rule our tables cannot express, such as the
+    /// return address in another register): our table must not have a rule for it.
+    MustDrop(&'static str),
+    /// gimli could not evaluate an expression.
+    EvalError(gimli::Error),
+}
+
+/// The result of evaluating one value for gimli's row.
+enum Val {
+    Ok(u64),
+    ReadFailed,
+    MustDrop(&'static str),
+    Error(gimli::Error),
+}
+
+fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
+    match r.0 {
+        RIP => Some(regs.pc),
+        RSP => Some(regs.sp),
+        RBP => Some(regs.fp),
+        _ => None,
+    }
+}
+
+/// Reads `size` bytes (little-endian, zero-extended) from the synthetic stack.
+fn read_image(image: &StackImage<'_>, address: u64, size: u8) -> Option<u64> {
+    match size {
+        8 => image.read_u64(address),
+        4 => image.read_u32(address).map(u64::from),
+        1 | 2 => {
+            let off = usize::try_from(address.checked_sub(image.base())?).ok()?;
+            let bytes = image
+                .bytes()
+                .get(off..off.checked_add(usize::from(size))?)?;
+            Some(
+                bytes
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &b| (v << 8) | u64::from(b)),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Evaluates a DWARF expression with gimli against the synthetic registers and stack.
+fn gimli_expr(
+    expr: gimli::Expression<Slice<'_>>,
+    encoding: gimli::Encoding,
+    regs: &Regs,
+    image: &StackImage<'_>,
+    initial: Option<u64>,
+) -> Val {
+    let mut eval = Evaluation::new(expr.0, encoding);
+    eval.set_max_iterations(10_000);
+    if let Some(v) = initial {
+        eval.set_initial_value(v);
+    }
+    let mut read_failed = false;
+    let mut untracked: Option<&'static str> = None;
+    let mut state = eval.evaluate();
+    loop {
+        let r = match state {
+            Err(e) => {
+                // A failed read (answered with 0 to keep going) came first: that is the result.
+                return match untracked {
+                    Some(u) => Val::MustDrop(u),
+                    None if read_failed => Val::ReadFailed,
+                    None => Val::Error(e),
+                };
+            }
+            Ok(r) => r,
+        };
+        state = match r {
+            EvaluationResult::Complete => break,
+            EvaluationResult::RequiresMemory {
+                address,
+                size,
+                space,
+                base_type,
+            } => {
+                if space.is_some() || base_type.0 != 0 {
+                    untracked.get_or_insert("typed or address-space deref");
+                }
+                let v = read_image(image, address, size).unwrap_or_else(|| {
+                    read_failed = true;
+                    0
+                });
+                eval.resume_with_memory(Value::Generic(v))
+            }
+            EvaluationResult::RequiresRegister {
+                register,
+                base_type,
+            } => {
+                if base_type.0 != 0 {
+                    untracked.get_or_insert("typed register");
+                }
+                let v = reg_value(register, regs).unwrap_or_else(|| {
+                    untracked.get_or_insert("expression reads an untracked register");
+                    0
+                });
+                eval.resume_with_register(Value::Generic(v))
+            }
+            _ => return Val::MustDrop("expression needs a non-register context"),
+        };
+    }
+    if let Some(u) = untracked {
+        return Val::MustDrop(u);
+    }
+    let value = match eval.value_result() {
+        Some(v) => v,
+        // A location description (register or pieces) rather than a value.
+        None => return Val::MustDrop("expression is a location description"),
+    };
+    if read_failed {
+        return Val::ReadFailed;
+    }
+    match value.to_u64(!0) {
+        Ok(v) => Val::Ok(v),
+        Err(e) => Val::Error(e),
+    }
+}
+
+/// Recovers a register of the caller from `rule` (`None` = the column has no rule).
+#[allow(clippy::too_many_arguments)]
+fn gimli_reg<'a>(
+    rule: Option<RegisterRule<usize>>,
+    missing: Option<u64>,
+    same: Option<u64>,
+    cfa: u64,
+    section: &EhFrame<Slice<'a>>,
+    encoding: gimli::Encoding,
+    regs: &Regs,
+    image: &StackImage<'_>,
+) -> Val {
+    let expr = |e: &gimli::UnwindExpression<usize>| match e.get(section) {
+        Ok(x) => gimli_expr(x, encoding, regs, image, Some(cfa)),
+        Err(e) => Val::Error(e),
+    };
+    match rule {
+        None => match missing {
+            Some(v) => Val::Ok(v),
+            None => Val::MustDrop("no rule"),
+        },
+        Some(RegisterRule::Undefined) => Val::Ok(0),
+        Some(RegisterRule::SameValue) => match same {
+            Some(v) => Val::Ok(v),
+            None => Val::MustDrop("same-value return address"),
+        },
+        Some(RegisterRule::Offset(o)) => match image.read_u64(cfa.wrapping_add(o as u64)) {
+            Some(v) => Val::Ok(v),
+            None => Val::ReadFailed,
+        },
+        Some(RegisterRule::ValOffset(o)) => Val::Ok(cfa.wrapping_add(o as u64)),
+        Some(RegisterRule::Expression(e)) => match expr(&e) {
+            Val::Ok(a) => match image.read_u64(a) {
+                Some(v) => Val::Ok(v),
+                None => Val::ReadFailed,
+            },
+            other => other,
+        },
+        Some(RegisterRule::ValExpression(e)) => expr(&e),
+        Some(RegisterRule::Register(_)) => Val::MustDrop("register rule"),
+        Some(RegisterRule::Architectural) => Val::MustDrop("architectural rule"),
+        Some(RegisterRule::Constant(_)) => Val::MustDrop("constant rule"),
+    }
+}
+
+/// Evaluates gimli's `row` directly. Untracked registers are found before failures are
+/// reported, and failures are reported in the order our unwinder evaluates: CFA, return
+/// address, frame pointer.
+fn gimli_expected<'a>(
+    row: &UnwindTableRow<usize>,
+    cie: &gimli::CommonInformationEntry<Slice<'a>>,
+    section: &EhFrame<Slice<'a>>,
+    regs: &Regs,
+    image: &StackImage<'_>,
+    signal: bool,
+) -> Expected {
+    let enc = cie.encoding();
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => match reg_value(*register, regs) {
+            // Our tables have no CFA rule on the PC.
+            Some(v) if register.0 != RIP => Val::Ok(v.wrapping_add(*offset as u64)),
+            _ => Val::MustDrop("CFA on an untracked register"),
+        },
+        CfaRule::Expression(e) => match e.get(section) {
+            Ok(x) => gimli_expr(x, enc, regs, image, None),
+            Err(e) => Val::Error(e),
+        },
+    };
+    // Keep going with a dummy CFA after a failure, to find rules our tables cannot express.
+    let cfa_value = match cfa {
+        Val::Ok(v) => v,
+        _ => 0,
+    };
+    let ra_rule = row.register(cie.return_address_register());
+    let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
+    let ra = gimli_reg(ra_rule, None, None, cfa_value, section, enc, regs, image);
+    let fp = gimli_reg(
+        row.register(Register(RBP)),
+        Some(regs.fp),
+        Some(regs.fp),
+        cfa_value,
+        section,
+        enc,
+        regs,
+        image,
+    );
+    // A rule our tables cannot express anywhere in the row means the row must be dropped (our
+    // translation refuses e.g. a "register" rule for rbp even when it names rbp itself).
+    for v in [&cfa, &ra, &fp] {
+        if let Val::MustDrop(why) = v {
+            return Expected::MustDrop(why);
+        }
+    }
+    let fail = |v: &Val| match v {
+        Val::ReadFailed => Some(Expected::ReadFailed),
+        Val::Error(e) => Some(Expected::EvalError(*e)),
+        _ => None,
+    };
+    if let Some(f) = fail(&cfa) {
+        return f;
+    }
+    if ra_undefined {
+        return Expected::EndOfStack;
+    }
+    if let Some(f) = fail(&ra) {
+        return f;
+    }
+    if let Some(f) = fail(&fp) {
+        return f;
+    }
+    match (cfa, ra, fp) {
+        (Val::Ok(sp), Val::Ok(pc), Val::Ok(fp)) => Expected::Caller {
+            sp,
+            pc,
+            fp,
+            exact: signal,
+        },
+        _ => unreachable!(),
+    }
+}
+
+fn agrees(expected: &Expected, ours: &Result<unwind_core::x86_64::Step, StopReason>) -> bool {
+    match (expected, ours) {
+        (Expected::Caller { sp, pc, fp, exact }, Ok(step)) => {
+            step.caller.sp == *sp
+                && step.caller.pc == *pc
+                && step.caller.fp == *fp
+                && step.exact == *exact
+                && step.trust == unwind_core::Trust::Cfi
+        }
+        (Expected::EndOfStack, Err(StopReason::EndOfStack)) => true,
+        (Expected::ReadFailed, Err(StopReason::ReadFailed)) => true,
+        (Expected::EvalError(_), Err(StopReason::ExpressionFailed)) => true,
+        _ => false,
+    }
+}
+
+/// Address ranges covered by more than one FDE.
+fn overlap_regions(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.retain(|r| r.0 < r.1);
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut max_end = 0u64;
+    for (s, e) in ranges {
+        if s < max_end {
+            out.push((s, e.min(max_end)));
+        }
+        max_end = max_end.max(e);
+    }
+    out
+}
+
+fn in_regions(regions: &[(u64, u64)], a: u64) -> bool {
+    regions.iter().any(|&(s, e)| s <= a && a < e)
+}
+
+#[derive(Default, Debug)]
+struct Summary {
+    fdes: u64,
+    gimli_errors: u64,
+    rows: u64,
+    empty_rows: u64,
+    compared: u64,
+    identical: u64,
+    ours_none: u64,
+    ours_none_must_drop: u64,
+    overlap_rows: u64,
+    overlap_mismatches: u64,
+    end_of_stack: u64,
+    read_failed: u64,
+    expr_errors: u64,
+    cfa_fp: u64,
+    expr_rows: u64,
+    identical_with_expr: u64,
+    last_byte_checked: u64,
+}
+
+/// Compares every row of every FDE of `eh_data` (an `.eh_frame` at file address `eh_svma`)
+/// with our `table` (one module, bias 0). Mismatching rows are described in `mismatches` (the
+/// first 20; later ones as empty strings, to be counted).
+fn compare_section(
+    eh_data: &[u8],
+    eh_svma: u64,
+    text_svma: u64,
+    table: &RuleTable<Rule>,
+    mismatches: &mut Vec<String>,
+) -> (Summary, Vec<(u64, u64)>) {
+    let bases = BaseAddresses::default()
+        .set_eh_frame(eh_svma)
+        .set_text(text_svma);
+    let mut section = EhFrame::new(eh_data, LittleEndian);
+    section.set_address_size(8);
+    // Pass 1: every FDE's range (for overlap classification).
+    let mut ranges = Vec::new();
+    {
+        let mut entries = section.entries(&bases);
+        while let Ok(Some(e)) = entries.next() {
+            if let CieOrFde::Fde(p) = e {
+                if let Ok(fde) = p.parse(EhFrame::cie_from_offset) {
+                    ranges.push((
+                        fde.initial_address(),
+                        fde.initial_address().saturating_add(fde.len()),
+                    ));
+                }
+            }
+        }
+    }
+    let overlaps = overlap_regions(ranges);
+
+    let bytes = stack_bytes();
+    let image = StackImage::new(STACK_LO, &bytes);
+    let mut ctx = UnwindContext::new();
+    let mut s = Summary::default();
+    let mut entries = section.entries(&bases);
+    loop {
+        let partial = match entries.next() {
+            Ok(None) => break,
+            Ok(Some(CieOrFde::Cie(_))) => continue,
+            Ok(Some(CieOrFde::Fde(p))) => p,
+            Err(_) => {
+                s.gimli_errors += 1;
+                break;
+            }
+        };
+        let fde = match partial.parse(EhFrame::cie_from_offset) {
+            Ok(f) => f,
+            Err(_) => {
+                s.gimli_errors += 1;
+                continue;
+            }
+        };
+        s.fdes += 1;
+        let mut rows = match fde.rows(&section, &bases, &mut ctx) {
+            Ok(r) => r,
+            Err(_) => {
+                s.gimli_errors += 1;
+                continue;
+            }
+        };
+        loop {
+            let row = match rows.next_row() {
+                Ok(Some(row)) => row,
+                Ok(None) => break,
+                Err(_) => {
+                    s.gimli_errors += 1;
+                    break;
+                }
+            };
+            s.rows += 1;
+            let start = row.start_address();
+            if row.end_address() <= start {
+                s.empty_rows += 1;
+                continue;
+            }
+            let regs = Regs {
+                pc: start,
+                sp: SP,
+                fp: FP,
+            };
+            let signal = fde.is_signal_trampoline();
+            let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
+            if matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if register.0 == RBP)
+            {
+                s.cfa_fp += 1;
+            }
+            let is_expr = |r: &RegisterRule<usize>| {
+                matches!(
+                    r,
+                    RegisterRule::Expression(_) | RegisterRule::ValExpression(_)
+                )
+            };
+            let has_expr = matches!(row.cfa(), CfaRule::Expression(_))
+                || row.registers().any(|(_, r)| is_expr(r));
+            if has_expr {
+                s.expr_rows += 1;
+            }
+            let overlap = in_regions(&overlaps, start);
+            if overlap {
+                s.overlap_rows += 1;
+            }
+            match table.lookup(start) {
+                None => {
+                    s.ours_none += 1;
+                    if matches!(expected, Expected::MustDrop(_)) {
+                        s.ours_none_must_drop += 1;
+                    }
+                }
+                Some((module, rule)) => {
+                    s.compared += 1;
+                    let ours = step_cfi(table, module, &rule, &regs, &image);
+                    if agrees(&expected, &ours) {
+                        s.identical += 1;
+                        if has_expr && matches!(expected, Expected::Caller { .. }) {
+                            s.identical_with_expr += 1;
+                        }
+                        match expected {
+                            Expected::EndOfStack => s.end_of_stack += 1,
+                            Expected::ReadFailed => s.read_failed += 1,
+                            Expected::EvalError(_) => s.expr_errors += 1,
+                            _ => {}
+                        }
+                    } else if overlap {
+                        s.overlap_mismatches += 1;
+                    } else if mismatches.len() < 20 {
+                        mismatches.push(format!(
+                            "{:#x} (FDE {:#x}..{:#x}): gimli {:x?} ours {:x?} via {:?}",
+                            start,
+                            fde.initial_address(),
+                            fde.initial_address() + fde.len(),
+                            expected,
+                            ours,
+                            rule
+                        ));
+                    } else {
+                        mismatches.push(String::new());
+                    }
+                }
+            }
+            // The row's last byte has the same rule (with the PC there, which the PLT
+            // expression reads).
+            let last = row.end_address() - 1;
+            if last > start && !in_regions(&overlaps, last) {
+                s.last_byte_checked += 1;
+                let regs = Regs { pc: last, ..regs };
+                let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
+                let ours = table
+                    .lookup(last)
+                    .map(|(m, rule)| (rule, step_cfi(table, m, &rule, &regs, &image)));
+                let ok = match &ours {
+                    None => table.lookup(start).is_none(),
+                    Some((_, o)) => agrees(&expected, o),
+                };
+                if !ok {
+                    if mismatches.len() < 20 {
+                        mismatches.push(format!(
+                            "{:#x} (last byte of row {:#x}.., FDE {:#x}..{:#x}): gimli {:x?} ours {:x?}",
+                            last,
+                            start,
+                            fde.initial_address(),
+                            fde.initial_address() + fde.len(),
+                            expected,
+                            ours,
+                        ));
+                    } else {
+                        mismatches.push(String::new());
+                    }
+                }
+            }
+        }
+    }
+    (s, overlaps)
+}
+
+fn differential(path: &Path) -> Summary {
+    let t0 = Instant::now();
+    let loaded = unwind_dwarf::load_elf_file(path)
+        .unwrap_or_else(|e| panic!("{}: load_elf_file: {e}", path.display()));
+    let load_time = t0.elapsed();
+    let stats = loaded.stats.clone();
+    let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    tb.add(
+        0,
+        u64::MAX,
+        0,
+        path.display().to_string(),
+        Arc::new(loaded.rules),
+    );
+    let table: RuleTable<Rule> = tb.build().unwrap();
+
+    let data = std::fs::read(path).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let eh = elf
+        .section_by_name(".eh_frame")
+        .expect("file has .eh_frame");
+    let text = elf.section_by_name(".text").map_or(0, |s| s.address());
+    let mut mismatches: Vec<String> = Vec::new();
+    let (s, overlaps) = compare_section(
+        eh.data().unwrap(),
+        eh.address(),
+        text,
+        &table,
+        &mut mismatches,
+    );
+    let elapsed = t0.elapsed();
+    println!(
+        "{}: rows compared {}, identical {}, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
+        path.display(),
+        s.compared,
+        s.identical,
+        s.ours_none,
+        s.rows,
+        s.fdes,
+        s.empty_rows,
+    );
+    println!(
+        "  dropped rows where gimli needs an untracked register/rule: {}; our stats: dropped_total {} ({:?}), table.overlapping {}, bad_entries {}, synthesized PLT rows {}",
+        s.ours_none_must_drop,
+        stats.dropped_total(),
+        stats
+            .drops()
+            .map(|(r, n)| format!("{}={n}", r.name()))
+            .collect::<Vec<_>>(),
+        stats.table.overlapping,
+        stats.bad_entries,
+        stats.plt_rows,
+    );
+    println!(
+        "  rows with CFA on rbp {}, with a DWARF expression {}; identical rows ending the stack {}, read-failed on both sides {}, expression errors on both sides {}; rows in FDE overlaps {} (mismatching {}); gimli errors {}; overlap regions {:x?}",
+        s.cfa_fp,
+        s.expr_rows,
+        s.end_of_stack,
+        s.read_failed,
+        s.expr_errors,
+        s.overlap_rows,
+        s.overlap_mismatches,
+        s.gimli_errors,
+        &overlaps[..overlaps.len().min(8)],
+    );
+    println!(
+        "  also checked at the last byte of {} rows; load {load_time:?}, total {elapsed:?}",
+        s.last_byte_checked
+    );
+
+    let total_mismatches = mismatches.len();
+    mismatches.retain(|m| !m.is_empty());
+    assert!(
+        total_mismatches == 0,
+        "{}: {} mismatching rows; first {}:\n{}",
+        path.display(),
+        total_mismatches,
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    assert!(
+        s.ours_none <= stats.dropped_total() + stats.table.overlapping,
+        "{}: {} rows have no rule of ours, but only {} were dropped and {} overlapped",
+        path.display(),
+        s.ours_none,
+        stats.dropped_total(),
+        stats.table.overlapping
+    );
+    assert_eq!(s.gimli_errors, 0, "{}: gimli errors", path.display());
+    assert_eq!(stats.bad_entries, 0, "{}: our bad entries", path.display());
+    // Our row count (rows gimli produced while loading) must equal what we saw here.
+    assert_eq!(stats.rows, s.rows, "{}: row counts differ", path.display());
+    assert_eq!(stats.fdes, s.fdes, "{}: FDE counts differ", path.display());
+    s
+}
+
+#[test]
+fn libc_matches_gimli() {
+    let s = differential(Path::new("/lib/x86_64-linux-gnu/libc.so.6"));
+    assert!(s.compared > 10_000, "only {} rows compared", s.compared);
+}
+
+#[test]
+fn libstdcxx_matches_gimli() {
+    let s = differential(Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
+    assert!(s.compared > 10_000, "only {} rows compared", s.compared);
+}
+
+fn rustc_driver() -> Option<PathBuf> {
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    std::fs::read_dir(sysroot.join("lib"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
+        })
+}
+
+#[test]
+fn rustc_driver_matches_gimli() {
+    let Some(path) = rustc_driver() else {
+        println!("note: librustc_driver-*.so not found in the rustc sysroot; skipped");
+        return;
+    };
+    let s = differential(&path);
+    assert!(s.compared > 10_000, "only {} rows compared", s.compared);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random CFI: a well-formed CIE and FDE whose instructions and DWARF expressions are generated,
+// compared row by row with gimli in the same way as the real libraries above.
+
+use proptest::prelude::*;
+
+fn uleb(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn sleb(mut v: i64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Registers the generated CFI talks about: rbp, rsp, rip and (untracked) rbx.
+fn arb_dwarf_reg() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        3 => Just(RBP as u8),
+        3 => Just(RSP as u8),
+        2 => Just(RIP as u8),
+        1 => Just(3u8),
+    ]
+}
+
+/// One DWARF expression operation, encoded.
+fn arb_expr_op() -> impl Strategy<Value = Vec<u8>> {
+    let small = prop_oneof![-32i64..32, (-64i64..64).prop_map(|v| v * 8), any::<i64>()];
+    prop_oneof![
+        // DW_OP_breg<n> offset
+        4 => (arb_dwarf_reg(), small.clone()).prop_map(|(r, o)| {
+            let mut v = vec![0x70 + r];
+            sleb(o, &mut v);
+            v
+        }),
+        // DW_OP_lit<n>
+        3 => (0u8..32).prop_map(|n| vec![0x30 + n]),
+        // DW_OP_const1u, const1s, const8u, constu, consts
+        1 => any::<u8>().prop_map(|n| vec![0x08, n]),
+        1 => any::<u8>().prop_map(|n| vec![0x09, n]),
+        1 => any::<u64>().prop_map(|n| {
+            let mut v = vec![0x0e];
+            v.extend(n.to_le_bytes());
+            v
+        }),
+        1 => any::<u64>().prop_map(|n| {
+            let mut v = vec![0x10];
+            uleb(n, &mut v);
+            v
+        }),
+        1 => small.clone().prop_map(|n| {
+            let mut v = vec![0x11];
+            sleb(n, &mut v);
+            v
+        }),
+        // DW_OP_plus_uconst
+        2 => (0u64..512).prop_map(|n| {
+            let mut v = vec![0x23];
+            uleb(n, &mut v);
+            v
+        }),
+        // DW_OP_deref; deref_size 8 and 4
+        3 => Just(vec![0x06]),
+        1 => Just(vec![0x94, 0x08]),
+        1 => Just(vec![0x94, 0x04]),
+        // Arithmetic, logic, shifts, comparisons, stack operations, nop, and a few operations
+        // our compiler refuses (div, mod, abs, rot, pick 2, skip, reg6, call_frame_cfa).
+        8 => prop::sample::select(vec![
+            0x22u8, 0x1c, 0x1e, 0x1a, 0x21, 0x27, 0x24, 0x25, 0x26, 0x1f, 0x20, 0x2a, 0x2b,
+            0x2c, 0x2d, 0x29, 0x2e, 0x12, 0x13, 0x14, 0x16, 0x96, 0x1b, 0x1d, 0x19, 0x17,
+            0x56, 0x9c,
+        ])
+        .prop_map(|op| vec![op]),
+        1 => (0u8..3).prop_map(|i| vec![0x15, i]),
+        1 => Just(vec![0x2f, 0x00, 0x00]),
+    ]
+}
+
+/// At most 7 operations: with the CFA pushed first, no expression can need more than the 8
+/// words of our evaluation stack (deeper ones: `expression_deeper_than_the_eval_stack`).
+fn arb_expr_bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(arb_expr_op(), 1..8).prop_map(|ops| ops.concat())
+}
+
+/// One call-frame instruction, encoded (data alignment -8, code alignment 1).
+fn arb_cfa_insn() -> impl Strategy<Value = Vec<u8>> {
+    let with_expr = |op: u8| {
+        (arb_dwarf_reg(), arb_expr_bytes()).prop_map(move |(r, e)| {
+            let mut v = vec![op, r];
+            uleb(e.len() as u64, &mut v);
+            v.extend(e);
+            v
+        })
+    };
+    prop_oneof![
+        // DW_CFA_advance_loc
+        16 => (1u8..8).prop_map(|d| vec![0x40 | d]),
+        // DW_CFA_def_cfa reg, off; def_cfa_sf; def_cfa_offset; def_cfa_offset_sf;
+        // def_cfa_register
+        2 => (arb_dwarf_reg(), 0u64..300).prop_map(|(r, o)| {
+            let mut v = vec![0x0c, r];
+            uleb(o, &mut v);
+            v
+        }),
+        1 => (arb_dwarf_reg(), -40i64..40).prop_map(|(r, o)| {
+            let mut v = vec![0x12, r];
+            sleb(o, &mut v);
+            v
+        }),
+        3 => prop_oneof![0u64..300, any::<u64>()].prop_map(|o| {
+            let mut v = vec![0x0e];
+            uleb(o, &mut v);
+            v
+        }),
+        1 => (-40i64..40).prop_map(|o| {
+            let mut v = vec![0x13];
+            sleb(o, &mut v);
+            v
+        }),
+        1 => arb_dwarf_reg().prop_map(|r| vec![0x0d, r]),
+        // DW_CFA_offset reg, n (CFA - 8n); offset_extended_sf; val_offset
+        3 => (arb_dwarf_reg(), 0u64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x80 | r];
+            uleb(n, &mut v);
+            v
+        }),
+        1 => (arb_dwarf_reg(), -40i64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x11, r];
+            sleb(n, &mut v);
+            v
+        }),
+        1 => (arb_dwarf_reg(), 0u64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x14, r];
+            uleb(n, &mut v);
+            v
+        }),
+        // DW_CFA_restore, undefined, same_value, register
+        1 => arb_dwarf_reg().prop_map(|r| vec![0xc0 | r]),
+        1 => arb_dwarf_reg().prop_map(|r| vec![0x07, r]),
+        1 => arb_dwarf_reg().prop_map(|r| vec![0x08, r]),
+        1 => (arb_dwarf_reg(), arb_dwarf_reg()).prop_map(|(a, b)| vec![0x09, a, b]),
+        // DW_CFA_remember_state / restore_state (unbalanced ones make gimli fail the FDE)
+        1 => Just(vec![0x0a]),
+        1 => Just(vec![0x0b]),
+        // DW_CFA_def_cfa_expression, expression, val_expression
+        2 => arb_expr_bytes().prop_map(|e| {
+            let mut v = vec![0x0f];
+            uleb(e.len() as u64, &mut v);
+            v.extend(e);
+            v
+        }),
+        2 => with_expr(0x10),
+        2 => with_expr(0x16),
+        // DW_CFA_nop, GNU_args_size
+        1 => Just(vec![0x00]),
+        1 => (0u64..64).prop_map(|n| {
+            let mut v = vec![0x2e];
+            uleb(n, &mut v);
+            v
+        }),
+    ]
+}
+
+/// A CIE (`zR`, pcrel|sdata4, return address column `ra`, optionally `S`) with the usual
+/// initial instructions, and one FDE at 0x1000 covering `range` bytes with `insns`.
+fn synthetic_eh_frame(svma: u64, ra: u8, signal: bool, insns: &[u8], range: u32) -> Vec<u8> {
+    let mut cie = Vec::new();
+    cie.extend(0u32.to_le_bytes());
+    cie.push(1);
+    cie.extend(if signal { &b"zRS\0"[..] } else { &b"zR\0"[..] });
+    cie.push(1); // code alignment
+    cie.push(0x78); // data alignment -8
+    cie.push(ra);
+    cie.push(1);
+    cie.push(0x1b);
+    cie.extend([0x0c, 0x07, 0x08, 0x80 | ra, 0x01]); // def_cfa rsp+8; ra at cfa-8
+    let mut out = Vec::new();
+    out.extend((cie.len() as u32).to_le_bytes());
+    out.extend(&cie);
+    let ptr_field = out.len() + 4;
+    let mut fde = Vec::new();
+    fde.extend((ptr_field as u32).to_le_bytes());
+    let pc_field = svma as i64 + ptr_field as i64 + 4;
+    fde.extend(((0x1000 - pc_field) as i32).to_le_bytes());
+    fde.extend(range.to_le_bytes());
+    fde.push(0);
+    fde.extend(insns);
+    out.extend((fde.len() as u32).to_le_bytes());
+    out.extend(&fde);
+    out.extend(0u32.to_le_bytes());
+    out
+}
+
+const SYNTHETIC_SVMA: u64 = 0x20_0000;
+
+/// Mostly drops the instructions gimli would refuse (restore_state without remember_state, CFA
+/// offset or register changes while the CFA is an expression), so that most FDEs yield rows;
+/// one case in ten keeps them.
+fn sanitize(pieces: Vec<Vec<u8>>, keep_invalid: bool) -> Vec<u8> {
+    if keep_invalid {
+        return pieces.concat();
+    }
+    let mut out = Vec::new();
+    let mut cfa_is_expr = false;
+    let mut saved: Vec<bool> = Vec::new();
+    for p in pieces {
+        match p[0] {
+            0x0a => saved.push(cfa_is_expr),
+            0x0b => match saved.pop() {
+                Some(e) => cfa_is_expr = e,
+                None => continue,
+            },
+            0x0d | 0x0e | 0x13 if cfa_is_expr => continue,
+            0x0c | 0x12 => cfa_is_expr = false,
+            0x0f => cfa_is_expr = true,
+            _ => {}
+        }
+        out.extend(p);
+    }
+    out
+}
+
+fn arb_synthetic() -> impl Strategy<Value = (Vec<u8>, u8, bool)> {
+    (
+        proptest::collection::vec(arb_cfa_insn(), 0..40),
+        prop::bool::weighted(0.1),
+        prop_oneof![8 => Just(RIP as u8), 1 => Just(RBP as u8), 1 => Just(3u8)],
+        any::<bool>(),
+    )
+        .prop_map(|(pieces, keep, ra, signal)| (sanitize(pieces, keep), ra, signal))
+}
+
+/// Loads a synthetic `.eh_frame` with our loader and compares it with gimli.
+fn synthetic_case(
+    insns: &[u8],
+    ra: u8,
+    signal: bool,
+) -> (Summary, Vec<String>, unwind_dwarf::CfiStats) {
+    let data = synthetic_eh_frame(SYNTHETIC_SVMA, ra, signal, insns, 0x100);
+    let sections = unwind_dwarf::CfiSections {
+        eh_frame: Some(&data),
+        eh_frame_svma: SYNTHETIC_SVMA,
+        ..Default::default()
+    };
+    let (rules, stats) = unwind_dwarf::rules_from_sections(&sections).unwrap();
+    let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    tb.add(0, u64::MAX, 0, "synthetic".into(), Arc::new(rules));
+    let table = tb.build().unwrap();
+    let mut mismatches = Vec::new();
+    let (s, _) = compare_section(&data, SYNTHETIC_SVMA, 0, &table, &mut mismatches);
+    (s, mismatches, stats)
+}
+
+/// The random CFI below must actually reach the interesting paths: print what 1000 fixed
+/// cases cover and require a minimum of each.
+#[test]
+fn random_cfi_coverage() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = arb_synthetic();
+    let mut total = Summary::default();
+    let mut failures = Vec::new();
+    for _ in 0..1000 {
+        let (insns, ra, signal) = strategy.new_tree(&mut runner).unwrap().current();
+        let (s, m, _) = synthetic_case(&insns, ra, signal);
+        if !m.is_empty() && failures.len() < 5 {
+            failures.push(format!("{insns:02x?} (ra column {ra}): {}", m.join("; ")));
+        }
+        total.fdes += s.fdes;
+        total.rows += s.rows;
+        total.compared += s.compared;
+        total.identical += s.identical;
+        total.ours_none += s.ours_none;
+        total.ours_none_must_drop += s.ours_none_must_drop;
+        total.end_of_stack += s.end_of_stack;
+        total.read_failed += s.read_failed;
+        total.expr_errors += s.expr_errors;
+        total.expr_rows += s.expr_rows;
+        total.cfa_fp += s.cfa_fp;
+        total.gimli_errors += s.gimli_errors;
+        total.identical_with_expr += s.identical_with_expr;
+        total.last_byte_checked += s.last_byte_checked;
+    }
+    println!("random CFI, 1000 fixed cases: {total:?}");
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+    assert!(total.identical > 2000);
+    assert!(total.identical_with_expr > 300);
+    assert!(total.end_of_stack > 30);
+    assert!(total.read_failed > 100);
+    // Expressions that could fail at run time (stack under- or overflow) are refused when the
+    // table is built (counted as drops), so applying a kept rule never fails on its expression.
+    assert_eq!(total.expr_errors, 0);
+    assert!(total.ours_none_must_drop > 500);
+}
+
+/// An expression that needs more than the 8 words of our evaluation stack (here 9: the CFA
+/// pushed first, eight literals, then `rsp + 8`) is valid DWARF that gimli evaluates. Our
+/// table must either agree or drop the row (leaving it to the frame-pointer fallback, counted
+/// as a drop); it must not keep a rule that fails every time it is applied.
+#[test]
+fn expression_deeper_than_the_eval_stack() {
+    let deep: Vec<u8> = [0x30u8; 8].iter().copied().chain([0x77, 0x08]).collect();
+    let mut cases = Vec::new();
+    // DW_CFA_expression rip: the return address is at *(...deep...) = rsp + 8.
+    let mut insns = vec![0x10, RIP as u8, deep.len() as u8];
+    insns.extend(&deep);
+    cases.push(("DW_CFA_expression rip", insns));
+    // DW_CFA_def_cfa_expression: the CFA is rsp + 8, without the CFA pushed first: 10 words.
+    let mut deeper = vec![0x30u8; 9];
+    deeper.extend([0x77, 0x08]);
+    let mut insns = vec![0x0f, deeper.len() as u8];
+    insns.extend(&deeper);
+    cases.push(("DW_CFA_def_cfa_expression", insns));
+    let mut failures = Vec::new();
+    for (what, insns) in cases {
+        let (s, mismatches, stats) = synthetic_case(&insns, RIP as u8, false);
+        assert_eq!(s.rows, 1, "{what}");
+        if !mismatches.is_empty() {
+            failures.push(format!(
+                "{what}: {} (stats {:?})",
+                mismatches.join("; "),
+                stats.drops().collect::<Vec<_>>()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 1000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_cfi_matches_gimli((insns, ra, signal) in arb_synthetic()) {
+        let (s, mismatches, stats) = synthetic_case(&insns, ra, signal);
+        prop_assert!(
+            mismatches.is_empty(),
+            "instructions {:02x?}:\n{}",
+            insns,
+            mismatches.join("\n")
+        );
+        prop_assert!(
+            s.ours_none <= stats.dropped_total() + stats.table.overlapping,
+            "{} rows without a rule, {:?}",
+            s.ours_none,
+            stats
+        );
+    }
+}
