@@ -159,8 +159,9 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
     } else {
         Vec::new()
     };
+    let code = (start.wrapping_sub(bias), end.wrapping_sub(bias));
     // SAFETY: the program headers describe this module's mapped segments.
-    let parsed = unsafe { rules_from_image(bias, hdr, phdrs, &plt) };
+    let parsed = unsafe { rules_from_image(bias, hdr, phdrs, &plt, code) };
     let (rules, stats, error) = match parsed {
         Ok((rules, stats)) => (Arc::new(rules), Some(stats), None),
         Err(e) => (Arc::new(ModuleRules::empty()), None, Some(e.to_string())),
@@ -184,10 +185,12 @@ unsafe fn rules_from_image(
     hdr: Option<&libc::Elf64_Phdr>,
     phdrs: &[libc::Elf64_Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
+    code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
     let Some(hdr) = hdr else {
         return unwind_dwarf::rules_from_sections(&CfiSections {
             plt,
+            code_range: Some(code),
             ..CfiSections::default()
         });
     };
@@ -216,6 +219,7 @@ unsafe fn rules_from_image(
         eh_frame: Some(eh_frame),
         eh_frame_svma: eh_svma,
         plt,
+        code_range: Some(code),
         ..CfiSections::default()
     })
 }

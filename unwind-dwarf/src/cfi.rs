@@ -29,6 +29,9 @@ pub struct CfiSections<'a> {
     pub got_svma: u64,
     /// PLT sections: rules are synthesized where no FDE covers them (see [`crate::plt`]).
     pub plt: &'a [PltSection],
+    /// File addresses `[start, end)` of the module's code, if known: FDEs outside it are skipped
+    /// and counted, so one corrupt FDE cannot spread the module's extents beyond 4 GiB.
+    pub code_range: Option<(u64, u64)>,
 }
 
 /// Why a CFI row was not kept. Dropped rows leave a gap, where the unwinder falls back to the
@@ -96,6 +99,8 @@ pub struct CfiStats {
     pub fdes: u64,
     /// `.debug_frame` FDEs skipped because `.eh_frame` describes the same addresses.
     pub fdes_shadowed: u64,
+    /// FDEs skipped because they describe addresses outside the module's code.
+    pub fdes_outside_code: u64,
     /// CIEs or FDEs that could not be parsed (a corrupt entry ends its section).
     pub bad_entries: u64,
     /// Rows gimli produced.
@@ -156,6 +161,7 @@ struct Collector<'b, T: Translate> {
     ctx: UnwindContext<usize>,
     rows: Vec<(u64, u64, T::Rule)>,
     bases: &'b BaseAddresses,
+    code_range: Option<(u64, u64)>,
 }
 
 impl<T: Translate> Collector<'_, T> {
@@ -191,6 +197,12 @@ impl<T: Translate> Collector<'_, T> {
                 fde.initial_address(),
                 fde.initial_address().saturating_add(fde.len()),
             );
+            if let Some((lo, hi)) = self.code_range {
+                if start < lo || end > hi {
+                    self.stats.fdes_outside_code += 1;
+                    continue;
+                }
+            }
             if skip(start, end) {
                 self.stats.fdes_shadowed += 1;
                 continue;
@@ -240,6 +252,7 @@ pub(crate) fn collect<T: Translate>(
         ctx: UnwindContext::new(),
         rows: Vec::new(),
         bases: &bases,
+        code_range: sections.code_range,
     };
     let mut eh_ranges = Vec::new();
     if let Some(data) = sections.eh_frame {

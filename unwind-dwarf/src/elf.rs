@@ -53,8 +53,14 @@ pub fn rules_from_elf(data: &[u8]) -> Result<LoadedRules, DwarfError> {
     let debug_frame = section(".debug_frame")?;
     let addr = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
     let plt = crate::plt::plt_sections(&elf);
+    let code_range = elf
+        .sections()
+        .filter(|s| s.kind() == object::SectionKind::Text && s.size() > 0)
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
     let sections = CfiSections {
         plt: &plt,
+        code_range,
         eh_frame: eh_frame.as_ref().map(|(d, _)| &d[..]),
         eh_frame_svma: eh_frame.as_ref().map_or(0, |(_, a)| *a),
         debug_frame: debug_frame.as_ref().map(|(d, _)| &d[..]),

@@ -200,6 +200,41 @@ fn corrupted_eh_frame() {
     );
 }
 
+/// With the module's code range known (as preload and ELF loading know it), an FDE whose
+/// corrupted address lies outside the code is skipped and counted, and the rest still loads.
+#[test]
+fn corrupted_fde_addresses_outside_the_code_are_skipped() {
+    let (data, svma) = section(LIBC, ".eh_frame");
+    let (text, text_svma) = section(LIBC, ".text");
+    // Generous: every FDE of libc describes .text or the sections around it.
+    let code = (
+        text_svma.saturating_sub(1 << 20),
+        text_svma + text.len() as u64 + (1 << 20),
+    );
+    let mut rng = Rng(0x5eed_0002);
+    let (mut outside, mut errors) = (0u64, Vec::new());
+    for _ in 0..200 {
+        let mut d = data.clone();
+        for _ in 0..1 + rng.below(16) {
+            let i = rng.below(d.len());
+            d[i] ^= (rng.next() as u8) | 1;
+        }
+        let s = CfiSections {
+            eh_frame: Some(&d),
+            eh_frame_svma: svma,
+            code_range: Some(code),
+            ..Default::default()
+        };
+        match load(&s) {
+            Ok(stats) => outside += stats.fdes_outside_code,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    println!("corrupted .eh_frame with code range: {outside} FDEs outside the code skipped");
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(outside > 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 512,
