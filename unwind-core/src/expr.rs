@@ -271,22 +271,7 @@ mod tests {
     use crate::memory::StackImage;
 
     fn plt() -> Expr {
-        // DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_lit11; DW_OP_ge;
-        // DW_OP_lit3; DW_OP_shl; DW_OP_plus
-        Expr::new(&[
-            Op::Reg(1),
-            Op::Const(8),
-            Op::Add,
-            Op::Reg(0),
-            Op::Const(15),
-            Op::And,
-            Op::Const(11),
-            Op::Ge,
-            Op::Const(3),
-            Op::Shl,
-            Op::Add,
-        ])
-        .unwrap()
+        crate::x86_64::plt_cfa_expression()
     }
 
     #[test]

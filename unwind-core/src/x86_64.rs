@@ -4,7 +4,7 @@
 //! `rsp` at the call site, so only the CFA, the return address and `rbp` need rules.
 
 use crate::cache::Cache;
-use crate::expr::{EvalContext, Expr};
+use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
 use crate::table::RuleTable;
 use crate::unwind::{StopReason, Trust, UnwindResult};
@@ -91,6 +91,26 @@ impl Rule {
     pub fn is_end_of_stack(&self) -> bool {
         self.ra == RegRule::Undefined
     }
+}
+
+/// The CFA of a lazy-binding PLT entry, as binutils describes `.plt`:
+/// `rsp + 8 + (((rip & 15) >= 11) << 3)`. Each 16-byte entry pushes its relocation index at
+/// offset 6, which takes effect from offset 11.
+pub fn plt_cfa_expression() -> Expr {
+    let ops = [
+        Op::Reg(Reg::Sp as u8),
+        Op::Const(8),
+        Op::Add,
+        Op::Reg(Reg::Pc as u8),
+        Op::Const(15),
+        Op::And,
+        Op::Const(11),
+        Op::Ge,
+        Op::Const(3),
+        Op::Shl,
+        Op::Add,
+    ];
+    Expr::new(&ops).expect("11 operations fit in an expression")
 }
 
 /// The outcome of one step: the caller's registers, how they were found, and whether the

@@ -500,20 +500,7 @@ fn signal_frame_makes_the_next_lookup_exact() {
 #[test]
 fn plt_expression_cfa() {
     // binutils' .plt CFA: rsp + 8 + ((rip & 15) >= 11) << 3.
-    let plt = Expr::new(&[
-        Op::Reg(1),
-        Op::Const(8),
-        Op::Add,
-        Op::Reg(0),
-        Op::Const(15),
-        Op::And,
-        Op::Const(11),
-        Op::Ge,
-        Op::Const(3),
-        Op::Shl,
-        Op::Add,
-    ])
-    .unwrap();
+    let plt = unwind_core::x86_64::plt_cfa_expression();
     let mut b = ModuleRulesBuilder::new();
     let e = b.add_expr(plt).unwrap();
     assert_eq!(b.add_expr(plt).unwrap(), e, "expressions are interned");

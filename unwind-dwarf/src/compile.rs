@@ -112,22 +112,7 @@ mod tests {
             0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22,
         ])
         .unwrap();
-        assert_eq!(
-            e.ops(),
-            [
-                Op::Reg(1),
-                Op::Const(8),
-                Op::Add,
-                Op::Reg(0),
-                Op::Const(15),
-                Op::And,
-                Op::Const(11),
-                Op::Ge,
-                Op::Const(3),
-                Op::Shl,
-                Op::Add
-            ]
-        );
+        assert_eq!(e.ops(), unwind_core::x86_64::plt_cfa_expression().ops());
     }
 
     #[test]

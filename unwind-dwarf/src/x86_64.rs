@@ -3,7 +3,7 @@
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
-use unwind_core::expr::{Expr, Op};
+use unwind_core::expr::Expr;
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::x86_64::{CfaRule, Reg, RegRule, Rule};
 
@@ -92,20 +92,7 @@ impl Translate for X86_64 {
                 let plt0 = plt.svma.saturating_add(16).min(end);
                 // The entries' expression tests `rip & 15`: valid for 16-byte aligned entries.
                 let entries = if plt.svma.is_multiple_of(16) {
-                    let e = Expr::new(&[
-                        Op::Reg(Reg::Sp as u8),
-                        Op::Const(8),
-                        Op::Add,
-                        Op::Reg(Reg::Pc as u8),
-                        Op::Const(15),
-                        Op::And,
-                        Op::Const(11),
-                        Op::Ge,
-                        Op::Const(3),
-                        Op::Shl,
-                        Op::Add,
-                    ])
-                    .map_err(|_| DwarfError::Table(unwind_core::table::TableError::TooManyRules))?;
+                    let e = unwind_core::x86_64::plt_cfa_expression();
                     CfaRule::Expr(builder.add_expr(e)?)
                 } else {
                     CfaRule::SpOffset(8)
