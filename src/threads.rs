@@ -83,7 +83,7 @@ fn stack_bounds() -> std::io::Result<(u64, u64)> {
 
 /// Registers the current thread (idempotent).
 pub(crate) fn register() -> std::io::Result<()> {
-    if !CURRENT.with(|c| c.get()).is_null() {
+    if is_registered() {
         return Ok(());
     }
     let (lo, hi) = stack_bounds()?;
@@ -136,7 +136,7 @@ pub(crate) fn unregister() {
 /// The current thread's slot, with its `busy` flag taken; `None` if the thread is not registered
 /// or is already unwinding (a signal arrived during an unwind).
 pub(crate) fn enter() -> Result<SlotGuard, crate::SampleError> {
-    let slot = CURRENT.with(|c| c.get());
+    let slot = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null());
     // SAFETY: non-null slots are leaked and live forever.
     let slot = unsafe { slot.as_ref() }.ok_or(crate::SampleError::ThreadNotRegistered)?;
     if slot.busy.swap(true, Ordering::Acquire) {
@@ -159,5 +159,5 @@ impl Drop for SlotGuard {
 
 /// True if the current thread is registered.
 pub(crate) fn is_registered() -> bool {
-    !CURRENT.with(|c| c.get()).is_null()
+    CURRENT.try_with(|c| !c.get().is_null()).unwrap_or(false)
 }
