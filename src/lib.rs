@@ -226,7 +226,11 @@ pub fn cache_stats() -> Option<(u64, u64)> {
 /// Runs `f` with the calling thread's cache and the published table, protected by the thread's
 /// hazard pointer. Async-signal-safe.
 fn with_table<T>(
-    f: impl FnOnce(&RuleTable<Rule>, &mut unwind_core::Cache<Rule>, &threads::ThreadSlot) -> T,
+    f: impl FnOnce(
+        &RuleTable<Rule>,
+        &mut unwind_core::Cache<unwind_core::x86_64::CachedRule>,
+        &threads::ThreadSlot,
+    ) -> T,
 ) -> Result<T, SampleError> {
     let guard = threads::enter()?;
     let slot = guard.slot;
@@ -327,7 +331,7 @@ pub fn unwind_copy(
 pub fn unwind_with<M: Memory + ?Sized>(
     regs: Regs,
     mem: &M,
-    cache: &mut unwind_core::Cache<Rule>,
+    cache: &mut unwind_core::Cache<unwind_core::x86_64::CachedRule>,
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {

@@ -23,7 +23,7 @@ pub(crate) struct ThreadSlot {
     pub stack_lo: AtomicU64,
     pub stack_hi: AtomicU64,
     /// Only the owning thread touches it, and only while `busy` is held.
-    pub cache: UnsafeCell<Cache<Rule>>,
+    pub cache: UnsafeCell<Cache<unwind_core::x86_64::CachedRule>>,
 }
 
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched

@@ -23,7 +23,7 @@ pub mod table;
 pub mod unwind;
 pub mod x86_64;
 
-pub use cache::{Cache, CACHE_SLOTS};
+pub use cache::{Cache, CacheRule, CACHE_SLOTS};
 pub use memory::{LiveStack, Memory, StackImage};
 pub use table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
 pub use unwind::{StopReason, Trust, UnwindResult};

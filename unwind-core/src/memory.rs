@@ -18,12 +18,22 @@ pub trait Memory {
 pub struct StackImage<'a> {
     base: u64,
     bytes: &'a [u8],
+    /// Offsets below this can be read as 8 bytes (`bytes.len() - 7`, or 0).
+    limit8: u64,
+    /// Offsets below this can be read as 4 bytes (`bytes.len() - 3`, or 0).
+    limit4: u64,
 }
 
 impl<'a> StackImage<'a> {
     /// Wraps `bytes`, which were copied from addresses `base..base + bytes.len()`.
     pub fn new(base: u64, bytes: &'a [u8]) -> Self {
-        StackImage { base, bytes }
+        let len = bytes.len() as u64;
+        StackImage {
+            base,
+            bytes,
+            limit8: len.saturating_sub(7),
+            limit4: len.saturating_sub(3),
+        }
     }
 
     /// The address of the first byte.
@@ -35,24 +45,33 @@ impl<'a> StackImage<'a> {
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
-
-    #[inline]
-    fn get<const N: usize>(&self, addr: u64) -> Option<[u8; N]> {
-        let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
-        let end = start.checked_add(N)?;
-        let bytes = self.bytes.get(start..end)?;
-        bytes.try_into().ok()
-    }
 }
 
 impl Memory for StackImage<'_> {
-    #[inline]
+    #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
-        self.get::<8>(addr).map(u64::from_le_bytes)
+        // Below `base` the offset wraps to a huge value, so one comparison checks both ends.
+        let off = addr.wrapping_sub(self.base);
+        if off < self.limit8 {
+            // SAFETY: `off < len - 7`, so `off + 8 <= len`: the 8 bytes are inside `bytes`.
+            Some(u64::from_le(unsafe {
+                core::ptr::read_unaligned(self.bytes.as_ptr().add(off as usize) as *const u64)
+            }))
+        } else {
+            None
+        }
     }
-    #[inline]
+    #[inline(always)]
     fn read_u32(&self, addr: u64) -> Option<u32> {
-        self.get::<4>(addr).map(u32::from_le_bytes)
+        let off = addr.wrapping_sub(self.base);
+        if off < self.limit4 {
+            // SAFETY: `off < len - 3`, so `off + 4 <= len`: the 4 bytes are inside `bytes`.
+            Some(u32::from_le(unsafe {
+                core::ptr::read_unaligned(self.bytes.as_ptr().add(off as usize) as *const u32)
+            }))
+        } else {
+            None
+        }
     }
 }
 
@@ -65,6 +84,10 @@ impl Memory for StackImage<'_> {
 pub struct LiveStack {
     lo: u64,
     hi: u64,
+    /// Offsets from `lo` below this can be read as 8 bytes (`hi - lo - 7`, or 0).
+    limit8: u64,
+    /// Offsets from `lo` below this can be read as 4 bytes (`hi - lo - 3`, or 0).
+    limit4: u64,
 }
 
 impl LiveStack {
@@ -75,7 +98,13 @@ impl LiveStack {
     /// value is used (for example: a slice of the current thread's own stack, above its current
     /// stack pointer's red zone).
     pub unsafe fn new(lo: u64, hi: u64) -> Self {
-        LiveStack { lo, hi }
+        let span = hi.saturating_sub(lo);
+        LiveStack {
+            lo,
+            hi,
+            limit8: span.saturating_sub(7),
+            limit4: span.saturating_sub(3),
+        }
     }
 
     /// The lowest readable address.
@@ -87,35 +116,32 @@ impl LiveStack {
     pub fn hi(&self) -> u64 {
         self.hi
     }
+}
 
-    #[inline]
-    fn check(&self, addr: u64, len: u64) -> Option<usize> {
-        let end = addr.checked_add(len)?;
-        if addr >= self.lo && end <= self.hi {
-            usize::try_from(addr).ok()
+impl Memory for LiveStack {
+    #[inline(always)]
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        // Below `lo` the offset wraps to a huge value, so one comparison checks both ends.
+        if addr.wrapping_sub(self.lo) < self.limit8 {
+            // SAFETY: `lo <= addr` and `addr + 8 <= hi`, inside the range the caller of
+            // `LiveStack::new` guaranteed is mapped and readable. The read tolerates misalignment.
+            Some(u64::from_le(unsafe {
+                core::ptr::read_unaligned(addr as usize as *const u64)
+            }))
         } else {
             None
         }
     }
-}
-
-impl Memory for LiveStack {
-    #[inline]
-    fn read_u64(&self, addr: u64) -> Option<u64> {
-        let p = self.check(addr, 8)?;
-        // SAFETY: `check` proved `[addr, addr + 8)` lies inside `[lo, hi)`, which the caller of
-        // `LiveStack::new` guaranteed is mapped and readable. The read is unaligned-tolerant.
-        Some(u64::from_le(unsafe {
-            core::ptr::read_unaligned(p as *const u64)
-        }))
-    }
-    #[inline]
+    #[inline(always)]
     fn read_u32(&self, addr: u64) -> Option<u32> {
-        let p = self.check(addr, 4)?;
-        // SAFETY: as in `read_u64`, for 4 bytes.
-        Some(u32::from_le(unsafe {
-            core::ptr::read_unaligned(p as *const u32)
-        }))
+        if addr.wrapping_sub(self.lo) < self.limit4 {
+            // SAFETY: as in `read_u64`, for 4 bytes.
+            Some(u32::from_le(unsafe {
+                core::ptr::read_unaligned(addr as usize as *const u32)
+            }))
+        } else {
+            None
+        }
     }
 }
 
@@ -134,6 +160,14 @@ mod tests {
         assert_eq!(m.read_u64(0xfff), None);
         assert_eq!(m.read_u64(u64::MAX - 3), None);
         assert_eq!(m.read_u32(0x100d), None);
+        assert_eq!(m.read_u32(0x100c), Some(0));
+        let short = [1u8, 2, 3];
+        let m = StackImage::new(0x1000, &short);
+        assert_eq!(m.read_u32(0x1000), None);
+        assert_eq!(m.read_u64(0x1000), None);
+        let empty = StackImage::new(0, &[]);
+        assert_eq!(empty.read_u64(0), None);
+        assert_eq!(empty.read_u64(u64::MAX), None);
     }
 
     #[test]
@@ -146,5 +180,13 @@ mod tests {
         assert_eq!(m.read_u64(lo + 17), None);
         assert_eq!(m.read_u64(lo - 8), None);
         assert_eq!(m.read_u64(u64::MAX - 2), None);
+        assert_eq!(m.read_u32(lo + 20), Some(0));
+        assert_eq!(m.read_u32(lo + 21), None);
+        // SAFETY: an empty range permits no read at all.
+        let none = unsafe { LiveStack::new(lo, lo) };
+        assert_eq!(none.read_u64(lo), None);
+        // SAFETY: an inverted range is treated as empty.
+        let inverted = unsafe { LiveStack::new(lo + 8, lo) };
+        assert_eq!(inverted.read_u64(lo), None);
     }
 }

@@ -88,10 +88,22 @@ impl<R: Copy> ModuleRules<R> {
     /// The rule for file address `svma`, if one describes it.
     #[inline]
     pub fn lookup(&self, svma: u64) -> Option<R> {
+        self.lookup_index(svma).and_then(|i| self.rule(i)).copied()
+    }
+
+    /// The dictionary index of the rule for file address `svma`, if one describes it.
+    #[inline]
+    pub fn lookup_index(&self, svma: u64) -> Option<u16> {
         let rel = u32::try_from(svma.checked_sub(self.base)?).ok()?;
         let i = self.starts.partition_point(|&s| s <= rel).checked_sub(1)?;
         let r = *self.rules.get(i)?;
-        self.dict.get(usize::from(r)).copied()
+        (r != NO_RULE).then_some(r)
+    }
+
+    /// Rule `index` of the dictionary.
+    #[inline]
+    pub fn rule(&self, index: u16) -> Option<&R> {
+        self.dict.get(usize::from(index))
     }
 
     /// The expression with index `i` (rules refer to expressions by index).
@@ -313,9 +325,23 @@ impl<R: Copy> RuleTable<R> {
     /// The rule for runtime address `addr`, with the index of its module.
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<Found<R>> {
+        let (module, _, rule) = self.lookup_index(addr)?;
+        Some((module, *rule))
+    }
+
+    /// The rule for runtime address `addr`: its module's index, its index in that module's
+    /// dictionary, and the rule.
+    #[inline]
+    pub fn lookup_index(&self, addr: u64) -> Option<(u16, u16, &R)> {
         let (i, m) = self.module_for(addr)?;
-        let rule = m.rules.lookup(addr.wrapping_sub(m.bias))?;
-        Some((i, rule))
+        let index = m.rules.lookup_index(addr.wrapping_sub(m.bias))?;
+        Some((i, index, m.rules.rule(index)?))
+    }
+
+    /// Rule `index` of module `module`'s dictionary.
+    #[inline]
+    pub fn rule(&self, module: u16, index: u16) -> Option<&R> {
+        self.modules.get(usize::from(module))?.rules.rule(index)
     }
 
     /// Expression `expr` of module `module`.

@@ -3,7 +3,7 @@
 //! The caller's stack pointer is the CFA, by the psABI's definition of the CFA as the value of
 //! `rsp` at the call site, so only the CFA, the return address and `rbp` need rules.
 
-use crate::cache::Cache;
+use crate::cache::{Cache, CacheRule};
 use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
 use crate::table::RuleTable;
@@ -46,12 +46,12 @@ pub enum CfaRule {
 /// How to recover a register of the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RegRule {
+    /// Saved at `[CFA + offset]` (first: the common case is one comparison in the unwind loop).
+    Offset(i32),
     /// No value. For the return address this is the explicit end-of-stack rule.
     Undefined,
     /// Unchanged from the callee.
     Same,
-    /// Saved at `[CFA + offset]`.
-    Offset(i32),
     /// Is `CFA + offset`.
     ValOffset(i32),
     /// Saved at the address computed by expression `n` (with the CFA pushed first).
@@ -93,6 +93,64 @@ impl Rule {
     }
 }
 
+/// A rule as the [`Cache`] holds it: the shapes that cover nearly every frame decoded into
+/// flag bits and three offsets, so the unwind loop applies them with one branch on the shape and
+/// no further decoding. Any other rule (expressions, signal frames, the end-of-stack rule, ...)
+/// is cached as [`CachedRule::OTHER`] with its dictionary index, and applied from the table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CachedRule {
+    shape: u8,
+    cfa: i32,
+    ra: i32,
+    fp: i32,
+}
+
+impl CachedRule {
+    /// The CFA is `rbp + cfa` (else `rsp + cfa`).
+    const CFA_FP: u8 = 1;
+    /// The caller's `rbp` is at `[CFA + fp]` (else unchanged).
+    const FP_SAVED: u8 = 2;
+    /// Not one of the simple shapes: `ra` holds the rule's dictionary index.
+    const OTHER: u8 = 4;
+    /// No rule covers the address: fall back to the frame pointer.
+    const NONE: u8 = 8;
+    /// Either rare case: leave the fast path.
+    const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE;
+}
+
+impl CacheRule<Rule> for CachedRule {
+    fn cached(rule: &Rule, index: u16) -> Self {
+        let (shape, cfa) = match rule.cfa {
+            CfaRule::SpOffset(o) => (0, o),
+            CfaRule::FpOffset(o) => (CachedRule::CFA_FP, o),
+            CfaRule::Expr(_) => (CachedRule::OTHER, 0),
+        };
+        let (shape, fp) = match rule.fp {
+            RegRule::Same => (shape, 0),
+            RegRule::Offset(o) => (shape | CachedRule::FP_SAVED, o),
+            _ => (CachedRule::OTHER, 0),
+        };
+        match rule.ra {
+            RegRule::Offset(ra) if shape & CachedRule::OTHER == 0 && !rule.signal_frame => {
+                CachedRule { shape, cfa, ra, fp }
+            }
+            _ => CachedRule {
+                shape: CachedRule::OTHER,
+                cfa: 0,
+                ra: i32::from(index),
+                fp: 0,
+            },
+        }
+    }
+
+    fn none() -> Self {
+        CachedRule {
+            shape: CachedRule::NONE,
+            ..CachedRule::default()
+        }
+    }
+}
+
 /// The CFA of a lazy-binding PLT entry, as binutils describes `.plt`:
 /// `rsp + 8 + (((rip & 15) >= 11) << 3)`. Each 16-byte entry pushes its relocation index at
 /// offset 6, which takes effect from offset 11.
@@ -130,12 +188,15 @@ fn add(base: u64, offset: i32) -> u64 {
     base.wrapping_add(offset as i64 as u64)
 }
 
-#[inline]
+/// Evaluates expression `expr` of `module` (rare: PLT stubs, signal trampolines; kept out of
+/// the hot loop).
+#[cold]
+#[inline(never)]
 fn eval<M: Memory + ?Sized>(
     table: &RuleTable<Rule>,
     module: u16,
     expr: u16,
-    regs: &Regs,
+    regs: Regs,
     mem: &M,
     initial: Option<u64>,
 ) -> Result<u64, StopReason> {
@@ -152,18 +213,22 @@ fn eval<M: Memory + ?Sized>(
     })
 }
 
-#[inline]
-fn recover<M: Memory + ?Sized>(
+/// The rarer register rules (everything but `Offset`, handled inline by the caller).
+/// `Undefined` gives 0; `same` is the callee's value of the register.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn recover_rare<M: Memory + ?Sized>(
     rule: RegRule,
     same: u64,
     cfa: u64,
     table: &RuleTable<Rule>,
     module: u16,
-    regs: &Regs,
+    regs: Regs,
     mem: &M,
-) -> Result<Option<u64>, StopReason> {
-    Ok(Some(match rule {
-        RegRule::Undefined => return Ok(None),
+) -> Result<u64, StopReason> {
+    Ok(match rule {
+        RegRule::Undefined => 0,
         RegRule::Same => same,
         RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
         RegRule::ValOffset(o) => add(cfa, o),
@@ -172,13 +237,14 @@ fn recover<M: Memory + ?Sized>(
             mem.read_u64(a).ok_or(StopReason::ReadFailed)?
         }
         RegRule::ValExpr(i) => eval(table, module, i, regs, mem, Some(cfa))?,
-    }))
+    })
 }
 
 /// Applies `rule` (found in module `module` of `table`, which holds its expressions) to the
 /// callee's `regs`: the caller's registers, or why there are none (`EndOfStack` for the
-/// end-of-stack rule).
-#[inline]
+/// end-of-stack rule). The common rules (CFA on SP or FP, return address and FP saved at
+/// `CFA + offset` or unchanged) are handled inline; the rest out of line.
+#[inline(always)]
 pub fn step_cfi<M: Memory + ?Sized>(
     table: &RuleTable<Rule>,
     module: u16,
@@ -189,14 +255,19 @@ pub fn step_cfi<M: Memory + ?Sized>(
     let cfa = match rule.cfa {
         CfaRule::SpOffset(o) => add(regs.sp, o),
         CfaRule::FpOffset(o) => add(regs.fp, o),
-        CfaRule::Expr(i) => eval(table, module, i, regs, mem, None)?,
+        CfaRule::Expr(i) => eval(table, module, i, *regs, mem, None)?,
     };
     let pc = match rule.ra {
+        RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
         RegRule::Undefined => return Err(StopReason::EndOfStack),
         RegRule::Same => return Err(StopReason::BadRule),
-        ra => recover(ra, regs.pc, cfa, table, module, regs, mem)?.unwrap_or(0),
+        ra => recover_rare(ra, regs.pc, cfa, table, module, *regs, mem)?,
     };
-    let fp = recover(rule.fp, regs.fp, cfa, table, module, regs, mem)?.unwrap_or(0);
+    let fp = match rule.fp {
+        RegRule::Same => regs.fp,
+        RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
+        fp => recover_rare(fp, regs.fp, cfa, table, module, *regs, mem)?,
+    };
     Ok(Step {
         caller: Regs { pc, sp: cfa, fp },
         trust: Trust::Cfi,
@@ -206,8 +277,8 @@ pub fn step_cfi<M: Memory + ?Sized>(
 
 /// Frame-pointer fallback: `[rbp]` is the caller's `rbp`, `[rbp + 8]` the return address.
 /// Accepted only if `rbp` is 8-aligned, not below SP, and both words are readable.
-#[inline]
-pub fn step_frame_pointer<M: Memory + ?Sized>(regs: &Regs, mem: &M) -> Result<Step, StopReason> {
+#[inline(never)]
+pub fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, StopReason> {
     let fp = regs.fp;
     if !fp.is_multiple_of(8) || fp < regs.sp {
         return Err(StopReason::NoRule);
@@ -236,47 +307,119 @@ pub fn step_frame_pointer<M: Memory + ?Sized>(regs: &Regs, mem: &M) -> Result<St
 /// runs at most `pcs.len()` times.
 pub fn unwind<M: Memory + ?Sized>(
     table: &RuleTable<Rule>,
-    cache: &mut Cache<Rule>,
+    cache: &mut Cache<CachedRule>,
     regs: Regs,
     mem: &M,
     pcs: &mut [u64],
-    mut trust: Option<&mut [Trust]>,
+    trust: Option<&mut [Trust]>,
+) -> UnwindResult {
+    // Two instantiations: without a trust slice the loop has fewer live values.
+    match trust {
+        None => walk::<M, false>(table, cache, regs, mem, pcs, &mut []),
+        Some(trust) => walk::<M, true>(table, cache, regs, mem, pcs, trust),
+    }
+}
+
+/// The result of a walk that stopped after writing (and looking up) frame `last`.
+#[inline(always)]
+fn stopped(cache: &mut Cache<CachedRule>, last: usize, stop: StopReason) -> UnwindResult {
+    let frames = last + 1;
+    cache.count_lookups(frames as u64);
+    UnwindResult { frames, stop }
+}
+
+/// Applies a simple cached rule: one branch on the shape, at most two bounds-checked reads.
+#[inline(always)]
+fn step_cached<M: Memory + ?Sized>(
+    c: &CachedRule,
+    regs: &Regs,
+    mem: &M,
+) -> Result<Regs, StopReason> {
+    let base = if c.shape & CachedRule::CFA_FP != 0 {
+        regs.fp
+    } else {
+        regs.sp
+    };
+    let cfa = add(base, c.cfa);
+    let pc = mem.read_u64(add(cfa, c.ra)).ok_or(StopReason::ReadFailed)?;
+    let fp = if c.shape & CachedRule::FP_SAVED != 0 {
+        mem.read_u64(add(cfa, c.fp)).ok_or(StopReason::ReadFailed)?
+    } else {
+        regs.fp
+    };
+    Ok(Regs { pc, sp: cfa, fp })
+}
+
+/// Applies a rule that is not one of the simple shapes, fetched from the table by index.
+#[cold]
+#[inline(never)]
+fn step_other<M: Memory + ?Sized>(
+    table: &RuleTable<Rule>,
+    module: u16,
+    index: i32,
+    regs: Regs,
+    mem: &M,
+) -> Result<Step, StopReason> {
+    let index = u16::try_from(index).map_err(|_| StopReason::BadRule)?;
+    let rule = table.rule(module, index).ok_or(StopReason::BadRule)?;
+    step_cfi(table, module, rule, &regs, mem)
+}
+
+#[inline(always)]
+fn walk<M: Memory + ?Sized, const TRUST: bool>(
+    table: &RuleTable<Rule>,
+    cache: &mut Cache<CachedRule>,
+    regs: Regs,
+    mem: &M,
+    pcs: &mut [u64],
+    trust: &mut [Trust],
 ) -> UnwindResult {
     let mut regs = regs;
-    let mut exact = true;
+    // Subtracted from the PC for the lookup: 0 for frame 0 and after a signal frame (the PC is
+    // the exact instruction), 1 for return addresses (the call is the byte before).
+    let mut adjust = 0u64;
     let mut how = Trust::Context;
-    let mut frames = 0usize;
-    let stop = loop {
-        let Some(slot) = pcs.get_mut(frames) else {
-            break StopReason::BufferFull;
-        };
+    let mut trust = trust.iter_mut();
+    cache.prepare(table);
+    for (i, slot) in pcs.iter_mut().enumerate() {
         *slot = regs.pc;
-        if let Some(t) = trust.as_deref_mut().and_then(|t| t.get_mut(frames)) {
-            *t = how;
+        if TRUST {
+            if let Some(t) = trust.next() {
+                *t = how;
+            }
         }
-        frames += 1;
-        let addr = if exact {
-            regs.pc
+        let Some((module, c)) = cache.lookup_prepared(table, regs.pc.wrapping_sub(adjust)) else {
+            return stopped(cache, i, StopReason::BadRule);
+        };
+        let caller = if c.shape & CachedRule::SLOW == 0 {
+            adjust = 1;
+            how = Trust::Cfi;
+            step_cached(c, &regs, mem)
         } else {
-            regs.pc.wrapping_sub(1)
+            let step = if c.shape & CachedRule::NONE == 0 {
+                step_other(table, module, c.ra, regs, mem)
+            } else {
+                step_frame_pointer(regs, mem)
+            };
+            step.map(|s| {
+                adjust = u64::from(!s.exact);
+                how = s.trust;
+                s.caller
+            })
         };
-        let step = match cache.lookup(table, addr) {
-            Some((module, rule)) => step_cfi(table, module, &rule, &regs, mem),
-            None => step_frame_pointer(&regs, mem),
+        let caller = match caller {
+            Ok(c) => c,
+            Err(stop) => return stopped(cache, i, stop),
         };
-        let step = match step {
-            Ok(s) => s,
-            Err(stop) => break stop,
-        };
-        if step.caller.pc == 0 {
-            break StopReason::ZeroReturnAddress;
+        if caller.pc == 0 {
+            return stopped(cache, i, StopReason::ZeroReturnAddress);
         }
-        if step.caller.sp <= regs.sp {
-            break StopReason::SpNotIncreasing;
+        if caller.sp <= regs.sp {
+            return stopped(cache, i, StopReason::SpNotIncreasing);
         }
-        regs = step.caller;
-        how = step.trust;
-        exact = step.exact;
-    };
+        regs = caller;
+    }
+    cache.count_lookups(pcs.len() as u64);
+    let (frames, stop) = (pcs.len(), StopReason::BufferFull);
     UnwindResult { frames, stop }
 }

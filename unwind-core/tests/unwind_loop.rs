@@ -540,10 +540,12 @@ fn plt_expression_cfa() {
 
 #[test]
 fn cache_follows_table_generations_and_collisions() {
-    // Two addresses 509 apart share a cache slot; two tables with different rules for the same
+    // Two addresses in one cache slot; two tables with different rules for the same
     // address share a cache. Every answer must come from the current table.
     let a = BIAS + 0x1000;
-    let b = a + unwind_core::CACHE_SLOTS as u64;
+    let b = (a + 1..)
+        .find(|&b| unwind_core::cache::slot_of(b) == unwind_core::cache::slot_of(a))
+        .unwrap();
     let r1 = rule(CfaRule::SpOffset(8), RegRule::Offset(-8), RegRule::Same);
     let r2 = rule(CfaRule::SpOffset(24), RegRule::Offset(-8), RegRule::Same);
     let mut m1 = ModuleRulesBuilder::new();
@@ -553,11 +555,11 @@ fn cache_follows_table_generations_and_collisions() {
     let mut m2 = ModuleRulesBuilder::new();
     m2.push(0x1000, 0x1001, r2).unwrap();
     let t2 = table_with(m2.build().unwrap(), 2);
-    let mut cache = Cache::new();
+    let mut cache = Cache::<Rule>::new();
     for _ in 0..3 {
-        assert_eq!(cache.lookup(&t1, a).map(|f| f.1), Some(r1));
-        assert_eq!(cache.lookup(&t1, b).map(|f| f.1), Some(r2));
-        assert_eq!(cache.lookup(&t2, a).map(|f| f.1), Some(r2));
+        assert_eq!(cache.lookup(&t1, a).map(|f| *f.1), Some(r1));
+        assert_eq!(cache.lookup(&t1, b).map(|f| *f.1), Some(r2));
+        assert_eq!(cache.lookup(&t2, a).map(|f| *f.1), Some(r2));
         assert_eq!(cache.lookup(&t2, b), None);
         assert_eq!(cache.lookup(&t1, a - 1), None);
     }
