@@ -28,6 +28,7 @@ compile_error!("the `unwind` runtime supports Linux x86_64 (32-bit ARM: see the 
 
 mod capture;
 mod modules;
+pub mod offline;
 mod report;
 pub mod symbolize;
 mod threads;
@@ -190,6 +191,22 @@ pub fn loaded_modules() -> Vec<LoadedModule> {
         .unwrap_or_else(|e| e.into_inner())
         .modules
         .clone()
+}
+
+/// A copy of the vdso's ELF image (the kernel maps it; it has no file), or `None` if the
+/// process has no vdso.
+pub fn vdso_image() -> Option<Vec<u8>> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: the kernel maps a complete ELF image at AT_SYSINFO_EHDR, so its header is readable.
+    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
+    let end = ehdr.e_shoff as usize + usize::from(ehdr.e_shnum) * usize::from(ehdr.e_shentsize);
+    let len = end.clamp(std::mem::size_of::<libc::Elf64_Ehdr>(), 1 << 20);
+    // SAFETY: the section headers end the image, so `[base, base + len)` is mapped.
+    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
 }
 
 /// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache.

@@ -78,19 +78,7 @@ fn file_symbols(path: &str) -> Vec<(u64, u64, String)> {
 }
 
 fn vdso_symbols() -> Vec<(u64, u64, String)> {
-    // SAFETY: getauxval is always safe to call.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    if base == 0 {
-        return Vec::new();
-    }
-    // SAFETY: the kernel maps a complete ELF image at AT_SYSINFO_EHDR; its header is readable.
-    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
-    let shdrs_end =
-        ehdr.e_shoff as usize + usize::from(ehdr.e_shnum) * usize::from(ehdr.e_shentsize);
-    let len = shdrs_end.clamp(std::mem::size_of::<libc::Elf64_Ehdr>(), 1 << 20);
-    // SAFETY: the section headers end the vdso image, so `[base, base + len)` is mapped.
-    let data = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
-    read_symbols(data)
+    crate::vdso_image().map_or_else(Vec::new, |image| read_symbols(&image))
 }
 
 impl Symbolizer {

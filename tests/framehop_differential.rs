@@ -421,24 +421,9 @@ impl CfiModule {
     }
 }
 
-/// The vdso's ELF image, copied from memory (it has no file).
-fn vdso_image() -> Option<Vec<u8>> {
-    // SAFETY: getauxval has no preconditions.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    if base == 0 {
-        return None;
-    }
-    // SAFETY: the kernel maps a complete ELF image at AT_SYSINFO_EHDR; its header is readable.
-    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
-    let end = ehdr.e_shoff as usize + usize::from(ehdr.e_shnum) * usize::from(ehdr.e_shentsize);
-    let len = end.clamp(std::mem::size_of::<libc::Elf64_Ehdr>(), 1 << 20);
-    // SAFETY: the section headers end the vdso image, so `[base, base + len)` is mapped.
-    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
-}
-
 fn cfi_module(m: &LoadedModule) -> CfiModule {
     let image = if m.name.contains("linux-vdso") {
-        vdso_image()
+        unwind::vdso_image()
     } else {
         std::fs::read(&m.name).ok()
     };

@@ -18,6 +18,9 @@ pub trait Memory {
 pub struct StackImage<'a> {
     base: u64,
     bytes: &'a [u8],
+    /// `bytes.as_ptr() - base` (wrapping): the byte of address `a` is at `origin + a`, one
+    /// addition on the unwind loop's critical path instead of two.
+    origin: *const u8,
     /// Offsets below this can be read as 8 bytes (`bytes.len() - 7`, or 0).
     limit8: u64,
     /// Offsets below this can be read as 4 bytes (`bytes.len() - 3`, or 0).
@@ -31,6 +34,7 @@ impl<'a> StackImage<'a> {
         StackImage {
             base,
             bytes,
+            origin: bytes.as_ptr().wrapping_sub(base as usize),
             limit8: len.saturating_sub(7),
             limit4: len.saturating_sub(3),
         }
@@ -47,15 +51,21 @@ impl<'a> StackImage<'a> {
     }
 }
 
+// SAFETY: `origin` is derived from the shared slice `bytes` and only read through; the image is
+// as shareable as `&[u8]`.
+unsafe impl Send for StackImage<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for StackImage<'_> {}
+
 impl Memory for StackImage<'_> {
     #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         // Below `base` the offset wraps to a huge value, so one comparison checks both ends.
-        let off = addr.wrapping_sub(self.base);
-        if off < self.limit8 {
-            // SAFETY: `off < len - 7`, so `off + 8 <= len`: the 8 bytes are inside `bytes`.
+        if addr.wrapping_sub(self.base) < self.limit8 {
+            // SAFETY: `addr - base < len - 7`, so the 8 bytes at `origin + addr`, which is
+            // `bytes.as_ptr() + (addr - base)`, are inside `bytes`.
             Some(u64::from_le(unsafe {
-                core::ptr::read_unaligned(self.bytes.as_ptr().add(off as usize) as *const u64)
+                core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u64)
             }))
         } else {
             None
@@ -63,11 +73,10 @@ impl Memory for StackImage<'_> {
     }
     #[inline(always)]
     fn read_u32(&self, addr: u64) -> Option<u32> {
-        let off = addr.wrapping_sub(self.base);
-        if off < self.limit4 {
-            // SAFETY: `off < len - 3`, so `off + 4 <= len`: the 4 bytes are inside `bytes`.
+        if addr.wrapping_sub(self.base) < self.limit4 {
+            // SAFETY: `addr - base < len - 3`: the 4 bytes are inside `bytes` (see `read_u64`).
             Some(u32::from_le(unsafe {
-                core::ptr::read_unaligned(self.bytes.as_ptr().add(off as usize) as *const u32)
+                core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u32)
             }))
         } else {
             None

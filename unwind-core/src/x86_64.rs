@@ -95,7 +95,9 @@ impl Rule {
 
 /// A rule as the [`Cache`] holds it: the shapes that cover nearly every frame decoded into
 /// flag bits and three offsets, so the unwind loop applies them with one branch on the shape and
-/// no further decoding. Any other rule (expressions, signal frames, the end-of-stack rule, ...)
+/// no further decoding. All three offsets are from the base register (`rsp`, or `rbp` with
+/// [`CachedRule::CFA_FP`]), so the return address and saved `rbp` are read without waiting for
+/// the CFA. Any other rule (expressions, signal frames, the end-of-stack rule, ...)
 /// is cached as [`CachedRule::OTHER`] with its dictionary index, and applied from the table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CachedRule {
@@ -130,8 +132,13 @@ impl CacheRule<Rule> for CachedRule {
             RegRule::Offset(o) => (shape | CachedRule::FP_SAVED, o),
             _ => (CachedRule::OTHER, 0),
         };
-        match rule.ra {
-            RegRule::Offset(ra) if shape & CachedRule::OTHER == 0 && !rule.signal_frame => {
+        // Offsets from the base register; a sum that overflows takes the slow path.
+        let (ra, fp) = match (rule.ra, cfa.checked_add(fp)) {
+            (RegRule::Offset(ra), Some(fp)) => (cfa.checked_add(ra), fp),
+            _ => (None, 0),
+        };
+        match ra {
+            Some(ra) if shape & CachedRule::OTHER == 0 && !rule.signal_frame => {
                 CachedRule { shape, cfa, ra, fp }
             }
             _ => CachedRule {
@@ -335,15 +342,20 @@ fn step_cached<M: Memory + ?Sized>(
     regs: &Regs,
     mem: &M,
 ) -> Result<Regs, StopReason> {
-    let base = if c.shape & CachedRule::CFA_FP != 0 {
-        regs.fp
-    } else {
+    // A branch, not a select: the common case (CFA on rsp) is predicted and its address
+    // arithmetic need not wait for the shape byte to load.
+    let base = if c.shape & CachedRule::CFA_FP == 0 {
         regs.sp
+    } else {
+        regs.fp
     };
     let cfa = add(base, c.cfa);
-    let pc = mem.read_u64(add(cfa, c.ra)).ok_or(StopReason::ReadFailed)?;
+    let pc = mem
+        .read_u64(add(base, c.ra))
+        .ok_or(StopReason::ReadFailed)?;
     let fp = if c.shape & CachedRule::FP_SAVED != 0 {
-        mem.read_u64(add(cfa, c.fp)).ok_or(StopReason::ReadFailed)?
+        mem.read_u64(add(base, c.fp))
+            .ok_or(StopReason::ReadFailed)?
     } else {
         regs.fp
     };
@@ -379,19 +391,31 @@ fn walk<M: Memory + ?Sized, const TRUST: bool>(
     // the exact instruction), 1 for return addresses (the call is the byte before).
     let mut adjust = 0u64;
     let mut how = Trust::Context;
-    let mut trust = trust.iter_mut();
     cache.prepare(table);
-    for (i, slot) in pcs.iter_mut().enumerate() {
+    let mut i = 0;
+    while let Some(slot) = pcs.get_mut(i) {
         *slot = regs.pc;
         if TRUST {
-            if let Some(t) = trust.next() {
+            if let Some(t) = trust.get_mut(i) {
                 *t = how;
             }
         }
         let Some((module, c)) = cache.lookup_prepared(table, regs.pc.wrapping_sub(adjust)) else {
             return stopped(cache, i, StopReason::BadRule);
         };
-        let caller = if c.shape & CachedRule::SLOW == 0 {
+        let caller = if c.shape == 0 {
+            // The most common rule by far: CFA on rsp, rbp unchanged. One comparison.
+            adjust = 1;
+            how = Trust::Cfi;
+            let cfa = add(regs.sp, c.cfa);
+            mem.read_u64(add(regs.sp, c.ra))
+                .map(|pc| Regs {
+                    pc,
+                    sp: cfa,
+                    fp: regs.fp,
+                })
+                .ok_or(StopReason::ReadFailed)
+        } else if c.shape & CachedRule::SLOW == 0 {
             adjust = 1;
             how = Trust::Cfi;
             step_cached(c, &regs, mem)
@@ -418,6 +442,7 @@ fn walk<M: Memory + ?Sized, const TRUST: bool>(
             return stopped(cache, i, StopReason::SpNotIncreasing);
         }
         regs = caller;
+        i += 1;
     }
     cache.count_lookups(pcs.len() as u64);
     let (frames, stop) = (pcs.len(), StopReason::BufferFull);

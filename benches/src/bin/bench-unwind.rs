@@ -1,0 +1,85 @@
+//! Runs one unwinder K times on one sample, for instruction counting under callgrind:
+//! `bench-unwind SAMPLE MODE K`, MODE one of `ours`, `ours-cold`, `ours-reset`, `framehop`,
+//! `framehop-cold`, `fp`. Setup and one warm-up unwind run whatever K is, so
+//! `(instructions(K) - instructions(0)) / (K * frames)` is the cost per frame.
+//!
+//! - `ours`, `framehop`: warm cache (every lookup after the warm-up a hit).
+//! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
+//! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
+//! - `fp`: the frame-pointer walk from the sample's `fp` (the floor).
+
+use std::hint::black_box;
+use std::path::Path;
+
+use unwind_benches::sample::Sample;
+use unwind_benches::unwinders::{frame_pointer_walk, Framehop, Ours};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(path), Some(mode), Some(k)) = (args.get(1), args.get(2), args.get(3)) else {
+        eprintln!("usage: bench-unwind SAMPLE MODE K");
+        std::process::exit(2);
+    };
+    let k: u64 = k.parse().expect("K");
+    let sample = Sample::load(Path::new(path)).expect("sample");
+    let image = sample.image();
+    let mut pcs = vec![0u64; 1024];
+    let (frames, misses) = match mode.as_str() {
+        "ours" | "ours-cold" | "ours-reset" => {
+            let mut ours = Ours::new(&sample);
+            let frames = ours.unwind(&sample, &image, &mut pcs);
+            let before = ours.cache.misses();
+            // `clear` zeroes the counters: cold runs add up each unwind's misses.
+            let mut cold_misses = 0;
+            for _ in 0..k {
+                match mode.as_str() {
+                    "ours" => {
+                        black_box(ours.unwind(&sample, &image, &mut pcs));
+                    }
+                    "ours-cold" => {
+                        ours.cache.clear();
+                        black_box(ours.unwind(&sample, &image, &mut pcs));
+                        cold_misses += ours.cache.misses();
+                    }
+                    _ => {
+                        ours.cache.clear();
+                        ours.cache.prepare(&ours.table);
+                    }
+                }
+            }
+            let misses = if mode == "ours" {
+                ours.cache.misses() - before
+            } else {
+                cold_misses
+            };
+            (frames, misses)
+        }
+        "framehop" | "framehop-cold" => {
+            let mut fh = Framehop::new(&sample);
+            let frames = fh.unwind(&sample, &image, &mut pcs);
+            for _ in 0..k {
+                if mode == "framehop-cold" {
+                    fh.clear();
+                }
+                black_box(fh.unwind(&sample, &image, &mut pcs));
+            }
+            (frames, 0)
+        }
+        "fp" => {
+            let frames = frame_pointer_walk(sample.regs.fp, &image, &mut pcs);
+            for _ in 0..k {
+                black_box(frame_pointer_walk(
+                    black_box(sample.regs.fp),
+                    &image,
+                    &mut pcs,
+                ));
+            }
+            (frames, 0)
+        }
+        other => {
+            eprintln!("bench-unwind: unknown mode {other}");
+            std::process::exit(2);
+        }
+    };
+    println!("frames {frames} misses {misses}");
+}

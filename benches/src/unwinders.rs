@@ -1,0 +1,144 @@
+//! The unwinders under comparison, each set up (outside any measured loop) from a sample's
+//! module files: ours, framehop 0.16, and the frame-pointer walk that is the floor.
+
+use std::num::NonZeroU32;
+use std::ops::Range;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{
+    ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder,
+};
+use object::{Object, ObjectSection};
+use unwind_core::x86_64::{CachedRule, Rule};
+use unwind_core::{Cache, Memory, RuleTable, StackImage};
+
+use crate::sample::Sample;
+
+/// Ours: the rule table built from the module files, and a cache.
+pub struct Ours {
+    /// The table.
+    pub table: RuleTable<Rule>,
+    /// The cache (boxed: 509 slots).
+    pub cache: Box<Cache<CachedRule>>,
+}
+
+impl Ours {
+    /// Builds the table for `sample`'s modules.
+    pub fn new(sample: &Sample) -> Self {
+        let (table, _) =
+            unwind::offline::table_from_files(&sample.modules, NonZeroU32::MIN).expect("table");
+        Ours {
+            table,
+            cache: Box::new(Cache::new()),
+        }
+    }
+
+    /// One unwind of `sample` into `pcs`; returns the frame count.
+    #[inline(never)]
+    pub fn unwind(&mut self, sample: &Sample, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
+        unwind_core::x86_64::unwind(&self.table, &mut self.cache, sample.regs, image, pcs, None)
+            .frames
+    }
+}
+
+/// framehop 0.16 with its no-allocation cache policy.
+pub struct Framehop {
+    /// The unwinder with every module of the sample.
+    pub unwinder: UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind>,
+    /// Its cache.
+    pub cache: Box<CacheX86_64<MustNotAllocateDuringUnwind>>,
+}
+
+fn section(file: &object::File<'_>, name: &str) -> Option<(Range<u64>, Vec<u8>)> {
+    let s = file.section_by_name(name)?;
+    Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec()))
+}
+
+impl Framehop {
+    /// Adds every module of `sample`, its sections read from the module files.
+    pub fn new(sample: &Sample) -> Self {
+        let mut unwinder = UnwinderX86_64::new();
+        for m in &sample.modules {
+            let Ok(data) = std::fs::read(&m.path) else {
+                continue;
+            };
+            let Ok(file) = object::File::parse(&*data) else {
+                continue;
+            };
+            let (text, eh_frame, eh_frame_hdr) = (
+                section(&file, ".text"),
+                section(&file, ".eh_frame"),
+                section(&file, ".eh_frame_hdr"),
+            );
+            let info = ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: text.as_ref().map(|s| s.0.clone()),
+                text: text.map(|s| s.1),
+                got_svma: file
+                    .section_by_name(".got")
+                    .map(|s| s.address()..s.address() + s.size()),
+                eh_frame_svma: eh_frame.as_ref().map(|s| s.0.clone()),
+                eh_frame: eh_frame.map(|s| s.1),
+                eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|s| s.0.clone()),
+                eh_frame_hdr: eh_frame_hdr.map(|s| s.1),
+                ..Default::default()
+            };
+            unwinder.add_module(Module::new(
+                m.path.display().to_string(),
+                m.start..m.end,
+                m.bias,
+                info,
+            ));
+        }
+        Framehop {
+            unwinder,
+            cache: Box::new(CacheX86_64::new_in()),
+        }
+    }
+
+    /// One unwind of `sample` into `pcs`; returns the frame count.
+    #[inline(never)]
+    pub fn unwind(&mut self, sample: &Sample, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
+        let r = sample.regs;
+        let mut read = |addr: u64| image.read_u64(addr).ok_or(());
+        let mut iter = self.unwinder.iter_frames(
+            r.pc,
+            UnwindRegsX86_64::new(r.pc, r.sp, r.fp),
+            &mut self.cache,
+            &mut read,
+        );
+        let mut n = 0;
+        while let (Some(slot), Ok(Some(frame))) = (pcs.get_mut(n), iter.next()) {
+            *slot = match frame {
+                FrameAddress::InstructionPointer(a) => a,
+                FrameAddress::ReturnAddress(a) => a.get(),
+            };
+            n += 1;
+        }
+        n
+    }
+
+    /// Empties the cache.
+    pub fn clear(&mut self) {
+        self.cache = Box::new(CacheX86_64::new_in());
+    }
+}
+
+/// The floor: a frame-pointer walk (`[fp]` the caller's fp, `[fp + 8]` the return address),
+/// with the same bounds-checked reads and sanity checks (alignment, increasing fp).
+#[inline(never)]
+pub fn frame_pointer_walk(fp: u64, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
+    let mut fp = fp;
+    for (i, slot) in pcs.iter_mut().enumerate() {
+        let (Some(next), Some(ra)) = (image.read_u64(fp), image.read_u64(fp.wrapping_add(8)))
+        else {
+            return i;
+        };
+        *slot = ra;
+        if next <= fp || next % 8 != 0 {
+            return i + 1;
+        }
+        fp = next;
+    }
+    pcs.len()
+}
