@@ -32,13 +32,16 @@ impl From<&crate::LoadedModule> for ModuleFile {
     }
 }
 
+/// Modules whose file could not be read, with why.
+pub type FileErrors = Vec<(PathBuf, unwind_dwarf::DwarfError)>;
+
 /// Builds a table (generation `generation`) from module files. A module whose file cannot be
 /// read gets no rules (the unwinder falls back to frame pointers there); its error is returned
 /// alongside.
 pub fn table_from_files(
     modules: &[ModuleFile],
     generation: NonZeroU32,
-) -> Result<(RuleTable<Rule>, Vec<(PathBuf, unwind_dwarf::DwarfError)>), crate::Error> {
+) -> Result<(RuleTable<Rule>, FileErrors), crate::Error> {
     let mut builder = RuleTableBuilder::new(generation);
     let mut errors = Vec::new();
     for m in modules {
