@@ -120,7 +120,7 @@ impl Framehop {
 
     /// Empties the cache.
     pub fn clear(&mut self) {
-        self.cache = Box::new(CacheX86_64::new_in());
+        *self.cache = CacheX86_64::new_in();
     }
 }
 
