@@ -125,20 +125,31 @@ impl Framehop {
 }
 
 /// The floor: a frame-pointer walk (`[fp]` the caller's fp, `[fp + 8]` the return address),
-/// with the same bounds-checked reads and sanity checks (alignment, increasing fp).
+/// as tight as a safe one can be: one bounds check covers both words, and the walk stops when
+/// the frame pointer does not increase (which also bounds it).
 #[inline(never)]
 pub fn frame_pointer_walk(fp: u64, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
+    let bytes = image.bytes();
+    let base = image.base();
+    let limit = (bytes.len() as u64).saturating_sub(15);
     let mut fp = fp;
-    for (i, slot) in pcs.iter_mut().enumerate() {
-        let (Some(next), Some(ra)) = (image.read_u64(fp), image.read_u64(fp.wrapping_add(8)))
-        else {
+    let mut i = 0;
+    while let Some(slot) = pcs.get_mut(i) {
+        let off = fp.wrapping_sub(base);
+        if off >= limit {
             return i;
+        }
+        // SAFETY: `off < len - 15`, so the 16 bytes at `off` are inside `bytes`.
+        let (next, ra) = unsafe {
+            let p = bytes.as_ptr().add(off as usize) as *const u64;
+            (p.read_unaligned(), p.add(1).read_unaligned())
         };
         *slot = ra;
-        if next <= fp || next % 8 != 0 {
-            return i + 1;
+        i += 1;
+        if next <= fp {
+            return i;
         }
         fp = next;
     }
-    pcs.len()
+    i
 }

@@ -116,12 +116,20 @@ impl CachedRule {
     const OTHER: u8 = 4;
     /// No rule covers the address: fall back to the frame pointer.
     const NONE: u8 = 8;
-    /// Either rare case: leave the fast path.
-    const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE;
+    /// The end-of-stack rule (return address undefined): the walk is complete.
+    const END: u8 = 16;
+    /// Any of the rare cases: leave the fast path.
+    const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
 }
 
 impl CacheRule<Rule> for CachedRule {
     fn cached(rule: &Rule, index: u16) -> Self {
+        if rule.is_end_of_stack() {
+            return CachedRule {
+                shape: CachedRule::END,
+                ..CachedRule::default()
+            };
+        }
         let (shape, cfa) = match rule.cfa {
             CfaRule::SpOffset(o) => (0, o),
             CfaRule::FpOffset(o) => (CachedRule::CFA_FP, o),
@@ -419,6 +427,8 @@ fn walk<M: Memory + ?Sized, const TRUST: bool>(
             adjust = 1;
             how = Trust::Cfi;
             step_cached(c, &regs, mem)
+        } else if c.shape & CachedRule::END != 0 {
+            return stopped(cache, i, StopReason::EndOfStack);
         } else {
             let step = if c.shape & CachedRule::NONE == 0 {
                 step_other(table, module, c.ra, regs, mem)
