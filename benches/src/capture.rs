@@ -59,7 +59,11 @@ fn rec_b(depth: u32, x: u64) -> u64 {
 
 #[inline(never)]
 fn rec_c(depth: u32, x: u64) -> u64 {
-    let (p, q, s) = (black_box(x * 3), black_box(x * 5), black_box(x * 7));
+    let (p, q, s) = (
+        black_box(x.wrapping_mul(3)),
+        black_box(x.wrapping_mul(5)),
+        black_box(x.wrapping_mul(7)),
+    );
     let r = if depth == 0 {
         capture_now();
         x

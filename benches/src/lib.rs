@@ -6,6 +6,7 @@
 //!   example's workload under SIGPROF, a frame-pointer chain).
 //! - [`unwinders`]: ours, framehop and the frame-pointer walk, set up from a sample's modules.
 
+pub mod breakpad;
 pub mod capture;
 pub mod sample;
 pub mod unwinders;

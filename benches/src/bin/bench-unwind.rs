@@ -7,10 +7,14 @@
 //! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
 //! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
 //! - `fp`: the frame-pointer walk from the sample's `fp` (the floor).
+//! - `breakpad`: rust-minidump's Breakpad-compatible walker with `dump_syms` symbol files from
+//!   `syms/` beside the sample (loaded during the warm-up walk, so not counted per frame).
+//! - `breakpad-setup`: the same setup without any walk, to count symbol-file loading apart.
 
 use std::hint::black_box;
 use std::path::Path;
 
+use unwind_benches::breakpad::Breakpad;
 use unwind_benches::sample::Sample;
 use unwind_benches::unwinders::{frame_pointer_walk, Framehop, Ours};
 
@@ -62,6 +66,22 @@ fn main() {
                     fh.clear();
                 }
                 black_box(fh.unwind(&sample, &image, &mut pcs));
+            }
+            (frames, 0)
+        }
+        "breakpad" | "breakpad-setup" => {
+            let syms = Path::new(path)
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("syms");
+            let bp = Breakpad::new(&sample, &syms);
+            if mode == "breakpad-setup" {
+                println!("frames 0 misses 0");
+                return;
+            }
+            let frames = bp.unwind(&sample, &mut pcs);
+            for _ in 0..k {
+                black_box(bp.unwind(&sample, &mut pcs));
             }
             (frames, 0)
         }
