@@ -7,6 +7,7 @@
 //!
 //! The pieces:
 //! - [`x86_64`]: the register set (PC, SP, FP), its typed [`x86_64::Rule`] and the unwind loop.
+//! - [`arm`]: 32-bit ARM (r15, r14, r13, r12, r11, r7), rules from DWARF or EXIDX, its loop.
 //! - [`expr`]: a small postfix program for the DWARF expressions that read only tracked registers.
 //! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
 //! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
@@ -16,6 +17,7 @@
 
 extern crate alloc;
 
+pub mod arm;
 pub mod cache;
 pub mod expr;
 pub mod memory;

@@ -40,6 +40,8 @@ pub enum Trust {
     Cfi,
     /// From the callee's frame pointer, because no rule described the callee.
     FramePointer,
+    /// From the link register: frame 0 had no rule and was assumed to be a leaf (ARM).
+    LinkRegister,
 }
 
 /// The outcome of one unwind.
