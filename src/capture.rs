@@ -2,55 +2,12 @@
 
 use std::sync::atomic::Ordering;
 
-use unwind_core::x86_64::Regs;
+use crate::arch::{self, Regs};
 
 use crate::threads;
 use crate::SampleError;
 
-/// Bytes below the stack pointer that leaf functions may use without moving it (x86_64 psABI).
-pub const RED_ZONE: u64 = 128;
-
-/// The interrupted thread's PC, SP and FP.
-///
-/// # Safety
-/// `ucontext` must point to a valid `ucontext_t`, such as the third argument of a signal
-/// handler installed with `SA_SIGINFO`.
-pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
-    // SAFETY: the caller guarantees a valid ucontext_t.
-    let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
-    let g = &uc.uc_mcontext.gregs;
-    let get = |i: libc::c_int| {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| g.get(i))
-            .map_or(0, |&v| v as u64)
-    };
-    Regs {
-        pc: get(libc::REG_RIP),
-        sp: get(libc::REG_RSP),
-        fp: get(libc::REG_RBP),
-    }
-}
-
-/// The registers at this point of the caller (always inlined, so PC, SP and FP are consistent
-/// with the caller's own CFI at that instruction).
-#[inline(always)]
-pub(crate) fn current_regs() -> Regs {
-    let (pc, sp, fp): (u64, u64, u64);
-    // SAFETY: reads rip (by lea), rsp and rbp; touches no memory and changes no other state.
-    unsafe {
-        std::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {fp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            fp = out(reg) fp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
-    Regs { pc, sp, fp }
-}
+pub use crate::arch::{regs_from_ucontext, RED_ZONE};
 
 /// A stack copied in a signal handler: the registers, and `len` bytes of stack starting at
 /// address `base` written at the start of the caller's buffer.
@@ -69,7 +26,7 @@ pub struct CapturedStack {
 /// benchmarks and offline unwinding of the current thread.
 #[inline(never)]
 pub fn capture_here(buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
-    let regs = current_regs();
+    let regs = arch::current_regs();
     copy_stack(regs, buf)
 }
 
@@ -95,14 +52,15 @@ fn copy_stack(regs: Regs, buf: &mut [u8]) -> Result<CapturedStack, SampleError> 
     let guard = threads::enter()?;
     let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
     let hi = guard.slot.stack_hi.load(Ordering::Relaxed);
-    if !(lo <= regs.sp && regs.sp < hi) {
+    let sp = arch::sp(&regs);
+    if !(lo <= sp && sp < hi) {
         return Ok(CapturedStack {
             regs,
-            base: regs.sp,
+            base: sp,
             len: 0,
         });
     }
-    let base = regs.sp.saturating_sub(RED_ZONE).max(lo);
+    let base = sp.saturating_sub(RED_ZONE).max(lo);
     let len = usize::try_from(hi - base)
         .unwrap_or(usize::MAX)
         .min(buf.len());

@@ -23,9 +23,10 @@
 
 #![warn(missing_docs)]
 
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-compile_error!("the `unwind` runtime supports Linux x86_64 (32-bit ARM: see the ARM issue)");
+#[cfg(not(target_os = "linux"))]
+compile_error!("the `unwind` runtime supports Linux");
 
+mod arch;
 mod capture;
 mod modules;
 pub mod offline;
@@ -40,13 +41,14 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
 pub use modules::LoadedModule;
 pub use report::{preload_file, ModuleReport, PreloadReport};
-pub use unwind_core::{self as core, x86_64::Regs, StopReason, Trust, UnwindResult};
+pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};
 pub use unwind_dwarf as dwarf;
 
-use unwind_core::x86_64::Rule;
+use arch::{CachedRule, Rule};
 use unwind_core::{LiveStack, Memory, RuleTable, RuleTableBuilder, StackImage};
 
 /// Why a sample could not be unwound at all.
@@ -243,11 +245,7 @@ pub fn cache_stats() -> Option<(u64, u64)> {
 /// Runs `f` with the calling thread's cache and the published table, protected by the thread's
 /// hazard pointer. Async-signal-safe.
 fn with_table<T>(
-    f: impl FnOnce(
-        &RuleTable<Rule>,
-        &mut unwind_core::Cache<unwind_core::x86_64::CachedRule>,
-        &threads::ThreadSlot,
-    ) -> T,
+    f: impl FnOnce(&RuleTable<Rule>, &mut unwind_core::Cache<CachedRule>, &threads::ThreadSlot) -> T,
 ) -> Result<T, SampleError> {
     let guard = threads::enter()?;
     let slot = guard.slot;
@@ -298,8 +296,8 @@ fn unwind_live(
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, slot| {
-        let mem = live_stack(slot, regs.sp);
-        unwind_core::x86_64::unwind(table, cache, regs, &mem, pcs, trust)
+        let mem = live_stack(slot, arch::sp(&regs));
+        arch::unwind(table, cache, regs, &mem, pcs, trust)
     })
 }
 
@@ -328,7 +326,7 @@ pub fn unwind_here(
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    let regs = capture::current_regs();
+    let regs = arch::current_regs();
     unwind_live(regs, pcs, trust)
 }
 
@@ -340,7 +338,7 @@ pub fn unwind_copy(
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    with_table(|table, cache, _| unwind_core::x86_64::unwind(table, cache, regs, stack, pcs, trust))
+    with_table(|table, cache, _| arch::unwind(table, cache, regs, stack, pcs, trust))
 }
 
 /// Unwinds with any [`Memory`] and a caller-owned cache against the published table; for
@@ -348,11 +346,11 @@ pub fn unwind_copy(
 pub fn unwind_with<M: Memory + ?Sized>(
     regs: Regs,
     mem: &M,
-    cache: &mut unwind_core::Cache<unwind_core::x86_64::CachedRule>,
+    cache: &mut unwind_core::Cache<CachedRule>,
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    with_table(|table, _, _| unwind_core::x86_64::unwind(table, cache, regs, mem, pcs, trust))
+    with_table(|table, _, _| arch::unwind(table, cache, regs, mem, pcs, trust))
 }
 
 /// Runs `f` with the published table (for inspection; not for signal handlers that may nest

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::sync::Arc;
 
+use crate::arch::{Phdr, Rule};
 use unwind_core::table::ModuleRules;
-use unwind_core::x86_64::Rule;
 use unwind_dwarf::{CfiSections, CfiStats, DwarfError};
 
 /// One loaded module as the dynamic loader reports it.
@@ -93,8 +93,8 @@ unsafe extern "C" fn callback(
 /// # Safety
 /// `info` must come from `dl_iterate_phdr` and be used only during its callback.
 unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Option<ParsedModule> {
-    let bias = info.dlpi_addr;
-    let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+    let bias = u64::from(info.dlpi_addr);
+    let phdrs: &[Phdr] = if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
         &[]
     } else {
         // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`.
@@ -105,8 +105,9 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
     let mut hdr = None;
     for p in phdrs {
         if p.p_type == PT_LOAD && p.p_flags & PF_X != 0 {
-            start = start.min(bias.wrapping_add(p.p_vaddr));
-            end = end.max(bias.wrapping_add(p.p_vaddr).wrapping_add(p.p_memsz));
+            let vaddr = bias.wrapping_add(u64::from(p.p_vaddr));
+            start = start.min(vaddr);
+            end = end.max(vaddr.wrapping_add(u64::from(p.p_memsz)));
         }
         if p.p_type == PT_GNU_EH_FRAME {
             hdr = Some(p);
@@ -135,7 +136,7 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
         bias,
         start,
         end,
-        eh_frame_hdr: hdr.map(|h| bias.wrapping_add(h.p_vaddr)),
+        eh_frame_hdr: hdr.map(|h| bias.wrapping_add(u64::from(h.p_vaddr))),
     };
     let key = ModuleKey {
         name: module.name.clone(),
@@ -175,53 +176,131 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
     })
 }
 
-/// Reads `.eh_frame` of a mapped module: `.eh_frame_hdr` gives its address, and the readable
-/// `PT_LOAD` segment that contains it bounds the slice (parsing stops at its zero terminator).
+/// A mapped segment's file-address range `[vaddr, vaddr + filesz)`.
+fn file_range(p: &Phdr) -> (u64, u64) {
+    let vaddr = u64::from(p.p_vaddr);
+    (vaddr, vaddr.saturating_add(u64::from(p.p_filesz)))
+}
+
+/// The bytes of a mapped module from file address `svma` to the end of the readable `PT_LOAD`
+/// segment that contains it, with that segment's range.
 ///
 /// # Safety
 /// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
+unsafe fn mapped_from<'a>(bias: u64, phdrs: &[Phdr], svma: u64) -> Option<(&'a [u8], (u64, u64))> {
+    let seg = phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(file_range)
+        .find(|&(lo, hi)| lo <= svma && svma < hi)?;
+    let len = usize::try_from(seg.1 - svma).ok()?;
+    // SAFETY: `[svma, seg.1)` lies inside a PT_LOAD segment the loader keeps mapped and
+    // readable during the caller's dl_iterate_phdr callback.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(bias.wrapping_add(svma) as usize as *const u8, len) };
+    Some((bytes, seg))
+}
+
+/// `.eh_frame` of a mapped module: `.eh_frame_hdr` gives its address, and the readable
+/// `PT_LOAD` segment that contains it bounds the slice (parsing stops at its zero terminator).
+///
+/// # Safety
+/// As for [`mapped_from`].
+unsafe fn eh_frame_of<'a>(
+    bias: u64,
+    hdr: &Phdr,
+    phdrs: &[Phdr],
+) -> Result<(&'a [u8], u64), DwarfError> {
+    let hdr_svma = u64::from(hdr.p_vaddr);
+    // SAFETY: forwarded.
+    let (hdr_bytes, _) = unsafe { mapped_from(bias, phdrs, hdr_svma) }.ok_or(DwarfError::NoCfi)?;
+    let hdr_len = usize::try_from(u64::from(hdr.p_memsz)).unwrap_or(usize::MAX);
+    let hdr_bytes = hdr_bytes
+        .get(..hdr_len.min(hdr_bytes.len()))
+        .unwrap_or(hdr_bytes);
+    let eh_svma = unwind_dwarf::eh_frame_address_from_hdr(hdr_bytes, hdr_svma)?;
+    // SAFETY: forwarded.
+    let (eh_frame, _) = unsafe { mapped_from(bias, phdrs, eh_svma) }.ok_or(DwarfError::NoCfi)?;
+    Ok((eh_frame, eh_svma))
+}
+
+/// Reads the unwind tables of a mapped module (x86_64: `.eh_frame`).
+///
+/// # Safety
+/// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
+#[cfg(target_arch = "x86_64")]
 unsafe fn rules_from_image(
     bias: u64,
-    hdr: Option<&libc::Elf64_Phdr>,
-    phdrs: &[libc::Elf64_Phdr],
+    hdr: Option<&Phdr>,
+    phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    let Some(hdr) = hdr else {
-        return unwind_dwarf::rules_from_sections(&CfiSections {
-            plt,
-            code_range: Some(code),
-            ..CfiSections::default()
-        });
-    };
-    let segment_of = |svma: u64| {
-        phdrs
-            .iter()
-            .find(|p| p.p_type == PT_LOAD && p.p_vaddr <= svma && svma < p.p_vaddr + p.p_filesz)
-    };
-    let hdr_svma = hdr.p_vaddr;
-    let hdr_seg = segment_of(hdr_svma).ok_or(DwarfError::NoCfi)?;
-    let hdr_len = hdr
-        .p_memsz
-        .min(hdr_seg.p_vaddr + hdr_seg.p_filesz - hdr_svma);
-    // SAFETY: `[hdr_svma, hdr_svma + hdr_len)` lies inside a mapped, readable PT_LOAD segment.
-    let hdr_bytes = unsafe {
-        std::slice::from_raw_parts(bias.wrapping_add(hdr_svma) as *const u8, hdr_len as usize)
-    };
-    let eh_svma = unwind_dwarf::eh_frame_address_from_hdr(hdr_bytes, hdr_svma)?;
-    let seg = segment_of(eh_svma).ok_or(DwarfError::NoCfi)?;
-    let len = seg.p_vaddr + seg.p_filesz - eh_svma;
-    // SAFETY: `[eh_svma, eh_svma + len)` lies inside a mapped, readable PT_LOAD segment.
-    let eh_frame = unsafe {
-        std::slice::from_raw_parts(bias.wrapping_add(eh_svma) as *const u8, len as usize)
-    };
-    unwind_dwarf::rules_from_sections(&CfiSections {
-        eh_frame: Some(eh_frame),
-        eh_frame_svma: eh_svma,
+    let mut sections = CfiSections {
         plt,
         code_range: Some(code),
         ..CfiSections::default()
-    })
+    };
+    if let Some(hdr) = hdr {
+        // SAFETY: forwarded from the caller.
+        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
+        sections.eh_frame = Some(eh_frame);
+        sections.eh_frame_svma = eh_svma;
+    }
+    unwind_dwarf::rules_from_sections(&sections)
+}
+
+/// `PT_ARM_EXIDX`: the segment holding `.ARM.exidx`.
+#[cfg(target_arch = "arm")]
+const PT_ARM_EXIDX: u32 = 0x7000_0001;
+
+/// Reads the unwind tables of a mapped module (32-bit ARM: `.ARM.exidx` with the `.ARM.extab`
+/// entries it points to, and `.eh_frame` where present, which wins where both describe code).
+///
+/// # Safety
+/// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
+#[cfg(target_arch = "arm")]
+unsafe fn rules_from_image(
+    bias: u64,
+    hdr: Option<&Phdr>,
+    phdrs: &[Phdr],
+    plt: &[unwind_dwarf::plt::PltSection],
+    code: (u64, u64),
+) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
+    let mut sections = CfiSections {
+        plt,
+        code_range: Some(code),
+        ..CfiSections::default()
+    };
+    if let Some(hdr) = hdr {
+        // SAFETY: forwarded from the caller.
+        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
+        sections.eh_frame = Some(eh_frame);
+        sections.eh_frame_svma = eh_svma;
+    }
+    let exidx = phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX);
+    let mut exidx_sections = None;
+    if let Some(x) = exidx {
+        let svma = u64::from(x.p_vaddr);
+        // SAFETY: forwarded from the caller.
+        let (bytes, (seg_lo, _)) =
+            unsafe { mapped_from(bias, phdrs, svma) }.ok_or(DwarfError::NoCfi)?;
+        let len = usize::try_from(u64::from(x.p_memsz))
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        // `.ARM.extab` is not a segment: its entries lie in the same read-only segment, which
+        // is handed over whole (prel31 pointers into it are resolved against its range).
+        // SAFETY: forwarded from the caller.
+        let (segment, _) = unsafe { mapped_from(bias, phdrs, seg_lo) }.ok_or(DwarfError::NoCfi)?;
+        exidx_sections = Some(unwind_arm_exidx::ExidxSections {
+            exidx: bytes.get(..len).unwrap_or(bytes),
+            exidx_svma: svma,
+            extab: Some(segment),
+            extab_svma: seg_lo,
+            text_end: Some(code.1),
+        });
+    }
+    unwind_dwarf::rules_from_sections_arm(&sections, exidx_sections.as_ref())
 }
 
 /// Keys of the parsed modules, for the next refresh's cache.

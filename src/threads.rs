@@ -9,7 +9,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use unwind_core::x86_64::Rule;
+use crate::arch::{CachedRule, Rule};
 use unwind_core::{Cache, RuleTable};
 
 /// One registered thread's state.
@@ -23,7 +23,7 @@ pub(crate) struct ThreadSlot {
     pub stack_lo: AtomicU64,
     pub stack_hi: AtomicU64,
     /// Only the owning thread touches it, and only while `busy` is held.
-    pub cache: UnsafeCell<Cache<unwind_core::x86_64::CachedRule>>,
+    pub cache: UnsafeCell<Cache<CachedRule>>,
 }
 
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched
