@@ -1,8 +1,48 @@
 //! ARM EHABI unwind tables (`.ARM.exidx`, `.ARM.extab`) to `unwind-core` ARM rules.
 //!
-//! API (to be implemented): [`rows`] reads every index entry and returns one row per function,
-//! from its start to the next entry's start (the last one to [`ExidxSections::text_end`]).
+//! [`rows`] reads every index entry and returns one row per function, from its start to the
+//! next entry's start (the last one to [`ExidxSections::text_end`]), with a
+//! [`unwind_core::arm::Rule`] whose source is [`Source::Exidx`](unwind_core::arm::Source::Exidx).
+//!
+//! - [`mod@entry`]: the index and its table entries (inline compact model, compact model with
+//!   personality routines 0, 1 and 2 in `.ARM.extab`, and the generic model in GCC's layout).
+//! - [`mod@decode`]: the frame unwinding instructions ([`Instruction`]).
+//! - [`mod@translate`]: instructions to a rule by simulating the virtual stack pointer.
+//!
+//! An EHABI entry describes the function body after its prologue and before its epilogue; it
+//! has one rule for the whole function. Samples in a prologue or epilogue may unwind wrongly,
+//! which is why rules say where they came from.
+//!
+//! Design decisions:
+//! - `EXIDX_CANTUNWIND` entries give no row: their range is a gap (the unwinder falls back to
+//!   the frame pointer there).
+//! - The last entry runs to `text_end`; without it (or if `text_end` is not above the start)
+//!   the last entry is dropped ([`ExidxDropReason::NoEnd`]). Linkers end the index with a
+//!   `CANTUNWIND` sentinel at the end of the code, so this rarely loses a function.
+//! - Function starts should have bit 0 clear (the assembler refers to section offsets, not to
+//!   Thumb symbols); a set bit 0 is cleared (counted in [`ExidxStats::odd_starts`]), because
+//!   lookups clear the Thumb bit of PCs.
+//! - Entries with the same start: the last one covers the range; the others are empty
+//!   ([`ExidxStats::empty`]).
+//! - A pop of r13 makes `vsp` a loaded value; it is representable (SP = `Offset`) only if no
+//!   instruction other than "finish" follows ([`ExidxDropReason::SpPopped`]).
+//! - `vsp = r[n]` is representable if `r[n]` is tracked (r7, r11, r12 or r14) and no tracked
+//!   register has been popped before it (their slots are relative to the previous base):
+//!   [`ExidxDropReason::VspFromUntrackedRegister`], [`ExidxDropReason::BaseSwitchAfterSave`].
 
+#![warn(missing_docs)]
+
+use core::fmt;
+
+pub mod decode;
+pub mod entry;
+pub mod translate;
+
+pub use decode::{decode, DecodeError, Decoder, Instruction};
+pub use entry::{entries, prel31, Entry, Model, EXIDX_CANTUNWIND};
+pub use translate::translate;
+
+use unwind_core::arm::Rule;
 
 /// The EHABI sections of one module, with their file (stated) virtual addresses.
 #[derive(Clone, Copy, Debug, Default)]
@@ -11,10 +51,240 @@ pub struct ExidxSections<'a> {
     pub exidx: &'a [u8],
     /// Its file address (prel31 offsets are relative to each word's address).
     pub exidx_svma: u64,
-    /// `.ARM.extab` contents, if the module has them.
+    /// `.ARM.extab` contents, if the module has them (any range of the file's loaded bytes
+    /// that contains the table entries will do).
     pub extab: Option<&'a [u8]>,
     /// Its file address.
     pub extab_svma: u64,
     /// Where the last function ends (the end of the code), if known.
     pub text_end: Option<u64>,
 }
+
+/// Why an index entry gave no row. Dropped entries leave a gap, where the unwinder falls back
+/// to the frame pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExidxDropReason {
+    /// The instructions start with (or reach) "refuse to unwind" (`0x80 0x00`).
+    RefuseToUnwind,
+    /// A spare (unallocated) opcode.
+    Spare,
+    /// A reserved opcode (`0x9d`, `0x9f`).
+    Reserved,
+    /// A multi-byte instruction runs past the end of the entry's bytes.
+    Truncated,
+    /// The compact model's personality routine index is not 0, 1 or 2 (0 for inline entries).
+    BadPersonalityIndex,
+    /// The entry points outside `.ARM.extab` (or the module has none).
+    ExtabOutOfRange,
+    /// A compact-model table entry's additional words run past the end of `.ARM.extab`.
+    ExtabTruncated,
+    /// A generic-model table entry has no readable opcode word (or its additional words run past
+    /// the end of `.ARM.extab`).
+    GenericNoOpcodes,
+    /// `vsp = r[n]` with `r[n]` a register the rules do not track.
+    VspFromUntrackedRegister,
+    /// `vsp = r[n]` after a tracked register was popped relative to the previous `vsp`.
+    BaseSwitchAfterSave,
+    /// r13 was popped and another instruction follows.
+    SpPopped,
+    /// An offset does not fit in 32 bits.
+    OffsetOutOfRange,
+    /// The last entry, and the end of the code is not known.
+    NoEnd,
+}
+
+impl ExidxDropReason {
+    /// Every reason, in a fixed order (the order of [`ExidxStats::dropped`]).
+    pub const ALL: [ExidxDropReason; 13] = [
+        ExidxDropReason::RefuseToUnwind,
+        ExidxDropReason::Spare,
+        ExidxDropReason::Reserved,
+        ExidxDropReason::Truncated,
+        ExidxDropReason::BadPersonalityIndex,
+        ExidxDropReason::ExtabOutOfRange,
+        ExidxDropReason::ExtabTruncated,
+        ExidxDropReason::GenericNoOpcodes,
+        ExidxDropReason::VspFromUntrackedRegister,
+        ExidxDropReason::BaseSwitchAfterSave,
+        ExidxDropReason::SpPopped,
+        ExidxDropReason::OffsetOutOfRange,
+        ExidxDropReason::NoEnd,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExidxDropReason::RefuseToUnwind => "refuse-to-unwind",
+            ExidxDropReason::Spare => "spare-opcode",
+            ExidxDropReason::Reserved => "reserved-opcode",
+            ExidxDropReason::Truncated => "truncated",
+            ExidxDropReason::BadPersonalityIndex => "bad-personality-index",
+            ExidxDropReason::ExtabOutOfRange => "extab-out-of-range",
+            ExidxDropReason::ExtabTruncated => "extab-truncated",
+            ExidxDropReason::GenericNoOpcodes => "generic-no-opcodes",
+            ExidxDropReason::VspFromUntrackedRegister => "vsp-from-untracked-register",
+            ExidxDropReason::BaseSwitchAfterSave => "base-switch-after-save",
+            ExidxDropReason::SpPopped => "sp-popped",
+            ExidxDropReason::OffsetOutOfRange => "offset-out-of-range",
+            ExidxDropReason::NoEnd => "no-end",
+        }
+    }
+}
+
+impl fmt::Display for ExidxDropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What reading a module's index found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExidxStats {
+    /// Index entries.
+    pub entries: u64,
+    /// `EXIDX_CANTUNWIND` entries (no row).
+    pub cant_unwind: u64,
+    /// Compact-model entries inline in the index.
+    pub inline: u64,
+    /// Compact-model entries in `.ARM.extab`.
+    pub extab: u64,
+    /// Generic-model entries (a personality routine) in `.ARM.extab`.
+    pub generic: u64,
+    /// Entries whose range is empty (the next entry has the same start).
+    pub empty: u64,
+    /// Function starts with bit 0 set (cleared).
+    pub odd_starts: u64,
+    /// Rows produced.
+    pub rows: u64,
+    /// Entries dropped, by reason (indexed like [`ExidxDropReason::ALL`]).
+    pub dropped: [u64; ExidxDropReason::ALL.len()],
+}
+
+impl ExidxStats {
+    /// Entries dropped for `reason`.
+    pub fn dropped_for(&self, reason: ExidxDropReason) -> u64 {
+        self.dropped[reason as usize]
+    }
+
+    /// All dropped entries.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    /// `(reason, count)` for every reason with a non-zero count.
+    pub fn drops(&self) -> impl Iterator<Item = (ExidxDropReason, u64)> + '_ {
+        ExidxDropReason::ALL
+            .iter()
+            .map(|&r| (r, self.dropped_for(r)))
+            .filter(|&(_, n)| n > 0)
+    }
+
+    fn drop(&mut self, reason: ExidxDropReason) {
+        self.dropped[reason as usize] += 1;
+    }
+}
+
+/// Why a module's index could not be read at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExidxError {
+    /// `.ARM.exidx` is not a whole number of 8-byte entries.
+    BadLength {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// `.ARM.exidx`'s address is not 4-aligned.
+    Misaligned {
+        /// The address.
+        svma: u64,
+    },
+    /// Entry `index`'s function start is outside the 32-bit address space.
+    AddressOutOfRange {
+        /// The entry.
+        index: usize,
+    },
+    /// Entry `index` starts below its predecessor (the index must be sorted).
+    NotSorted {
+        /// The entry.
+        index: usize,
+    },
+}
+
+impl fmt::Display for ExidxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ExidxError::BadLength { len } => {
+                write!(f, ".ARM.exidx length {len} is not a multiple of 8")
+            }
+            ExidxError::Misaligned { svma } => {
+                write!(f, ".ARM.exidx address {svma:#x} is not 4-aligned")
+            }
+            ExidxError::AddressOutOfRange { index } => write!(
+                f,
+                ".ARM.exidx entry {index} starts outside the 32-bit address space"
+            ),
+            ExidxError::NotSorted { index } => {
+                write!(f, ".ARM.exidx entry {index} starts below its predecessor")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ExidxError {}
+
+/// A row: file addresses `[start, end)` and their rule.
+pub type Row = (u64, u64, Rule);
+
+/// One row per function: `(start, end, rule)` in file addresses, sorted by start, with
+/// `CANTUNWIND` entries and dropped entries left out (gaps). Identical neighbouring rules are
+/// not merged here (the table builder does).
+pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), ExidxError> {
+    let entries = entries(sections)?;
+    let mut stats = ExidxStats::default();
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        stats.entries += 1;
+        match e.model {
+            Model::CantUnwind => stats.cant_unwind += 1,
+            Model::Inline => stats.inline += 1,
+            Model::Compact { .. } => stats.extab += 1,
+            Model::Generic { .. } => stats.generic += 1,
+            Model::Invalid => {}
+        }
+        if e.start & 1 != 0 {
+            stats.odd_starts += 1;
+        }
+        if e.model == Model::CantUnwind {
+            continue;
+        }
+        let start = e.start & !1;
+        let end = match entries.get(i + 1) {
+            Some(next) => next.start & !1,
+            None => match sections.text_end {
+                Some(end) if end > start => end,
+                _ => {
+                    stats.drop(ExidxDropReason::NoEnd);
+                    continue;
+                }
+            },
+        };
+        if end <= start {
+            stats.empty += 1;
+            continue;
+        }
+        let rule = match &e.opcodes {
+            Ok(bytes) => translate::translate_decoded(Decoder::new(bytes)),
+            Err(reason) => Err(*reason),
+        };
+        match rule {
+            Ok(rule) => {
+                out.push((start, end, rule));
+                stats.rows += 1;
+            }
+            Err(reason) => stats.drop(reason),
+        }
+    }
+    Ok((out, stats))
+}
+
+#[cfg(test)]
+mod tests;
