@@ -44,14 +44,19 @@ pub enum DropReason {
     CfaExpression,
     /// The return-address column has no rule.
     ReturnAddressMissing,
-    /// The return-address rule is another register, architectural or "same value".
+    /// The return-address rule is another register (x86_64: any; ARM: an untracked one),
+    /// architectural, or (x86_64) "same value".
     ReturnAddressRule,
     /// The return-address expression is unsupported.
     ReturnAddressExpression,
-    /// The frame-pointer rule is another register or architectural.
+    /// The frame-pointer rule is another register (ARM: an untracked one) or architectural.
     FramePointerRule,
     /// The frame-pointer expression is unsupported.
     FramePointerExpression,
+    /// (ARM) The rule for SP or r12 is an untracked register or architectural.
+    OtherRegisterRule,
+    /// (ARM) The expression for SP or r12 is unsupported.
+    OtherRegisterExpression,
     /// An offset does not fit in 32 bits.
     OffsetOutOfRange,
     /// The module has more than 65,535 distinct expressions.
@@ -62,7 +67,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::CfaUntrackedRegister,
         DropReason::CfaExpression,
         DropReason::ReturnAddressMissing,
@@ -70,6 +75,8 @@ impl DropReason {
         DropReason::ReturnAddressExpression,
         DropReason::FramePointerRule,
         DropReason::FramePointerExpression,
+        DropReason::OtherRegisterRule,
+        DropReason::OtherRegisterExpression,
         DropReason::OffsetOutOfRange,
         DropReason::TooManyExpressions,
         DropReason::CorruptFde,
@@ -85,6 +92,8 @@ impl DropReason {
             DropReason::ReturnAddressExpression => "ra-expression",
             DropReason::FramePointerRule => "fp-rule",
             DropReason::FramePointerExpression => "fp-expression",
+            DropReason::OtherRegisterRule => "reg-rule",
+            DropReason::OtherRegisterExpression => "reg-expression",
             DropReason::OffsetOutOfRange => "offset-out-of-range",
             DropReason::TooManyExpressions => "too-many-expressions",
             DropReason::CorruptFde => "corrupt-fde",
@@ -207,7 +216,6 @@ impl<T: Translate> Collector<'_, T> {
                 self.stats.fdes_shadowed += 1;
                 continue;
             }
-            ranges.push((start, end));
             self.rows.clear();
             let signal = fde.is_signal_trampoline();
             let result: Result<(), gimli::Error> = (|| {
@@ -228,6 +236,8 @@ impl<T: Translate> Collector<'_, T> {
                 self.stats.dropped[DropReason::CorruptFde as usize] += self.rows.len() as u64;
                 continue;
             }
+            // Only FDEs whose rows were kept shadow others (and lower-priority rows).
+            ranges.push((start, end));
             for &(s, e, rule) in &self.rows {
                 self.builder.push(s, e, rule)?;
             }
@@ -235,13 +245,22 @@ impl<T: Translate> Collector<'_, T> {
     }
 }
 
-/// Reads and translates the CFI of one module.
-pub(crate) fn collect<T: Translate>(
+/// A module's DWARF rows (and synthesized PLT rows) in a builder, before it is built.
+pub(crate) struct Collected<R> {
+    /// The rows pushed so far.
+    pub builder: ModuleRulesBuilder<R>,
+    /// Counts so far (`table` not yet set).
+    pub stats: CfiStats,
+    /// The ranges of the FDEs kept and of the PLT rows synthesized, sorted: addresses that
+    /// lower-priority rows (EXIDX) must not describe.
+    pub covered: Vec<(u64, u64)>,
+}
+
+/// Reads and translates the CFI of one module and synthesizes PLT rows, without building the
+/// table (an empty module gives an empty builder).
+pub(crate) fn collect_rows<T: Translate>(
     sections: &CfiSections<'_>,
-) -> Result<(ModuleRules<T::Rule>, CfiStats), DwarfError> {
-    if sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty() {
-        return Err(DwarfError::NoCfi);
-    }
+) -> Result<Collected<T::Rule>, DwarfError> {
     let bases = BaseAddresses::default()
         .set_eh_frame(sections.eh_frame_svma)
         .set_text(sections.text_svma)
@@ -273,17 +292,38 @@ pub(crate) fn collect<T: Translate>(
     let mut covered = eh_ranges;
     covered.extend(debug_ranges);
     covered.sort_unstable();
+    let mut plt_ranges = Vec::new();
     for plt in sections.plt {
         for (start, end, rule) in T::plt_rows(plt, &mut c.builder)? {
             for (s, e) in uncovered(start, end, &covered) {
                 c.builder.push(s, e, rule)?;
                 c.stats.plt_rows += 1;
+                plt_ranges.push((s, e));
             }
         }
     }
-    let rules = c.builder.build()?;
-    c.stats.table = rules.stats();
-    Ok((rules, c.stats))
+    covered.extend(plt_ranges);
+    covered.sort_unstable();
+    Ok(Collected {
+        builder: c.builder,
+        stats: c.stats,
+        covered,
+    })
+}
+
+/// Reads and translates the CFI of one module.
+pub(crate) fn collect<T: Translate>(
+    sections: &CfiSections<'_>,
+) -> Result<(ModuleRules<T::Rule>, CfiStats), DwarfError> {
+    if sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty() {
+        return Err(DwarfError::NoCfi);
+    }
+    let Collected {
+        builder, mut stats, ..
+    } = collect_rows::<T>(sections)?;
+    let rules = builder.build()?;
+    stats.table = rules.stats();
+    Ok((rules, stats))
 }
 
 /// Reads and translates the CFI of one x86_64 module.

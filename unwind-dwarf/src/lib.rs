@@ -6,20 +6,30 @@
 //! untracked register, an expression reading other registers) are dropped and counted by
 //! [`DropReason`]. Identical neighbouring rows are merged by the table builder.
 //!
+//! 32-bit ARM modules ([`rules_from_sections_arm`], [`load_elf_file_arm`]) give
+//! [`unwind_core::arm::Rule`]s from DWARF CFI where an FDE describes the address and from the
+//! EHABI tables (`.ARM.exidx`, read by `unwind-arm-exidx`) elsewhere.
+//!
 //! Sources: an ELF file ([`load_elf_file`], [`rules_from_elf`]) or the sections of a module
 //! already mapped in memory ([`CfiSections`], found from `PT_GNU_EH_FRAME` with
 //! [`eh_frame_address_from_hdr`]). Malformed input gives a [`DwarfError`] or counted drops,
 //! never a panic.
 
+mod arm;
 mod cfi;
 mod compile;
 mod elf;
 pub mod plt;
 mod x86_64;
 
+pub use arm::{rules_from_sections_arm, ArmStats};
 pub use cfi::{rules_from_sections, CfiSections, CfiStats, DropReason};
 pub use compile::compile_expression;
-pub use elf::{load_elf_file, rules_from_elf, LoadedRules};
+pub use elf::{
+    load_elf_file, load_elf_file_arm, rules_from_elf, rules_from_elf_arm, LoadedRules,
+    LoadedRulesArm,
+};
+pub use unwind_arm_exidx::ExidxSections;
 
 use std::fmt;
 
@@ -34,10 +44,12 @@ pub enum DwarfError {
     UnsupportedArchitecture(object::Architecture),
     /// `.eh_frame_hdr` is malformed or does not point at `.eh_frame` directly.
     BadEhFrameHdr(gimli::Error),
-    /// The module has neither `.eh_frame` nor `.debug_frame`.
+    /// The module has neither `.eh_frame` nor `.debug_frame` (nor, for ARM, `.ARM.exidx`).
     NoCfi,
     /// The rules could not be encoded.
     Table(unwind_core::table::TableError),
+    /// `.ARM.exidx` (or `.ARM.extab`) is malformed.
+    Exidx(unwind_arm_exidx::ExidxError),
 }
 
 impl fmt::Display for DwarfError {
@@ -47,8 +59,9 @@ impl fmt::Display for DwarfError {
             DwarfError::Elf(e) => write!(f, "malformed ELF file: {e}"),
             DwarfError::UnsupportedArchitecture(a) => write!(f, "unsupported architecture {a:?}"),
             DwarfError::BadEhFrameHdr(e) => write!(f, "malformed .eh_frame_hdr: {e}"),
-            DwarfError::NoCfi => f.write_str("no .eh_frame or .debug_frame"),
+            DwarfError::NoCfi => f.write_str("no .eh_frame, .debug_frame or .ARM.exidx"),
             DwarfError::Table(e) => write!(f, "cannot encode the rule table: {e}"),
+            DwarfError::Exidx(e) => write!(f, "malformed .ARM.exidx: {e}"),
         }
     }
 }

@@ -1,0 +1,673 @@
+//! 32-bit ARM rows to [`unwind_core::arm::Rule`], rules for the ARM PLT, and the merge of DWARF
+//! CFI with EHABI unwind tables (`.ARM.exidx`).
+//!
+//! DWARF register numbers are the core registers' numbers (r0..r15 = 0..15); r7, r11, r12,
+//! r13 (SP), r14 (LR) and r15 (PC) are tracked.
+//!
+//! The return address is the rule of the CIE's return-address column (r14 on every ARM
+//! toolchain). Where that column has no rule, or "same value", the return address is still in
+//! the register itself (the DWARF default for a register the CIE does not mention is the
+//! ABI's, and for the RA column on ARM, as in LLVM's libunwind and GDB, it is "unchanged": at a
+//! function's entry, where GCC's CIE says only `def_cfa r13, 0`, the return address is in LR).
+//! The caller's LR gets the same rule as its PC: after the return LR holds nothing meaningful,
+//! and when LR was pushed the saved word is the return address.
+
+use gimli::{
+    CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
+};
+use unwind_arm_exidx::{ExidxSections, ExidxStats};
+use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
+use unwind_core::expr::Expr;
+use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
+
+use crate::cfi::{collect_rows, offset, CfiSections, CfiStats, Collected, DropReason, Translate};
+use crate::compile::compile_expression;
+use crate::plt::{uncovered, PltKind, PltSection};
+use crate::DwarfError;
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// DWARF register number of r13 (SP).
+const SP: u16 = 13;
+
+/// The expression register number (`Reg as u8`) of a tracked register.
+fn tracked(r: Register) -> Option<u8> {
+    Reg::from_number(r.0).map(|r| r as u8)
+}
+
+pub(crate) struct Arm;
+
+/// What went wrong with one register's rule, before it is named for that register.
+enum Bad {
+    Rule,
+    Expression,
+    Offset,
+}
+
+fn expression<'a, S: UnwindSection<Slice<'a>>>(
+    e: &gimli::UnwindExpression<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    pushes_cfa: bool,
+) -> Option<Expr> {
+    compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
+}
+
+fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
+    rule: RegisterRule<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    builder: &mut ModuleRulesBuilder<Rule>,
+) -> Result<RegRule, Bad> {
+    let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
+    Ok(match rule {
+        RegisterRule::Undefined => RegRule::Undefined,
+        RegisterRule::SameValue => RegRule::Same,
+        RegisterRule::Offset(o) => RegRule::Offset(off(o)?),
+        RegisterRule::ValOffset(o) => RegRule::ValOffset(off(o)?),
+        RegisterRule::Register(r) => RegRule::Register(Reg::from_number(r.0).ok_or(Bad::Rule)?),
+        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => {
+            let compiled = expression(&e, cie, section, true).ok_or(Bad::Expression)?;
+            let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
+            if matches!(rule, RegisterRule::Expression(_)) {
+                RegRule::Expr(i)
+            } else {
+                RegRule::ValExpr(i)
+            }
+        }
+        _ => return Err(Bad::Rule),
+    })
+}
+
+/// `reg_rule` for a register whose missing rule means "unchanged", with its drop reasons.
+fn other_reg<'a, S: UnwindSection<Slice<'a>>>(
+    rule: Option<RegisterRule<usize>>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    builder: &mut ModuleRulesBuilder<Rule>,
+    reasons: (DropReason, DropReason),
+) -> Result<RegRule, DropReason> {
+    match rule {
+        None => Ok(RegRule::Same),
+        Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
+            Bad::Rule => reasons.0,
+            Bad::Expression => reasons.1,
+            Bad::Offset => DropReason::OffsetOutOfRange,
+        }),
+    }
+}
+
+/// The row at a PLT stub's first instruction: nothing pushed, return address in LR.
+fn plt_rule() -> Rule {
+    Rule::default()
+}
+
+impl Translate for Arm {
+    type Rule = Rule;
+    const ADDRESS_SIZE: u8 = 4;
+
+    /// ARM PLT entries (`add ip, pc, ...; add ip, ip, ...; ldr pc, [ip, ...]!`, with an
+    /// optional Thumb `bx pc; nop` prefix) use only ip and never touch the stack: the return
+    /// address stays in LR. `PLT0`, the lazy-binding header at the start of `.plt` (GNU ld and
+    /// lld alike), starts with `str lr, [sp, #-4]!` and jumps to the resolver with its fourth
+    /// instruction: from its second instruction on, the return address is at `[sp]`.
+    fn plt_rows(
+        plt: &PltSection,
+        _builder: &mut ModuleRulesBuilder<Rule>,
+    ) -> Result<Vec<(u64, u64, Rule)>, DwarfError> {
+        let end = plt.svma.saturating_add(plt.size);
+        Ok(match plt.kind {
+            PltKind::Jump => vec![(plt.svma, end, plt_rule())],
+            PltKind::Lazy => {
+                let at = |n: u64| plt.svma.saturating_add(n).min(end);
+                let pushed = Rule {
+                    cfa: CfaRule::RegOffset(Reg::Sp, 4),
+                    pc: RegRule::Offset(-4),
+                    lr: RegRule::Offset(-4),
+                    ..Rule::default()
+                };
+                vec![
+                    (plt.svma, at(4), plt_rule()),
+                    (at(4), at(16), pushed),
+                    (at(16), end, plt_rule()),
+                ]
+            }
+        })
+    }
+
+    fn translate<'a, S: UnwindSection<Slice<'a>>>(
+        row: &gimli::UnwindTableRow<usize>,
+        cie: &CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        builder: &mut ModuleRulesBuilder<Rule>,
+        signal_frame: bool,
+    ) -> Result<Rule, DropReason> {
+        let cfa = match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset {
+                register,
+                offset: o,
+            } => match Reg::from_number(register.0) {
+                Some(r @ (Reg::Sp | Reg::R11 | Reg::R7 | Reg::R12)) => {
+                    CfaRule::RegOffset(r, offset(*o)?)
+                }
+                _ => return Err(DropReason::CfaUntrackedRegister),
+            },
+            gimli::CfaRule::Expression(e) => {
+                let compiled =
+                    expression(e, cie, section, false).ok_or(DropReason::CfaExpression)?;
+                CfaRule::Expr(
+                    builder
+                        .add_expr(compiled)
+                        .map_err(|_| DropReason::TooManyExpressions)?,
+                )
+            }
+        };
+        let ra_column = cie.return_address_register();
+        // "Unchanged": the return address is still in the RA column's register.
+        let unchanged = match Reg::from_number(ra_column.0) {
+            Some(r @ (Reg::Lr | Reg::R12 | Reg::R11 | Reg::R7)) => Some(RegRule::Register(r)),
+            _ => None,
+        };
+        let pc = match row.register(ra_column) {
+            None => unchanged.ok_or(DropReason::ReturnAddressMissing)?,
+            Some(RegisterRule::SameValue) => unchanged.ok_or(DropReason::ReturnAddressRule)?,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
+                Bad::Rule => DropReason::ReturnAddressRule,
+                Bad::Expression => DropReason::ReturnAddressExpression,
+                Bad::Offset => DropReason::OffsetOutOfRange,
+            })?,
+        };
+        // The caller's LR: the return address's rule ("the callee's LR" is "unchanged").
+        let lr = match pc {
+            RegRule::Register(Reg::Lr) => RegRule::Same,
+            other => other,
+        };
+        let sp = match row.register(Register(SP)) {
+            None => RegRule::ValOffset(0),
+            r => other_reg(
+                r,
+                cie,
+                section,
+                builder,
+                (
+                    DropReason::OtherRegisterRule,
+                    DropReason::OtherRegisterExpression,
+                ),
+            )?,
+        };
+        let others = (
+            DropReason::OtherRegisterRule,
+            DropReason::OtherRegisterExpression,
+        );
+        let fp = (
+            DropReason::FramePointerRule,
+            DropReason::FramePointerExpression,
+        );
+        let r12 = other_reg(row.register(Register(12)), cie, section, builder, others)?;
+        let r11 = other_reg(row.register(Register(11)), cie, section, builder, fp)?;
+        let r7 = other_reg(row.register(Register(7)), cie, section, builder, fp)?;
+        Ok(Rule {
+            cfa,
+            pc,
+            lr,
+            sp,
+            r12,
+            r11,
+            r7,
+            source: Source::Dwarf,
+            signal_frame,
+        })
+    }
+}
+
+/// What loading an ARM module's unwind information found.
+#[derive(Clone, Debug, Default)]
+pub struct ArmStats {
+    /// DWARF CFI (and synthesized PLT rows); `cfi.table` is the whole module's table, EXIDX
+    /// rows included.
+    pub cfi: CfiStats,
+    /// What reading `.ARM.exidx` found, if the module has it.
+    pub exidx: Option<ExidxStats>,
+    /// EXIDX rows (one per function) that describe at least part of their range.
+    pub exidx_rows_used: u64,
+    /// EXIDX rows whose whole range DWARF (or a PLT row) describes.
+    pub exidx_rows_shadowed: u64,
+    /// EXIDX rows used only in part (counted in `exidx_rows_used` too): DWARF describes the
+    /// rest, typically the function itself, leaving the padding after it.
+    pub exidx_rows_partial: u64,
+    /// EXIDX rows outside the module's code (`CfiSections::code_range`), skipped; rows
+    /// reaching past it are clipped.
+    pub exidx_rows_outside_code: u64,
+    /// Ranges pushed from EXIDX rows.
+    pub exidx_ranges: u64,
+}
+
+/// Reads the unwind information of one 32-bit ARM module: DWARF CFI from `sections`, PLT rows
+/// synthesized where no FDE covers `sections.plt`, and EHABI rows from `exidx` where neither
+/// does.
+///
+/// DWARF wins wherever it has an FDE, being exact at every instruction (prologues and
+/// epilogues included), while an EXIDX entry describes its function only after the prologue.
+/// An EXIDX row is a whole function (up to the next entry), so it is clipped to the addresses no
+/// FDE or PLT row covers.
+pub fn rules_from_sections_arm(
+    sections: &CfiSections<'_>,
+    exidx: Option<&ExidxSections<'_>>,
+) -> Result<(ModuleRules<Rule>, ArmStats), DwarfError> {
+    if sections.eh_frame.is_none()
+        && sections.debug_frame.is_none()
+        && sections.plt.is_empty()
+        && exidx.is_none()
+    {
+        return Err(DwarfError::NoCfi);
+    }
+    let Collected {
+        mut builder,
+        stats: cfi,
+        covered,
+    } = collect_rows::<Arm>(sections)?;
+    let mut stats = ArmStats {
+        cfi,
+        ..ArmStats::default()
+    };
+    if let Some(exidx) = exidx {
+        let (rows, exidx_stats) = unwind_arm_exidx::rows(exidx).map_err(DwarfError::Exidx)?;
+        stats.exidx = Some(exidx_stats);
+        for (start, end, rule) in rows {
+            // Function addresses are even; a Thumb bit left in a bound would misalign it.
+            let (mut start, mut end) = (start & !1, end & !1);
+            if let Some((lo, hi)) = sections.code_range {
+                (start, end) = (start.max(lo), end.min(hi));
+                if end <= start {
+                    stats.exidx_rows_outside_code += 1;
+                    continue;
+                }
+            }
+            if end <= start {
+                continue;
+            }
+            let pieces = uncovered(start, end, &covered);
+            match pieces.as_slice() {
+                [] => stats.exidx_rows_shadowed += 1,
+                [(s, e)] if (*s, *e) == (start, end) => stats.exidx_rows_used += 1,
+                _ => {
+                    stats.exidx_rows_used += 1;
+                    stats.exidx_rows_partial += 1;
+                }
+            }
+            for (s, e) in pieces {
+                builder.push(s, e, rule)?;
+                stats.exidx_ranges += 1;
+            }
+        }
+    }
+    let rules = builder.build()?;
+    stats.cfi.table = rules.stats();
+    Ok((rules, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+    use std::sync::Arc;
+    use unwind_core::arm::{step_cfi, Regs};
+    use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
+
+    /// A `.debug_frame` (32-bit) with GCC's ARM CIE (code alignment 2, data alignment -4,
+    /// return address column `ra`, `def_cfa r13, 0`) and one FDE per `(start, len, insns)`.
+    fn debug_frame(ra: u8, fdes: &[(u32, u32, &[u8])]) -> Vec<u8> {
+        let mut cie = Vec::new();
+        cie.extend(0xffff_ffffu32.to_le_bytes());
+        cie.push(1); // version
+        cie.push(0); // augmentation ""
+        cie.push(2); // code alignment
+        cie.push(0x7c); // data alignment -4
+        cie.push(ra);
+        cie.extend([0x0c, 13, 0]); // def_cfa r13, 0
+        while cie.len() % 4 != 0 {
+            cie.push(0);
+        }
+        let mut out = Vec::new();
+        out.extend((cie.len() as u32).to_le_bytes());
+        out.extend(&cie);
+        for &(start, len, insns) in fdes {
+            let mut fde = Vec::new();
+            fde.extend(0u32.to_le_bytes()); // CIE at offset 0
+            fde.extend(start.to_le_bytes());
+            fde.extend(len.to_le_bytes());
+            fde.extend(insns);
+            while fde.len() % 4 != 0 {
+                fde.push(0);
+            }
+            out.extend((fde.len() as u32).to_le_bytes());
+            out.extend(&fde);
+        }
+        out
+    }
+
+    fn table(rules: ModuleRules<Rule>) -> RuleTable<Rule> {
+        let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+        b.add(0, u64::MAX, 0, "m".into(), Arc::new(rules));
+        b.build().unwrap()
+    }
+
+    /// A stack whose word at `a` is `a + 1`.
+    fn stack() -> Vec<u8> {
+        (0..256u32)
+            .flat_map(|i| (0x8000 + i * 4 + 1).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn prologue_rows_translate() {
+        // push {r4, r7, lr}; add r7, sp, #4; ... sub sp, #16
+        let insns: &[u8] = &[
+            0x41, // advance 2
+            0x0e, 12, // def_cfa_offset 12
+            0x84, 3, // r4 at cfa-12
+            0x87, 2, // r7 at cfa-8
+            0x8e, 1,    // r14 at cfa-4
+            0x41, // advance 2
+            0x0c, 7, 8,    // def_cfa r7, 8
+            0x41, // advance 2
+            0x07, 14, // undefined r14
+        ];
+        let data = debug_frame(14, &[(0x1000, 0x20, insns)]);
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                debug_frame: Some(&data),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(stats.cfi.fdes, 1);
+        assert_eq!(stats.cfi.rows, 4);
+        assert_eq!(stats.cfi.dropped_total(), 0);
+        assert_eq!(rules.lookup(0x1000), Some(Rule::default()));
+        let pushed = Rule {
+            cfa: CfaRule::RegOffset(Reg::Sp, 12),
+            pc: RegRule::Offset(-4),
+            lr: RegRule::Offset(-4),
+            r7: RegRule::Offset(-8),
+            ..Rule::default()
+        };
+        assert_eq!(rules.lookup(0x1002), Some(pushed));
+        assert_eq!(
+            rules.lookup(0x1004),
+            Some(Rule {
+                cfa: CfaRule::RegOffset(Reg::R7, 8),
+                ..pushed
+            })
+        );
+        let end = rules.lookup(0x1006).unwrap();
+        assert!(end.is_end_of_stack());
+        assert_eq!(rules.lookup(0x1020), None);
+
+        let t = table(rules);
+        let bytes = stack();
+        let mem = StackImage::new(0x8000, &bytes);
+        let regs = Regs {
+            pc: 0x1002,
+            lr: 0x77,
+            sp: 0x8100,
+            r12: 12,
+            r11: 11,
+            r7: 7,
+        };
+        let (m, rule) = t.lookup(0x1002).unwrap();
+        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        assert_eq!(step.caller.sp, 0x810c);
+        assert_eq!(step.caller.pc, 0x8108 + 1);
+        assert_eq!(step.caller.lr, 0x8108 + 1);
+        assert_eq!(step.caller.r7, 0x8104 + 1);
+        assert_eq!(step.caller.r11, 11);
+        let (m, rule) = t.lookup(0x1000).unwrap();
+        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        assert_eq!(
+            (step.caller.pc, step.caller.lr, step.caller.sp),
+            (0x77, 0x77, 0x8100)
+        );
+    }
+
+    #[test]
+    fn untracked_and_unusual_rules() {
+        let insns: &[u8] = &[
+            0x0c, 4, 8, // def_cfa r4, 8: dropped
+            0x41, 0x0c, 13, 8, // def_cfa sp, 8
+            0x09, 14, 12, // register r14 in r12
+            0x41, 0x09, 14, 5, // register r14 in r5: dropped
+            0x41, 0x08, 14, // same_value r14
+            0x41, 0x09, 11, 4, // r11 in r4: dropped
+            0x41, 0x0c, 15, 0, // CFA on pc: dropped
+        ];
+        let data = debug_frame(14, &[(0x2000, 0x10, insns)]);
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                debug_frame: Some(&data),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(stats.cfi.dropped_for(DropReason::CfaUntrackedRegister), 2);
+        assert_eq!(stats.cfi.dropped_for(DropReason::ReturnAddressRule), 1);
+        assert_eq!(stats.cfi.dropped_for(DropReason::FramePointerRule), 1);
+        assert_eq!(rules.lookup(0x2000), None);
+        let r = rules.lookup(0x2002).unwrap();
+        assert_eq!(r.pc, RegRule::Register(Reg::R12));
+        assert_eq!(r.lr, RegRule::Register(Reg::R12));
+        assert_eq!(r.cfa, CfaRule::RegOffset(Reg::Sp, 8));
+        assert_eq!(rules.lookup(0x2004), None);
+        let r = rules.lookup(0x2006).unwrap();
+        assert_eq!((r.pc, r.lr), (RegRule::Register(Reg::Lr), RegRule::Same));
+    }
+
+    #[test]
+    fn expressions_use_the_arm_registers() {
+        // def_cfa_expression: breg11 (r11) 8; DW_CFA_expression r14: breg11 4
+        let mut insns = vec![0x0f, 2, 0x7b, 8];
+        insns.extend([0x10, 14, 2, 0x7b, 4]);
+        // DW_CFA_val_expression r13: breg13 16 (explicit SP rule)
+        insns.extend([0x16, 13, 2, 0x7d, 16]);
+        let data = debug_frame(14, &[(0x3000, 0x10, &insns)]);
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                debug_frame: Some(&data),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(stats.cfi.dropped_total(), 0);
+        let t = table(rules);
+        let bytes = stack();
+        let mem = StackImage::new(0x8000, &bytes);
+        let regs = Regs {
+            pc: 0x3000,
+            lr: 0x77,
+            sp: 0x8100,
+            r12: 12,
+            r11: 0x8200,
+            r7: 7,
+        };
+        let (m, rule) = t.lookup(0x3000).unwrap();
+        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        assert_eq!(step.caller.pc, 0x8204 + 1);
+        assert_eq!(step.caller.sp, 0x8110);
+    }
+
+    #[test]
+    fn plt_rules() {
+        let plt = [PltSection {
+            svma: 0x400,
+            size: 0x5c,
+            kind: PltKind::Lazy,
+        }];
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                plt: &plt,
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(stats.cfi.plt_rows, 3);
+        let t = table(rules);
+        let bytes = stack();
+        let mem = StackImage::new(0x8000, &bytes);
+        let regs = Regs {
+            pc: 0,
+            lr: 0x4321,
+            sp: 0x8100,
+            r12: 12,
+            r11: 11,
+            r7: 7,
+        };
+        for (pc, ra, sp) in [
+            (0x400, 0x4321, 0x8100),
+            (0x404, 0x8101, 0x8104),
+            (0x40c, 0x8101, 0x8104),
+            (0x410, 0x4321, 0x8100),
+            (0x414, 0x4321, 0x8100),
+            (0x458, 0x4321, 0x8100),
+        ] {
+            let (m, rule) = t.lookup(pc).unwrap();
+            let step = step_cfi(
+                &t,
+                m,
+                &rule,
+                &Regs {
+                    pc: pc as u32,
+                    ..regs
+                },
+                &mem,
+            )
+            .unwrap();
+            assert_eq!((step.caller.pc, step.caller.sp), (ra, sp), "pc {pc:#x}");
+        }
+        assert!(t.lookup(0x45c).is_none());
+    }
+
+    /// An `.ARM.exidx` at `svma` with one entry per `(function start, second word)`.
+    fn exidx(svma: u64, entries: &[(u64, u32)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, &(f, w)) in entries.iter().enumerate() {
+            let at = svma + 8 * i as u64;
+            out.extend(((f.wrapping_sub(at) as u32) & 0x7fff_ffff).to_le_bytes());
+            out.extend(w.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn dwarf_wins_over_exidx() {
+        // FDEs for [0x1000, 0x1010) and [0x1020, 0x1040); EXIDX entries (compact model 0,
+        // "finish") at 0x1000, 0x1020 and 0x1040, the code ending at 0x1060.
+        let data = debug_frame(
+            14,
+            &[
+                (0x1000, 0x10, &[0x41, 0x0e, 8, 0x8e, 1]),
+                (0x1020, 0x20, &[]),
+            ],
+        );
+        let index = exidx(
+            0x5000,
+            &[
+                (0x1000, 0x80b0_b0b0),
+                (0x1020, 0x80b0_b0b0),
+                (0x1040, 0x80b0_b0b0),
+            ],
+        );
+        let ex = ExidxSections {
+            exidx: &index,
+            exidx_svma: 0x5000,
+            extab: None,
+            extab_svma: 0,
+            text_end: Some(0x1060),
+        };
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                debug_frame: Some(&data),
+                ..Default::default()
+            },
+            Some(&ex),
+        )
+        .unwrap();
+        let source = |a: u64| rules.lookup(a).map(|r| r.source);
+        assert_eq!(source(0x1000), Some(Source::Dwarf));
+        assert_eq!(source(0x100e), Some(Source::Dwarf));
+        assert_eq!(
+            rules.lookup(0x1002).unwrap().cfa,
+            CfaRule::RegOffset(Reg::Sp, 8)
+        );
+        // The padding after the first function, which no FDE describes.
+        assert_eq!(source(0x1010), Some(Source::Exidx));
+        assert_eq!(source(0x101e), Some(Source::Exidx));
+        assert_eq!(source(0x1020), Some(Source::Dwarf));
+        assert_eq!(source(0x103e), Some(Source::Dwarf));
+        assert_eq!(source(0x1040), Some(Source::Exidx));
+        assert_eq!(source(0x105e), Some(Source::Exidx));
+        assert_eq!(source(0x1060), None);
+        assert_eq!(stats.exidx.as_ref().map(|s| s.entries), Some(3));
+        assert_eq!(stats.exidx_rows_shadowed, 1);
+        assert_eq!(stats.exidx_rows_used, 2);
+        assert_eq!(stats.exidx_rows_partial, 1);
+        assert_eq!(stats.exidx_ranges, 2);
+        assert_eq!(stats.exidx_rows_outside_code, 0);
+
+        // With a code range that ends at 0x1050, the last row is clipped; one entirely
+        // outside it is skipped.
+        let index = exidx(0x5000, &[(0x1040, 0x80b0_b0b0), (0x1060, 0x80b0_b0b0)]);
+        let ex = ExidxSections {
+            exidx: &index,
+            text_end: Some(0x1080),
+            ..ex
+        };
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                code_range: Some((0x1000, 0x1050)),
+                ..Default::default()
+            },
+            Some(&ex),
+        )
+        .unwrap();
+        assert_eq!(rules.lookup(0x104e).map(|r| r.source), Some(Source::Exidx));
+        assert_eq!(rules.lookup(0x1050), None);
+        assert_eq!(stats.exidx_rows_outside_code, 1);
+    }
+
+    #[test]
+    fn exidx_fills_a_corrupt_fde() {
+        // DW_CFA_restore_state without remember_state: gimli fails the FDE.
+        let data = debug_frame(14, &[(0x1000, 0x20, &[0x41, 0x0b])]);
+        let index = exidx(0x5000, &[(0x1000, 0x80b0_b0b0)]);
+        let ex = ExidxSections {
+            exidx: &index,
+            exidx_svma: 0x5000,
+            text_end: Some(0x1020),
+            ..Default::default()
+        };
+        let (rules, stats) = rules_from_sections_arm(
+            &CfiSections {
+                debug_frame: Some(&data),
+                ..Default::default()
+            },
+            Some(&ex),
+        )
+        .unwrap();
+        assert_eq!(stats.cfi.bad_entries, 1);
+        assert_eq!(stats.exidx_rows_used, 1);
+        assert_eq!(stats.exidx_rows_partial, 0);
+        assert_eq!(rules.lookup(0x1000).map(|r| r.source), Some(Source::Exidx));
+    }
+
+    #[test]
+    fn no_sections_is_an_error() {
+        assert!(matches!(
+            rules_from_sections_arm(&CfiSections::default(), None),
+            Err(DwarfError::NoCfi)
+        ));
+    }
+}

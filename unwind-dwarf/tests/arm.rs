@@ -1,0 +1,1252 @@
+//! 32-bit ARM: DWARF CFI and EHABI tables loaded together.
+//!
+//! - Small programs are compiled at test time with `arm-linux-gnueabihf-gcc` (ARM and Thumb,
+//!   with and without frame pointers, with and without `-g`) and loaded with the ARM loader:
+//!   every function has a rule at every instruction, and DWARF wins where an FDE exists.
+//! - A gimli differential: every row of their `.debug_frame` (and of random CFI), unwound once
+//!   with our rule (`unwind_core::arm::step_cfi`) and once by evaluating gimli's row, on a
+//!   synthetic stack, must give the same caller registers, or our table must have dropped it.
+//! - Debian's armhf `libc.so.6` and `libstdc++.so.6` load without errors (statistics printed).
+//!
+//! Without the cross compiler or the armhf libraries the tests print a note and pass.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, Evaluation,
+    EvaluationResult, LittleEndian, Register, RegisterRule, UnwindContext, UnwindSection,
+    UnwindTableRow, Value,
+};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use unwind_core::arm::{step_cfi, Regs, Rule, Source, Step};
+use unwind_core::memory::Memory;
+use unwind_core::table::ModuleRules;
+use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_dwarf::{rules_from_sections_arm, ArmStats, CfiSections, LoadedRulesArm};
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+const GCC: &str = "arm-linux-gnueabihf-gcc";
+const ARMHF_LIB: &str = "/usr/arm-linux-gnueabihf/lib";
+
+// ---------------------------------------------------------------------------------------------
+// Compiling test programs.
+
+const PROGRAM: &str = r#"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }
+
+__attribute__((noinline)) int calls(int x) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", x);
+    return leaf(atoi(buf)) + 1;
+}
+
+__attribute__((noinline)) int vla(int n) {
+    volatile int a[n];
+    for (int i = 0; i < n; i++) a[i] = calls(i);
+    return a[n - 1];
+}
+
+__attribute__((noinline)) int aligned(int x) {
+    char buf[64] __attribute__((aligned(64)));
+    memset(buf, x, sizeof buf);
+    return calls(buf[3]);
+}
+
+__attribute__((noinline)) int many(int a, int b, int c, int d) {
+    int e = calls(a), f = calls(b), g = calls(c), h = calls(d);
+    int i = calls(e + f), j = calls(g + h), k = calls(i ^ j);
+    return a + b + c + d + e + f + g + h + i + j + k;
+}
+
+__attribute__((noinline)) int vsum(int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    int s = 0;
+    for (int i = 0; i < n; i++) s += va_arg(ap, int);
+    va_end(ap);
+    return s + leaf(s);
+}
+
+__attribute__((noinline)) double vfp(double x, double y) {
+    double a = x * y, b = x + y;
+    a += calls((int)a);
+    b += calls((int)b);
+    return a * b + x / y;
+}
+
+__attribute__((noinline)) int recurse(int n) { return n <= 0 ? calls(n) : recurse(n - 1) + n; }
+
+__attribute__((noinline, noreturn)) void die(int code) {
+    fprintf(stderr, "dying %d\n", code);
+    exit(code);
+}
+
+int main(int argc, char **argv) {
+    (void)argv;
+    if (argc > 5) die(argc);
+    int r = vla(argc + 3) + aligned(argc) + many(argc, 2, 3, 4) + vsum(3, 1, 2, argc);
+    r += (int)vfp(argc, 2.5) + recurse(argc + 4);
+    return r & 1;
+}
+"#;
+
+/// The functions of [`PROGRAM`].
+const FUNCTIONS: [&str; 10] = [
+    "leaf", "calls", "vla", "aligned", "many", "vsum", "vfp", "recurse", "die", "main",
+];
+
+fn have_gcc() -> bool {
+    Command::new(GCC)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Compiles [`PROGRAM`] with `flags` into a binary named after them and `tag` (each test its
+/// own, as tests run in parallel).
+fn compile(tag: &str, flags: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("unwind-dwarf-arm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{tag}.c"));
+    std::fs::write(&src, PROGRAM).unwrap();
+    let name: String = flags
+        .iter()
+        .map(|f| f.trim_start_matches('-'))
+        .collect::<Vec<_>>()
+        .join("_");
+    let out = dir.join(format!("{tag}_{name}"));
+    let status = Command::new(GCC)
+        .args(flags)
+        .arg("-fasynchronous-unwind-tables")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{GCC} {flags:?} failed");
+    out
+}
+
+/// The variants compiled: ARM and Thumb, with and without frame pointers.
+const VARIANTS: [&[&str]; 5] = [
+    &["-O2", "-marm"],
+    &["-O2", "-mthumb"],
+    &["-O2", "-marm", "-fno-omit-frame-pointer"],
+    &["-O2", "-mthumb", "-fno-omit-frame-pointer"],
+    &["-O0", "-mthumb"],
+];
+
+fn table(rules: ModuleRules<Rule>) -> RuleTable<Rule> {
+    let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    tb.add(0, u64::MAX, 0, "module".into(), Arc::new(rules));
+    tb.build().unwrap()
+}
+
+/// `(name, start, end)` of every function symbol of `elf` with a size (Thumb bit cleared).
+fn functions(elf: &object::File<'_>) -> Vec<(String, u64, u64)> {
+    let mut v: Vec<_> = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.is_definition())
+        .map(|s| {
+            let start = s.address() & !1;
+            (s.name().unwrap_or("?").to_string(), start, start + s.size())
+        })
+        .collect();
+    v.sort_by_key(|f| (f.1, f.2));
+    v.dedup_by_key(|f| (f.1, f.2));
+    v
+}
+
+fn print_stats(what: &str, loaded: &LoadedRulesArm) {
+    let s: &ArmStats = &loaded.stats;
+    let rows = loaded.rules.rows();
+    println!(
+        "{what}: {} extents, {} bytes ({:.1} bytes/extent), {} distinct rules",
+        rows,
+        loaded.rules.bytes(),
+        loaded.rules.bytes() as f64 / rows.max(1) as f64,
+        loaded.rules.dictionary().len(),
+    );
+    println!(
+        "  DWARF: {} FDEs ({} outside code), {} rows, dropped {} {:?}, {} PLT rows, bad entries {}",
+        s.cfi.fdes,
+        s.cfi.fdes_outside_code,
+        s.cfi.rows,
+        s.cfi.dropped_total(),
+        s.cfi
+            .drops()
+            .map(|(r, n)| format!("{}={n}", r.name()))
+            .collect::<Vec<_>>(),
+        s.cfi.plt_rows,
+        s.cfi.bad_entries,
+    );
+    match &s.exidx {
+        Some(e) => println!(
+            "  EXIDX: {} entries ({} inline, {} in .ARM.extab, {} generic, {} can't-unwind), {} rows, dropped {} {:?}; rows used {} (partly {}), shadowed by DWARF {}, outside code {}, ranges pushed {}",
+            e.entries,
+            e.inline,
+            e.extab,
+            e.generic,
+            e.cant_unwind,
+            e.rows,
+            e.dropped_total(),
+            e.drops()
+                .map(|(r, n)| format!("{}={n}", r.name()))
+                .collect::<Vec<_>>(),
+            s.exidx_rows_used,
+            s.exidx_rows_partial,
+            s.exidx_rows_shadowed,
+            s.exidx_rows_outside_code,
+            s.exidx_ranges,
+        ),
+        None => println!("  no .ARM.exidx"),
+    }
+    println!(
+        "  table: {} rows in, {} merged, {} overlapping, {} empty",
+        s.cfi.table.rows_in, s.cfi.table.merged, s.cfi.table.overlapping, s.cfi.table.empty
+    );
+}
+
+/// The FDE ranges of a `.debug_frame`.
+fn fde_ranges(data: &[u8]) -> Vec<(u64, u64)> {
+    let mut s = DebugFrame::new(data, LittleEndian);
+    s.set_address_size(4);
+    let bases = BaseAddresses::default();
+    let mut entries = s.entries(&bases);
+    let mut out = Vec::new();
+    while let Ok(Some(e)) = entries.next() {
+        if let CieOrFde::Fde(p) = e {
+            let fde = p.parse(DebugFrame::cie_from_offset).unwrap();
+            out.push((fde.initial_address(), fde.initial_address() + fde.len()));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn compiled_programs_have_rules_everywhere() {
+    if !have_gcc() {
+        println!("note: {GCC} not found; skipped (apt-get install gcc-arm-linux-gnueabihf)");
+        return;
+    }
+    for variant in VARIANTS {
+        for debug in [false, true] {
+            let mut flags = variant.to_vec();
+            if debug {
+                flags.push("-g");
+            }
+            let path = compile("rules", &flags);
+            let loaded = unwind_dwarf::load_elf_file_arm(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            print_stats(&format!("{flags:?}"), &loaded);
+            let data = std::fs::read(&path).unwrap();
+            let elf = object::File::parse(&*data).unwrap();
+            let fdes = match elf.section_by_name(".debug_frame") {
+                Some(s) => fde_ranges(&s.uncompressed_data().unwrap()),
+                None => Vec::new(),
+            };
+            assert_eq!(
+                debug,
+                !fdes.is_empty(),
+                "{flags:?}: .debug_frame with -g only"
+            );
+            let s = &loaded.stats;
+            let exidx = s.exidx.as_ref().expect("gcc emits .ARM.exidx");
+            assert!(exidx.entries > 0);
+            assert_eq!(s.cfi.bad_entries, 0);
+            assert_eq!(s.cfi.dropped_total(), 0, "{flags:?}: {:?}", s.cfi);
+            if debug {
+                assert!(
+                    s.exidx_rows_shadowed + s.exidx_rows_partial > 0,
+                    "{flags:?}"
+                );
+            } else {
+                // Without -g, EXIDX describes every function.
+                assert_eq!(s.exidx_rows_shadowed + s.exidx_rows_partial, 0);
+                assert!(s.exidx_rows_used > 0, "{flags:?}");
+            }
+            assert!(s.cfi.plt_rows > 0, "{flags:?}: .plt rows");
+
+            let rules = &loaded.rules;
+            let all = functions(&elf);
+            let mut checked = 0;
+            for name in FUNCTIONS {
+                let &(_, start, end) = all
+                    .iter()
+                    .find(|f| f.0 == name)
+                    .unwrap_or_else(|| panic!("{flags:?}: no symbol {name}"));
+                let in_fde = fdes.iter().any(|&(s, e)| s <= start && end <= e);
+                assert_eq!(in_fde, debug, "{flags:?}: {name} has an FDE with -g only");
+                // Every instruction (Thumb instructions are 2-byte aligned, ARM ones 4).
+                for a in (start..end).step_by(2) {
+                    let rule = rules
+                        .lookup(a)
+                        .unwrap_or_else(|| panic!("{flags:?}: no rule at {a:#x} in {name}"));
+                    let want = if debug { Source::Dwarf } else { Source::Exidx };
+                    assert_eq!(rule.source, want, "{flags:?}: {name} at {a:#x}: {rule:?}");
+                    checked += 1;
+                }
+            }
+            // Every address an FDE describes has its DWARF rule.
+            for &(s, e) in &fdes {
+                for a in (s..e).step_by(2) {
+                    assert_eq!(
+                        rules.lookup(a).map(|r| r.source),
+                        Some(Source::Dwarf),
+                        "{flags:?}: FDE {s:#x}..{e:#x} at {a:#x}"
+                    );
+                }
+            }
+            // The other functions (from crt files, without FDEs, mostly without a size):
+            // report which have a rule.
+            let (mut covered, mut others) = (0, 0);
+            for sym in elf.symbols() {
+                let name = sym.name().unwrap_or("");
+                if sym.kind() == SymbolKind::Text
+                    && sym.is_definition()
+                    && !FUNCTIONS.contains(&name)
+                {
+                    others += 1;
+                    covered += usize::from(rules.lookup(sym.address() & !1).is_some());
+                }
+            }
+            println!(
+                "  {checked} addresses of the test functions checked; {covered} of {others} other functions have a rule at their start"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gimli differential.
+
+/// Synthetic stack: `[STACK_LO, STACK_HI)`, every 4-byte word derived from its address.
+const STACK_LO: u32 = 0x7f00_0000;
+const STACK_HI: u32 = 0x7f01_0000;
+
+fn word(a: u32) -> u32 {
+    a ^ 0x0a5a_0000
+}
+
+fn stack_bytes() -> Vec<u8> {
+    (STACK_LO..STACK_HI)
+        .step_by(4)
+        .flat_map(|a| word(a).to_le_bytes())
+        .collect()
+}
+
+fn regs_at(pc: u32) -> Regs {
+    Regs {
+        pc,
+        lr: 0x1234_5679,
+        sp: 0x7f00_1000,
+        r12: 0x7f00_2000,
+        r11: 0x7f00_1c00,
+        r7: 0x7f00_1800,
+    }
+}
+
+fn reg_value(r: Register, regs: &Regs) -> Option<u32> {
+    Some(match r.0 {
+        7 => regs.r7,
+        11 => regs.r11,
+        12 => regs.r12,
+        13 => regs.sp,
+        14 => regs.lr,
+        15 => regs.pc,
+        _ => return None,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expected {
+    Caller { regs: Regs, exact: bool },
+    EndOfStack,
+    ReadFailed,
+    MustDrop(&'static str),
+    EvalError(gimli::Error),
+}
+
+enum Val {
+    Ok(u32),
+    ReadFailed,
+    MustDrop(&'static str),
+    Error(gimli::Error),
+}
+
+fn read_image(image: &StackImage<'_>, address: u64, size: u8) -> Option<u64> {
+    match size {
+        4 => image.read_u32(address).map(u64::from),
+        8 => image.read_u64(address),
+        1 | 2 => {
+            let off = usize::try_from(address.checked_sub(image.base())?).ok()?;
+            let bytes = image
+                .bytes()
+                .get(off..off.checked_add(usize::from(size))?)?;
+            Some(
+                bytes
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &b| (v << 8) | u64::from(b)),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn gimli_expr(
+    expr: gimli::Expression<Slice<'_>>,
+    encoding: gimli::Encoding,
+    regs: &Regs,
+    image: &StackImage<'_>,
+    initial: Option<u32>,
+) -> Val {
+    let mut eval = Evaluation::new(expr.0, encoding);
+    eval.set_max_iterations(10_000);
+    if let Some(v) = initial {
+        eval.set_initial_value(u64::from(v));
+    }
+    let mut read_failed = false;
+    let mut untracked: Option<&'static str> = None;
+    let mut state = eval.evaluate();
+    loop {
+        let r = match state {
+            Err(e) => {
+                return match untracked {
+                    Some(u) => Val::MustDrop(u),
+                    None if read_failed => Val::ReadFailed,
+                    None => Val::Error(e),
+                }
+            }
+            Ok(r) => r,
+        };
+        state = match r {
+            EvaluationResult::Complete => break,
+            EvaluationResult::RequiresMemory {
+                address,
+                size,
+                space,
+                base_type,
+            } => {
+                if space.is_some() || base_type.0 != 0 {
+                    untracked.get_or_insert("typed or address-space deref");
+                }
+                let v = read_image(image, address, size).unwrap_or_else(|| {
+                    read_failed = true;
+                    0
+                });
+                eval.resume_with_memory(Value::Generic(v))
+            }
+            EvaluationResult::RequiresRegister {
+                register,
+                base_type,
+            } => {
+                if base_type.0 != 0 {
+                    untracked.get_or_insert("typed register");
+                }
+                let v = reg_value(register, regs).unwrap_or_else(|| {
+                    untracked.get_or_insert("expression reads an untracked register");
+                    0
+                });
+                eval.resume_with_register(Value::Generic(u64::from(v)))
+            }
+            _ => return Val::MustDrop("expression needs a non-register context"),
+        };
+    }
+    if let Some(u) = untracked {
+        return Val::MustDrop(u);
+    }
+    let Some(value) = eval.value_result() else {
+        return Val::MustDrop("expression is a location description");
+    };
+    if read_failed {
+        return Val::ReadFailed;
+    }
+    match value.to_u64(0xffff_ffff) {
+        Ok(v) => Val::Ok(v as u32),
+        Err(e) => Val::Error(e),
+    }
+}
+
+/// Recovers a caller register from `rule`; `missing` is the value for "no rule" (`None`:
+/// must drop) and `same` the callee's value (`None`: "same value" must drop).
+#[allow(clippy::too_many_arguments)]
+fn gimli_reg<'a, S: UnwindSection<Slice<'a>>>(
+    rule: Option<RegisterRule<usize>>,
+    missing: Option<u32>,
+    same: Option<u32>,
+    cfa: u32,
+    section: &S,
+    encoding: gimli::Encoding,
+    regs: &Regs,
+    image: &StackImage<'_>,
+) -> Val {
+    let expr = |e: &gimli::UnwindExpression<usize>| match e.get(section) {
+        Ok(x) => gimli_expr(x, encoding, regs, image, Some(cfa)),
+        Err(e) => Val::Error(e),
+    };
+    let read = |a: u32| match image.read_u32(u64::from(a)) {
+        Some(v) => Val::Ok(v),
+        None => Val::ReadFailed,
+    };
+    match rule {
+        None => missing.map_or(Val::MustDrop("no rule"), Val::Ok),
+        Some(RegisterRule::Undefined) => Val::Ok(0),
+        Some(RegisterRule::SameValue) => same.map_or(Val::MustDrop("same value"), Val::Ok),
+        Some(RegisterRule::Offset(o)) => read(cfa.wrapping_add(o as u32)),
+        Some(RegisterRule::ValOffset(o)) => Val::Ok(cfa.wrapping_add(o as u32)),
+        Some(RegisterRule::Register(r)) => {
+            reg_value(r, regs).map_or(Val::MustDrop("untracked register rule"), Val::Ok)
+        }
+        Some(RegisterRule::Expression(e)) => match expr(&e) {
+            Val::Ok(a) => read(a),
+            other => other,
+        },
+        Some(RegisterRule::ValExpression(e)) => expr(&e),
+        Some(RegisterRule::Architectural) => Val::MustDrop("architectural rule"),
+        Some(RegisterRule::Constant(_)) => Val::MustDrop("constant rule"),
+    }
+}
+
+/// Evaluates gimli's `row` directly, with the ARM conventions: the return address is the RA
+/// column's rule (no rule or "same value": the RA register's value), the caller's LR has the
+/// same value, SP is the CFA unless r13 has a rule, r7, r11 and r12 are unchanged unless they
+/// have one. Failures are reported in the order our unwinder evaluates.
+fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
+    row: &UnwindTableRow<usize>,
+    cie: &gimli::CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    regs: &Regs,
+    image: &StackImage<'_>,
+    signal: bool,
+) -> Expected {
+    let enc = cie.encoding();
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => match register.0 {
+            7 | 11 | 12 | 13 => Val::Ok(
+                reg_value(*register, regs)
+                    .unwrap()
+                    .wrapping_add(*offset as u32),
+            ),
+            _ => Val::MustDrop("CFA on an untracked register"),
+        },
+        CfaRule::Expression(e) => match e.get(section) {
+            Ok(x) => gimli_expr(x, enc, regs, image, None),
+            Err(e) => Val::Error(e),
+        },
+    };
+    let cfa_value = match cfa {
+        Val::Ok(v) => v,
+        _ => 0,
+    };
+    let ra_column = cie.return_address_register();
+    let unchanged = match ra_column.0 {
+        7 | 11 | 12 | 14 => reg_value(ra_column, regs),
+        _ => None,
+    };
+    let ra_rule = row.register(ra_column);
+    let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
+    let reg =
+        |rule, missing, same| gimli_reg(rule, missing, same, cfa_value, section, enc, regs, image);
+    let ra = reg(ra_rule, unchanged, unchanged);
+    let sp = reg(row.register(Register(13)), Some(cfa_value), Some(regs.sp));
+    let r12 = reg(row.register(Register(12)), Some(regs.r12), Some(regs.r12));
+    let r11 = reg(row.register(Register(11)), Some(regs.r11), Some(regs.r11));
+    let r7 = reg(row.register(Register(7)), Some(regs.r7), Some(regs.r7));
+    let all = [&cfa, &ra, &sp, &r12, &r11, &r7];
+    for v in all {
+        if let Val::MustDrop(why) = v {
+            return Expected::MustDrop(why);
+        }
+    }
+    let fail = |v: &Val| match v {
+        Val::ReadFailed => Some(Expected::ReadFailed),
+        Val::Error(e) => Some(Expected::EvalError(*e)),
+        _ => None,
+    };
+    if let Some(f) = fail(&cfa) {
+        return f;
+    }
+    if ra_undefined {
+        return Expected::EndOfStack;
+    }
+    for v in &all[1..] {
+        if let Some(f) = fail(v) {
+            return f;
+        }
+    }
+    let get = |v: &Val| match v {
+        Val::Ok(x) => *x,
+        _ => unreachable!(),
+    };
+    Expected::Caller {
+        regs: Regs {
+            pc: get(&ra),
+            lr: get(&ra),
+            sp: get(&sp),
+            r12: get(&r12),
+            r11: get(&r11),
+            r7: get(&r7),
+        },
+        exact: signal,
+    }
+}
+
+fn agrees(expected: &Expected, ours: &Result<Step, StopReason>) -> bool {
+    match (expected, ours) {
+        (Expected::Caller { regs, exact }, Ok(step)) => {
+            step.caller == *regs && step.exact == *exact && step.trust == unwind_core::Trust::Cfi
+        }
+        (Expected::EndOfStack, Err(StopReason::EndOfStack)) => true,
+        (Expected::ReadFailed, Err(StopReason::ReadFailed)) => true,
+        (Expected::EvalError(_), Err(StopReason::ExpressionFailed)) => true,
+        _ => false,
+    }
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+struct Summary {
+    fdes: u64,
+    rows: u64,
+    compared: u64,
+    identical: u64,
+    ours_none: u64,
+    ours_none_must_drop: u64,
+    not_dwarf: u64,
+    end_of_stack: u64,
+    read_failed: u64,
+    expr_errors: u64,
+    cfa_fp: u64,
+    expr_rows: u64,
+    identical_with_expr: u64,
+    gimli_errors: u64,
+}
+
+impl Summary {
+    fn add(&mut self, o: &Summary) {
+        self.fdes += o.fdes;
+        self.rows += o.rows;
+        self.compared += o.compared;
+        self.identical += o.identical;
+        self.ours_none += o.ours_none;
+        self.ours_none_must_drop += o.ours_none_must_drop;
+        self.not_dwarf += o.not_dwarf;
+        self.end_of_stack += o.end_of_stack;
+        self.read_failed += o.read_failed;
+        self.expr_errors += o.expr_errors;
+        self.cfa_fp += o.cfa_fp;
+        self.expr_rows += o.expr_rows;
+        self.identical_with_expr += o.identical_with_expr;
+        self.gimli_errors += o.gimli_errors;
+    }
+}
+
+/// Compares every row of every FDE of `section` (at the row's first and last halfword) with
+/// our `table`; mismatches are described in `mismatches`.
+fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    bases: &BaseAddresses,
+    table: &RuleTable<Rule>,
+    mismatches: &mut Vec<String>,
+) -> Summary {
+    let bytes = stack_bytes();
+    let image = StackImage::new(u64::from(STACK_LO), &bytes);
+    let mut ctx = UnwindContext::new();
+    let mut s = Summary::default();
+    let mut entries = section.entries(bases);
+    loop {
+        let partial = match entries.next() {
+            Ok(None) => break,
+            Ok(Some(CieOrFde::Cie(_))) => continue,
+            Ok(Some(CieOrFde::Fde(p))) => p,
+            Err(_) => {
+                s.gimli_errors += 1;
+                break;
+            }
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            s.gimli_errors += 1;
+            continue;
+        };
+        s.fdes += 1;
+        let signal = fde.is_signal_trampoline();
+        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
+            s.gimli_errors += 1;
+            continue;
+        };
+        loop {
+            let row = match rows.next_row() {
+                Ok(Some(row)) => row,
+                Ok(None) => break,
+                Err(_) => {
+                    s.gimli_errors += 1;
+                    break;
+                }
+            };
+            s.rows += 1;
+            if row.end_address() <= row.start_address() {
+                continue;
+            }
+            if matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if register.0 != 13)
+            {
+                s.cfa_fp += 1;
+            }
+            let is_expr = |r: &RegisterRule<usize>| {
+                matches!(
+                    r,
+                    RegisterRule::Expression(_) | RegisterRule::ValExpression(_)
+                )
+            };
+            let has_expr = matches!(row.cfa(), CfaRule::Expression(_))
+                || row.registers().any(|(_, r)| is_expr(r));
+            s.expr_rows += u64::from(has_expr);
+            let last = (row.end_address() - 1) & !1;
+            for (i, at) in [row.start_address(), last].into_iter().enumerate() {
+                if i == 1 && at == row.start_address() {
+                    continue;
+                }
+                let regs = regs_at(at as u32);
+                let expected = gimli_expected(row, fde.cie(), section, &regs, &image, signal);
+                let Some((module, rule)) = table.lookup(at) else {
+                    if i == 0 {
+                        s.ours_none += 1;
+                        if matches!(expected, Expected::MustDrop(_)) {
+                            s.ours_none_must_drop += 1;
+                        }
+                    }
+                    continue;
+                };
+                if rule.source != Source::Dwarf {
+                    s.not_dwarf += 1;
+                }
+                if i == 0 {
+                    s.compared += 1;
+                }
+                let ours = step_cfi(table, module, &rule, &regs, &image);
+                if agrees(&expected, &ours) {
+                    if i == 0 {
+                        s.identical += 1;
+                        if has_expr && matches!(expected, Expected::Caller { .. }) {
+                            s.identical_with_expr += 1;
+                        }
+                        match expected {
+                            Expected::EndOfStack => s.end_of_stack += 1,
+                            Expected::ReadFailed => s.read_failed += 1,
+                            Expected::EvalError(_) => s.expr_errors += 1,
+                            _ => {}
+                        }
+                    }
+                } else if mismatches.len() < 20 {
+                    mismatches.push(format!(
+                        "{at:#x} (FDE {:#x}..{:#x}): gimli {expected:x?} ours {ours:x?} via {rule:?}",
+                        fde.initial_address(),
+                        fde.initial_address() + fde.len(),
+                    ));
+                } else {
+                    mismatches.push(String::new());
+                }
+            }
+        }
+    }
+    s
+}
+
+fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
+    let total = mismatches.len();
+    mismatches.retain(|m| !m.is_empty());
+    assert!(
+        total == 0,
+        "{what}: {total} mismatching rows; first {}:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn compiled_debug_frames_match_gimli() {
+    if !have_gcc() {
+        println!("note: {GCC} not found; skipped (apt-get install gcc-arm-linux-gnueabihf)");
+        return;
+    }
+    let mut total = Summary::default();
+    for variant in VARIANTS {
+        let mut flags = variant.to_vec();
+        flags.push("-g");
+        let path = compile("differential", &flags);
+        let loaded = unwind_dwarf::load_elf_file_arm(&path).unwrap();
+        let stats = loaded.stats.clone();
+        let table = table(loaded.rules);
+        let data = std::fs::read(&path).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let debug_frame = elf
+            .section_by_name(".debug_frame")
+            .unwrap()
+            .uncompressed_data()
+            .unwrap();
+        let mut section = DebugFrame::new(&debug_frame, LittleEndian);
+        section.set_address_size(4);
+        let mut mismatches = Vec::new();
+        let s = compare_section(&section, &BaseAddresses::default(), &table, &mut mismatches);
+        println!(
+            "{flags:?}: {} FDEs, {} rows, {} compared, {} identical, {} without a rule ({} must drop), CFA on r7/r11/r12 in {} rows, {} rows ending the stack",
+            s.fdes, s.rows, s.compared, s.identical, s.ours_none, s.ours_none_must_drop, s.cfa_fp, s.end_of_stack
+        );
+        check_mismatches(&format!("{flags:?}"), mismatches);
+        assert_eq!(s.gimli_errors, 0);
+        assert_eq!(s.not_dwarf, 0, "{flags:?}: an FDE's row looked up as EXIDX");
+        assert_eq!(s.rows, stats.cfi.rows);
+        assert!(s.ours_none <= stats.cfi.dropped_total() + stats.cfi.table.overlapping);
+        total.add(&s);
+    }
+    assert!(total.compared > 100, "{total:?}");
+    assert!(total.cfa_fp > 10, "frame-pointer CFAs: {total:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random CFI, compared with gimli like the compiled programs.
+
+use proptest::prelude::*;
+
+fn uleb(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn sleb(mut v: i64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// The registers the generated CFI talks about: the tracked ones and (untracked) r4.
+fn arb_reg() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        4 => Just(13u8),
+        3 => Just(14u8),
+        2 => Just(11u8),
+        2 => Just(7u8),
+        1 => Just(12u8),
+        1 => Just(15u8),
+        1 => Just(4u8),
+    ]
+}
+
+fn arb_expr_op() -> impl Strategy<Value = Vec<u8>> {
+    let small = prop_oneof![
+        -32i64..32,
+        (-64i64..64).prop_map(|v| v * 4),
+        any::<i32>().prop_map(i64::from)
+    ];
+    prop_oneof![
+        // DW_OP_breg<n> offset
+        4 => (arb_reg(), small.clone()).prop_map(|(r, o)| {
+            let mut v = vec![0x70 + r];
+            sleb(o, &mut v);
+            v
+        }),
+        3 => (0u8..32).prop_map(|n| vec![0x30 + n]),
+        1 => any::<u8>().prop_map(|n| vec![0x08, n]),
+        1 => any::<u8>().prop_map(|n| vec![0x09, n]),
+        1 => any::<u32>().prop_map(|n| {
+            let mut v = vec![0x0c];
+            v.extend(n.to_le_bytes());
+            v
+        }),
+        1 => small.clone().prop_map(|n| {
+            let mut v = vec![0x11];
+            sleb(n, &mut v);
+            v
+        }),
+        2 => (0u64..512).prop_map(|n| {
+            let mut v = vec![0x23];
+            uleb(n, &mut v);
+            v
+        }),
+        // DW_OP_deref; deref_size 4 and 2
+        3 => Just(vec![0x06]),
+        1 => Just(vec![0x94, 0x04]),
+        1 => Just(vec![0x94, 0x02]),
+        8 => prop::sample::select(vec![
+            0x22u8, 0x1c, 0x1e, 0x1a, 0x21, 0x27, 0x24, 0x25, 0x26, 0x1f, 0x20, 0x2a, 0x2b,
+            0x2c, 0x2d, 0x29, 0x2e, 0x12, 0x13, 0x14, 0x16, 0x96, 0x1b, 0x1d, 0x19, 0x17,
+            0x54, 0x9c,
+        ])
+        .prop_map(|op| vec![op]),
+        1 => (0u8..3).prop_map(|i| vec![0x15, i]),
+    ]
+}
+
+fn arb_expr_bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(arb_expr_op(), 1..8).prop_map(|ops| ops.concat())
+}
+
+/// One call-frame instruction (data alignment -4, code alignment 2).
+fn arb_cfa_insn() -> impl Strategy<Value = Vec<u8>> {
+    let with_expr = |op: u8| {
+        (arb_reg(), arb_expr_bytes()).prop_map(move |(r, e)| {
+            let mut v = vec![op, r];
+            uleb(e.len() as u64, &mut v);
+            v.extend(e);
+            v
+        })
+    };
+    prop_oneof![
+        16 => (1u8..8).prop_map(|d| vec![0x40 | d]),
+        2 => (arb_reg(), 0u64..300).prop_map(|(r, o)| {
+            let mut v = vec![0x0c, r];
+            uleb(o, &mut v);
+            v
+        }),
+        1 => (arb_reg(), -40i64..40).prop_map(|(r, o)| {
+            let mut v = vec![0x12, r];
+            sleb(o, &mut v);
+            v
+        }),
+        3 => prop_oneof![0u64..300, any::<u32>().prop_map(u64::from)].prop_map(|o| {
+            let mut v = vec![0x0e];
+            uleb(o, &mut v);
+            v
+        }),
+        1 => arb_reg().prop_map(|r| vec![0x0d, r]),
+        3 => (arb_reg(), 0u64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x80 | r];
+            uleb(n, &mut v);
+            v
+        }),
+        1 => (arb_reg(), -40i64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x11, r];
+            sleb(n, &mut v);
+            v
+        }),
+        1 => (arb_reg(), 0u64..40).prop_map(|(r, n)| {
+            let mut v = vec![0x14, r];
+            uleb(n, &mut v);
+            v
+        }),
+        1 => arb_reg().prop_map(|r| vec![0xc0 | r]),
+        1 => arb_reg().prop_map(|r| vec![0x07, r]),
+        1 => arb_reg().prop_map(|r| vec![0x08, r]),
+        2 => (arb_reg(), arb_reg()).prop_map(|(a, b)| vec![0x09, a, b]),
+        1 => Just(vec![0x0a]),
+        1 => Just(vec![0x0b]),
+        2 => arb_expr_bytes().prop_map(|e| {
+            let mut v = vec![0x0f];
+            uleb(e.len() as u64, &mut v);
+            v.extend(e);
+            v
+        }),
+        2 => with_expr(0x10),
+        2 => with_expr(0x16),
+        1 => Just(vec![0x00]),
+    ]
+}
+
+/// A 32-bit `.eh_frame`: a CIE (`zR`, pcrel|sdata4, return address column `ra`, optionally
+/// `S`, GCC's ARM initial instructions `def_cfa r13, 0`) and one FDE at 0x1000 of 0x100
+/// bytes with `insns`.
+fn synthetic_eh_frame(svma: u64, ra: u8, signal: bool, insns: &[u8]) -> Vec<u8> {
+    let mut cie = Vec::new();
+    cie.extend(0u32.to_le_bytes());
+    cie.push(1);
+    cie.extend(if signal { &b"zRS\0"[..] } else { &b"zR\0"[..] });
+    cie.push(2); // code alignment
+    cie.push(0x7c); // data alignment -4
+    cie.push(ra);
+    cie.push(1);
+    cie.push(0x1b);
+    cie.extend([0x0c, 13, 0]);
+    let mut out = Vec::new();
+    out.extend((cie.len() as u32).to_le_bytes());
+    out.extend(&cie);
+    let ptr_field = out.len() + 4;
+    let mut fde = Vec::new();
+    fde.extend((ptr_field as u32).to_le_bytes());
+    let pc_field = svma as i64 + ptr_field as i64 + 4;
+    fde.extend(((0x1000 - pc_field) as i32).to_le_bytes());
+    fde.extend(0x100u32.to_le_bytes());
+    fde.push(0);
+    fde.extend(insns);
+    out.extend((fde.len() as u32).to_le_bytes());
+    out.extend(&fde);
+    out.extend(0u32.to_le_bytes());
+    out
+}
+
+const SYNTHETIC_SVMA: u64 = 0x20_0000;
+
+/// Mostly drops the instructions gimli would refuse (see `gimli_differential.rs`).
+fn sanitize(pieces: Vec<Vec<u8>>, keep_invalid: bool) -> Vec<u8> {
+    if keep_invalid {
+        return pieces.concat();
+    }
+    let mut out = Vec::new();
+    let mut cfa_is_expr = false;
+    let mut saved: Vec<bool> = Vec::new();
+    for p in pieces {
+        match p[0] {
+            0x0a => saved.push(cfa_is_expr),
+            0x0b => match saved.pop() {
+                Some(e) => cfa_is_expr = e,
+                None => continue,
+            },
+            0x0d | 0x0e if cfa_is_expr => continue,
+            0x0c | 0x12 => cfa_is_expr = false,
+            0x0f => cfa_is_expr = true,
+            _ => {}
+        }
+        out.extend(p);
+    }
+    out
+}
+
+fn arb_synthetic() -> impl Strategy<Value = (Vec<u8>, u8, bool)> {
+    (
+        proptest::collection::vec(arb_cfa_insn(), 0..40),
+        prop::bool::weighted(0.1),
+        prop_oneof![8 => Just(14u8), 1 => Just(12u8), 1 => Just(15u8), 1 => Just(4u8)],
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(pieces, keep, ra, signal)| (sanitize(pieces, keep), ra, signal))
+}
+
+fn synthetic_case(insns: &[u8], ra: u8, signal: bool) -> (Summary, Vec<String>, ArmStats) {
+    let data = synthetic_eh_frame(SYNTHETIC_SVMA, ra, signal, insns);
+    let sections = CfiSections {
+        eh_frame: Some(&data),
+        eh_frame_svma: SYNTHETIC_SVMA,
+        ..Default::default()
+    };
+    let (rules, stats) = rules_from_sections_arm(&sections, None).unwrap();
+    let table = table(rules);
+    let mut section = EhFrame::new(&data, LittleEndian);
+    section.set_address_size(4);
+    let bases = BaseAddresses::default().set_eh_frame(SYNTHETIC_SVMA);
+    let mut mismatches = Vec::new();
+    let s = compare_section(&section, &bases, &table, &mut mismatches);
+    (s, mismatches, stats)
+}
+
+/// 1000 fixed random cases must reach the interesting paths.
+#[test]
+fn random_cfi_coverage() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = arb_synthetic();
+    let mut total = Summary::default();
+    let mut failures = Vec::new();
+    for _ in 0..1000 {
+        let (insns, ra, signal) = strategy.new_tree(&mut runner).unwrap().current();
+        let (s, m, _) = synthetic_case(&insns, ra, signal);
+        if !m.is_empty() && failures.len() < 5 {
+            failures.push(format!("{insns:02x?} (ra column {ra}): {}", m.join("; ")));
+        }
+        total.add(&s);
+    }
+    println!("random ARM CFI, 1000 fixed cases: {total:?}");
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+    assert!(total.identical > 2000, "{total:?}");
+    assert!(total.identical_with_expr > 200, "{total:?}");
+    assert!(total.end_of_stack > 30, "{total:?}");
+    assert!(total.read_failed > 100, "{total:?}");
+    assert!(total.cfa_fp > 300, "{total:?}");
+    assert_eq!(total.expr_errors, 0);
+    assert!(total.ours_none_must_drop > 300, "{total:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 1000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_cfi_matches_gimli((insns, ra, signal) in arb_synthetic()) {
+        let (s, mismatches, stats) = synthetic_case(&insns, ra, signal);
+        prop_assert!(
+            mismatches.is_empty(),
+            "instructions {:02x?} (ra column {}):\n{}",
+            insns,
+            ra,
+            mismatches.join("\n")
+        );
+        prop_assert!(
+            s.ours_none <= stats.cfi.dropped_total() + stats.cfi.table.overlapping,
+            "{} rows without a rule, {:?}",
+            s.ours_none,
+            stats
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Debian's armhf libraries.
+
+#[test]
+fn debian_armhf_libraries_load() {
+    let mut found = 0;
+    // libm has no .ARM.exidx at all (its functions do not throw): only its PLT has rules.
+    for (name, has_exidx) in [
+        ("libc.so.6", true),
+        ("libstdc++.so.6", true),
+        ("libgcc_s.so.1", true),
+        ("libm.so.6", false),
+    ] {
+        let path = Path::new(ARMHF_LIB).join(name);
+        if !path.exists() {
+            println!(
+                "note: {} not found; skipped (apt-get install libc6-armhf-cross libstdc++6-armhf-cross)",
+                path.display()
+            );
+            continue;
+        }
+        found += 1;
+        let t = std::time::Instant::now();
+        let loaded = unwind_dwarf::load_elf_file_arm(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let elapsed = t.elapsed();
+        print_stats(
+            &format!("{} (loaded in {elapsed:?})", path.display()),
+            &loaded,
+        );
+        let s = &loaded.stats;
+        assert_eq!(s.cfi.bad_entries, 0);
+        assert!(s.cfi.plt_rows > 0);
+        if !has_exidx {
+            assert!(s.exidx.is_none());
+            continue;
+        }
+        let exidx = s.exidx.as_ref().expect(".ARM.exidx");
+        assert!(exidx.entries > 30, "{exidx:?}");
+        assert!(exidx.rows > 10 && loaded.rules.rows() > 0, "{exidx:?}");
+        // Function coverage (dynamic and static symbols).
+        let data = std::fs::read(&path).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let funcs = functions(&elf);
+        let with_rule = funcs
+            .iter()
+            .filter(|f| loaded.rules.lookup(f.1).is_some())
+            .count();
+        let sources = |src: Source| loaded.rules.extents().filter(|e| e.2.source == src).count();
+        println!(
+            "  {with_rule} of {} function symbols have a rule at their start; extents from DWARF (and PLT) {}, from EXIDX {}",
+            funcs.len(),
+            sources(Source::Dwarf),
+            sources(Source::Exidx),
+        );
+        // Functions under EXIDX_CANTUNWIND entries (hand-written assembly) may have no rule.
+        assert!(with_rule > 0, "{with_rule} of {}", funcs.len());
+    }
+    if found == 0 {
+        println!("note: no armhf libraries under {ARMHF_LIB}; nothing checked");
+    }
+}
+
+#[test]
+fn other_architectures_are_refused() {
+    let x86 = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if x86.exists() {
+        assert!(matches!(
+            unwind_dwarf::load_elf_file_arm(x86),
+            Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
+        ));
+    }
+    let arm = Path::new(ARMHF_LIB).join("libc.so.6");
+    if arm.exists() {
+        assert!(matches!(
+            unwind_dwarf::load_elf_file(&arm),
+            Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
+        ));
+    }
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Corrupted unwind sections (and truncated files) give `Ok` or an error, never a panic, and
+/// whatever rules come out can be applied.
+#[test]
+fn corrupted_arm_files_never_panic() {
+    let mut files = Vec::new();
+    if have_gcc() {
+        files.push(std::fs::read(compile("corrupt", &["-O2", "-mthumb", "-g"])).unwrap());
+    }
+    if let Ok(d) = std::fs::read(Path::new(ARMHF_LIB).join("libstdc++.so.6")) {
+        files.push(d);
+    }
+    if files.is_empty() {
+        println!("note: no ARM files to corrupt; skipped");
+        return;
+    }
+    let bytes = stack_bytes();
+    let image = StackImage::new(u64::from(STACK_LO), &bytes);
+    let mut rng = Rng(7);
+    let (mut ok, mut err) = (0, 0);
+    for data in &files {
+        let elf = object::File::parse(&**data).unwrap();
+        let targets: Vec<(usize, usize)> = [".ARM.exidx", ".ARM.extab", ".debug_frame"]
+            .iter()
+            .filter_map(|n| elf.section_by_name(n)?.file_range())
+            .map(|(o, l)| (o as usize, l as usize))
+            .filter(|&(_, l)| l > 0)
+            .collect();
+        for case in 0..60 {
+            let mut d = data.clone();
+            if case % 10 == 9 {
+                d.truncate(rng.next() as usize % d.len());
+            } else {
+                let (off, len) = targets[rng.next() as usize % targets.len()];
+                for _ in 0..1 + rng.next() % 16 {
+                    d[off + rng.next() as usize % len] = rng.next() as u8;
+                }
+            }
+            match unwind_dwarf::rules_from_elf_arm(&d) {
+                Ok(loaded) => {
+                    ok += 1;
+                    let t = table(loaded.rules);
+                    for m in t.modules() {
+                        for (start, _, rule) in m.rules.extents().take(2000) {
+                            let _ = step_cfi(&t, 0, &rule, &regs_at(start as u32), &image);
+                        }
+                    }
+                }
+                Err(_) => err += 1,
+            }
+        }
+    }
+    println!("corrupted ARM files: {ok} loaded, {err} refused");
+}
