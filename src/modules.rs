@@ -218,7 +218,8 @@ unsafe fn eh_frame_of<'a>(
     let hdr_bytes = hdr_bytes
         .get(..hdr_len.min(hdr_bytes.len()))
         .unwrap_or(hdr_bytes);
-    let eh_svma = unwind_dwarf::eh_frame_address_from_hdr(hdr_bytes, hdr_svma)?;
+    let address_size = std::mem::size_of::<usize>() as u8;
+    let eh_svma = unwind_dwarf::eh_frame_address_from_hdr(hdr_bytes, hdr_svma, address_size)?;
     // SAFETY: forwarded.
     let (eh_frame, _) = unsafe { mapped_from(bias, phdrs, eh_svma) }.ok_or(DwarfError::NoCfi)?;
     Ok((eh_frame, eh_svma))
@@ -300,7 +301,9 @@ unsafe fn rules_from_image(
             text_end: Some(code.1),
         });
     }
+    // The report shows the DWARF statistics; `table` in them counts the merged extents.
     unwind_dwarf::rules_from_sections_arm(&sections, exidx_sections.as_ref())
+        .map(|(r, s)| (r, s.cfi))
 }
 
 /// Keys of the parsed modules, for the next refresh's cache.

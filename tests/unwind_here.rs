@@ -26,8 +26,8 @@ fn unwinds_the_current_thread_to_its_start() {
     let mut pcs = [0u64; 256];
     let mut trust = [unwind::Trust::Context; 256];
     let r = here_outer(&mut pcs);
-    assert!(r.stop.is_complete(), "stopped early: {r:?}");
     let names = unwind::symbolize::Symbolizer::for_current_process().stack(&pcs[..r.frames]);
+    assert!(r.stop.is_complete(), "stopped early: {r:?}\n{names:#?}");
     let pos = |f: &str| {
         names
             .iter()

@@ -75,11 +75,16 @@ impl From<unwind_core::table::TableError> for DwarfError {
 }
 
 /// The address of `.eh_frame` from an `.eh_frame_hdr` found at file address `hdr_svma`
-/// (the `PT_GNU_EH_FRAME` segment of a loaded module).
-pub fn eh_frame_address_from_hdr(hdr: &[u8], hdr_svma: u64) -> Result<u64, DwarfError> {
+/// (the `PT_GNU_EH_FRAME` segment of a loaded module), for a module with `address_size`-byte
+/// addresses (8 on x86_64, 4 on 32-bit ARM).
+pub fn eh_frame_address_from_hdr(
+    hdr: &[u8],
+    hdr_svma: u64,
+    address_size: u8,
+) -> Result<u64, DwarfError> {
     let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr_svma);
     let parsed = gimli::EhFrameHdr::new(hdr, gimli::LittleEndian)
-        .parse(&bases, 8)
+        .parse(&bases, address_size)
         .map_err(DwarfError::BadEhFrameHdr)?;
     match parsed.eh_frame_ptr() {
         gimli::Pointer::Direct(a) => Ok(a),

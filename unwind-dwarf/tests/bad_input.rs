@@ -320,7 +320,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_as_eh_frame_hdr(bytes in proptest::collection::vec(any::<u8>(), 0..64), svma in any::<u64>()) {
-        let _ = eh_frame_address_from_hdr(&bytes, svma);
+        let _ = eh_frame_address_from_hdr(&bytes, svma, 8);
     }
 }
 
@@ -527,7 +527,10 @@ fn eh_frame_hdr_garbage_is_an_error() {
     // Positive control: libc's own header points at its .eh_frame.
     let (hdr, hdr_svma) = section(LIBC, ".eh_frame_hdr");
     let (_, eh_svma) = section(LIBC, ".eh_frame");
-    assert_eq!(eh_frame_address_from_hdr(&hdr, hdr_svma).unwrap(), eh_svma);
+    assert_eq!(
+        eh_frame_address_from_hdr(&hdr, hdr_svma, 8).unwrap(),
+        eh_svma
+    );
 
     let cases: &[(&str, &[u8])] = &[
         ("empty", &[]),
@@ -548,7 +551,7 @@ fn eh_frame_hdr_garbage_is_an_error() {
         ("libc header truncated", &hdr[..5]),
     ];
     for (what, bytes) in cases {
-        let r = eh_frame_address_from_hdr(bytes, 0x1000);
+        let r = eh_frame_address_from_hdr(bytes, 0x1000, 8);
         assert!(r.is_err(), "{what}: {r:?}");
     }
     let mut rng = Rng(0x5eed_0004);
@@ -559,7 +562,7 @@ fn eh_frame_hdr_garbage_is_an_error() {
             if !d.is_empty() && rng.below(2) == 0 {
                 d[0] = 1;
             }
-            let _ = eh_frame_address_from_hdr(&d, rng.next());
+            let _ = eh_frame_address_from_hdr(&d, rng.next(), 8);
         }
     });
 }
