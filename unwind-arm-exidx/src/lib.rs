@@ -234,8 +234,8 @@ impl std::error::Error for ExidxError {}
 /// A row: file addresses `[start, end)` and their rule.
 pub type Row = (u64, u64, Rule);
 
-/// One row per function: `(start, end, rule)` in file addresses, sorted by start, with
-/// `CANTUNWIND` entries and dropped entries left out (gaps). Identical neighbouring rules are
+/// One row per function: `(start, end, rule)` in file addresses, sorted by start; `CANTUNWIND`
+/// entries get [`Rule::cant_unwind`], dropped entries are left out (gaps). Identical neighbouring rules are
 /// not merged here (the table builder does).
 pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), ExidxError> {
     let entries = entries(sections)?;
@@ -253,14 +253,13 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
         if e.start & 1 != 0 {
             stats.odd_starts += 1;
         }
-        if e.model == Model::CantUnwind {
-            continue;
-        }
         let start = e.start & !1;
         let end = match entries.get(i + 1) {
             Some(next) => next.start & !1,
             None => match sections.text_end {
                 Some(end) if end > start => end,
+                // A final CANTUNWIND entry is usually the linker's sentinel: nothing to lose.
+                _ if e.model == Model::CantUnwind => continue,
                 _ => {
                     stats.drop(ExidxDropReason::NoEnd);
                     continue;
@@ -269,6 +268,12 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
         };
         if end <= start {
             stats.empty += 1;
+            continue;
+        }
+        if e.model == Model::CantUnwind {
+            // Not a gap: the tables say the function cannot be unwound through, and the
+            // unwinder stops there (counted in `cant_unwind`, not in `rows`).
+            out.push((start, end, Rule::cant_unwind()));
             continue;
         }
         let rule = match &e.opcodes {

@@ -183,7 +183,7 @@ fn functions_above_the_index() {
 }
 
 #[test]
-fn cantunwind_is_a_gap() {
+fn cantunwind_stops_the_walk() {
     let ex = exidx(&[
         (0x8000, W::Raw(0x80a8_b0b0)),
         (0x8010, W::Raw(1)),
@@ -191,9 +191,15 @@ fn cantunwind_is_a_gap() {
         (0x8030, W::Raw(1)),
     ]);
     let (rows, stats) = rows(&sections(&ex, None)).unwrap();
+    // The CANTUNWIND function in the middle gets the rule that stops a walk; the final one,
+    // with no known end, is the linker's sentinel and gets nothing.
     assert_eq!(
         rows,
-        [(0x8000, 0x8010, pop_r4_lr()), (0x8020, 0x8030, pop_r4_lr())]
+        [
+            (0x8000, 0x8010, pop_r4_lr()),
+            (0x8010, 0x8020, Rule::cant_unwind()),
+            (0x8020, 0x8030, pop_r4_lr())
+        ]
     );
     assert_eq!(stats.cant_unwind, 2);
     assert_eq!(stats.rows, 2);

@@ -165,9 +165,30 @@ impl Default for Rule {
 }
 
 impl Rule {
-    /// True if this is the explicit end-of-stack rule (PC undefined).
+    /// The rule of an EHABI `EXIDX_CANTUNWIND` entry: the function cannot be unwound through.
+    /// (On ARM Linux these mark entry points such as `start_thread`, and glibc's functions built
+    /// without unwind tables.)
+    pub fn cant_unwind() -> Self {
+        Rule {
+            pc: RegRule::Undefined,
+            source: Source::Exidx,
+            ..Rule::default()
+        }
+    }
+
+    /// True for the explicit end-of-stack rule and for [`Rule::cant_unwind`] (PC undefined).
     pub fn is_end_of_stack(&self) -> bool {
         self.pc == RegRule::Undefined
+    }
+
+    /// Why a walk stops at this rule, if it does: `CantUnwind` for an EXIDX rule, `EndOfStack`
+    /// for DWARF's undefined return address.
+    fn stop(&self) -> Option<StopReason> {
+        match (self.pc, self.source) {
+            (RegRule::Undefined, Source::Exidx) => Some(StopReason::CantUnwind),
+            (RegRule::Undefined, Source::Dwarf) => Some(StopReason::EndOfStack),
+            _ => None,
+        }
     }
 }
 
@@ -199,8 +220,10 @@ impl CachedRule {
     const OTHER: u8 = 16;
     /// No rule covers the address.
     const NONE: u8 = 32;
-    /// The end-of-stack rule.
+    /// The end-of-stack rule (with [`CachedRule::CANT`]: EXIDX's "cannot unwind").
     const END: u8 = 64;
+    /// With [`CachedRule::END`]: the stop is `CantUnwind`.
+    const CANT: u8 = 128;
     /// Any of the rare cases.
     const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
 
@@ -215,9 +238,14 @@ impl CachedRule {
 
 impl CacheRule<Rule> for CachedRule {
     fn cached(rule: &Rule, index: u16) -> Self {
-        if rule.is_end_of_stack() {
+        if let Some(stop) = rule.stop() {
+            let cant = if stop == StopReason::CantUnwind {
+                CachedRule::CANT
+            } else {
+                0
+            };
             return CachedRule {
-                shape: CachedRule::END,
+                shape: CachedRule::END | cant,
                 ..CachedRule::default()
             };
         }
@@ -365,8 +393,8 @@ pub fn step_cfi<M: Memory + ?Sized>(
         CfaRule::RegOffset(r, o) => add(regs.get(r), o),
         CfaRule::Expr(i) => eval(table, module, i, regs, mem, None)?,
     };
-    if rule.pc == RegRule::Undefined {
-        return Err(StopReason::EndOfStack);
+    if let Some(stop) = rule.stop() {
+        return Err(stop);
     }
     let r = |rule: RegRule, same: u32| recover(rule, same, cfa, table, module, regs, mem);
     let caller = Regs {
@@ -519,7 +547,12 @@ fn walk<M: Memory + ?Sized, const TRUST: bool>(
             how = Trust::Cfi;
             step_cached(c, &regs, mem)
         } else if c.shape & CachedRule::END != 0 {
-            return stopped(cache, i, StopReason::EndOfStack);
+            let stop = if c.shape & CachedRule::CANT != 0 {
+                StopReason::CantUnwind
+            } else {
+                StopReason::EndOfStack
+            };
+            return stopped(cache, i, stop);
         } else {
             let step = if c.shape & CachedRule::NONE == 0 {
                 step_other(table, module, c.pc, regs, mem)

@@ -21,6 +21,11 @@ pub enum StopReason {
     ExpressionFailed,
     /// A rule that cannot produce a return address (for example "same value" for the PC).
     BadRule,
+    /// The unwind tables say this function cannot be unwound through (ARM EHABI
+    /// `EXIDX_CANTUNWIND`). On ARM Linux this is where thread and process entry points end, but
+    /// glibc also marks functions it built without unwind tables this way, so it is not
+    /// counted as complete.
+    CantUnwind,
 }
 
 impl StopReason {
