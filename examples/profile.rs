@@ -25,16 +25,7 @@ static SLOTS: std::sync::OnceLock<Box<[Slot]>> = std::sync::OnceLock::new();
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 
-const STOPS: [unwind::StopReason; 8] = [
-    unwind::StopReason::EndOfStack,
-    unwind::StopReason::ZeroReturnAddress,
-    unwind::StopReason::BufferFull,
-    unwind::StopReason::NoRule,
-    unwind::StopReason::ReadFailed,
-    unwind::StopReason::SpNotIncreasing,
-    unwind::StopReason::ExpressionFailed,
-    unwind::StopReason::BadRule,
-];
+const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 
 extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let mut pcs = [0u64; MAX_FRAMES];
@@ -51,7 +42,7 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
-    let stop = STOPS.iter().position(|&s| s == r.stop).unwrap_or(0);
+    let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
 }

@@ -83,14 +83,15 @@ mod imp {
     pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
         // SAFETY: the caller guarantees a valid ucontext_t.
         let m = unsafe { &(*(ucontext as *const libc::ucontext_t)).uc_mcontext };
+        // CPSR bit 5 (T): the interrupted code is Thumb.
         let thumb = (m.arm_cpsr >> 5) & 1;
         Regs {
-            pc: (m.arm_pc as u32) | thumb as u32,
-            lr: m.arm_lr as u32,
-            sp: m.arm_sp as u32,
-            r12: m.arm_ip as u32,
-            r11: m.arm_fp as u32,
-            r7: m.arm_r7 as u32,
+            pc: m.arm_pc | thumb,
+            lr: m.arm_lr,
+            sp: m.arm_sp,
+            r12: m.arm_ip,
+            r11: m.arm_fp,
+            r7: m.arm_r7,
         }
     }
 

@@ -1,5 +1,9 @@
 //! Discovering the modules loaded in this process (`dl_iterate_phdr`, the vdso included) and
-//! reading each one's `.eh_frame` from its mapped image.
+//! reading each one's unwind tables from its mapped image.
+
+// Program-header fields are u64 on 64-bit targets and u32 on 32-bit ones: the widening
+// conversions are needed on one and no-ops on the other.
+#![allow(clippy::useless_conversion)]
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
@@ -162,7 +166,7 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
     };
     let code = (start.wrapping_sub(bias), end.wrapping_sub(bias));
     // SAFETY: the program headers describe this module's mapped segments.
-    let parsed = unsafe { rules_from_image(bias, hdr, phdrs, &plt, code) };
+    let parsed = unsafe { rules_from_image(&module.name, bias, hdr, phdrs, &plt, code) };
     let (rules, stats, error) = match parsed {
         Ok((rules, stats)) => (Arc::new(rules), Some(stats), None),
         Err(e) => (Arc::new(ModuleRules::empty()), None, Some(e.to_string())),
@@ -231,6 +235,7 @@ unsafe fn eh_frame_of<'a>(
 /// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
 #[cfg(target_arch = "x86_64")]
 unsafe fn rules_from_image(
+    _name: &str,
     bias: u64,
     hdr: Option<&Phdr>,
     phdrs: &[Phdr],
@@ -262,12 +267,20 @@ const PT_ARM_EXIDX: u32 = 0x7000_0001;
 /// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
 #[cfg(target_arch = "arm")]
 unsafe fn rules_from_image(
+    name: &str,
     bias: u64,
     hdr: Option<&Phdr>,
     phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
+    // `.debug_frame` is exact in prologues and epilogues where EXIDX is not, but it is not
+    // loaded: read the module's file when there is one (the vdso has none).
+    if name.starts_with('/') {
+        if let Ok(loaded) = unwind_dwarf::load_elf_file_arm(std::path::Path::new(name)) {
+            return Ok((loaded.rules, loaded.stats.cfi));
+        }
+    }
     let mut sections = CfiSections {
         plt,
         code_range: Some(code),

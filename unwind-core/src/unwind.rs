@@ -22,16 +22,38 @@ pub enum StopReason {
     /// A rule that cannot produce a return address (for example "same value" for the PC).
     BadRule,
     /// The unwind tables say this function cannot be unwound through (ARM EHABI
-    /// `EXIDX_CANTUNWIND`). On ARM Linux this is where thread and process entry points end, but
-    /// glibc also marks functions it built without unwind tables this way, so it is not
-    /// counted as complete.
+    /// `EXIDX_CANTUNWIND`): the walk went as far as the tables allow. On ARM Linux this is how
+    /// stacks end (glibc's `start_thread` and `__libc_start_main` are marked so), so it counts
+    /// as complete; glibc also marks functions it built without unwind tables (its malloc
+    /// family, for one), where a sample then stops at that function.
     CantUnwind,
 }
 
 impl StopReason {
+    /// Every reason, in a fixed order (to store a reason as its index, in signal handlers).
+    pub const ALL: [StopReason; 9] = [
+        StopReason::EndOfStack,
+        StopReason::ZeroReturnAddress,
+        StopReason::BufferFull,
+        StopReason::NoRule,
+        StopReason::ReadFailed,
+        StopReason::SpNotIncreasing,
+        StopReason::ExpressionFailed,
+        StopReason::BadRule,
+        StopReason::CantUnwind,
+    ];
+
+    /// This reason's index in [`StopReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// True for the reasons that mean the whole stack was walked.
     pub fn is_complete(self) -> bool {
-        matches!(self, StopReason::EndOfStack | StopReason::ZeroReturnAddress)
+        matches!(
+            self,
+            StopReason::EndOfStack | StopReason::ZeroReturnAddress | StopReason::CantUnwind
+        )
     }
 }
 
@@ -56,4 +78,16 @@ pub struct UnwindResult {
     pub frames: usize,
     /// Why the walk ended.
     pub stop: StopReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopReason;
+
+    #[test]
+    fn indices_follow_all() {
+        for (i, r) in StopReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+    }
 }

@@ -31,16 +31,7 @@ struct Slot {
     pcs: [AtomicU64; MAX_FRAMES],
 }
 
-const STOPS: [unwind::StopReason; 8] = [
-    unwind::StopReason::EndOfStack,
-    unwind::StopReason::ZeroReturnAddress,
-    unwind::StopReason::BufferFull,
-    unwind::StopReason::NoRule,
-    unwind::StopReason::ReadFailed,
-    unwind::StopReason::SpNotIncreasing,
-    unwind::StopReason::ExpressionFailed,
-    unwind::StopReason::BadRule,
-];
+const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 
 static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -66,7 +57,7 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
-    let stop = STOPS.iter().position(|&s| s == r.stop).unwrap_or(0);
+    let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
 }
