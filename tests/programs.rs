@@ -92,6 +92,10 @@ fn tokens(
         let f = function.split('.').next().unwrap_or(function);
         let f = match f {
             "__clone3" | "clone3" | "__clone" => "clone",
+            // glibc's ARM signal return trampoline.
+            "__default_rt_sa_restorer" | "__default_sa_restorer" => "__restore_rt",
+            // On ARM the PLT follows `.init`, whose symbol `_init` has no size: a PLT stub.
+            "_init" => "?+plt",
             f => f,
         };
         let t = if KEEP.contains(&f) {
@@ -137,6 +141,8 @@ struct Outcome {
     samples: usize,
     /// Samples stopped in the dynamic linker's lazy-binding trampoline (see `validate`).
     lazy_binding: usize,
+    /// Samples that stopped inside libc where its tables end, before any program frame.
+    libc_tables: usize,
     complete: usize,
     valid: usize,
     seen: HashSet<String>,
@@ -154,6 +160,7 @@ fn validate(
     let mut o = Outcome {
         samples: 0,
         lazy_binding: 0,
+        libc_tables: 0,
         complete: 0,
         valid: 0,
         seen: HashSet::new(),
@@ -188,7 +195,15 @@ fn validate(
             o.lazy_binding += 1;
             continue;
         }
-        let complete = stop == "EndOfStack" || stop == "ZeroReturnAddress";
+        // No program frame at all: a sample inside libc or ld.so that stopped there, where
+        // armhf glibc's tables end (EXIDX_CANTUNWIND on functions such as malloc) or are wrong
+        // (EXIDX is exact after prologues only). Its program call chain cannot be checked:
+        // counted apart and bounded (see `report`). On x86_64 there are none.
+        if t.iter().all(|x| x == "[ext]") {
+            o.libc_tables += 1;
+            continue;
+        }
+        let complete = stop == "EndOfStack" || stop == "ZeroReturnAddress" || stop == "CantUnwind";
         o.complete += usize::from(complete);
         let verdict = if complete {
             check(&t, graph)
@@ -238,6 +253,43 @@ const C_MUST_SEE: [&str; 7] = [
     "[ext]>main",
 ];
 
+/// The C workload's call graph on armv7. armhf glibc's entry points (`__libc_start_main`,
+/// `start_thread`) and `pthread_kill` are EXIDX_CANTUNWIND and have no symbols, so stacks may
+/// start at the collapsed `[ext]`; there is no asm phase (frames.S is x86_64).
+fn c_graph_arm() -> Graph {
+    Graph::new(
+        &["_start", "clone", "[ext]"],
+        "_start>[ext] [ext]>main [ext]>thread_main clone>start_thread start_thread>thread_main
+         thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_signal
+         top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
+         phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
+         phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
+         main>now thread_main>now",
+    )
+}
+
+const C_MUST_SEE_ARM: [&str; 6] = [
+    "[ext]>thread_main",
+    "leaf_c>spin",
+    "via_alloca>leaf_c",
+    "shlib_inner>cb_from_lib",
+    "__restore_rt>on_usr1",
+    "[ext]>main",
+];
+
+/// The Rust workload's call graph on armv7 (glibc's thread and process entries as `[ext]`).
+fn rust_graph_arm() -> Graph {
+    Graph::new(
+        &["_start", "clone", "[ext]"],
+        "_start>[ext] [ext]>main main>[std] [std]>rw::main
+         rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
+         clone>start_thread start_thread>[std] [ext]>[std] [std]>rw_thread
+         rw_thread>rw_recurse rw_thread>rw_sort",
+    )
+}
+
+const RUST_MUST_SEE_ARM: [&str; 3] = ["rw_recurse>rw_leaf", "rw_thread>rw_sort", "[std]>rw::main"];
+
 /// The Rust workload's call graph: its own functions by name, std's frames collapsed to `[std]`.
 fn rust_graph() -> Graph {
     Graph::new(
@@ -274,8 +326,8 @@ fn report(
     failed: &mut Vec<String>,
 ) {
     println!(
-        "{name}: {} samples, {} complete, {} valid, {} stopped in lazy binding; stops {:?}; {}",
-        o.samples, o.complete, o.valid, o.lazy_binding, o.stops, o.trailer
+        "{name}: {} samples, {} complete, {} valid, {} stopped in lazy binding, {} inside libc's tables; stops {:?}; {}",
+        o.samples, o.complete, o.valid, o.lazy_binding, o.libc_tables, o.stops, o.trailer
     );
     let mut problems = Vec::new();
     if o.lazy_binding * 100 >= o.samples.max(1) {
@@ -287,10 +339,16 @@ fn report(
     if o.samples < MIN_SAMPLES {
         problems.push(format!("only {} samples (want {MIN_SAMPLES})", o.samples));
     }
-    if o.valid + o.lazy_binding != o.samples {
+    if o.libc_tables * 20 > o.samples.max(1) {
+        problems.push(format!(
+            "{} of {} samples stopped inside libc's tables (want <= 5%)",
+            o.libc_tables, o.samples
+        ));
+    }
+    if o.valid + o.lazy_binding + o.libc_tables != o.samples {
         problems.push(format!(
             "{} invalid stacks, e.g.:\n  {}",
-            o.samples - o.valid - o.lazy_binding,
+            o.samples - o.valid - o.lazy_binding - o.libc_tables,
             o.failures.join("\n  ")
         ));
     }
@@ -374,8 +432,118 @@ fn main() {
     let o = validate(&text, &own, &rust_name, &rust_graph());
     report("Rust release", &o, &RUST_MUST_SEE, &mut passed, &mut failed);
 
+    if arm_available() {
+        arm_programs(&root, &target, &src, &mut passed, &mut failed);
+    } else {
+        println!(
+            "armv7: skipped (no arm-linux-gnueabihf-gcc or qemu-arm; scripts/setup installs them)"
+        );
+    }
+
     println!("programs: {passed} passed, {} failed", failed.len());
     if !failed.is_empty() {
         panic!("failed: {failed:?}");
     }
+}
+
+const ARM: &str = "armv7-unknown-linux-gnueabihf";
+const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+
+fn arm_available() -> bool {
+    let ok = |cmd: &str| {
+        Command::new(cmd)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    ok("arm-linux-gnueabihf-gcc") && ok("qemu-arm")
+}
+
+/// The same programs on armv7, ARM and Thumb code, run under qemu-arm.
+fn arm_programs(
+    root: &Path,
+    target: &Path,
+    src: &Path,
+    passed: &mut usize,
+    failed: &mut Vec<String>,
+) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "unwind-test-agent",
+            "--target",
+            ARM,
+            "--target-dir",
+        ])
+        .arg(target));
+    let agent_dir = target.join(ARM).join("release");
+    let out = target.join("arm");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let qemu = |exe: &Path| {
+        let mut c = Command::new("qemu-arm");
+        c.env_remove("LD_LIBRARY_PATH")
+            .args(["-L", ARM_SYSROOT])
+            .arg(exe);
+        c
+    };
+    for isa in ["-marm", "-mthumb"] {
+        for opt in ["-O0", "-O2", "-O3"] {
+            let tag = format!(
+                "{}-{}",
+                isa.trim_start_matches("-m"),
+                opt.trim_start_matches('-')
+            );
+            let flags = [opt, isa, "-g", "-fomit-frame-pointer", "-funwind-tables"];
+            let lib = format!("shared-{tag}");
+            run(Command::new("arm-linux-gnueabihf-gcc")
+                .args(flags)
+                .args(["-fPIC", "-shared", "-o"])
+                .arg(out.join(format!("lib{lib}.so")))
+                .arg(src.join("shlib.c")));
+            let exe = out.join(format!("workload-{tag}"));
+            run(Command::new("arm-linux-gnueabihf-gcc")
+                .args(flags)
+                .arg("-o")
+                .arg(&exe)
+                .arg(src.join("workload.c"))
+                .arg(format!("-I{}", src.display()))
+                .arg(format!("-L{}", out.display()))
+                .arg(format!("-l{lib}"))
+                .arg(format!("-L{}", agent_dir.display()))
+                .arg("-lunwind_agent")
+                .arg("-Wl,--disable-new-dtags")
+                .arg(format!(
+                    "-Wl,-rpath,{}:{}",
+                    out.display(),
+                    agent_dir.display()
+                ))
+                .arg("-lpthread"));
+            let report_path = out.join(format!("workload-{tag}.txt"));
+            run(qemu(&exe).arg(&report_path).args([SECONDS, HZ]));
+            let text = std::fs::read_to_string(&report_path).expect("report");
+            let exe_name = format!("workload-{tag}");
+            let lib_name = format!("lib{lib}.so");
+            let own = |m: &str| m == exe_name || m == lib_name;
+            let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph_arm());
+            report(
+                &format!("armv7 C {tag}"),
+                &o,
+                &C_MUST_SEE_ARM,
+                passed,
+                failed,
+            );
+        }
+    }
+    let report_path = out.join("rust-workload.txt");
+    run(qemu(&agent_dir.join("rust-workload"))
+        .arg(&report_path)
+        .args([SECONDS, HZ]));
+    let text = std::fs::read_to_string(&report_path).expect("report");
+    let own = |m: &str| m == "rust-workload";
+    let o = validate(&text, &own, &rust_name, &rust_graph_arm());
+    report("armv7 Rust release", &o, &RUST_MUST_SEE_ARM, passed, failed);
 }

@@ -17,7 +17,9 @@ volatile unsigned long sink;
 static double deadline;
 
 long shlib_entry(long (*cb)(long), long n);      /* libshared.so, through the PLT */
-long asm_frame(long (*cb)(long), long n);        /* frames.S */
+#if defined(__x86_64__)
+long asm_frame(long (*cb)(long), long n);        /* frames.S (x86_64 only) */
+#endif
 
 static double now(void) {
     struct timespec ts;
@@ -80,11 +82,13 @@ NOIPA long phase_plt(long n) {
     return r + 7;
 }
 
+#if defined(__x86_64__)
 NOIPA long phase_asm(long n) {
     long r = asm_frame(cb_from_asm, n);
     sink += (unsigned long)r;
     return r + 8;
 }
+#endif
 
 NOIPA long sig_a(long n) {
     long r = leaf_c(n);
@@ -137,7 +141,9 @@ int main(int argc, char **argv) {
         sink += (unsigned long)top_a(n);
         sink += (unsigned long)via_alloca(n);
         sink += (unsigned long)phase_plt(n);
+#if defined(__x86_64__)
         sink += (unsigned long)phase_asm(n);
+#endif
         sink += (unsigned long)phase_signal(n);
     }
     for (int i = 0; i < 2; i++)
