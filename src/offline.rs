@@ -1,5 +1,6 @@
-//! Rule tables for samples unwound away from the process that took them: each module's rules
-//! are read from its ELF file on disk and placed at the load bias recorded with the sample.
+//! Rule tables for samples unwound away from the process that took them (on another host, or
+//! another architecture: armv7 samples unwind on x86_64): each module's rules are read from its
+//! ELF file on disk and placed at the load bias recorded with the sample.
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -35,23 +36,41 @@ impl From<&crate::LoadedModule> for ModuleFile {
 /// Modules whose file could not be read, with why.
 pub type FileErrors = Vec<(PathBuf, unwind_dwarf::DwarfError)>;
 
-/// Builds a table (generation `generation`) from module files. A module whose file cannot be
-/// read gets no rules (the unwinder falls back to frame pointers there); its error is returned
-/// alongside.
+/// Builds an x86_64 table (generation `generation`) from module files. A module whose file
+/// cannot be read gets no rules (the unwinder falls back to frame pointers there); its error is
+/// returned alongside.
 pub fn table_from_files(
     modules: &[ModuleFile],
     generation: NonZeroU32,
 ) -> Result<(RuleTable<Rule>, FileErrors), crate::Error> {
+    build(modules, generation, |p| {
+        unwind_dwarf::load_elf_file(p).map(|l| l.rules)
+    })
+}
+
+/// Builds a 32-bit ARM table from module files (`.debug_frame`/`.eh_frame` where present,
+/// `.ARM.exidx` elsewhere), for unwinding armv7 samples on any host.
+pub fn arm_table_from_files(
+    modules: &[ModuleFile],
+    generation: NonZeroU32,
+) -> Result<(RuleTable<unwind_core::arm::Rule>, FileErrors), crate::Error> {
+    build(modules, generation, |p| {
+        unwind_dwarf::load_elf_file_arm(p).map(|l| l.rules)
+    })
+}
+
+fn build<R: Copy>(
+    modules: &[ModuleFile],
+    generation: NonZeroU32,
+    load: impl Fn(&std::path::Path) -> Result<ModuleRules<R>, unwind_dwarf::DwarfError>,
+) -> Result<(RuleTable<R>, FileErrors), crate::Error> {
     let mut builder = RuleTableBuilder::new(generation);
     let mut errors = Vec::new();
     for m in modules {
-        let rules = match unwind_dwarf::load_elf_file(&m.path) {
-            Ok(loaded) => loaded.rules,
-            Err(e) => {
-                errors.push((m.path.clone(), e));
-                ModuleRules::empty()
-            }
-        };
+        let rules = load(&m.path).unwrap_or_else(|e| {
+            errors.push((m.path.clone(), e));
+            ModuleRules::empty()
+        });
         builder.add(
             m.start,
             m.end,

@@ -539,11 +539,138 @@ fn arm_programs(
         }
     }
     let report_path = out.join("rust-workload.txt");
+    let samples = out.join("rust-workload-samples");
+    let _ = std::fs::remove_dir_all(&samples);
     run(qemu(&agent_dir.join("rust-workload"))
+        .env("AGENT_SAMPLES_DIR", &samples)
         .arg(&report_path)
         .args([SECONDS, HZ]));
     let text = std::fs::read_to_string(&report_path).expect("report");
     let own = |m: &str| m == "rust-workload";
     let o = validate(&text, &own, &rust_name, &rust_graph_arm());
     report("armv7 Rust release", &o, &RUST_MUST_SEE_ARM, passed, failed);
+    cross_unwind("armv7 Rust release", &samples, passed, failed);
+
+    // A C program too, Thumb code, its samples captured the same way.
+    let exe = out.join("workload-thumb-O2");
+    let samples = out.join("workload-thumb-O2-samples");
+    let _ = std::fs::remove_dir_all(&samples);
+    run(qemu(&exe)
+        .env("AGENT_SAMPLES_DIR", &samples)
+        .arg(out.join("workload-thumb-O2-captured.txt"))
+        .args([SECONDS, HZ]));
+    cross_unwind("armv7 C thumb-O2", &samples, passed, failed);
+}
+
+/// One armv7 sample written by the agent: registers, stack copy, the PCs the agent found in the
+/// handler, and the modules (paths as the guest saw them).
+struct ArmSample {
+    regs: unwind_core::arm::Regs,
+    base: u64,
+    bytes: Vec<u8>,
+    pcs: Vec<u64>,
+    modules: Vec<unwind::offline::ModuleFile>,
+}
+
+fn parse_arm_sample(path: &Path) -> Option<ArmSample> {
+    let data = std::fs::read(path).ok()?;
+    let split = data.windows(4).position(|w| w == b"---\n")?;
+    let head = std::str::from_utf8(&data[..split]).ok()?;
+    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+    let mut s = ArmSample {
+        regs: Default::default(),
+        base: 0,
+        bytes: data[split + 4..].to_vec(),
+        pcs: Vec::new(),
+        modules: Vec::new(),
+    };
+    for line in head.lines() {
+        let f: Vec<&str> = line.splitn(5, ' ').collect();
+        match f.first().copied() {
+            Some("regs") => {
+                let v: Vec<u32> = line
+                    .split(' ')
+                    .skip(2)
+                    .filter_map(hex)
+                    .map(|x| x as u32)
+                    .collect();
+                let [pc, lr, sp, r12, r11, r7] = v.as_slice().try_into().ok()?;
+                s.regs = unwind_core::arm::Regs {
+                    pc,
+                    lr,
+                    sp,
+                    r12,
+                    r11,
+                    r7,
+                };
+            }
+            Some("stack") => s.base = hex(f.get(1)?)?,
+            Some("pcs") => s.pcs = f.get(1)?.split(',').filter_map(hex).collect(),
+            Some("module") => {
+                // qemu-arm -L: guest paths resolve under the sysroot when the file is there.
+                let guest = *f.get(4)?;
+                let host = PathBuf::from(format!("{ARM_SYSROOT}{guest}"));
+                s.modules.push(unwind::offline::ModuleFile {
+                    path: if host.exists() {
+                        host
+                    } else {
+                        PathBuf::from(guest)
+                    },
+                    start: hex(f.get(1)?)?,
+                    end: hex(f.get(2)?)?,
+                    bias: hex(f.get(3)?)?,
+                });
+            }
+            _ => {}
+        }
+    }
+    Some(s)
+}
+
+/// Unwinds the armv7 samples in `dir` again on this host, from the module files, and checks
+/// that every one gives the frames the agent found in the handler.
+fn cross_unwind(name: &str, dir: &Path, passed: &mut usize, failed: &mut Vec<String>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    let samples: Vec<ArmSample> = files.iter().filter_map(|f| parse_arm_sample(f)).collect();
+    let Some(first) = samples.first() else {
+        println!("{name} cross-unwind: FAIL no samples in {}", dir.display());
+        failed.push(format!("{name} cross-unwind"));
+        return;
+    };
+    let (table, errors) =
+        unwind::offline::arm_table_from_files(&first.modules, std::num::NonZeroU32::MIN)
+            .expect("ARM table");
+    let mut cache = unwind_core::Cache::new();
+    let (mut same, mut diffs) = (0usize, Vec::new());
+    for s in &samples {
+        let mut pcs = [0u64; 256];
+        let image = unwind_core::StackImage::new(s.base, &s.bytes);
+        let r = unwind_core::arm::unwind(&table, &mut cache, s.regs, &image, &mut pcs, None);
+        if pcs[..r.frames] == s.pcs[..] {
+            same += 1;
+        } else if diffs.len() < 5 {
+            diffs.push(format!(
+                "handler {:x?}\n    host    {:x?} ({:?})",
+                s.pcs,
+                &pcs[..r.frames],
+                r.stop
+            ));
+        }
+    }
+    println!(
+        "{name} cross-unwind on this host: {} samples, {same} identical; modules without rules: {:?}",
+        samples.len(),
+        errors.iter().map(|e| e.0.display().to_string()).collect::<Vec<_>>()
+    );
+    if same == samples.len() && samples.len() >= 50 {
+        *passed += 1;
+    } else {
+        for d in &diffs {
+            println!("  FAIL {d}");
+        }
+        failed.push(format!("{name} cross-unwind"));
+    }
 }

@@ -34,6 +34,98 @@ struct Slot {
 const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 
 static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
+
+/// With `AGENT_SAMPLES_DIR` set, the first samples are also captured (registers and a copy of
+/// the stack) and written there with the PCs found in the handler, so that they can be
+/// unwound again elsewhere (armv7 samples on the x86_64 host) and compared.
+const CAPTURE_SAMPLES: usize = 200;
+const CAPTURE_BYTES: usize = 32 * 1024;
+
+struct CaptureData {
+    stack: Option<unwind::CapturedStack>,
+    pcs: [u64; MAX_FRAMES],
+    frames: usize,
+    bytes: Box<[u8]>,
+}
+
+struct Capture {
+    ready: AtomicBool,
+    data: std::cell::UnsafeCell<CaptureData>,
+}
+
+// SAFETY: each slot is written by the one handler that took its index (fetch_add), before it
+// sets `ready`, and read only after sampling has stopped and `ready` is seen set.
+unsafe impl Sync for Capture {}
+
+static CAPTURES: OnceLock<Box<[Capture]>> = OnceLock::new();
+static CAPTURE_NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Captures the interrupted stack into the next capture slot, with the PCs already unwound.
+fn capture(uc: *mut libc::c_void, pcs: &[u64]) {
+    let Some(c) = CAPTURES
+        .get()
+        .and_then(|caps| caps.get(CAPTURE_NEXT.fetch_add(1, Ordering::Relaxed)))
+    else {
+        return;
+    };
+    // SAFETY: this handler alone took this slot's index (see `Capture`).
+    let d = unsafe { &mut *c.data.get() };
+    // SAFETY: `uc` is the running handler's context.
+    if let Ok(st) = unsafe { unwind::capture_signal(uc, &mut d.bytes) } {
+        d.stack = Some(st);
+        let n = pcs.len().min(MAX_FRAMES);
+        d.pcs[..n].copy_from_slice(&pcs[..n]);
+        d.frames = n;
+        c.ready.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(target_arch = "arm")]
+fn regs_line(r: &unwind::Regs) -> String {
+    format!(
+        "regs arm {:#x} {:#x} {:#x} {:#x} {:#x} {:#x}",
+        r.pc, r.lr, r.sp, r.r12, r.r11, r.r7
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+fn regs_line(r: &unwind::Regs) -> String {
+    format!("regs x86_64 {:#x} {:#x} {:#x}", r.pc, r.sp, r.fp)
+}
+
+/// Writes the captured samples to `dir` (one file each: text header, `---`, stack bytes).
+fn write_captures(dir: &str) {
+    let Some(caps) = CAPTURES.get() else { return };
+    let _ = std::fs::create_dir_all(dir);
+    let modules = unwind::loaded_modules();
+    for (i, c) in caps.iter().enumerate() {
+        if !c.ready.load(Ordering::Acquire) {
+            continue;
+        }
+        // SAFETY: sampling has stopped and `ready` is set: nothing writes the slot any more.
+        let d = unsafe { &*c.data.get() };
+        let Some(st) = d.stack else { continue };
+        let mut head = String::new();
+        let _ = writeln!(head, "{}", regs_line(&st.regs));
+        let _ = writeln!(head, "stack {:#x} {}", st.base, st.len);
+        let pcs: Vec<String> = d.pcs[..d.frames]
+            .iter()
+            .map(|p| format!("{p:#x}"))
+            .collect();
+        let _ = writeln!(head, "pcs {}", pcs.join(","));
+        for m in &modules {
+            let _ = writeln!(
+                head,
+                "module {:#x} {:#x} {:#x} {}",
+                m.start, m.end, m.bias, m.name
+            );
+        }
+        head.push_str("---\n");
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(&d.bytes[..st.len]);
+        let _ = std::fs::write(format!("{dir}/{i:04}.sample"), bytes);
+    }
+}
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 static TIDS: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREADS];
@@ -57,6 +149,7 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
+    capture(uc, &pcs[..r.frames]);
     let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
@@ -75,6 +168,21 @@ pub fn start(hz: u32) -> Result<(), String> {
             })
             .collect()
     });
+    if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
+        CAPTURES.get_or_init(|| {
+            (0..CAPTURE_SAMPLES)
+                .map(|_| Capture {
+                    ready: AtomicBool::new(false),
+                    data: std::cell::UnsafeCell::new(CaptureData {
+                        stack: None,
+                        pcs: [0; MAX_FRAMES],
+                        frames: 0,
+                        bytes: vec![0u8; CAPTURE_BYTES].into_boxed_slice(),
+                    }),
+                })
+                .collect()
+        });
+    }
     let report = unwind::init().map_err(|e| e.to_string())?;
     eprintln!(
         "agent: preloaded {} modules, {} rows",
@@ -150,6 +258,9 @@ pub fn stop() -> String {
         .map_or(0, |h| h.join().unwrap_or(0));
     for t in &TIDS {
         t.store(0, Ordering::Release);
+    }
+    if let Ok(dir) = std::env::var("AGENT_SAMPLES_DIR") {
+        write_captures(&dir);
     }
     let sym = unwind::symbolize::Symbolizer::for_current_process();
     let mut out = String::new();
