@@ -81,3 +81,76 @@ fn build<R: Copy>(
     }
     Ok((builder.build().map_err(crate::Error::Table)?, errors))
 }
+
+/// An armv7 sample as the test agent writes it: registers, a copy of the stack, the PCs found
+/// in the signal handler, and the modules (paths as the sampled process saw them).
+///
+/// File format: text lines `regs arm PC LR SP R12 R11 R7`, `stack BASE LEN`, `pcs A,B,...`,
+/// `module START END BIAS PATH`, then `---` and the stack bytes.
+#[derive(Clone, Debug, Default)]
+pub struct ArmSample {
+    /// The interrupted registers.
+    pub regs: unwind_core::arm::Regs,
+    /// Address of `bytes[0]`.
+    pub base: u64,
+    /// The stack copy.
+    pub bytes: Vec<u8>,
+    /// The PCs the unwinder found when the sample was taken.
+    pub pcs: Vec<u64>,
+    /// The modules of the sampled process.
+    pub modules: Vec<ModuleFile>,
+}
+
+impl ArmSample {
+    /// Reads a sample; module paths are looked up under `sysroot` first when given (samples
+    /// taken under `qemu-arm -L SYSROOT` name the files as the guest saw them).
+    pub fn load(path: &std::path::Path, sysroot: Option<&std::path::Path>) -> Option<Self> {
+        let data = std::fs::read(path).ok()?;
+        let split = data.windows(4).position(|w| w == b"---\n")?;
+        let head = std::str::from_utf8(&data[..split]).ok()?;
+        let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+        let mut s = ArmSample {
+            bytes: data[split + 4..].to_vec(),
+            ..ArmSample::default()
+        };
+        for line in head.lines() {
+            let f: Vec<&str> = line.splitn(5, ' ').collect();
+            match f.first().copied() {
+                Some("regs") => {
+                    let v: Vec<u32> = line
+                        .split(' ')
+                        .skip(2)
+                        .filter_map(hex)
+                        .map(|x| x as u32)
+                        .collect();
+                    let [pc, lr, sp, r12, r11, r7] = v.as_slice().try_into().ok()?;
+                    s.regs = unwind_core::arm::Regs {
+                        pc,
+                        lr,
+                        sp,
+                        r12,
+                        r11,
+                        r7,
+                    };
+                }
+                Some("stack") => s.base = hex(f.get(1)?)?,
+                Some("pcs") => s.pcs = f.get(1)?.split(',').filter_map(hex).collect(),
+                Some("module") => {
+                    let recorded = PathBuf::from(*f.get(4)?);
+                    let path = sysroot
+                        .map(|r| r.join(recorded.strip_prefix("/").unwrap_or(&recorded)))
+                        .filter(|p| p.exists())
+                        .unwrap_or(recorded);
+                    s.modules.push(ModuleFile {
+                        path,
+                        start: hex(f.get(1)?)?,
+                        end: hex(f.get(2)?)?,
+                        bias: hex(f.get(3)?)?,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Some(s)
+    }
+}

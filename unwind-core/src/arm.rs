@@ -198,7 +198,7 @@ impl Rule {
 /// [`CachedRule::OTHER`] with its dictionary index and applied from the table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CachedRule {
-    shape: u8,
+    shape: u16,
     base: u8,
     cfa: i32,
     pc: i32,
@@ -209,23 +209,25 @@ pub struct CachedRule {
 
 impl CachedRule {
     /// The PC is saved at `[base + pc]` (else it is the callee's LR).
-    const PC_SAVED: u8 = 1;
+    const PC_SAVED: u16 = 1;
     /// LR is saved at `[base + lr]` (else unchanged).
-    const LR_SAVED: u8 = 2;
+    const LR_SAVED: u16 = 2;
     /// r7 is saved at `[base + r7]` (else unchanged).
-    const R7_SAVED: u8 = 4;
+    const R7_SAVED: u16 = 4;
     /// r11 is saved at `[base + r11]` (else unchanged).
-    const R11_SAVED: u8 = 8;
+    const R11_SAVED: u16 = 8;
     /// Not a simple shape: `pc` holds the rule's dictionary index.
-    const OTHER: u8 = 16;
+    const OTHER: u16 = 16;
     /// No rule covers the address.
-    const NONE: u8 = 32;
+    const NONE: u16 = 32;
     /// The end-of-stack rule (with [`CachedRule::CANT`]: EXIDX's "cannot unwind").
-    const END: u8 = 64;
+    const END: u16 = 64;
     /// With [`CachedRule::END`]: the stop is `CantUnwind`.
-    const CANT: u8 = 128;
+    const CANT: u16 = 128;
+    /// The caller's LR is its PC (both restored from the same slot): one read, not two.
+    const LR_IS_PC: u16 = 256;
     /// Any of the rare cases.
-    const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
+    const SLOW: u16 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
 
     fn other(index: u16) -> Self {
         CachedRule {
@@ -265,8 +267,12 @@ impl CacheRule<Rule> for CachedRule {
             cfa,
             ..CachedRule::default()
         };
+        let lr_is_pc = matches!(rule.pc, RegRule::Offset(_)) && rule.lr == rule.pc;
+        if lr_is_pc {
+            c.shape |= CachedRule::LR_IS_PC;
+        }
         // Each saved register: its offset from the base register.
-        let mut saved = |r: RegRule, flag: u8, slot: &mut i32| -> bool {
+        let mut saved = |r: RegRule, flag: u16, slot: &mut i32| -> bool {
             match r {
                 RegRule::Same => true,
                 RegRule::Offset(o) => match cfa.checked_add(o) {
@@ -287,7 +293,7 @@ impl CacheRule<Rule> for CachedRule {
             _ => false,
         };
         let ok = pc_ok
-            && saved(rule.lr, CachedRule::LR_SAVED, &mut lr)
+            && (lr_is_pc || saved(rule.lr, CachedRule::LR_SAVED, &mut lr))
             && saved(rule.r7, CachedRule::R7_SAVED, &mut r7)
             && saved(rule.r11, CachedRule::R11_SAVED, &mut r11);
         if !ok {
@@ -454,16 +460,22 @@ fn step_cached<M: Memory + ?Sized>(
         b if b == Reg::R7 as u8 => regs.r7,
         _ => regs.r11,
     };
-    let saved = |flag: u8, off: i32, same: u32| {
+    let saved = |flag: u16, off: i32, same: u32| {
         if c.shape & flag != 0 {
             read(mem, add(base, off))
         } else {
             Ok(same)
         }
     };
+    let pc = saved(CachedRule::PC_SAVED, c.pc, regs.lr)?;
+    let lr = if c.shape & CachedRule::LR_IS_PC != 0 {
+        pc
+    } else {
+        saved(CachedRule::LR_SAVED, c.lr, regs.lr)?
+    };
     Ok(Regs {
-        pc: saved(CachedRule::PC_SAVED, c.pc, regs.lr)?,
-        lr: saved(CachedRule::LR_SAVED, c.lr, regs.lr)?,
+        pc,
+        lr,
         sp: add(base, c.cfa),
         r12: regs.r12,
         r11: saved(CachedRule::R11_SAVED, c.r11, regs.r11)?,

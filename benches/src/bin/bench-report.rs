@@ -249,6 +249,16 @@ fn real_main() -> Result<(), String> {
         fp.per_frame
     ));
 
+    match arm_figures(&target) {
+        Ok(Some((host, qemu, n))) => {
+            lines.push(format!("arm warm host: {host:.1} instructions/frame"));
+            lines.push(format!("arm warm qemu: {qemu:.1} instructions/frame"));
+            eprintln!("bench-report: arm figures over {n} samples");
+        }
+        Ok(None) => eprintln!("bench-report: no armv7 samples (scripts/bench captures them)"),
+        Err(e) => eprintln!("bench-report: armv7 figures failed: {e}"),
+    }
+
     let crit = target.join("criterion");
     // Criterion times one unwind of each sample; per frame and in total over the samples
     // (every frame weighs the same).
@@ -346,7 +356,7 @@ fn real_main() -> Result<(), String> {
         let _ = writeln!(md, "{l}");
     }
     let _ = writeln!(md, "```\n");
-    let _ = writeln!(md, "Targets: x86_64 warm <= 40 instructions/frame; one miss <= 300 instructions; ns/frame >= 3 x faster than framehop; preload <= 2 x the gimli floor and <= 8 bytes/row. References (REFERENCES.md): framehop ~149 warm, ~4,100 per miss; Valgrind ~220; Breakpad ~114,000; frame pointers ~8.\n");
+    let _ = writeln!(md, "Targets: x86_64 warm <= 40 instructions/frame; ARM warm <= 60; one miss <= 300 instructions; ns/frame >= 3 x faster than framehop; preload <= 2 x the gimli floor and <= 8 bytes/row. References (REFERENCES.md): framehop ~149 warm, ~4,100 per miss; Valgrind ~220; Breakpad ~114,000; frame pointers ~8.\n");
     let _ = writeln!(md, "## Instructions per frame, by sample (callgrind)\n");
     let _ = writeln!(md, "Method: each unwinder runs in its own process on the same captured sample (registers, stack copy, module files), K times and 0 times after the same setup and one warm-up unwind; (instructions(K) - instructions(0)) / (K * frames). Cold empties the cache before every unwind (ours: the 509-slot reset is included).\n");
     md.push_str(&table);
@@ -363,6 +373,109 @@ fn real_main() -> Result<(), String> {
         println!("{l}");
     }
     Ok(())
+}
+
+const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+
+/// Warm instructions per frame for armv7 samples: unwound on this host under callgrind, and
+/// natively under `qemu-arm -singlestep -d nochain,exec` (guest instructions executed in the
+/// unwinder's functions), over the 5 deepest samples the agent captured. Frame-weighted.
+fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
+    let dir = target.join("bench-samples").join("arm");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(None);
+    };
+    let mut samples: Vec<(usize, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter_map(|p| {
+            let s = unwind::offline::ArmSample::load(&p, Some(Path::new(ARM_SYSROOT)))?;
+            Some((s.pcs.len(), p))
+        })
+        .collect();
+    samples.sort_by_key(|s| std::cmp::Reverse(s.0));
+    samples.truncate(5);
+    if samples.is_empty() {
+        return Ok(None);
+    }
+    let host_bin = target.join("release").join("sample-unwind");
+    let arm_bin = target
+        .join("armv7-unknown-linux-gnueabihf")
+        .join("release")
+        .join("sample-unwind");
+    // The unwinder's code in the armv7 binary: `unwind_once` (the loop is inlined there) and
+    // every unwind_core function, as file-address ranges.
+    let nm = run(Command::new("arm-linux-gnueabihf-nm")
+        .args(["-S", "-C"])
+        .arg(&arm_bin))?
+    .0;
+    let symbols: Vec<(u64, u64, bool)> = nm
+        .lines()
+        .filter(|l| l.contains("unwind_once") || l.contains("unwind_core::"))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            Some((addr, size, l.contains("unwind_once")))
+        })
+        .collect();
+    let once_svma = symbols
+        .iter()
+        .find(|s| s.2)
+        .map(|s| s.0)
+        .ok_or("no unwind_once symbol")?;
+    let (mut host, mut qemu, mut frames_total) = (0.0, 0.0, 0u64);
+    for (_, path) in &samples {
+        let p = path.to_string_lossy();
+        let k: u64 = 200;
+        let frames = |out: &str| field(out, "frames");
+        let (h0, _) = instructions(&host_bin, &[&p, ARM_SYSROOT, "0"])?;
+        let (hk, out) = instructions(&host_bin, &[&p, ARM_SYSROOT, &k.to_string()])?;
+        let n = frames(&out);
+        // Where qemu loads the binary: unwind_once's runtime address minus its file address.
+        let probe = run(Command::new("qemu-arm")
+            .args(["-L", ARM_SYSROOT])
+            .arg(&arm_bin)
+            .args([&*p, ARM_SYSROOT, "0"]))?
+        .0;
+        let once = probe
+            .split_whitespace()
+            .skip_while(|w| *w != "unwind_once")
+            .nth(1)
+            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+            .ok_or("no unwind_once address")?;
+        let bias = once.wrapping_sub(once_svma);
+        let ranges: Vec<String> = symbols
+            .iter()
+            .map(|s| format!("{:#x}+{:#x}", s.0.wrapping_add(bias), s.1))
+            .collect();
+        let count = |k: u64| -> Result<u64, String> {
+            let log = target.join("bench-samples").join("qemu-trace.log");
+            run(Command::new("qemu-arm")
+                .args([
+                    "-L",
+                    ARM_SYSROOT,
+                    "-singlestep",
+                    "-d",
+                    "nochain,exec",
+                    "-dfilter",
+                ])
+                .arg(ranges.join(","))
+                .arg("-D")
+                .arg(&log)
+                .arg(&arm_bin)
+                .args([&*p, ARM_SYSROOT, &k.to_string()]))?;
+            let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+            let _ = std::fs::remove_file(&log);
+            Ok(text.lines().filter(|l| l.starts_with("Trace")).count() as u64)
+        };
+        let (q0, qk) = (count(0)?, count(k)?);
+        host += hk.saturating_sub(h0) as f64 / k as f64;
+        qemu += qk.saturating_sub(q0) as f64 / k as f64;
+        frames_total += n;
+    }
+    let f = frames_total.max(1) as f64;
+    Ok(Some((host / f, qemu / f, samples.len())))
 }
 
 /// `dump_syms`, on the PATH or installed by `scripts/bench` under `target/tools`.

@@ -1,0 +1,50 @@
+//! Unwinds one armv7 sample (as the agent writes them) K times, for instruction counting:
+//! `sample-unwind SAMPLE SYSROOT K` (SYSROOT `-` for none). Built for the host, it measures
+//! ARM unwinding on x86_64 under callgrind; built for armv7, it runs under
+//! `qemu-arm -singlestep -d nochain,exec`, which logs each guest instruction executed in the
+//! address range it prints (`unwind_once`).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::path::Path;
+
+use unwind::offline::{arm_table_from_files, ArmSample};
+use unwind_core::arm::{CachedRule, Rule};
+use unwind_core::{Cache, RuleTable, StackImage};
+
+/// One unwind; never inlined, so its instructions can be told apart in a trace.
+#[inline(never)]
+fn unwind_once(
+    table: &RuleTable<Rule>,
+    cache: &mut Cache<CachedRule>,
+    sample: &ArmSample,
+    image: &StackImage<'_>,
+    pcs: &mut [u64],
+) -> usize {
+    unwind_core::arm::unwind(table, cache, sample.regs, image, pcs, None).frames
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(path), Some(sysroot), Some(k)) = (args.get(1), args.get(2), args.get(3)) else {
+        eprintln!("usage: sample-unwind SAMPLE SYSROOT K");
+        std::process::exit(2);
+    };
+    let k: u64 = k.parse().expect("K");
+    let sysroot = (sysroot != "-").then(|| Path::new(sysroot));
+    let sample = ArmSample::load(Path::new(path), sysroot).expect("sample");
+    let (table, _) = arm_table_from_files(&sample.modules, NonZeroU32::MIN).expect("table");
+    let mut cache = Box::new(Cache::new());
+    let image = StackImage::new(sample.base, &sample.bytes);
+    let mut pcs = [0u64; 256];
+    let frames = unwind_once(&table, &mut cache, &sample, &image, &mut pcs);
+    for _ in 0..k {
+        black_box(unwind_once(&table, &mut cache, &sample, &image, &mut pcs));
+    }
+    println!(
+        "frames {frames} misses {} unwind_once {:#x} matches {}",
+        cache.misses(),
+        unwind_once as *const () as usize,
+        pcs[..frames] == sample.pcs[..]
+    );
+}
