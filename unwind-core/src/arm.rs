@@ -554,7 +554,29 @@ fn walk<M: Memory + ?Sized, const TRUST: bool>(
         let Some((module, c)) = cache.lookup_prepared(table, key) else {
             return stopped(cache, i, StopReason::BadRule);
         };
-        let caller = if c.shape & CachedRule::SLOW == 0 {
+        let caller = if c.shape & !CachedRule::R11_SAVED
+            == CachedRule::PC_SAVED | CachedRule::LR_IS_PC
+            && c.base == Reg::Sp as u8
+        {
+            // The most common rule of a non-leaf function: CFA on SP, the return address
+            // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
+            adjust = 1;
+            how = Trust::Cfi;
+            let r11 = if c.shape & CachedRule::R11_SAVED != 0 {
+                read(mem, add(regs.sp, c.r11))
+            } else {
+                Ok(regs.r11)
+            };
+            read(mem, add(regs.sp, c.pc)).and_then(|pc| {
+                Ok(Regs {
+                    pc,
+                    lr: pc,
+                    sp: add(regs.sp, c.cfa),
+                    r11: r11?,
+                    ..regs
+                })
+            })
+        } else if c.shape & CachedRule::SLOW == 0 {
             adjust = 1;
             how = Trust::Cfi;
             step_cached(c, &regs, mem)
