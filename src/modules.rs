@@ -229,6 +229,32 @@ unsafe fn eh_frame_of<'a>(
     Ok((eh_frame, eh_svma))
 }
 
+/// The DWARF CFI of a mapped module: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
+/// and code range.
+///
+/// # Safety
+/// As for [`mapped_from`].
+unsafe fn cfi_sections<'a>(
+    bias: u64,
+    hdr: Option<&Phdr>,
+    phdrs: &[Phdr],
+    plt: &'a [unwind_dwarf::plt::PltSection],
+    code: (u64, u64),
+) -> Result<CfiSections<'a>, DwarfError> {
+    let mut sections = CfiSections {
+        plt,
+        code_range: Some(code),
+        ..CfiSections::default()
+    };
+    if let Some(hdr) = hdr {
+        // SAFETY: forwarded from the caller.
+        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
+        sections.eh_frame = Some(eh_frame);
+        sections.eh_frame_svma = eh_svma;
+    }
+    Ok(sections)
+}
+
 /// Reads the unwind tables of a mapped module (x86_64: `.eh_frame`).
 ///
 /// # Safety
@@ -242,17 +268,8 @@ unsafe fn rules_from_image(
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    let mut sections = CfiSections {
-        plt,
-        code_range: Some(code),
-        ..CfiSections::default()
-    };
-    if let Some(hdr) = hdr {
-        // SAFETY: forwarded from the caller.
-        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
-        sections.eh_frame = Some(eh_frame);
-        sections.eh_frame_svma = eh_svma;
-    }
+    // SAFETY: forwarded from the caller.
+    let sections = unsafe { cfi_sections(bias, hdr, phdrs, plt, code) }?;
     unwind_dwarf::rules_from_sections(&sections)
 }
 
@@ -281,17 +298,8 @@ unsafe fn rules_from_image(
             return Ok((loaded.rules, loaded.stats.cfi));
         }
     }
-    let mut sections = CfiSections {
-        plt,
-        code_range: Some(code),
-        ..CfiSections::default()
-    };
-    if let Some(hdr) = hdr {
-        // SAFETY: forwarded from the caller.
-        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
-        sections.eh_frame = Some(eh_frame);
-        sections.eh_frame_svma = eh_svma;
-    }
+    // SAFETY: forwarded from the caller.
+    let sections = unsafe { cfi_sections(bias, hdr, phdrs, plt, code) }?;
     let exidx = phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX);
     let mut exidx_sections = None;
     if let Some(x) = exidx {
