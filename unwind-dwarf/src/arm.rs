@@ -17,11 +17,12 @@ use gimli::{
 };
 use unwind_arm_exidx::{ExidxSections, ExidxStats};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
-use unwind_core::expr::Expr;
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
 
-use crate::cfi::{collect_rows, offset, CfiSections, CfiStats, Collected, DropReason, Translate};
-use crate::compile::compile_expression;
+use crate::cfi::{
+    collect_rows, common_rule, expression, offset, Bad, CfiSections, CfiStats, Collected,
+    CommonRule, DropReason, Translate,
+};
 use crate::plt::{uncovered, PltKind, PltSection};
 use crate::DwarfError;
 
@@ -37,45 +38,20 @@ fn tracked(r: Register) -> Option<u8> {
 
 pub(crate) struct Arm;
 
-/// What went wrong with one register's rule, before it is named for that register.
-enum Bad {
-    Rule,
-    Expression,
-    Offset,
-}
-
-fn expression<'a, S: UnwindSection<Slice<'a>>>(
-    e: &gimli::UnwindExpression<usize>,
-    cie: &CommonInformationEntry<Slice<'a>>,
-    section: &S,
-    pushes_cfa: bool,
-) -> Option<Expr> {
-    compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
-}
-
 fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     rule: RegisterRule<usize>,
     cie: &CommonInformationEntry<Slice<'a>>,
     section: &S,
     builder: &mut ModuleRulesBuilder<Rule>,
 ) -> Result<RegRule, Bad> {
-    let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
-    Ok(match rule {
-        RegisterRule::Undefined => RegRule::Undefined,
-        RegisterRule::SameValue => RegRule::Same,
-        RegisterRule::Offset(o) => RegRule::Offset(off(o)?),
-        RegisterRule::ValOffset(o) => RegRule::ValOffset(off(o)?),
-        RegisterRule::Register(r) => RegRule::Register(Reg::from_number(r.0).ok_or(Bad::Rule)?),
-        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => {
-            let compiled = expression(&e, cie, section, true).ok_or(Bad::Expression)?;
-            let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
-            if matches!(rule, RegisterRule::Expression(_)) {
-                RegRule::Expr(i)
-            } else {
-                RegRule::ValExpr(i)
-            }
-        }
-        _ => return Err(Bad::Rule),
+    Ok(match common_rule(rule, cie, section, builder, tracked)? {
+        CommonRule::Undefined => RegRule::Undefined,
+        CommonRule::Same => RegRule::Same,
+        CommonRule::Offset(o) => RegRule::Offset(o),
+        CommonRule::ValOffset(o) => RegRule::ValOffset(o),
+        CommonRule::Register(r) => RegRule::Register(Reg::from_number(r).ok_or(Bad::Rule)?),
+        CommonRule::Expr(i) => RegRule::Expr(i),
+        CommonRule::ValExpr(i) => RegRule::ValExpr(i),
     })
 }
 
@@ -89,11 +65,7 @@ fn other_reg<'a, S: UnwindSection<Slice<'a>>>(
 ) -> Result<RegRule, DropReason> {
     match rule {
         None => Ok(RegRule::Same),
-        Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
-            Bad::Rule => reasons.0,
-            Bad::Expression => reasons.1,
-            Bad::Offset => DropReason::OffsetOutOfRange,
-        }),
+        Some(r) => reg_rule(r, cie, section, builder).map_err(|b| b.reason(reasons.0, reasons.1)),
     }
 }
 
@@ -154,7 +126,7 @@ impl Translate for Arm {
             },
             gimli::CfaRule::Expression(e) => {
                 let compiled =
-                    expression(e, cie, section, false).ok_or(DropReason::CfaExpression)?;
+                    expression(e, cie, section, false, tracked).ok_or(DropReason::CfaExpression)?;
                 CfaRule::Expr(
                     builder
                         .add_expr(compiled)
@@ -171,10 +143,11 @@ impl Translate for Arm {
         let pc = match row.register(ra_column) {
             None => unchanged.ok_or(DropReason::ReturnAddressMissing)?,
             Some(RegisterRule::SameValue) => unchanged.ok_or(DropReason::ReturnAddressRule)?,
-            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
-                Bad::Rule => DropReason::ReturnAddressRule,
-                Bad::Expression => DropReason::ReturnAddressExpression,
-                Bad::Offset => DropReason::OffsetOutOfRange,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
+                b.reason(
+                    DropReason::ReturnAddressRule,
+                    DropReason::ReturnAddressExpression,
+                )
             })?,
         };
         // The caller's LR: the return address's rule ("the callee's LR" is "unchanged").

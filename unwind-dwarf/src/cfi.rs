@@ -333,6 +333,77 @@ pub fn rules_from_sections(
     collect::<crate::x86_64::X86_64>(sections)
 }
 
+/// A register rule in the form both architectures' typed rules are made from: offsets checked,
+/// expressions compiled and interned. Each architecture maps it to its own `RegRule`.
+pub(crate) enum CommonRule {
+    Undefined,
+    Same,
+    Offset(i32),
+    ValOffset(i32),
+    /// Another register (its DWARF number); the architecture decides if it is tracked.
+    Register(u16),
+    Expr(u16),
+    ValExpr(u16),
+}
+
+/// What went wrong with one register's rule, before it is named for that register.
+pub(crate) enum Bad {
+    Rule,
+    Expression,
+    Offset,
+}
+
+impl Bad {
+    /// The drop reason, given the ones for this register's rules and expressions.
+    pub(crate) fn reason(self, rule: DropReason, expression: DropReason) -> DropReason {
+        match self {
+            Bad::Rule => rule,
+            Bad::Expression => expression,
+            Bad::Offset => DropReason::OffsetOutOfRange,
+        }
+    }
+}
+
+/// Compiles a CFI expression over the registers `tracked` maps to expression numbers.
+pub(crate) fn expression<'a, S: UnwindSection<Slice<'a>>>(
+    e: &gimli::UnwindExpression<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    pushes_cfa: bool,
+    tracked: fn(gimli::Register) -> Option<u8>,
+) -> Option<unwind_core::expr::Expr> {
+    crate::compile::compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
+}
+
+/// Translates a gimli register rule into a [`CommonRule`], interning expressions in `builder`.
+pub(crate) fn common_rule<'a, S: UnwindSection<Slice<'a>>, R: Copy + Ord>(
+    rule: gimli::RegisterRule<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    builder: &mut ModuleRulesBuilder<R>,
+    tracked: fn(gimli::Register) -> Option<u8>,
+) -> Result<CommonRule, Bad> {
+    use gimli::RegisterRule as G;
+    let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
+    Ok(match rule {
+        G::Undefined => CommonRule::Undefined,
+        G::SameValue => CommonRule::Same,
+        G::Offset(o) => CommonRule::Offset(off(o)?),
+        G::ValOffset(o) => CommonRule::ValOffset(off(o)?),
+        G::Register(r) => CommonRule::Register(r.0),
+        G::Expression(e) | G::ValExpression(e) => {
+            let compiled = expression(&e, cie, section, true, tracked).ok_or(Bad::Expression)?;
+            let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
+            if matches!(rule, G::Expression(_)) {
+                CommonRule::Expr(i)
+            } else {
+                CommonRule::ValExpr(i)
+            }
+        }
+        _ => return Err(Bad::Rule),
+    })
+}
+
 /// Offsets in rules are 32-bit.
 pub(crate) fn offset(o: i64) -> Result<i32, DropReason> {
     i32::try_from(o).map_err(|_| DropReason::OffsetOutOfRange)

@@ -3,12 +3,10 @@
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
-use unwind_core::expr::Expr;
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::x86_64::{CfaRule, Reg, RegRule, Rule};
 
-use crate::cfi::{offset, DropReason, Translate};
-use crate::compile::compile_expression;
+use crate::cfi::{common_rule, expression, offset, Bad, CommonRule, DropReason, Translate};
 use crate::plt::{PltKind, PltSection};
 use crate::DwarfError;
 
@@ -30,44 +28,20 @@ fn tracked(r: Register) -> Option<u8> {
 
 pub(crate) struct X86_64;
 
-/// What went wrong with one register's rule, before it is named for that register.
-enum Bad {
-    Rule,
-    Expression,
-    Offset,
-}
-
-fn expression<'a, S: UnwindSection<Slice<'a>>>(
-    e: &gimli::UnwindExpression<usize>,
-    cie: &CommonInformationEntry<Slice<'a>>,
-    section: &S,
-    pushes_cfa: bool,
-) -> Option<Expr> {
-    compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
-}
-
 fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     rule: RegisterRule<usize>,
     cie: &CommonInformationEntry<Slice<'a>>,
     section: &S,
     builder: &mut ModuleRulesBuilder<Rule>,
 ) -> Result<RegRule, Bad> {
-    let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
-    Ok(match rule {
-        RegisterRule::Undefined => RegRule::Undefined,
-        RegisterRule::SameValue => RegRule::Same,
-        RegisterRule::Offset(o) => RegRule::Offset(off(o)?),
-        RegisterRule::ValOffset(o) => RegRule::ValOffset(off(o)?),
-        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => {
-            let compiled = expression(&e, cie, section, true).ok_or(Bad::Expression)?;
-            let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
-            if matches!(rule, RegisterRule::Expression(_)) {
-                RegRule::Expr(i)
-            } else {
-                RegRule::ValExpr(i)
-            }
-        }
-        _ => return Err(Bad::Rule),
+    Ok(match common_rule(rule, cie, section, builder, tracked)? {
+        CommonRule::Undefined => RegRule::Undefined,
+        CommonRule::Same => RegRule::Same,
+        CommonRule::Offset(o) => RegRule::Offset(o),
+        CommonRule::ValOffset(o) => RegRule::ValOffset(o),
+        CommonRule::Register(_) => return Err(Bad::Rule),
+        CommonRule::Expr(i) => RegRule::Expr(i),
+        CommonRule::ValExpr(i) => RegRule::ValExpr(i),
     })
 }
 
@@ -132,7 +106,7 @@ impl Translate for X86_64 {
             },
             gimli::CfaRule::Expression(e) => {
                 let compiled =
-                    expression(e, cie, section, false).ok_or(DropReason::CfaExpression)?;
+                    expression(e, cie, section, false, tracked).ok_or(DropReason::CfaExpression)?;
                 CfaRule::Expr(
                     builder
                         .add_expr(compiled)
@@ -144,18 +118,20 @@ impl Translate for X86_64 {
         let ra = match row.register(ra_column) {
             None => return Err(DropReason::ReturnAddressMissing),
             Some(RegisterRule::SameValue) => return Err(DropReason::ReturnAddressRule),
-            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
-                Bad::Rule => DropReason::ReturnAddressRule,
-                Bad::Expression => DropReason::ReturnAddressExpression,
-                Bad::Offset => DropReason::OffsetOutOfRange,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
+                b.reason(
+                    DropReason::ReturnAddressRule,
+                    DropReason::ReturnAddressExpression,
+                )
             })?,
         };
         let fp = match row.register(Register(RBP)) {
             None => RegRule::Same,
-            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| match b {
-                Bad::Rule => DropReason::FramePointerRule,
-                Bad::Expression => DropReason::FramePointerExpression,
-                Bad::Offset => DropReason::OffsetOutOfRange,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
+                b.reason(
+                    DropReason::FramePointerRule,
+                    DropReason::FramePointerExpression,
+                )
             })?,
         };
         Ok(Rule {
