@@ -11,7 +11,7 @@ use crate::cache::{Cache, CacheRule};
 use crate::expr::{EvalContext, Expr};
 use crate::memory::Memory;
 use crate::table::RuleTable;
-use crate::unwind::{StopReason, Trust, UnwindResult};
+use crate::unwind::{stopped, StopReason, Trust, UnwindResult};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -354,10 +354,7 @@ fn eval<M: Memory + ?Sized>(
     };
     e.eval(&ctx, initial.map(u64::from))
         .map(|v| v as u32)
-        .map_err(|err| match err {
-            crate::expr::ExprError::ReadFailed => StopReason::ReadFailed,
-            _ => StopReason::ExpressionFailed,
-        })
+        .map_err(StopReason::from)
 }
 
 /// Recovers one register: `same` is the callee's value of that register.
@@ -496,14 +493,6 @@ fn step_other<M: Memory + ?Sized>(
     let index = u16::try_from(index).map_err(|_| StopReason::BadRule)?;
     let rule = table.rule(module, index).ok_or(StopReason::BadRule)?;
     step_cfi(table, module, rule, &regs, mem)
-}
-
-/// The result of a walk that stopped after writing (and looking up) frame `last`.
-#[inline(always)]
-fn stopped(cache: &mut Cache<CachedRule>, last: usize, stop: StopReason) -> UnwindResult {
-    let frames = last + 1;
-    cache.count_lookups(frames as u64);
-    UnwindResult { frames, stop }
 }
 
 /// Unwinds from `regs`, writing each frame's PC into `pcs` (frame 0 first; callers' return

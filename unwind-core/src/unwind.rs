@@ -71,6 +71,29 @@ pub enum Trust {
     LinkRegister,
 }
 
+impl From<crate::expr::ExprError> for StopReason {
+    /// A failed read ends the walk as any failed read does; other failures are the expression's.
+    fn from(err: crate::expr::ExprError) -> Self {
+        match err {
+            crate::expr::ExprError::ReadFailed => StopReason::ReadFailed,
+            _ => StopReason::ExpressionFailed,
+        }
+    }
+}
+
+/// The result of a walk that stopped after writing (and looking up) frame `last`; counts the
+/// walk's lookups in `cache`.
+#[inline(always)]
+pub(crate) fn stopped<C: Copy>(
+    cache: &mut crate::cache::Cache<C>,
+    last: usize,
+    stop: StopReason,
+) -> UnwindResult {
+    let frames = last + 1;
+    cache.count_lookups(frames as u64);
+    UnwindResult { frames, stop }
+}
+
 /// The outcome of one unwind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnwindResult {

@@ -7,7 +7,7 @@ use crate::cache::{Cache, CacheRule};
 use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
 use crate::table::RuleTable;
-use crate::unwind::{StopReason, Trust, UnwindResult};
+use crate::unwind::{stopped, StopReason, Trust, UnwindResult};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,10 +222,7 @@ fn eval<M: Memory + ?Sized>(
         memory: mem,
         word_size: 8,
     };
-    e.eval(&ctx, initial).map_err(|err| match err {
-        crate::expr::ExprError::ReadFailed => StopReason::ReadFailed,
-        _ => StopReason::ExpressionFailed,
-    })
+    e.eval(&ctx, initial).map_err(StopReason::from)
 }
 
 /// The rarer register rules (everything but `Offset`, handled inline by the caller).
@@ -333,14 +330,6 @@ pub fn unwind<M: Memory + ?Sized>(
         None => walk::<M, false>(table, cache, regs, mem, pcs, &mut []),
         Some(trust) => walk::<M, true>(table, cache, regs, mem, pcs, trust),
     }
-}
-
-/// The result of a walk that stopped after writing (and looking up) frame `last`.
-#[inline(always)]
-fn stopped(cache: &mut Cache<CachedRule>, last: usize, stop: StopReason) -> UnwindResult {
-    let frames = last + 1;
-    cache.count_lookups(frames as u64);
-    UnwindResult { frames, stop }
 }
 
 /// Applies a simple cached rule: one branch on the shape, at most two bounds-checked reads.
