@@ -230,17 +230,20 @@ fn validate(
 
 /// The C workload's call graph (see tests/programs/workload.c).
 fn c_graph() -> Graph {
-    Graph::new(
-        &["_start", "clone"],
-        "_start>[ext] [ext]>main clone>start_thread start_thread>thread_main
-         thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_asm main>phase_signal
-         top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
-         phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
-         phase_asm>asm_frame asm_frame>asm_fp_frame asm_fp_frame>cb_from_asm cb_from_asm>spin
-         phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
-         main>now thread_main>now",
-    )
+    Graph::new(&["_start", "clone"], &format!("{C_EDGES} {C_ASM_EDGES}"))
 }
+
+/// Edges of the C workload on every architecture.
+const C_EDGES: &str = "_start>[ext] [ext]>main clone>start_thread start_thread>thread_main
+    thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_signal
+    top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
+    phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
+    phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
+    main>now thread_main>now";
+
+/// The asm phase (frames.S, x86_64 only).
+const C_ASM_EDGES: &str = "main>phase_asm phase_asm>asm_frame asm_frame>asm_fp_frame
+    asm_fp_frame>cb_from_asm cb_from_asm>spin";
 
 /// Edges every C sample set must contain: each feature was sampled and unwound through.
 const C_MUST_SEE: [&str; 7] = [
@@ -259,12 +262,7 @@ const C_MUST_SEE: [&str; 7] = [
 fn c_graph_arm() -> Graph {
     Graph::new(
         &["_start", "clone", "[ext]"],
-        "_start>[ext] [ext]>main [ext]>thread_main clone>start_thread start_thread>thread_main
-         thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_signal
-         top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
-         phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
-         phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
-         main>now thread_main>now",
+        &format!("{C_EDGES} [ext]>thread_main"),
     )
 }
 
@@ -281,10 +279,7 @@ const C_MUST_SEE_ARM: [&str; 6] = [
 fn rust_graph_arm() -> Graph {
     Graph::new(
         &["_start", "clone", "[ext]"],
-        "_start>[ext] [ext]>main main>[std] [std]>rw::main
-         rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
-         clone>start_thread start_thread>[std] [ext]>[std] [std]>rw_thread
-         rw_thread>rw_recurse rw_thread>rw_sort",
+        &format!("{RUST_EDGES} [ext]>[std]"),
     )
 }
 
@@ -292,14 +287,14 @@ const RUST_MUST_SEE_ARM: [&str; 3] = ["rw_recurse>rw_leaf", "rw_thread>rw_sort",
 
 /// The Rust workload's call graph: its own functions by name, std's frames collapsed to `[std]`.
 fn rust_graph() -> Graph {
-    Graph::new(
-        &["_start", "clone"],
-        "_start>[ext] [ext]>main main>[std] [std]>rw::main
-         rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
-         clone>start_thread start_thread>[std] [std]>rw_thread
-         rw_thread>rw_recurse rw_thread>rw_sort",
-    )
+    Graph::new(&["_start", "clone"], RUST_EDGES)
 }
+
+/// Edges of the Rust workload on every architecture.
+const RUST_EDGES: &str = "_start>[ext] [ext]>main main>[std] [std]>rw::main
+    rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
+    clone>start_thread start_thread>[std] [std]>rw_thread
+    rw_thread>rw_recurse rw_thread>rw_sort";
 
 const RUST_MUST_SEE: [&str; 4] = [
     "rw_recurse>rw_leaf",
