@@ -111,7 +111,7 @@ fn main() {
     });
     let report = unwind::init().expect("preload");
     print!("{report}");
-    if let Some(driver) = rustc_driver() {
+    if let Some(driver) = unwind::rustc_driver_path() {
         match unwind::preload_file(&driver) {
             Ok((m, t)) => println!("preload {m}, {:.1} ms", t.as_secs_f64() * 1e3),
             Err(e) => println!("preload {}: {e}", driver.display()),
@@ -217,22 +217,4 @@ fn main() {
         "cache: {h} hits, {m} misses, hit rate {:.2} %",
         100.0 * h as f64 / (h + m).max(1) as f64
     );
-}
-
-/// The toolchain's librustc_driver, the largest binary on a Rust machine.
-fn rustc_driver() -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let lib = std::path::Path::new(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
-    std::fs::read_dir(lib)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
-        })
 }

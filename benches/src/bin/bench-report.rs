@@ -304,7 +304,7 @@ fn real_main() -> Result<(), String> {
         ));
     }
     let preload = run(Command::new(bin_dir.join("bench-preload")).arg("--process"))?.0;
-    let driver = rustc_driver();
+    let driver = unwind::rustc_driver_path().map(|p| p.to_string_lossy().into_owned());
     let preload_driver = match &driver {
         Some(d) => run(Command::new(bin_dir.join("bench-preload")).arg(d))?.0,
         None => String::new(),
@@ -532,23 +532,4 @@ fn count_sym_lines(syms: &Path) -> usize {
                 .sum()
         })
         .unwrap_or(0)
-}
-
-/// The toolchain's librustc_driver.
-fn rustc_driver() -> Option<String> {
-    let out = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let lib = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
-    std::fs::read_dir(lib)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
-        })
-        .map(|p| p.to_string_lossy().into_owned())
 }
