@@ -1,7 +1,7 @@
 //! Function names for addresses, from each loaded module's ELF symbol tables (outside signal
 //! handlers: this reads files and allocates).
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::LoadedModule;
 
@@ -42,9 +42,21 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
         .filter_map(|s| {
             let name = s.name().ok()?;
+            // A symbol without a size (hand-written code such as `_init`) covers at most the
+            // rest of its section, so it does not swallow the next section (ARM's `.plt`
+            // follows `.init`).
+            let size = match s.size() {
+                0 => s
+                    .section_index()
+                    .and_then(|i| file.section_by_index(i).ok())
+                    .map_or(0, |sec| {
+                        (sec.address() + sec.size()).saturating_sub(s.address())
+                    }),
+                n => n,
+            };
             Some((
                 s.address(),
-                s.size(),
+                size,
                 format!("{:#}", rustc_demangle::demangle(name)),
             ))
         })

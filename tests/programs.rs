@@ -94,8 +94,6 @@ fn tokens(
             "__clone3" | "clone3" | "__clone" => "clone",
             // glibc's ARM signal return trampoline.
             "__default_rt_sa_restorer" | "__default_sa_restorer" => "__restore_rt",
-            // On ARM the PLT follows `.init`, whose symbol `_init` has no size: a PLT stub.
-            "_init" => "?+plt",
             f => f,
         };
         let t = if KEEP.contains(&f) {
