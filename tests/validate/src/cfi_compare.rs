@@ -1,0 +1,1 @@
+//! Our STACK CFI against dump_syms's (placeholder, being written).
