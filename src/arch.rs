@@ -6,6 +6,8 @@
 mod imp {
     pub use unwind_core::x86_64::{unwind, CachedRule, Regs, Rule};
 
+    use crate::minidump::Context;
+
     /// Bytes below the stack pointer that leaf functions may use without moving it (psABI).
     pub const RED_ZONE: u64 = 128;
 
@@ -39,6 +41,59 @@ mod imp {
         }
     }
 
+    /// The interrupted thread's whole register file. Async-signal-safe (reads memory only).
+    ///
+    /// # Safety
+    /// `ucontext` must point to a valid `ucontext_t`.
+    pub unsafe fn context_from_ucontext(ucontext: *const libc::c_void) -> Context {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
+        let g = &uc.uc_mcontext.gregs;
+        let get = |i: libc::c_int| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| g.get(i))
+                .map_or(0, |&v| v as u64)
+        };
+        // CONTEXT_AMD64 order.
+        let order = [
+            libc::REG_RAX,
+            libc::REG_RCX,
+            libc::REG_RDX,
+            libc::REG_RBX,
+            libc::REG_RSP,
+            libc::REG_RBP,
+            libc::REG_RSI,
+            libc::REG_RDI,
+            libc::REG_R8,
+            libc::REG_R9,
+            libc::REG_R10,
+            libc::REG_R11,
+            libc::REG_R12,
+            libc::REG_R13,
+            libc::REG_R14,
+            libc::REG_R15,
+            libc::REG_RIP,
+        ];
+        let mut regs = [0u64; 17];
+        for (r, &i) in regs.iter_mut().zip(&order) {
+            *r = get(i);
+        }
+        Context::X86_64 {
+            regs,
+            eflags: get(libc::REG_EFL) as u32,
+        }
+    }
+
+    /// The full context of `regs`: rip, rsp and rbp; every other register 0.
+    pub fn context_from_regs(regs: &Regs) -> Context {
+        let mut r = [0u64; 17];
+        r[crate::minidump::X86_64_RIP] = regs.pc;
+        r[crate::minidump::X86_64_RSP] = regs.sp;
+        r[crate::minidump::X86_64_RBP] = regs.fp;
+        Context::X86_64 { regs: r, eflags: 0 }
+    }
+
     /// The registers at this point of the caller (always inlined, so they agree with the
     /// caller's own CFI at that instruction).
     #[inline(always)]
@@ -63,6 +118,8 @@ mod imp {
 #[cfg(target_arch = "arm")]
 mod imp {
     pub use unwind_core::arm::{unwind, CachedRule, Regs, Rule};
+
+    use crate::minidump::Context;
 
     /// AAPCS has no red zone.
     pub const RED_ZONE: u64 = 0;
@@ -93,6 +150,41 @@ mod imp {
             r11: m.arm_fp,
             r7: m.arm_r7,
         }
+    }
+
+    /// The interrupted thread's whole register file (r15 without the Thumb bit, which CPSR
+    /// holds). Async-signal-safe (reads memory only).
+    ///
+    /// # Safety
+    /// `ucontext` must point to a valid `ucontext_t`.
+    pub unsafe fn context_from_ucontext(ucontext: *const libc::c_void) -> Context {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let m = unsafe { &(*(ucontext as *const libc::ucontext_t)).uc_mcontext };
+        Context::Arm {
+            iregs: [
+                m.arm_r0, m.arm_r1, m.arm_r2, m.arm_r3, m.arm_r4, m.arm_r5, m.arm_r6, m.arm_r7,
+                m.arm_r8, m.arm_r9, m.arm_r10, m.arm_fp, m.arm_ip, m.arm_sp, m.arm_lr, m.arm_pc,
+            ],
+            cpsr: m.arm_cpsr,
+        }
+    }
+
+    /// The full context of `regs` (pc, lr, sp, r12, r11, r7; every other register 0). A PC with
+    /// bit 0 set becomes a PC without it and CPSR's Thumb bit.
+    pub fn context_from_regs(regs: &Regs) -> Context {
+        let mut iregs = [0u32; 16];
+        iregs[15] = regs.pc & !1;
+        iregs[14] = regs.lr;
+        iregs[13] = regs.sp;
+        iregs[12] = regs.r12;
+        iregs[11] = regs.r11;
+        iregs[7] = regs.r7;
+        let cpsr = if regs.pc & 1 != 0 {
+            crate::minidump::ARM_CPSR_THUMB
+        } else {
+            0
+        };
+        Context::Arm { iregs, cpsr }
     }
 
     /// The registers at this point of the caller (always inlined).

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::arch::{self, Regs};
+use crate::minidump::Context;
 
 use crate::threads;
 use crate::SampleError;
@@ -13,8 +14,11 @@ pub use crate::arch::{regs_from_ucontext, RED_ZONE};
 /// address `base` written at the start of the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CapturedStack {
-    /// The interrupted registers.
+    /// The interrupted registers the unwinder uses.
     pub regs: Regs,
+    /// The whole register file (for a minidump): from the `ucontext` for [`capture_signal`],
+    /// from `regs` (other registers 0) for [`capture_here`].
+    pub context: Context,
     /// Address of the first copied byte (the stack pointer minus the red zone).
     pub base: u64,
     /// Bytes copied.
@@ -27,12 +31,12 @@ pub struct CapturedStack {
 #[inline(never)]
 pub fn capture_here(buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
     let regs = arch::current_regs();
-    copy_stack(regs, buf)
+    copy_stack(regs, Context::from_regs(&regs), buf)
 }
 
-/// Copies the interrupted thread's registers and as much of its stack as fits in `buf` (from
-/// the red zone below SP up to the registered stack top), for unwinding later or elsewhere.
-/// Async-signal-safe.
+/// Copies the interrupted thread's registers (those the unwinder uses and the whole register
+/// file, for a minidump) and as much of its stack as fits in `buf` (from the red zone below SP
+/// up to the registered stack top), for unwinding later or elsewhere. Async-signal-safe.
 ///
 /// # Safety
 /// As for [`crate::unwind_signal`]: `ucontext` is the running handler's context, on the thread
@@ -42,13 +46,18 @@ pub unsafe fn capture_signal(
     buf: &mut [u8],
 ) -> Result<CapturedStack, SampleError> {
     // SAFETY: forwarded from the caller's contract.
-    let regs = unsafe { regs_from_ucontext(ucontext) };
-    copy_stack(regs, buf)
+    let (regs, context) = unsafe {
+        (
+            regs_from_ucontext(ucontext),
+            arch::context_from_ucontext(ucontext),
+        )
+    };
+    copy_stack(regs, context, buf)
 }
 
 /// Copies `[regs.sp - red zone, stack top)` of the calling thread, as much as fits in `buf`.
 #[inline(always)]
-fn copy_stack(regs: Regs, buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
+fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
     let guard = threads::enter()?;
     let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
     let hi = guard.slot.stack_hi.load(Ordering::Relaxed);
@@ -56,6 +65,7 @@ fn copy_stack(regs: Regs, buf: &mut [u8]) -> Result<CapturedStack, SampleError> 
     if !(lo <= sp && sp < hi) {
         return Ok(CapturedStack {
             regs,
+            context,
             base: sp,
             len: 0,
         });
@@ -68,5 +78,10 @@ fn copy_stack(regs: Regs, buf: &mut [u8]) -> Result<CapturedStack, SampleError> 
     // interrupted frame's red zone, hence mapped; `buf` holds at least `len` bytes and cannot
     // overlap the live frames being copied (it is the caller's own buffer).
     unsafe { std::ptr::copy_nonoverlapping(base as *const u8, buf.as_mut_ptr(), len) };
-    Ok(CapturedStack { regs, base, len })
+    Ok(CapturedStack {
+        regs,
+        context,
+        base,
+        len,
+    })
 }

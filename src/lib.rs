@@ -28,6 +28,7 @@ compile_error!("the `unwind` runtime supports Linux");
 
 mod arch;
 mod capture;
+pub mod minidump;
 mod modules;
 pub mod offline;
 mod report;

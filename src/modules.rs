@@ -26,6 +26,14 @@ pub struct LoadedModule {
     pub end: u64,
     /// Runtime address of `.eh_frame_hdr` (`PT_GNU_EH_FRAME`), if any.
     pub eh_frame_hdr: Option<u64>,
+    /// Runtime address of the image: the load bias plus the lowest `PT_LOAD` address rounded
+    /// down to 4096 (a minidump module's base, which Breakpad's `STACK CFI` addresses are
+    /// relative to).
+    pub image_start: u64,
+    /// One past the end of the highest `PT_LOAD` segment (runtime address).
+    pub image_end: u64,
+    /// The ELF build id (`NT_GNU_BUILD_ID`, read from the mapped `PT_NOTE` segments), if any.
+    pub build_id: Option<Vec<u8>>,
 }
 
 /// The identity of a parsed module, so that a refresh reuses what is already parsed.
@@ -56,8 +64,10 @@ struct Walk<'a> {
 }
 
 const PT_LOAD: u32 = 1;
+const PT_NOTE: u32 = 4;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PF_X: u32 = 1;
+const NT_GNU_BUILD_ID: u32 = 3;
 
 /// Every loaded module, each with its rules: reused from `cache` when the same module (name,
 /// bias, `.eh_frame_hdr`) was parsed before, otherwise read from its mapped `.eh_frame`.
@@ -77,6 +87,38 @@ pub(crate) fn discover(cache: &ModuleCache) -> Vec<ParsedModule> {
     walk.out
 }
 
+/// Every loaded module as the loader reports it, without reading unwind tables (for minidumps
+/// and symbolization of the process as it is now).
+pub(crate) fn loaded_now() -> Vec<LoadedModule> {
+    let mut out: Vec<LoadedModule> = Vec::new();
+    // SAFETY: the callback matches the signature dl_iterate_phdr expects and only reads the
+    // `dl_phdr_info` it is given; `out` outlives the call.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(describe_callback),
+            &mut out as *mut Vec<LoadedModule> as *mut libc::c_void,
+        );
+    }
+    out
+}
+
+unsafe extern "C" fn describe_callback(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid `info` and the `data` we gave it, a Vec.
+    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<LoadedModule>)) };
+    // A panic must not unwind into the C caller.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `info` describes a module the loader keeps mapped during the callback.
+        if let Some((module, _, _)) = unsafe { describe(info) } {
+            out.push(module);
+        }
+    }));
+    0
+}
+
 unsafe extern "C" fn callback(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
@@ -94,9 +136,12 @@ unsafe extern "C" fn callback(
     0
 }
 
+/// The module `info` describes, its program headers and its `PT_GNU_EH_FRAME` header; `None`
+/// for a module without executable segments.
+///
 /// # Safety
 /// `info` must come from `dl_iterate_phdr` and be used only during its callback.
-unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Option<ParsedModule> {
+unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], Option<&Phdr>)> {
     let bias = u64::from(info.dlpi_addr);
     let phdrs: &[Phdr] = if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
         &[]
@@ -106,8 +151,15 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
     };
     let mut start = u64::MAX;
     let mut end = 0u64;
+    let mut image_lo = u64::MAX;
+    let mut image_hi = 0u64;
     let mut hdr = None;
     for p in phdrs {
+        if p.p_type == PT_LOAD {
+            let vaddr = u64::from(p.p_vaddr);
+            image_lo = image_lo.min(vaddr & !0xfff);
+            image_hi = image_hi.max(vaddr.saturating_add(u64::from(p.p_memsz)));
+        }
         if p.p_type == PT_LOAD && p.p_flags & PF_X != 0 {
             let vaddr = bias.wrapping_add(u64::from(p.p_vaddr));
             start = start.min(vaddr);
@@ -141,7 +193,59 @@ unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Op
         start,
         end,
         eh_frame_hdr: hdr.map(|h| bias.wrapping_add(u64::from(h.p_vaddr))),
+        image_start: bias.wrapping_add(image_lo),
+        image_end: bias.wrapping_add(image_hi),
+        // SAFETY: forwarded: the module is mapped during the callback.
+        build_id: unsafe { build_id_of(bias, phdrs) },
     };
+    Some((module, phdrs, hdr))
+}
+
+/// The build id in the module's mapped `PT_NOTE` segments.
+///
+/// # Safety
+/// As for [`mapped_from`].
+unsafe fn build_id_of(bias: u64, phdrs: &[Phdr]) -> Option<Vec<u8>> {
+    phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
+        // SAFETY: forwarded from the caller.
+        let (bytes, _) = unsafe { mapped_from(bias, phdrs, u64::from(p.p_vaddr)) }?;
+        let len = usize::try_from(u64::from(p.p_memsz)).unwrap_or(usize::MAX);
+        let notes = bytes.get(..len.min(bytes.len()))?;
+        gnu_build_id(notes, u64::from(p.p_align)).map(<[u8]>::to_vec)
+    })
+}
+
+/// The descriptor of the `NT_GNU_BUILD_ID` note named `GNU` in a note segment whose entries are
+/// padded to `align` (4, or 8 for segments aligned to 8).
+pub(crate) fn gnu_build_id(mut notes: &[u8], align: u64) -> Option<&[u8]> {
+    let align = if align == 8 { 8 } else { 4 };
+    let word = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    while notes.len() >= 12 {
+        let namesz = usize::try_from(word(notes, 0)?).ok()?;
+        let descsz = usize::try_from(word(notes, 4)?).ok()?;
+        let kind = word(notes, 8)?;
+        let name_end = 12usize.checked_add(namesz)?;
+        let desc_start = name_end.checked_next_multiple_of(align)?;
+        let desc_end = desc_start.checked_add(descsz)?;
+        let name = notes.get(12..name_end)?;
+        let desc = notes.get(desc_start..desc_end)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(desc_end.checked_next_multiple_of(align)?..)?;
+    }
+    None
+}
+
+/// # Safety
+/// `info` must come from `dl_iterate_phdr` and be used only during its callback.
+unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Option<ParsedModule> {
+    // SAFETY: forwarded from the caller.
+    let (module, phdrs, hdr) = unsafe { describe(info) }?;
+    let bias = module.bias;
+    let (start, end) = (module.start, module.end);
     let key = ModuleKey {
         name: module.name.clone(),
         bias,
@@ -342,4 +446,55 @@ pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gnu_build_id;
+
+    fn note(name: &[u8], kind: u32, desc: &[u8], align: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+        v.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(name);
+        v.resize(v.len().next_multiple_of(align), 0);
+        v.extend_from_slice(desc);
+        v.resize(v.len().next_multiple_of(align), 0);
+        v
+    }
+
+    #[test]
+    fn finds_the_gnu_build_id_after_other_notes() {
+        let mut notes = note(b"GNU\0", 5, &[1; 12], 4);
+        notes.extend(note(b"Go\0", 3, &[2; 5], 4));
+        notes.extend(note(b"GNU\0", 3, &[0xab, 0xcd, 0xef], 4));
+        assert_eq!(gnu_build_id(&notes, 4), Some(&[0xab, 0xcd, 0xef][..]));
+        let notes8 = note(b"GNU\0", 3, &[7; 20], 8);
+        assert_eq!(gnu_build_id(&notes8, 8), Some(&[7; 20][..]));
+    }
+
+    #[test]
+    fn truncated_or_absent_notes_give_none() {
+        let notes = note(b"GNU\0", 3, &[9; 20], 4);
+        assert_eq!(gnu_build_id(&notes[..30], 4), None);
+        assert_eq!(gnu_build_id(&[], 4), None);
+        assert_eq!(gnu_build_id(&note(b"GNU\0", 1, &[1; 4], 4), 4), None);
+        let mut huge = notes.clone();
+        huge[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(gnu_build_id(&huge, 4), None);
+    }
+
+    #[test]
+    fn loaded_modules_have_images_and_build_ids() {
+        let modules = super::loaded_now();
+        let main = modules.first().expect("the main program");
+        assert!(main.image_start <= main.start && main.end <= main.image_end);
+        assert_eq!(main.image_start % 4096, 0);
+        let libc = modules
+            .iter()
+            .find(|m| m.name.contains("libc.so"))
+            .expect("libc");
+        assert!(libc.build_id.as_ref().is_some_and(|id| id.len() >= 16));
+    }
 }

@@ -1,0 +1,644 @@
+//! Samples written as minidumps: the thread's full register context, its copied stack, the
+//! loaded modules (with their ELF build ids) and, in a user stream, the frames our unwinder
+//! found in the signal handler, so that another walker (rust-minidump's Breakpad-compatible
+//! one, Breakpad's `minidump_stackwalk`) can walk the same sample and be compared frame by frame.
+//!
+//! Capture happens in the signal handler ([`crate::capture_signal`] returns the [`Context`] with
+//! the stack copy); writing happens later, outside it ([`write`] allocates).
+
+use minidump_common::format as md;
+use scroll::ctx::{SizeWith, TryIntoCtx};
+use scroll::{Endian, Pwrite, LE};
+
+use crate::{LoadedModule, StopReason};
+
+/// The register names of [`Context::X86_64`]'s `regs`, in `CONTEXT_AMD64` order.
+pub const X86_64_REGISTERS: [&str; 17] = [
+    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rip",
+];
+
+/// Index of `rsp` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RSP: usize = 4;
+/// Index of `rbp` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RBP: usize = 5;
+/// Index of `rip` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RIP: usize = 16;
+
+/// CPSR bit 5: the thread executes Thumb code.
+pub const ARM_CPSR_THUMB: u32 = 1 << 5;
+
+/// A thread's whole integer register file, as a minidump stores it. Architecture-independent, so
+/// that an armv7 sample can be written or read on an x86_64 host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    /// x86_64.
+    X86_64 {
+        /// rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip ([`X86_64_REGISTERS`], `CONTEXT_AMD64`
+        /// order).
+        regs: [u64; 17],
+        /// The flags register.
+        eflags: u32,
+    },
+    /// 32-bit ARM.
+    Arm {
+        /// r0..r15; r15 is the PC without the Thumb bit (which is [`ARM_CPSR_THUMB`] in `cpsr`).
+        iregs: [u32; 16],
+        /// The program status register.
+        cpsr: u32,
+    },
+}
+
+impl Context {
+    /// The full context of registers captured by the unwinder ([`crate::capture_here`]): the
+    /// registers [`crate::Regs`] tracks, every other register 0. On ARM, a PC with bit 0 set
+    /// (Thumb) becomes a PC without it and the Thumb bit in CPSR.
+    pub fn from_regs(regs: &crate::Regs) -> Context {
+        crate::arch::context_from_regs(regs)
+    }
+
+    /// The instruction pointer (ARM: without the Thumb bit).
+    pub fn pc(&self) -> u64 {
+        match self {
+            Context::X86_64 { regs, .. } => regs[X86_64_RIP],
+            Context::Arm { iregs, .. } => u64::from(iregs[15]),
+        }
+    }
+
+    /// The stack pointer.
+    pub fn sp(&self) -> u64 {
+        match self {
+            Context::X86_64 { regs, .. } => regs[X86_64_RSP],
+            Context::Arm { iregs, .. } => u64::from(iregs[13]),
+        }
+    }
+
+    /// The registers our x86_64 unwinder starts from, if this is an x86_64 context.
+    pub fn x86_64_regs(&self) -> Option<unwind_core::x86_64::Regs> {
+        match self {
+            Context::X86_64 { regs, .. } => Some(unwind_core::x86_64::Regs {
+                pc: regs[X86_64_RIP],
+                sp: regs[X86_64_RSP],
+                fp: regs[X86_64_RBP],
+            }),
+            Context::Arm { .. } => None,
+        }
+    }
+
+    /// The registers our ARM unwinder starts from (the PC with bit 0 set for Thumb code), if
+    /// this is an ARM context.
+    pub fn arm_regs(&self) -> Option<unwind_core::arm::Regs> {
+        match self {
+            Context::Arm { iregs, cpsr } => Some(unwind_core::arm::Regs {
+                pc: iregs[15] | u32::from(cpsr & ARM_CPSR_THUMB != 0),
+                lr: iregs[14],
+                sp: iregs[13],
+                r12: iregs[12],
+                r11: iregs[11],
+                r7: iregs[7],
+            }),
+            Context::X86_64 { .. } => None,
+        }
+    }
+
+    /// Breakpad's name of this context's CPU: `amd64` or `arm`.
+    pub fn cpu_name(&self) -> &'static str {
+        match self {
+            Context::X86_64 { .. } => "amd64",
+            Context::Arm { .. } => "arm",
+        }
+    }
+}
+
+pub use crate::arch::context_from_ucontext;
+
+/// A loaded module as a minidump module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpModule {
+    /// Runtime address of the image: the load bias plus the lowest `PT_LOAD` address rounded
+    /// down to 4096 (the address Breakpad's `STACK CFI` records are relative to).
+    pub base: u64,
+    /// Bytes from `base` through the end of the highest `PT_LOAD` segment.
+    pub size: u64,
+    /// The full path (`linux-vdso.so.1` for the vdso).
+    pub name: String,
+    /// The ELF build id (`NT_GNU_BUILD_ID`), empty if the module has none.
+    pub build_id: Vec<u8>,
+}
+
+impl DumpModule {
+    /// The build id in lowercase hex: the module's code id as rust-minidump reports it.
+    pub fn code_id(&self) -> String {
+        hex(&self.build_id)
+    }
+}
+
+impl From<&LoadedModule> for DumpModule {
+    fn from(m: &LoadedModule) -> Self {
+        DumpModule {
+            base: m.image_start,
+            size: m.image_end.saturating_sub(m.image_start),
+            name: m.name.clone(),
+            build_id: m.build_id.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The frames our unwinder found for the sample, in the signal handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unwound<'a> {
+    /// PCs, frame 0 first (callers: return addresses).
+    pub pcs: &'a [u64],
+    /// Why the walk ended.
+    pub stop: StopReason,
+}
+
+/// One sample to be written as a minidump.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleDump<'a> {
+    /// The sampled thread's registers.
+    pub context: Context,
+    /// The sampled thread's id (`gettid`).
+    pub thread_id: u32,
+    /// Address of `stack[0]`.
+    pub stack_base: u64,
+    /// The copied stack, from `stack_base` up.
+    pub stack: &'a [u8],
+    /// The modules loaded in the sampled process.
+    pub modules: &'a [DumpModule],
+    /// What our unwinder found, written as the [`UNWOUND_STREAM`] user stream.
+    pub unwound: Option<Unwound<'a>>,
+}
+
+/// A user stream (type 0x554e_5701) holding the frames our unwinder found in the signal handler:
+/// u32 count, u32 stop-reason index ([`StopReason::index`]), then count u64 PCs, little-endian.
+pub const UNWOUND_STREAM: u32 = 0x554e_5701;
+
+/// Parses an [`UNWOUND_STREAM`] stream; `None` if it is truncated or names no known reason.
+pub fn parse_unwound(stream: &[u8]) -> Option<(Vec<u64>, StopReason)> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(stream.get(at..at + 4)?.try_into().ok()?))
+    };
+    let count = usize::try_from(u32_at(0)?).ok()?;
+    let stop = *StopReason::ALL.get(usize::try_from(u32_at(4)?).ok()?)?;
+    let pcs_bytes = stream.get(8..8 + count.checked_mul(8)?)?;
+    let pcs = pcs_bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect();
+    Some((pcs, stop))
+}
+
+/// The modules of the current process as minidump modules, in `dl_iterate_phdr` order (the
+/// main program first). Not async-signal-safe: call it outside signal handlers.
+pub fn current_modules() -> Vec<DumpModule> {
+    crate::modules::loaded_now()
+        .iter()
+        .map(DumpModule::from)
+        .collect()
+}
+
+/// What the SystemInfo stream of a minidump written here holds: the raw stream and its CSD
+/// version string (`uname -srvm`), for a sample of `context`'s architecture taken on this
+/// machine. The CPU's identification (x86_64: cpuid family/model/stepping; ARM: the hardware
+/// capabilities) is filled only when `context` is of the architecture this code runs on.
+pub fn system_info(context: &Context) -> (md::MINIDUMP_SYSTEM_INFO, String) {
+    let uts = uname();
+    let mut version = uts
+        .release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    let (major, minor, build) = (
+        version.next().unwrap_or(0),
+        version.next().unwrap_or(0),
+        version.next().unwrap_or(0),
+    );
+    let csd = [&uts.sysname, &uts.release, &uts.version, &uts.machine]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = u8::try_from(cpus.max(1)).unwrap_or(u8::MAX);
+    let (architecture, level, revision, cpu) = match context {
+        Context::X86_64 { .. } => {
+            let (level, revision, cpu) = x86_64_cpu();
+            (
+                md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64,
+                level,
+                revision,
+                cpu,
+            )
+        }
+        Context::Arm { .. } => (
+            md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM,
+            7,
+            0,
+            arm_cpu(),
+        ),
+    };
+    let info = md::MINIDUMP_SYSTEM_INFO {
+        processor_architecture: architecture as u16,
+        processor_level: level,
+        processor_revision: revision,
+        number_of_processors: cpus,
+        product_type: 0,
+        major_version: major,
+        minor_version: minor,
+        build_number: build,
+        platform_id: md::PlatformId::Linux as u32,
+        csd_version_rva: 0,
+        suite_mask: 0,
+        reserved2: 0,
+        cpu: md::CPU_INFORMATION { data: cpu },
+    };
+    (info, csd)
+}
+
+struct Uname {
+    sysname: String,
+    release: String,
+    version: String,
+    machine: String,
+}
+
+fn uname() -> Uname {
+    // SAFETY: utsname is plain data; uname fills it (or fails, leaving zeros).
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid utsname to write.
+    let ok = unsafe { libc::uname(&mut uts) } == 0;
+    let text = |field: &[libc::c_char]| -> String {
+        if !ok {
+            return String::new();
+        }
+        let bytes: Vec<u8> = field
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c.to_ne_bytes()[0])
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Uname {
+        sysname: text(&uts.sysname),
+        release: text(&uts.release),
+        version: text(&uts.version),
+        machine: text(&uts.machine),
+    }
+}
+
+/// `(processor_level, processor_revision, CPU_INFORMATION)` of this x86_64 CPU: family, model
+/// and stepping as Breakpad's Linux writer records them, and the cpuid vendor and features.
+#[cfg(target_arch = "x86_64")]
+fn x86_64_cpu() -> (u16, u16, [u8; 24]) {
+    use std::arch::x86_64::__cpuid;
+    // SAFETY: cpuid exists on every x86_64 CPU; leaves 0 and 1 are always valid.
+    #[allow(unused_unsafe)]
+    let (l0, l1) = unsafe { (__cpuid(0), __cpuid(1)) };
+    let eax = l1.eax;
+    let stepping = eax & 0xf;
+    let mut model = (eax >> 4) & 0xf;
+    let mut family = (eax >> 8) & 0xf;
+    if family == 0xf {
+        family += (eax >> 20) & 0xff;
+    }
+    if family == 0x6 || family >= 0xf {
+        model += ((eax >> 16) & 0xf) << 4;
+    }
+    let info = md::X86CpuInfo {
+        vendor_id: [l0.ebx, l0.edx, l0.ecx],
+        version_information: eax,
+        feature_information: l1.edx,
+        amd_extended_cpu_features: 0,
+    };
+    let mut data = [0u8; 24];
+    let _ = data.pwrite_with(info, 0, LE);
+    (
+        u16::try_from(family).unwrap_or(u16::MAX),
+        u16::try_from((model << 8) | stepping).unwrap_or(u16::MAX),
+        data,
+    )
+}
+
+/// No x86_64 CPU to identify (an x86_64 sample written on another architecture).
+#[cfg(not(target_arch = "x86_64"))]
+fn x86_64_cpu() -> (u16, u16, [u8; 24]) {
+    (0, 0, [0; 24])
+}
+
+/// The ARM `CPU_INFORMATION`: no cpuid (user space cannot read MIDR), this CPU's hardware
+/// capabilities when running on ARM.
+fn arm_cpu() -> [u8; 24] {
+    #[cfg(target_arch = "arm")]
+    // SAFETY: getauxval has no preconditions.
+    let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
+    #[cfg(not(target_arch = "arm"))]
+    let hwcaps = 0u32;
+    let info = md::ARMCpuInfo {
+        cpuid: 0,
+        elf_hwcaps: hwcaps,
+    };
+    let mut data = [0u8; 24];
+    let _ = data.pwrite_with(info, 0, LE);
+    data
+}
+
+/// A minidump being assembled: blobs appended at 8-byte-aligned offsets.
+struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn rva(&self) -> u32 {
+        u32::try_from(self.buf.len()).unwrap_or(u32::MAX)
+    }
+
+    fn align(&mut self, to: usize) {
+        let pad = self.buf.len().next_multiple_of(to) - self.buf.len();
+        self.buf.resize(self.buf.len() + pad, 0);
+    }
+
+    /// Writes `value` at `offset` (space already reserved).
+    fn put_at<T>(&mut self, offset: usize, value: T)
+    where
+        T: TryIntoCtx<Endian, Error = scroll::Error>,
+    {
+        // The space was sized with `SizeWith`, so the write cannot fall short.
+        let _ = self.buf.pwrite_with(value, offset, LE);
+    }
+
+    /// Appends `value`; returns where it is.
+    fn push<T>(&mut self, value: T) -> md::MINIDUMP_LOCATION_DESCRIPTOR
+    where
+        T: TryIntoCtx<Endian, Error = scroll::Error> + SizeWith<Endian>,
+    {
+        self.align(8);
+        let (offset, size) = (self.buf.len(), T::size_with(&LE));
+        self.buf.resize(offset + size, 0);
+        self.put_at(offset, value);
+        md::MINIDUMP_LOCATION_DESCRIPTOR {
+            data_size: u32::try_from(size).unwrap_or(u32::MAX),
+            rva: u32::try_from(offset).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Appends raw bytes; returns where they are.
+    fn bytes(&mut self, bytes: &[u8]) -> md::MINIDUMP_LOCATION_DESCRIPTOR {
+        self.align(8);
+        let rva = self.rva();
+        self.buf.extend_from_slice(bytes);
+        md::MINIDUMP_LOCATION_DESCRIPTOR {
+            data_size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            rva,
+        }
+    }
+
+    /// Appends a `MINIDUMP_STRING` (u32 byte length, UTF-16LE, a NUL not counted); returns its
+    /// offset.
+    fn string(&mut self, s: &str) -> u32 {
+        let utf16: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        self.align(4);
+        let rva = self.rva();
+        let len = u32::try_from(utf16.len()).unwrap_or(u32::MAX);
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(&utf16);
+        self.buf.extend_from_slice(&[0, 0]);
+        rva
+    }
+
+    /// Appends a stream list's count followed by its entries, reserved; returns the count's
+    /// offset and the entries' offset.
+    fn list<T: SizeWith<Endian>>(&mut self, count: usize) -> (usize, usize) {
+        self.align(8);
+        let start = self.buf.len();
+        let count32 = u32::try_from(count).unwrap_or(u32::MAX);
+        self.buf.extend_from_slice(&count32.to_le_bytes());
+        let entries = self.buf.len();
+        self.buf.resize(entries + count * T::size_with(&LE), 0);
+        (start, entries)
+    }
+
+    fn since(&self, start: usize) -> md::MINIDUMP_LOCATION_DESCRIPTOR {
+        md::MINIDUMP_LOCATION_DESCRIPTOR {
+            data_size: u32::try_from(self.buf.len() - start).unwrap_or(u32::MAX),
+            rva: u32::try_from(start).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// Appends the CPU context of `context`; returns where it is.
+fn push_context(w: &mut Writer, context: &Context) -> md::MINIDUMP_LOCATION_DESCRIPTOR {
+    match *context {
+        Context::X86_64 { regs: r, eflags } => {
+            let flags = md::ContextFlagsAmd64::CONTEXT_AMD64_CONTROL
+                | md::ContextFlagsAmd64::CONTEXT_AMD64_INTEGER;
+            w.push(md::CONTEXT_AMD64 {
+                context_flags: flags.bits(),
+                eflags,
+                rax: r[0],
+                rcx: r[1],
+                rdx: r[2],
+                rbx: r[3],
+                rsp: r[4],
+                rbp: r[5],
+                rsi: r[6],
+                rdi: r[7],
+                r8: r[8],
+                r9: r[9],
+                r10: r[10],
+                r11: r[11],
+                r12: r[12],
+                r13: r[13],
+                r14: r[14],
+                r15: r[15],
+                rip: r[16],
+                ..Default::default()
+            })
+        }
+        Context::Arm { iregs, cpsr } => {
+            let flags =
+                md::ContextFlagsArm::CONTEXT_ARM_CONTROL | md::ContextFlagsArm::CONTEXT_ARM_INTEGER;
+            w.push(md::CONTEXT_ARM {
+                context_flags: flags.bits(),
+                iregs,
+                cpsr,
+                float_save: Default::default(),
+            })
+        }
+    }
+}
+
+/// Writes `dump` as a minidump: streams SystemInfo, ThreadList (the one sampled thread: its
+/// id, context and stack), MemoryList (the stack), ModuleList (each module's base, size, path
+/// and a Breakpad ELF CodeView record `BpEL` + build id) and, when `dump.unwound` is set, the
+/// [`UNWOUND_STREAM`] user stream. Not async-signal-safe (it allocates).
+pub fn write(dump: &SampleDump<'_>) -> Vec<u8> {
+    let stream_count = 4 + usize::from(dump.unwound.is_some());
+    let mut w = Writer { buf: Vec::new() };
+    let header_size = md::MINIDUMP_HEADER::size_with(&LE);
+    let dir_size = md::MINIDUMP_DIRECTORY::size_with(&LE);
+    w.buf.resize(header_size + stream_count * dir_size, 0);
+    let mut directory = Vec::with_capacity(stream_count);
+
+    // SystemInfo, then its CSD version string.
+    let (mut info, csd) = system_info(&dump.context);
+    let info_at = w.push(info.clone());
+    info.csd_version_rva = w.string(&csd);
+    w.put_at(info_at.rva as usize, info);
+    directory.push((md::MINIDUMP_STREAM_TYPE::SystemInfoStream, info_at));
+
+    // The stack bytes and the context, referred to by the thread and the memory list.
+    let stack = md::MINIDUMP_MEMORY_DESCRIPTOR {
+        start_of_memory_range: dump.stack_base,
+        memory: w.bytes(dump.stack),
+    };
+    let context = push_context(&mut w, &dump.context);
+
+    let (start, entries) = w.list::<md::MINIDUMP_THREAD>(1);
+    w.put_at(
+        entries,
+        md::MINIDUMP_THREAD {
+            thread_id: dump.thread_id,
+            suspend_count: 0,
+            priority_class: 0,
+            priority: 0,
+            teb: 0,
+            stack,
+            thread_context: context,
+        },
+    );
+    directory.push((md::MINIDUMP_STREAM_TYPE::ThreadListStream, w.since(start)));
+
+    let (start, entries) = w.list::<md::MINIDUMP_MEMORY_DESCRIPTOR>(1);
+    w.put_at(entries, stack);
+    directory.push((md::MINIDUMP_STREAM_TYPE::MemoryListStream, w.since(start)));
+
+    // Modules: the list first, then names and CodeView records it points to.
+    let (start, entries) = w.list::<md::MINIDUMP_MODULE>(dump.modules.len());
+    let list = w.since(start);
+    let module_size = md::MINIDUMP_MODULE::size_with(&LE);
+    for (i, m) in dump.modules.iter().enumerate() {
+        let module_name_rva = w.string(&m.name);
+        let cv_record = if m.build_id.is_empty() {
+            md::MINIDUMP_LOCATION_DESCRIPTOR::default()
+        } else {
+            let mut cv = (md::CvSignature::Elf as u32).to_le_bytes().to_vec();
+            cv.extend_from_slice(&m.build_id);
+            w.bytes(&cv)
+        };
+        w.put_at(
+            entries + i * module_size,
+            md::MINIDUMP_MODULE {
+                base_of_image: m.base,
+                size_of_image: u32::try_from(m.size).unwrap_or(u32::MAX),
+                module_name_rva,
+                cv_record,
+                ..Default::default()
+            },
+        );
+    }
+    directory.push((md::MINIDUMP_STREAM_TYPE::ModuleListStream, list));
+
+    let mut user = None;
+    if let Some(u) = &dump.unwound {
+        let mut bytes = Vec::with_capacity(8 + 8 * u.pcs.len());
+        let count = u32::try_from(u.pcs.len()).unwrap_or(u32::MAX);
+        let stop = u32::try_from(u.stop.index()).unwrap_or(u32::MAX);
+        bytes.extend_from_slice(&count.to_le_bytes());
+        bytes.extend_from_slice(&stop.to_le_bytes());
+        for pc in u.pcs.iter().take(count as usize) {
+            bytes.extend_from_slice(&pc.to_le_bytes());
+        }
+        user = Some(w.bytes(&bytes));
+    }
+
+    let entries = directory
+        .into_iter()
+        .map(|(ty, location)| (ty as u32, location))
+        .chain(user.map(|location| (UNWOUND_STREAM, location)));
+    for (i, (stream_type, location)) in entries.enumerate() {
+        w.put_at(
+            header_size + i * dir_size,
+            md::MINIDUMP_DIRECTORY {
+                stream_type,
+                location,
+            },
+        );
+    }
+    let time_date_stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX));
+    w.put_at(
+        0,
+        md::MINIDUMP_HEADER {
+            signature: md::MINIDUMP_SIGNATURE,
+            version: md::MINIDUMP_VERSION,
+            stream_count: u32::try_from(stream_count).unwrap_or(u32::MAX),
+            stream_directory_rva: u32::try_from(header_size).unwrap_or(u32::MAX),
+            checksum: 0,
+            time_date_stamp,
+            flags: 0,
+        },
+    );
+    w.buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unwound_stream_round_trips_and_rejects_bad_input() {
+        let dump = SampleDump {
+            context: Context::Arm {
+                iregs: [0; 16],
+                cpsr: 0,
+            },
+            thread_id: 1,
+            stack_base: 0,
+            stack: &[],
+            modules: &[],
+            unwound: Some(Unwound {
+                pcs: &[1, 2, 3],
+                stop: StopReason::CantUnwind,
+            }),
+        };
+        let bytes = write(&dump);
+        let stream = &bytes[bytes.len() - 32..];
+        assert_eq!(
+            parse_unwound(stream),
+            Some((vec![1, 2, 3], StopReason::CantUnwind))
+        );
+        assert_eq!(parse_unwound(&stream[..31]), None);
+        assert_eq!(parse_unwound(&[0, 0, 0, 0, 99, 0, 0, 0]), None);
+        assert_eq!(parse_unwound(&[255, 255, 255, 255, 0, 0, 0, 0]), None);
+        assert_eq!(parse_unwound(&[]), None);
+    }
+
+    #[test]
+    fn arm_regs_carry_the_thumb_bit() {
+        let mut iregs = [0u32; 16];
+        iregs[15] = 0x1000;
+        let c = Context::Arm {
+            iregs,
+            cpsr: ARM_CPSR_THUMB,
+        };
+        assert_eq!(c.arm_regs().map(|r| r.pc), Some(0x1001));
+        assert_eq!(c.pc(), 0x1000);
+        assert_eq!(c.x86_64_regs(), None);
+    }
+}
