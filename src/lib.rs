@@ -34,6 +34,7 @@ pub mod offline;
 mod report;
 pub mod symbolize;
 mod threads;
+pub mod trace;
 
 use std::fmt;
 use std::num::NonZeroU32;
