@@ -16,6 +16,7 @@
 //! never a panic.
 
 mod arm;
+pub mod breakpad;
 mod cfi;
 mod compile;
 mod elf;
