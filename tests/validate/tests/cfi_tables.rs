@@ -1,5 +1,6 @@
 //! Our exported STACK CFI against Mozilla dump_syms's, for libc, libstdc++ and the test programs
-//! (`shlib.c`, and `workload.c` built as a shared object; ARM and Thumb on armhf) on x86_64 and
+//! (`shlib.c` and `workload.c` built as shared objects, `shlib.c` with a `main` as a non-PIE
+//! executable; ARM and Thumb on armhf) on x86_64 and
 //! armhf: loaded by breakpad-symbols, the two tables give the same caller CFA and
 //! return address at every address either covers, or the address is classified and counted
 //! (see `unwind_validate::cfi_compare`).
@@ -39,6 +40,32 @@ fn build(compiler: &str, flags: &[&str], source: &str, name: &str) -> Option<Pat
         .arg("-o")
         .arg(&out)
         .arg(programs.join(source))
+        .status()
+        .ok()?;
+    status.success().then_some(out)
+}
+
+/// Links `tests/programs/shlib.c` and a `main` into a non-PIE executable (its image base is not
+/// 0: 0x400000 on x86_64, 0x10000 on armhf), in `target/cfi-tables/<name>`.
+fn build_executable(compiler: &str, flags: &[&str], name: &str) -> Option<PathBuf> {
+    let root = tools::workspace_root();
+    let dir = root.join("target").join("cfi-tables");
+    std::fs::create_dir_all(&dir).ok()?;
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        "long shlib_entry(long (*cb)(long), long n);\n\
+         static long cb(long n) { return n; }\n\
+         int main(int argc, char **argv) { (void)argv; return (int)shlib_entry(cb, argc); }\n",
+    )
+    .ok()?;
+    let out = dir.join(name);
+    let status = Command::new(compiler)
+        .args(flags)
+        .args(["-no-pie", "-o"])
+        .arg(&out)
+        .arg(root.join("tests/programs/shlib.c"))
+        .arg(&main)
         .status()
         .ok()?;
     status.success().then_some(out)
@@ -87,7 +114,8 @@ fn x86_64_tables_match_dump_syms() {
     let flags = ["-O2", "-g", "-fomit-frame-pointer"];
     files.extend(build("gcc", &flags, "shlib.c", "shlib-x86_64.so"));
     files.extend(build("gcc", &flags, "workload.c", "workload-x86_64.so"));
-    assert_eq!(files.len(), 4, "missing input files: {files:?}");
+    files.extend(build_executable("gcc", &flags, "shlib-x86_64-nopie"));
+    assert_eq!(files.len(), 5, "missing input files: {files:?}");
     let mut rows = vec![TableComparison::markdown_header().to_string()];
     for f in &files {
         let t = check(f, &d);
@@ -114,9 +142,10 @@ fn armhf_tables_match_dump_syms() {
         f.push(&m);
         files.extend(build(cc, &f, "shlib.c", &format!("shlib-{mode}.so")));
         files.extend(build(cc, &f, "workload.c", &format!("workload-{mode}.so")));
+        files.extend(build_executable(cc, &f, &format!("shlib-{mode}-nopie")));
     }
     assert!(
-        files.iter().all(|f| f.exists()) && files.len() == 6,
+        files.iter().all(|f| f.exists()) && files.len() == 8,
         "missing armhf files or {cc} (run scripts/setup): {files:?}"
     );
     let mut rows = vec![TableComparison::markdown_header().to_string()];
