@@ -5,7 +5,9 @@
 //! module's [`ModuleRules`], one `STACK CFI INIT <address> <size> <rules>` record and a
 //! `STACK CFI <address> <rules>` record at each address inside the run where a rule changes,
 //! naming only the registers whose rule changed. Addresses are module-relative
-//! (`svma - image_base_svma`), in lowercase hex, as `dump_syms` writes them.
+//! (`svma - image_base_svma`), in lowercase hex, as `dump_syms` writes them. The file has no
+//! `FILE`, `FUNC` or `PUBLIC` records: it describes unwinding only (names come from `dump_syms`'s
+//! file or the module's symbol table).
 //!
 //! How our rules are written, and what they mean to a Breakpad walker (rust-minidump's
 //! `breakpad-symbols` evaluates `.cfa` first, then `.ra` and every other register with `.cfa`
