@@ -2,9 +2,18 @@
 //!
 //! - [`cfi_compare`]: our exported `STACK CFI` against `dump_syms`'s, evaluated by
 //!   `breakpad-symbols` at every address range where either file's rules change.
-//! - [`programs`], [`walk`], [`compare`], [`report`]: samples from real programs, saved as
-//!   minidumps, walked by rust-minidump's Breakpad-compatible walker and compared frame by
-//!   frame with the frames our unwinder found in the signal handler; `VALIDATION.md`.
+//! - [`programs`], [`sample`], [`stores`], [`walk`], [`compare`], [`run`], [`report`]: real
+//!   programs sampled by the test agent, each sample a minidump with the frames found in the
+//!   signal handler; every minidump walked by rust-minidump's Breakpad-compatible walker with
+//!   dump_syms's and our symbol files, compared frame by frame, every difference classified;
+//!   `VALIDATION.md`.
 
 pub mod cfi_compare;
+pub mod compare;
+pub mod programs;
+pub mod report;
+pub mod run;
+pub mod sample;
+pub mod stores;
 pub mod tools;
+pub mod walk;

@@ -1,1 +1,109 @@
-fn main() {}
+//! `validate`: samples real programs on x86_64 (natively) and armv7 (under qemu-arm), walks
+//! every sample with our unwinder and with rust-minidump's Breakpad-compatible walker, compares
+//! our exported STACK CFI with dump_syms's, and writes `VALIDATION.md`.
+//!
+//! Usage: `validate [--out FILE] [--samples N] [--no-arm]` (N minidumps per program, default
+//! 400; FILE defaults to VALIDATION.md at the workspace root).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use unwind_validate::programs::{arm_available, Arch, Sampling, ARM_SYSROOT};
+use unwind_validate::{cfi_compare, report, run, tools};
+
+fn main() -> ExitCode {
+    let mut out = tools::workspace_root().join("VALIDATION.md");
+    let mut sampling = Sampling::default();
+    let mut arm = true;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--out" => out = args.next().map(PathBuf::from).unwrap_or(out),
+            "--samples" => {
+                sampling.per_program = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(sampling.per_program)
+            }
+            "--no-arm" => arm = false,
+            _ => {
+                eprintln!("usage: validate [--out FILE] [--samples N] [--no-arm]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let dump_syms = tools::dump_syms();
+    let mut archs = vec![Arch::X86_64];
+    if arm && arm_available() {
+        archs.push(Arch::Arm);
+    } else {
+        eprintln!(
+            "validate: armv7 skipped (scripts/setup installs the cross compiler and qemu-arm)"
+        );
+    }
+    let mut results = Vec::new();
+    let mut ok = true;
+    for arch in &archs {
+        eprintln!("validate: sampling and walking {}", arch.name());
+        match run::validate_arch(*arch, &sampling, &dump_syms) {
+            Ok(r) => {
+                println!("{}", report::agreement_line(&r));
+                ok &= report::meets_target(&r.total(unwind_validate::stores::Symbols::Combined));
+                results.push(r);
+            }
+            Err(e) => {
+                eprintln!("validate: {}: {e}", arch.name());
+                ok = false;
+            }
+        }
+    }
+    let mut tables = Vec::new();
+    for elf in table_files(&archs) {
+        match cfi_compare::compare_elf(&elf, &dump_syms) {
+            Ok(t) => {
+                println!("{t}");
+                ok &= t.genuine().is_empty();
+                tables.push(t);
+            }
+            Err(e) => {
+                eprintln!("validate: {}: {e}", elf.display());
+                ok = false;
+            }
+        }
+    }
+    let text = report::render(&results, &tables, "scripts/validate");
+    if let Err(e) = std::fs::write(&out, text) {
+        eprintln!("validate: {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!("validate: wrote {}", out.display());
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The files whose tables are compared with dump_syms's: libc, libstdc++ and a program built
+/// by the sampling step, per architecture.
+fn table_files(archs: &[Arch]) -> Vec<PathBuf> {
+    let built = tools::workspace_root().join("target").join("validation");
+    let mut v = Vec::new();
+    for arch in archs {
+        match arch {
+            Arch::X86_64 => {
+                v.push(PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"));
+                v.push(PathBuf::from("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
+                v.push(built.join("x86_64").join("validate-workload-O2"));
+                v.push(built.join("x86_64").join("libvalidate-O2.so"));
+            }
+            Arch::Arm => {
+                v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libc.so.6")));
+                v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libstdc++.so.6")));
+                v.push(built.join("arm").join("validate-workload-thumb-O2"));
+                v.push(built.join("arm").join("libvalidate-arm-O2.so"));
+            }
+        }
+    }
+    v
+}

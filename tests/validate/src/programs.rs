@@ -1,0 +1,277 @@
+//! The real programs the validation samples: built, run under the test agent (natively on
+//! x86_64, under `qemu-arm` for armv7), each leaving minidumps of its samples.
+//!
+//! The agent (tests/agent) unwinds every sample in its SIGPROF handler; with
+//! `AGENT_SAMPLES_DIR` it also copies the registers and stack of every `AGENT_SAMPLES_EVERY`-th
+//! sample, up to `AGENT_SAMPLES_MAX`, and writes each as a minidump holding the frames it
+//! found (`unwind::minidump::UNWOUND_STREAM`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::tools::workspace_root;
+
+/// The architectures validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Arch {
+    /// Native.
+    X86_64,
+    /// armv7 (ARM and Thumb-2), run under qemu-arm.
+    Arm,
+}
+
+impl Arch {
+    /// The name used in reports (`x86_64`, `arm`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm => "arm",
+        }
+    }
+
+    /// Where the sampled process's library paths are found on this host.
+    pub fn sysroot(self) -> Option<&'static Path> {
+        match self {
+            Arch::X86_64 => None,
+            Arch::Arm => Some(Path::new(ARM_SYSROOT)),
+        }
+    }
+}
+
+/// The armv7 Rust target.
+pub const ARM_TARGET: &str = "armv7-unknown-linux-gnueabihf";
+/// The armhf libraries' root (Debian's cross packages), given to `qemu-arm -L`.
+pub const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+
+/// One program's samples.
+#[derive(Clone, Debug)]
+pub struct ProgramRun {
+    /// Architecture.
+    pub arch: Arch,
+    /// A short name (`C -O2`, `Rust release`, ...).
+    pub name: String,
+    /// The directory holding its `NNNN.dmp` files.
+    pub samples: PathBuf,
+}
+
+/// How many samples to take and how long to run.
+#[derive(Clone, Debug)]
+pub struct Sampling {
+    /// Minidumps per program.
+    pub per_program: usize,
+    /// Keep every n-th sample, so that the kept ones spread over the run.
+    pub every: usize,
+    /// Run time of each program, seconds.
+    pub seconds: f64,
+    /// Sampling rate per thread.
+    pub hz: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            per_program: 400,
+            every: 4,
+            seconds: 2.0,
+            hz: 1000,
+        }
+    }
+}
+
+/// Runs `cmd`, failing with its output if it fails.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Whether the armv7 cross compiler and qemu-arm are installed (scripts/setup installs them).
+pub fn arm_available() -> bool {
+    let ok = |cmd: &str| {
+        Command::new(cmd)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    ok("arm-linux-gnueabihf-gcc") && ok("qemu-arm")
+}
+
+/// Builds the agent and the Rust workload in release mode for `arch`, in a target directory of
+/// their own (shared with the programs test) so that a nested cargo never waits on an outer
+/// one's lock; returns the directory holding them.
+fn build_agent(arch: Arch, target: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["build", "--release", "-p", "unwind-test-agent"]);
+    if arch == Arch::Arm {
+        cmd.args(["--target", ARM_TARGET]);
+    }
+    run(cmd.arg("--target-dir").arg(target))?;
+    Ok(match arch {
+        Arch::X86_64 => target.join("release"),
+        Arch::Arm => target.join(ARM_TARGET).join("release"),
+    })
+}
+
+/// Builds the C workload (tests/programs: workload.c, its shared library, and on x86_64 the
+/// hand-written CFI of frames.S) with `flags`; returns the executable.
+fn build_c(
+    arch: Arch,
+    flags: &[&str],
+    tag: &str,
+    agent: &Path,
+    out: &Path,
+) -> Result<PathBuf, String> {
+    let src = workspace_root().join("tests").join("programs");
+    let gcc = match arch {
+        Arch::X86_64 => "gcc",
+        Arch::Arm => "arm-linux-gnueabihf-gcc",
+    };
+    let lib = format!("validate-{tag}");
+    run(Command::new(gcc)
+        .args(flags)
+        .args(["-fPIC", "-shared", "-o"])
+        .arg(out.join(format!("lib{lib}.so")))
+        .arg(src.join("shlib.c")))?;
+    let exe = out.join(format!("validate-workload-{tag}"));
+    let mut cmd = Command::new(gcc);
+    cmd.args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(src.join("workload.c"));
+    if arch == Arch::X86_64 {
+        cmd.arg(src.join("frames.S"));
+    }
+    run(cmd
+        .arg(format!("-I{}", src.display()))
+        .arg(format!("-L{}", out.display()))
+        .arg(format!("-l{lib}"))
+        .arg(format!("-L{}", agent.display()))
+        .arg("-lunwind_agent")
+        // DT_RPATH, not RUNPATH: cargo test's LD_LIBRARY_PATH may name another agent build.
+        .arg("-Wl,--disable-new-dtags")
+        .arg(format!("-Wl,-rpath,{}:{}", out.display(), agent.display()))
+        .arg("-lpthread"))?;
+    Ok(exe)
+}
+
+/// Runs `exe` (under qemu-arm for armv7) with the agent capturing minidumps into `samples`.
+fn sample(arch: Arch, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(samples);
+    std::fs::create_dir_all(samples).map_err(|e| format!("{}: {e}", samples.display()))?;
+    let mut cmd = match arch {
+        Arch::X86_64 => Command::new(exe),
+        Arch::Arm => {
+            let mut c = Command::new("qemu-arm");
+            c.args(["-L", ARM_SYSROOT]).arg(exe);
+            c
+        }
+    };
+    run(cmd
+        .env_remove("LD_LIBRARY_PATH")
+        .env("AGENT_SAMPLES_DIR", samples)
+        .env("AGENT_SAMPLES_MAX", s.per_program.to_string())
+        .env("AGENT_SAMPLES_EVERY", s.every.to_string())
+        .arg(samples.join("report.txt"))
+        .arg(s.seconds.to_string())
+        .arg(s.hz.to_string()))
+}
+
+/// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
+/// ARM and as Thumb code), all with -fomit-frame-pointer, and the Rust release workload.
+pub fn sample_programs(arch: Arch, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
+    let root = workspace_root();
+    let target = root.join("target").join("test-programs");
+    let agent = build_agent(arch, &target)?;
+    let out = root.join("target").join("validation").join(arch.name());
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let variants: &[(&str, &[&str])] = match arch {
+        Arch::X86_64 => &[
+            ("O0", &["-O0", "-g", "-fomit-frame-pointer"]),
+            ("O2", &["-O2", "-g", "-fomit-frame-pointer"]),
+        ],
+        Arch::Arm => &[
+            (
+                "arm-O2",
+                &[
+                    "-O2",
+                    "-marm",
+                    "-g",
+                    "-fomit-frame-pointer",
+                    "-funwind-tables",
+                ],
+            ),
+            (
+                "thumb-O2",
+                &[
+                    "-O2",
+                    "-mthumb",
+                    "-g",
+                    "-fomit-frame-pointer",
+                    "-funwind-tables",
+                ],
+            ),
+        ],
+    };
+    let mut runs = Vec::new();
+    for (tag, flags) in variants {
+        let exe = build_c(arch, flags, tag, &agent, &out)?;
+        let dir = out.join(format!("c-{tag}"));
+        sample(arch, &exe, &dir, s)?;
+        runs.push(ProgramRun {
+            arch,
+            name: format!("C workload {tag}"),
+            samples: dir,
+        });
+    }
+    let dir = out.join("rust");
+    sample(arch, &agent.join("rust-workload"), &dir, s)?;
+    runs.push(ProgramRun {
+        arch,
+        name: "Rust workload (release)".into(),
+        samples: dir,
+    });
+    Ok(runs)
+}
+
+/// The minidumps in `dir`, sorted.
+pub fn minidumps(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "dmp"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The file on this host for a module path recorded by the sampled process: under the
+/// sysroot first (a process under `qemu-arm -L` names its libraries as the guest sees them).
+pub fn host_path(recorded: &str, sysroot: Option<&Path>) -> PathBuf {
+    let recorded = PathBuf::from(recorded);
+    if let Some(root) = sysroot {
+        let p = root.join(recorded.strip_prefix("/").unwrap_or(&recorded));
+        if p.exists() {
+            return p;
+        }
+        if let Some(name) = recorded.file_name() {
+            let p = root.join("lib").join(name);
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    recorded
+}

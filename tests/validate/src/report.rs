@@ -1,0 +1,189 @@
+//! `VALIDATION.md`: the agreement lines, per-program counts, every difference by class, the
+//! genuine disagreements, and the table-level comparison of our STACK CFI with dump_syms's.
+
+use std::fmt::Write as _;
+
+use crate::cfi_compare::TableComparison;
+use crate::compare::{Class, Tally};
+use crate::run::ArchResult;
+use crate::stores::Symbols;
+
+/// The headline line for an architecture: `x86_64 agreement: <p> % of <n> frames`.
+pub fn agreement_line(r: &ArchResult) -> String {
+    let t = r.total(Symbols::Combined);
+    format!(
+        "{} agreement: {:.2} % of {} frames",
+        r.arch.name(),
+        t.agreement(),
+        t.cfi_frames
+    )
+}
+
+fn pct(a: usize, b: usize) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.2} %", 100.0 * a as f64 / b as f64)
+    }
+}
+
+/// Renders the whole report. `command` is how it was produced.
+pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# Validation against Breakpad\n");
+    let _ = writeln!(o, "Produced by `{command}`.\n");
+    for r in archs {
+        let _ = writeln!(o, "{}  ", agreement_line(r));
+    }
+    let _ = writeln!(
+        o,
+        "\nAgreement: of the frames past frame 0 that rust-minidump's Breakpad-compatible walker \
+         (`minidump_processor::process_minidump`, the library behind `minidump-stackwalk`) found \
+         with CFI, the share whose address equals the frame our unwinder found in the signal \
+         handler, at the same depth. Its symbol files: {}. Each sample is a minidump the test \
+         agent wrote from inside the sampled process (registers, a 64 KiB stack copy, the module \
+         list with build ids) together with the frames it unwound there.\n",
+        Symbols::Combined.describe()
+    );
+    let _ = writeln!(o, "## Programs and samples\n");
+    let _ = writeln!(
+        o,
+        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | identical stacks | offline walk = handler |"
+    );
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in archs {
+        for p in &r.programs {
+            let t = p
+                .tallies
+                .get(&Symbols::Combined)
+                .cloned()
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.arch.name(),
+                p.run.name,
+                t.samples,
+                t.our_frames,
+                t.breakpad_frames,
+                t.cfi_frames,
+                t.cfi_identical,
+                pct(t.cfi_identical, t.cfi_frames),
+                t.identical_stacks,
+                t.offline_same
+            );
+        }
+    }
+    let _ = writeln!(o, "\n## By choice of symbol files\n");
+    let _ = writeln!(
+        o,
+        "| arch | symbol files | Breakpad CFI frames | identical | agreement | identical stacks | genuine |"
+    );
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
+    for r in archs {
+        for c in Symbols::ALL {
+            let t = r.total(c);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.arch.name(),
+                c.describe(),
+                t.cfi_frames,
+                t.cfi_identical,
+                pct(t.cfi_identical, t.cfi_frames),
+                t.identical_stacks,
+                t.genuine.len()
+            );
+        }
+    }
+    let _ = writeln!(o, "\n## Every difference, by class\n");
+    let _ = writeln!(
+        o,
+        "Frames past frame 0 of either walk, with the headline symbol files. The first \
+         difference in a stack is classified; the frames after it follow it.\n"
+    );
+    let _ = writeln!(o, "| arch | class | frames | of them Breakpad CFI frames |");
+    let _ = writeln!(o, "|---|---|---:|---:|");
+    for r in archs {
+        let t = r.total(Symbols::Combined);
+        for c in Class::ALL {
+            let all = t.classes.get(&c).copied().unwrap_or(0);
+            let cfi = t.cfi_classes.get(&c).copied().unwrap_or(0);
+            if all > 0 || c == Class::Genuine {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {all} | {cfi} |",
+                    r.arch.name(),
+                    c.describe()
+                );
+            }
+        }
+    }
+    let _ = writeln!(o, "\n## Genuine disagreements\n");
+    let mut any = false;
+    for r in archs {
+        for c in Symbols::ALL {
+            let t = r.total(c);
+            for d in &t.genuine {
+                any = true;
+                let _ = writeln!(o, "- {} ({}): {d}", r.arch.name(), c.describe());
+            }
+            for e in &t.errors {
+                any = true;
+                let _ = writeln!(o, "- {} ({}): not walked: {e}", r.arch.name(), c.describe());
+            }
+        }
+    }
+    if !any {
+        let _ = writeln!(o, "None, with any of the three choices of symbol files.");
+    }
+    let _ = writeln!(o, "\n## STACK CFI tables against dump_syms's\n");
+    let _ = writeln!(o, "{}", TableComparison::markdown_header());
+    for t in tables {
+        let _ = writeln!(o, "{}", t.markdown_row());
+    }
+    let genuine: Vec<String> = tables
+        .iter()
+        .flat_map(|t| {
+            t.genuine()
+                .iter()
+                .map(move |d| format!("- {}: {d}", t.module))
+        })
+        .collect();
+    if genuine.is_empty() {
+        let _ = writeln!(o, "\nNo genuine disagreement between the tables.");
+    } else {
+        let _ = writeln!(o, "\nGenuine disagreements between the tables:\n");
+        for g in genuine {
+            let _ = writeln!(o, "{g}");
+        }
+    }
+    let _ = writeln!(o, "\n## Modules and symbol files\n");
+    let _ = writeln!(
+        o,
+        "| arch | module | debug id | ours | dump_syms | dump_syms STACK CFI | notes |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for r in archs {
+        for m in r.stores.modules.values() {
+            let yes = |b: bool| if b { "yes" } else { "no" };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.arch.name(),
+                m.module.code_file,
+                m.module.debug_id,
+                yes(m.ours.is_some()),
+                yes(m.dump_syms.is_some()),
+                yes(m.dump_syms_has_cfi),
+                m.notes.join("; ")
+            );
+        }
+    }
+    o
+}
+
+/// Whether `t` meets the issue's target: at least 99.9 % identical and no genuine disagreement.
+pub fn meets_target(t: &Tally) -> bool {
+    t.agreement() >= 99.9 && t.genuine.is_empty() && t.errors.is_empty()
+}

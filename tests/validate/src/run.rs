@@ -1,0 +1,120 @@
+//! The sample validation of one architecture, end to end: sample the programs, write both
+//! symbol stores, walk every minidump with the Breakpad-compatible walker (for each choice of
+//! symbol files) and with our unwinder, compare, and tally.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use minidump_unwind::Symbolizer;
+
+use crate::compare::{compare, Tally};
+use crate::programs::{minidumps, sample_programs, Arch, ProgramRun, Sampling};
+use crate::sample::Sample;
+use crate::stores::{Stores, Symbols};
+use crate::walk::{breakpad_walk, Tables};
+
+/// One program's results.
+#[derive(Debug)]
+pub struct ProgramResult {
+    /// The program.
+    pub run: ProgramRun,
+    /// Per choice of symbol files.
+    pub tallies: BTreeMap<Symbols, Tally>,
+}
+
+/// One architecture's results.
+#[derive(Debug)]
+pub struct ArchResult {
+    /// The architecture.
+    pub arch: Arch,
+    /// Per program.
+    pub programs: Vec<ProgramResult>,
+    /// The symbol stores used.
+    pub stores: Stores,
+}
+
+impl ArchResult {
+    /// All programs together, for one choice of symbol files.
+    pub fn total(&self, choice: Symbols) -> Tally {
+        let mut t = Tally::default();
+        for p in &self.programs {
+            if let Some(x) = p.tallies.get(&choice) {
+                t.add(x);
+            }
+        }
+        t
+    }
+}
+
+/// Samples `arch`'s programs and validates every sample.
+pub fn validate_arch(
+    arch: Arch,
+    sampling: &Sampling,
+    dump_syms: &Path,
+) -> Result<ArchResult, String> {
+    let runs = sample_programs(arch, sampling)?;
+    let mut loaded = Vec::new();
+    for run in runs {
+        let mut samples = Vec::new();
+        let mut errors = Vec::new();
+        for path in minidumps(&run.samples) {
+            match Sample::load(&path) {
+                Ok(s) => samples.push(s),
+                Err(e) => errors.push(e),
+            }
+        }
+        if samples.is_empty() {
+            return Err(format!(
+                "{} {}: no samples in {} ({errors:?})",
+                arch.name(),
+                run.name,
+                run.samples.display()
+            ));
+        }
+        loaded.push((run, samples, errors));
+    }
+    let mut modules: Vec<_> = loaded
+        .iter()
+        .flat_map(|(_, s, _)| s.iter().flat_map(|s| s.modules.iter().cloned()))
+        .collect();
+    modules.sort();
+    modules.dedup();
+    let root = crate::tools::workspace_root()
+        .join("target")
+        .join("validation")
+        .join(arch.name())
+        .join("symbols");
+    let _ = std::fs::remove_dir_all(&root);
+    let stores = Stores::build(&root, &modules, arch.sysroot(), dump_syms);
+    let symbolizers: Vec<(Symbols, Symbolizer, crate::stores::Supplier)> = Symbols::ALL
+        .iter()
+        .map(|&c| (c, Symbolizer::new(stores.supplier(c)), stores.supplier(c)))
+        .collect();
+    let mut tables = Tables::default();
+    let mut programs = Vec::new();
+    for (run, samples, errors) in loaded {
+        let mut tallies: BTreeMap<Symbols, Tally> = BTreeMap::new();
+        for s in &samples {
+            let offline = tables.walk(s);
+            for (choice, symbolizer, supplier) in &symbolizers {
+                let tally = tallies.entry(*choice).or_default();
+                match breakpad_walk(s, symbolizer) {
+                    Ok(theirs) => {
+                        let has = |a: u64| s.module_of(a).is_some_and(|m| supplier.has(m));
+                        compare(s, &theirs, offline.as_ref(), &has, tally);
+                    }
+                    Err(e) => tally.errors.push(format!("{}: {e}", s.path.display())),
+                }
+            }
+        }
+        for t in tallies.values_mut() {
+            t.errors.extend(errors.iter().cloned());
+        }
+        programs.push(ProgramResult { run, tallies });
+    }
+    Ok(ArchResult {
+        arch,
+        programs,
+        stores,
+    })
+}
