@@ -35,16 +35,21 @@ const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 
 static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
 
-/// With `AGENT_SAMPLES_DIR` set, the first samples are also captured (registers and a copy of
-/// the stack) and written there with the PCs found in the handler, so that they can be
-/// unwound again elsewhere (armv7 samples on the x86_64 host) and compared.
-const CAPTURE_SAMPLES: usize = 200;
-const CAPTURE_BYTES: usize = 32 * 1024;
+/// With `AGENT_SAMPLES_DIR` set, samples are also captured (the full register context and a
+/// copy of the stack) and written there with the PCs found in the handler, so that they can be
+/// unwound again elsewhere (armv7 samples on the x86_64 host) and compared: every
+/// `AGENT_SAMPLES_EVERY`-th unwound sample (default 1), up to `AGENT_SAMPLES_MAX` of them
+/// (default 200), each as `NNNN.sample` (text header, `---`, stack bytes) and `NNNN.dmp` (a
+/// minidump with the frames in `unwind::minidump::UNWOUND_STREAM`).
+const DEFAULT_CAPTURE_SAMPLES: usize = 200;
+const CAPTURE_BYTES: usize = 64 * 1024;
 
 struct CaptureData {
     stack: Option<unwind::CapturedStack>,
     pcs: [u64; MAX_FRAMES],
     frames: usize,
+    stop: unwind::StopReason,
+    tid: u32,
     bytes: Box<[u8]>,
 }
 
@@ -58,14 +63,35 @@ struct Capture {
 unsafe impl Sync for Capture {}
 
 static CAPTURES: OnceLock<Box<[Capture]>> = OnceLock::new();
-static CAPTURE_NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Unwound samples seen by the capture path (every `CAPTURE_EVERY`-th is captured).
+static CAPTURE_SEEN: AtomicUsize = AtomicUsize::new(0);
+static CAPTURE_EVERY: AtomicUsize = AtomicUsize::new(1);
 
-/// Captures the interrupted stack into the next capture slot, with the PCs already unwound.
-fn capture(uc: *mut libc::c_void, pcs: &[u64]) {
-    let Some(c) = CAPTURES
-        .get()
-        .and_then(|caps| caps.get(CAPTURE_NEXT.fetch_add(1, Ordering::Relaxed)))
-    else {
+/// A positive count from the environment variable `name`, or `default` (with a warning when the
+/// variable is set but not a positive integer).
+fn env_count(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!("agent: {name}={v:?} is not a positive integer; using {default}");
+                default
+            }
+        },
+    }
+}
+
+/// Captures the interrupted stack into the next capture slot, if this sample is one to capture,
+/// with the PCs already unwound. Async-signal-safe: atomics, copies and `gettid`.
+fn capture(uc: *mut libc::c_void, pcs: &[u64], stop: unwind::StopReason) {
+    let Some(caps) = CAPTURES.get() else { return };
+    let seen = CAPTURE_SEEN.fetch_add(1, Ordering::Relaxed);
+    let every = CAPTURE_EVERY.load(Ordering::Relaxed).max(1);
+    if !seen.is_multiple_of(every) {
+        return;
+    }
+    let Some(c) = caps.get(seen / every) else {
         return;
     };
     // SAFETY: this handler alone took this slot's index (see `Capture`).
@@ -76,6 +102,9 @@ fn capture(uc: *mut libc::c_void, pcs: &[u64]) {
         let n = pcs.len().min(MAX_FRAMES);
         d.pcs[..n].copy_from_slice(&pcs[..n]);
         d.frames = n;
+        d.stop = stop;
+        // SAFETY: gettid has no preconditions (a system call, async-signal-safe).
+        d.tid = unsafe { libc::gettid() } as u32;
         c.ready.store(true, Ordering::Release);
     }
 }
@@ -93,11 +122,14 @@ fn regs_line(r: &unwind::Regs) -> String {
     format!("regs x86_64 {:#x} {:#x} {:#x}", r.pc, r.sp, r.fp)
 }
 
-/// Writes the captured samples to `dir` (one file each: text header, `---`, stack bytes).
+/// Writes the captured samples to `dir`: `NNNN.sample` (text header, `---`, stack bytes) and
+/// `NNNN.dmp` (a minidump of the sample with the frames found in the handler).
 fn write_captures(dir: &str) {
     let Some(caps) = CAPTURES.get() else { return };
     let _ = std::fs::create_dir_all(dir);
     let modules = unwind::loaded_modules();
+    let dump_modules = unwind::minidump::current_modules();
+    let mut written = 0usize;
     for (i, c) in caps.iter().enumerate() {
         if !c.ready.load(Ordering::Acquire) {
             continue;
@@ -121,10 +153,26 @@ fn write_captures(dir: &str) {
             );
         }
         head.push_str("---\n");
+        let stack = &d.bytes[..st.len.min(d.bytes.len())];
         let mut bytes = head.into_bytes();
-        bytes.extend_from_slice(&d.bytes[..st.len]);
+        bytes.extend_from_slice(stack);
         let _ = std::fs::write(format!("{dir}/{i:04}.sample"), bytes);
+        let dump = unwind::minidump::write(&unwind::minidump::SampleDump {
+            context: st.context,
+            thread_id: d.tid,
+            stack_base: st.base,
+            stack,
+            modules: &dump_modules,
+            unwound: Some(unwind::minidump::Unwound {
+                pcs: &d.pcs[..d.frames],
+                stop: d.stop,
+            }),
+        });
+        if std::fs::write(format!("{dir}/{i:04}.dmp"), dump).is_ok() {
+            written += 1;
+        }
     }
+    eprintln!("agent: {written} samples written to {dir} (.sample and .dmp)");
 }
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
@@ -149,7 +197,7 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
-    capture(uc, &pcs[..r.frames]);
+    capture(uc, &pcs[..r.frames], r.stop);
     let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
@@ -169,14 +217,18 @@ pub fn start(hz: u32) -> Result<(), String> {
             .collect()
     });
     if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
+        let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
+        CAPTURE_EVERY.store(env_count("AGENT_SAMPLES_EVERY", 1), Ordering::Relaxed);
         CAPTURES.get_or_init(|| {
-            (0..CAPTURE_SAMPLES)
+            (0..max)
                 .map(|_| Capture {
                     ready: AtomicBool::new(false),
                     data: std::cell::UnsafeCell::new(CaptureData {
                         stack: None,
                         pcs: [0; MAX_FRAMES],
                         frames: 0,
+                        stop: unwind::StopReason::EndOfStack,
+                        tid: 0,
                         bytes: vec![0u8; CAPTURE_BYTES].into_boxed_slice(),
                     }),
                 })
