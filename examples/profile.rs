@@ -3,7 +3,13 @@
 //! storage, and at the end the stacks are symbolized and printed (hottest first, in the folded
 //! format flame-graph tools read), with the preload report and cache hit rate.
 //!
-//! `cargo run --release --example profile [-- SECONDS]`
+//! `cargo run --release --example profile [-- SECONDS] [--minidumps DIR [--every N] [--max M]]`
+//!
+//! With `--minidumps DIR`, every `N`-th sample (default 100) is also captured in the handler (the
+//! full register context and up to 64 KiB of stack, into buffers allocated before sampling, at
+//! most `M` of them, default 256) and written after sampling as `DIR/NNNN.dmp`, a minidump
+//! holding the frames the handler found (`unwind::minidump::UNWOUND_STREAM`), for other stack
+//! walkers to compare with.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -27,6 +33,127 @@ static FAILED: AtomicUsize = AtomicUsize::new(0);
 
 const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 
+/// Stack bytes copied per minidump capture.
+const CAPTURE_BYTES: usize = 64 * 1024;
+
+/// One capture for a minidump, written once by a signal handler, read after sampling stops.
+struct Capture {
+    ready: AtomicBool,
+    data: std::cell::UnsafeCell<CaptureData>,
+}
+
+struct CaptureData {
+    stack: Option<unwind::CapturedStack>,
+    pcs: [u64; MAX_FRAMES],
+    frames: usize,
+    stop: unwind::StopReason,
+    tid: u32,
+    bytes: Box<[u8]>,
+}
+
+// SAFETY: a slot is written only by the one handler that took its index (fetch_add) before it
+// sets `ready`, and read only after sampling has stopped and `ready` is seen set.
+unsafe impl Sync for Capture {}
+
+static CAPTURES: std::sync::OnceLock<Box<[Capture]>> = std::sync::OnceLock::new();
+static CAPTURE_EVERY: AtomicUsize = AtomicUsize::new(1);
+
+/// Copies the interrupted thread's registers and stack into capture slot `n / every`, if `n`
+/// (the sample's index) is a multiple of `every`. Async-signal-safe.
+fn capture(n: usize, uc: *mut libc::c_void, pcs: &[u64], stop: unwind::StopReason) {
+    let Some(caps) = CAPTURES.get() else { return };
+    let every = CAPTURE_EVERY.load(Ordering::Relaxed).max(1);
+    if !n.is_multiple_of(every) {
+        return;
+    }
+    let Some(c) = caps.get(n / every) else { return };
+    // SAFETY: this handler alone took index `n`, hence this slot (see `Capture`).
+    let d = unsafe { &mut *c.data.get() };
+    // SAFETY: `uc` is the running handler's context, on the interrupted thread.
+    if let Ok(st) = unsafe { unwind::capture_signal(uc, &mut d.bytes) } {
+        d.stack = Some(st);
+        d.pcs[..pcs.len()].copy_from_slice(pcs);
+        d.frames = pcs.len();
+        d.stop = stop;
+        // SAFETY: gettid has no preconditions (a system call, async-signal-safe).
+        d.tid = unsafe { libc::gettid() } as u32;
+        c.ready.store(true, Ordering::Release);
+    }
+}
+
+/// Writes every captured sample to `dir` as `NNNN.dmp`; returns how many were written.
+fn write_minidumps(dir: &std::path::Path) -> std::io::Result<usize> {
+    let Some(caps) = CAPTURES.get() else {
+        return Ok(0);
+    };
+    std::fs::create_dir_all(dir)?;
+    let modules = unwind::minidump::current_modules();
+    let mut written = 0;
+    for (i, c) in caps.iter().enumerate() {
+        if !c.ready.load(Ordering::Acquire) {
+            continue;
+        }
+        // SAFETY: sampling has stopped and `ready` is set: nothing writes the slot any more.
+        let d = unsafe { &*c.data.get() };
+        let Some(st) = d.stack else { continue };
+        let bytes = unwind::minidump::write(&unwind::minidump::SampleDump {
+            context: st.context,
+            thread_id: d.tid,
+            stack_base: st.base,
+            stack: &d.bytes[..st.len.min(d.bytes.len())],
+            modules: &modules,
+            unwound: Some(unwind::minidump::Unwound {
+                pcs: &d.pcs[..d.frames],
+                stop: d.stop,
+            }),
+        });
+        std::fs::write(dir.join(format!("{i:04}.dmp")), bytes)?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// Command-line options.
+struct Options {
+    seconds: f64,
+    minidumps: Option<std::path::PathBuf>,
+    every: usize,
+    max: usize,
+}
+
+fn parse_options() -> Result<Options, String> {
+    let mut o = Options {
+        seconds: 2.0,
+        minidumps: None,
+        every: 100,
+        max: 256,
+    };
+    let mut args = std::env::args().skip(1);
+    let positive = |flag: &str, v: Option<String>| -> Result<usize, String> {
+        v.as_deref()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{flag} needs a positive integer"))
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--minidumps" => {
+                o.minidumps = Some(args.next().ok_or("--minidumps needs a directory")?.into())
+            }
+            "--every" => o.every = positive("--every", args.next())?,
+            "--max" => o.max = positive("--max", args.next())?,
+            s => {
+                o.seconds = s
+                    .parse()
+                    .ok()
+                    .filter(|&t: &f64| t.is_finite() && t > 0.0)
+                    .ok_or_else(|| format!("unknown argument {s:?} (want SECONDS or an option)"))?
+            }
+        }
+    }
+    Ok(o)
+}
+
 extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let mut pcs = [0u64; MAX_FRAMES];
     // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler.
@@ -35,7 +162,8 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
         return;
     };
     let Some(slots) = SLOTS.get() else { return };
-    let Some(slot) = slots.get(NEXT.fetch_add(1, Ordering::Relaxed)) else {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let Some(slot) = slots.get(n) else {
         return;
     };
     for (dst, &pc) in slot.pcs.iter().zip(&pcs[..r.frames]) {
@@ -45,6 +173,7 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
     let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
+    capture(n, uc, &pcs[..r.frames], r.stop);
 }
 
 // The bundled workload: three kinds of work with distinct call chains.
@@ -95,10 +224,34 @@ fn worker(kind: usize, until: Instant) -> u64 {
 }
 
 fn main() {
-    let seconds: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let options = match parse_options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "profile: {e}\nusage: profile [SECONDS] [--minidumps DIR [--every N] [--max M]]"
+            );
+            std::process::exit(2);
+        }
+    };
+    let seconds = options.seconds;
+    if options.minidumps.is_some() {
+        CAPTURE_EVERY.store(options.every, Ordering::Relaxed);
+        CAPTURES.get_or_init(|| {
+            (0..options.max)
+                .map(|_| Capture {
+                    ready: AtomicBool::new(false),
+                    data: std::cell::UnsafeCell::new(CaptureData {
+                        stack: None,
+                        pcs: [0; MAX_FRAMES],
+                        frames: 0,
+                        stop: unwind::StopReason::EndOfStack,
+                        tid: 0,
+                        bytes: vec![0u8; CAPTURE_BYTES].into_boxed_slice(),
+                    }),
+                })
+                .collect()
+        });
+    }
     SLOTS.get_or_init(|| {
         (0..MAX_SAMPLES)
             .map(|_| Slot {
@@ -217,4 +370,15 @@ fn main() {
         "cache: {h} hits, {m} misses, hit rate {:.2} %",
         100.0 * h as f64 / (h + m).max(1) as f64
     );
+    if let Some(dir) = &options.minidumps {
+        match write_minidumps(dir) {
+            Ok(n) => println!(
+                "minidumps: {n} written to {} (every {} samples, at most {})",
+                dir.display(),
+                options.every,
+                options.max
+            ),
+            Err(e) => println!("minidumps: cannot write to {}: {e}", dir.display()),
+        }
+    }
 }
