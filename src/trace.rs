@@ -225,6 +225,18 @@ impl TraceModule {
         }
     }
 
+    /// The module of a minidump written by [`crate::minidump::write`], named as Breakpad names it:
+    /// the debug id from its build id (`unwind_dwarf::breakpad::breakpad_id`), empty for a module
+    /// without one.
+    pub fn from_dump_module(module: &DumpModule) -> TraceModule {
+        let id = if module.build_id.is_empty() {
+            String::new()
+        } else {
+            unwind_dwarf::breakpad::breakpad_id(&module.build_id).debug_id
+        };
+        TraceModule::new(module, id)
+    }
+
     fn contains(&self, addr: u64) -> bool {
         addr >= self.base && addr - self.base < self.size
     }

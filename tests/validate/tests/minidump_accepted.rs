@@ -175,10 +175,13 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
     );
 
     // Both walks printed the same way.
-    let trace_modules: Vec<TraceModule> = modules
-        .iter()
-        .map(|m| TraceModule::new(m, breakpad_debug_id(&m.build_id)))
-        .collect();
+    let trace_modules: Vec<TraceModule> =
+        modules.iter().map(TraceModule::from_dump_module).collect();
+    for (t, m) in trace_modules.iter().zip(&modules) {
+        if !m.build_id.is_empty() {
+            assert_eq!(t.debug_id, breakpad_debug_id(&m.build_id), "{}", m.name);
+        }
+    }
     let sym = unwind::symbolize::Symbolizer::new(&unwind::loaded_modules());
     let ours = trace::machine_readable(
         &system,
