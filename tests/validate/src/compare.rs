@@ -14,6 +14,9 @@ use unwind_core::{StopReason, Trust};
 use crate::sample::Sample;
 use crate::walk::{BreakpadFrame, OurWalk};
 
+/// First differences kept per class as examples.
+pub const EXAMPLES: usize = 5;
+
 /// How a frame of the two walks compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Class {
@@ -112,9 +115,12 @@ impl fmt::Display for Disagreement {
 pub struct Tally {
     /// Samples compared.
     pub samples: usize,
-    /// Breakpad frames past frame 0 found with CFI.
+    /// Breakpad frames past frame 0 found with CFI, from frame 0 by CFI only (no scanned
+    /// frame before them).
     pub cfi_frames: usize,
-    /// Of those, identical to ours.
+    /// Breakpad CFI frames after a scanned one (not measured: they start from a guess).
+    pub cfi_after_scan: usize,
+    /// Of the measured CFI frames, identical to ours.
     pub cfi_identical: usize,
     /// Breakpad frames in all.
     pub breakpad_frames: usize,
@@ -122,14 +128,16 @@ pub struct Tally {
     pub our_frames: usize,
     /// Frames by class (both sides' frames past frame 0).
     pub classes: BTreeMap<Class, usize>,
-    /// Of the CFI frames, by class.
+    /// Of the measured CFI frames, by class.
     pub cfi_classes: BTreeMap<Class, usize>,
-    /// Samples whose stacks are identical from end to end.
+    /// Samples where Breakpad found every frame we found, identically.
     pub identical_stacks: usize,
     /// Samples our offline walk of the minidump unwinds exactly as the handler did.
     pub offline_same: usize,
     /// The disagreements nothing explains.
     pub genuine: Vec<Disagreement>,
+    /// A few first differences of each other class, for the report.
+    pub examples: BTreeMap<Class, Vec<Disagreement>>,
     /// Samples that could not be walked, with why.
     pub errors: Vec<String>,
 }
@@ -147,6 +155,7 @@ impl Tally {
     pub fn add(&mut self, other: &Tally) {
         self.samples += other.samples;
         self.cfi_frames += other.cfi_frames;
+        self.cfi_after_scan += other.cfi_after_scan;
         self.cfi_identical += other.cfi_identical;
         self.breakpad_frames += other.breakpad_frames;
         self.our_frames += other.our_frames;
@@ -159,6 +168,10 @@ impl Tally {
         self.identical_stacks += other.identical_stacks;
         self.offline_same += other.offline_same;
         self.genuine.extend(other.genuine.iter().cloned());
+        for (k, v) in &other.examples {
+            let e = self.examples.entry(*k).or_default();
+            e.extend(v.iter().take(EXAMPLES.saturating_sub(e.len())).cloned());
+        }
         self.errors.extend(other.errors.iter().cloned());
     }
 }
@@ -214,14 +227,16 @@ pub fn compare(
             None => format!("{a:#x}{func}"),
         }
     };
-    let mut first: Option<Class> = None;
+    let mut first: Option<(usize, Class)> = None;
+    // Whether every Breakpad frame so far (past frame 0) came from CFI: a CFI frame found
+    // after a scanned one starts from a guess, so only unbroken CFI chains are measured.
+    let mut chained = true;
     let n = theirs.len().max(ours.len());
     for i in 1..n {
         let t = theirs.get(i);
         let o = ours.get(i).map(|&a| norm(sample, a));
-        let cfi = t.is_some_and(|f| is_cfi(f.trust));
-        let class = if let Some(c) = first {
-            let _ = c;
+        chained &= t.is_some_and(|f| is_cfi(f.trust));
+        let class = if first.is_some() {
             Class::AfterDifference
         } else {
             let c = match (o, t) {
@@ -229,29 +244,40 @@ pub fn compare(
                 _ => classify(sample, i, o, t, offline, has_symbols),
             };
             if c != Class::Identical {
-                first = Some(c);
+                first = Some((i, c));
+                let d = Disagreement {
+                    sample: format!("{parent}/{name}"),
+                    frame: i,
+                    ours: o,
+                    theirs: t.map(|f| norm(sample, f.address)),
+                    callee: callee_at(i - 1),
+                };
                 if c == Class::Genuine {
-                    tally.genuine.push(Disagreement {
-                        sample: format!("{parent}/{name}"),
-                        frame: i,
-                        ours: o,
-                        theirs: t.map(|f| norm(sample, f.address)),
-                        callee: callee_at(i - 1),
-                    });
+                    tally.genuine.push(d);
+                } else {
+                    let e = tally.examples.entry(c).or_default();
+                    if e.len() < EXAMPLES {
+                        e.push(d);
+                    }
                 }
             }
             c
         };
         *tally.classes.entry(class).or_default() += 1;
-        if cfi {
-            tally.cfi_frames += 1;
-            *tally.cfi_classes.entry(class).or_default() += 1;
-            if class == Class::Identical {
-                tally.cfi_identical += 1;
+        if t.is_some_and(|f| is_cfi(f.trust)) {
+            if chained {
+                tally.cfi_frames += 1;
+                *tally.cfi_classes.entry(class).or_default() += 1;
+                if class == Class::Identical {
+                    tally.cfi_identical += 1;
+                }
+            } else {
+                tally.cfi_after_scan += 1;
             }
         }
     }
-    if first.is_none() {
+    // Every frame we found is matched (Breakpad may go on past our end by scanning).
+    if first.is_none_or(|(i, _)| i >= ours.len()) {
         tally.identical_stacks += 1;
     }
 }
@@ -267,6 +293,12 @@ fn classify(
 ) -> Class {
     let callee = i - 1;
     let callee_addr = sample.ours.get(callee).map(|&a| norm(sample, a));
+    if offline
+        .and_then(|w| w.rules.get(callee))
+        .is_some_and(|r| r.signal_frame)
+    {
+        return Class::SignalFrame;
+    }
     if theirs.is_some_and(|t| !is_cfi(t.trust)) {
         return Class::BreakpadScanned;
     }
@@ -283,13 +315,11 @@ fn classify(
         {
             return Class::OurFallback;
         }
-        if let Some(r) = w.rules.get(callee) {
-            if r.signal_frame {
-                return Class::SignalFrame;
-            }
-            if r.exidx && theirs.is_some() && ours.is_some() {
-                return Class::ExidxPrologue;
-            }
+        if w.rules
+            .get(callee)
+            .is_some_and(|r| r.exidx && theirs.is_some() && ours.is_some())
+        {
+            return Class::ExidxPrologue;
         }
     }
     if callee_addr.is_some_and(|a| !has_symbols(a)) {
@@ -303,5 +333,123 @@ fn classify(
         }
         (Some(_), None) => Class::BreakpadStopped,
         _ => Class::Genuine,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::programs::Arch;
+    use crate::sample::{Context, SampleModule};
+    use crate::walk::RuleFacts;
+
+    fn sample(ours: &[u64]) -> Sample {
+        Sample {
+            path: "dir/0000.dmp".into(),
+            bytes: Vec::new(),
+            arch: Arch::X86_64,
+            context: Context::X86_64(Box::default()),
+            stack_base: 0,
+            stack: Vec::new(),
+            modules: vec![SampleModule {
+                code_file: "/lib/m.so".into(),
+                base: 0x1000,
+                size: 0x1000,
+                debug_id: String::new(),
+            }],
+            ours: ours.to_vec(),
+            stop: StopReason::EndOfStack,
+        }
+    }
+
+    fn bp(frames: &[(u64, FrameTrust)]) -> Vec<BreakpadFrame> {
+        frames
+            .iter()
+            .map(|&(address, trust)| BreakpadFrame {
+                address,
+                trust,
+                function: None,
+            })
+            .collect()
+    }
+
+    fn offline(s: &Sample, signal_at: Option<usize>) -> OurWalk {
+        OurWalk {
+            frames: s.ours.clone(),
+            trust: vec![Trust::Cfi; s.ours.len()],
+            rules: (0..s.ours.len())
+                .map(|i| RuleFacts {
+                    found: true,
+                    signal_frame: Some(i) == signal_at,
+                    exidx: false,
+                })
+                .collect(),
+            stop: s.stop,
+        }
+    }
+
+    const CFI: FrameTrust = FrameTrust::CallFrameInfo;
+
+    #[test]
+    fn identical_stacks_count_every_cfi_frame() {
+        let s = sample(&[0x1100, 0x1200, 0x1300]);
+        let mut t = Tally::default();
+        let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x1300, CFI)]);
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!(
+            (t.cfi_frames, t.cfi_identical, t.identical_stacks),
+            (2, 2, 1)
+        );
+        assert!(t.genuine.is_empty());
+    }
+
+    #[test]
+    fn a_different_cfi_frame_is_a_genuine_disagreement() {
+        let s = sample(&[0x1100, 0x1200, 0x1300]);
+        let mut t = Tally::default();
+        let theirs = bp(&[
+            (0x1100, FrameTrust::Context),
+            (0x1200, CFI),
+            (0x1400, CFI),
+            (0x1500, CFI),
+        ]);
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!((t.cfi_frames, t.cfi_identical), (3, 1));
+        assert_eq!(t.genuine.len(), 1);
+        assert_eq!(t.genuine[0].frame, 2);
+        assert_eq!(t.classes.get(&Class::AfterDifference), Some(&1));
+        assert_eq!(t.agreement(), 100.0 / 3.0);
+    }
+
+    #[test]
+    fn scanned_frames_and_signal_frames_are_classified() {
+        let s = sample(&[0x1100, 0x1200, 0x1300]);
+        let mut t = Tally::default();
+        let theirs = bp(&[
+            (0x1100, FrameTrust::Context),
+            (0x1250, FrameTrust::Scan),
+            (0x1300, CFI),
+        ]);
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!(t.classes.get(&Class::BreakpadScanned), Some(&1));
+        // The CFI frame after the scanned one is not measured.
+        assert_eq!((t.cfi_frames, t.cfi_after_scan), (0, 1));
+
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&offline(&s, Some(0))), &|_| true, &mut t);
+        assert_eq!(t.classes.get(&Class::SignalFrame), Some(&1));
+    }
+
+    #[test]
+    fn frames_only_we_found_are_classified() {
+        let s = sample(&[0x1100, 0x1200, 0x1300]);
+        let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI)]);
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| false, &mut t);
+        assert_eq!(t.classes.get(&Class::NoSymbols), Some(&1));
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!(t.classes.get(&Class::BreakpadStopped), Some(&1));
+        assert_eq!(t.identical_stacks, 0);
     }
 }

@@ -39,8 +39,9 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
         o,
         "\nAgreement: of the frames past frame 0 that rust-minidump's Breakpad-compatible walker \
          (`minidump_processor::process_minidump`, the library behind `minidump-stackwalk`) found \
-         with CFI, the share whose address equals the frame our unwinder found in the signal \
-         handler, at the same depth. Its symbol files: {}. Each sample is a minidump the test \
+         with CFI, by CFI alone from the registers (a CFI frame found after a scanned one starts \
+         from a guess and is counted apart), the share whose address equals the frame our \
+         unwinder found in the signal handler, at the same depth. Its symbol files: {}. Each sample is a minidump the test \
          agent wrote from inside the sampled process (registers, a 64 KiB stack copy, the module \
          list with build ids) together with the frames it unwound there.\n",
         Symbols::Combined.describe()
@@ -48,9 +49,9 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(
         o,
-        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | identical stacks | offline walk = handler |"
+        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | CFI frames after a scan | stacks with all our frames matched | offline walk = handler |"
     );
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in archs {
         for p in &r.programs {
             let t = p
@@ -60,7 +61,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 .unwrap_or_default();
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.arch.name(),
                 p.run.name,
                 t.samples,
@@ -69,6 +70,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 t.cfi_frames,
                 t.cfi_identical,
                 pct(t.cfi_identical, t.cfi_frames),
+                t.cfi_after_scan,
                 t.identical_stacks,
                 t.offline_same
             );
@@ -77,7 +79,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
     let _ = writeln!(o, "\n## By choice of symbol files\n");
     let _ = writeln!(
         o,
-        "| arch | symbol files | Breakpad CFI frames | identical | agreement | identical stacks | genuine |"
+        "| arch | symbol files | Breakpad CFI frames | identical | agreement | stacks with all our frames matched | genuine |"
     );
     let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
     for r in archs {
@@ -102,7 +104,10 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
         "Frames past frame 0 of either walk, with the headline symbol files. The first \
          difference in a stack is classified; the frames after it follow it.\n"
     );
-    let _ = writeln!(o, "| arch | class | frames | of them Breakpad CFI frames |");
+    let _ = writeln!(
+        o,
+        "| arch | class | frames | of them measured Breakpad CFI frames |"
+    );
     let _ = writeln!(o, "|---|---|---:|---:|");
     for r in archs {
         let t = r.total(Symbols::Combined);
@@ -116,6 +121,15 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                     r.arch.name(),
                     c.describe()
                 );
+            }
+        }
+    }
+    let _ = writeln!(o, "\nExamples of each class's first differences (frame index; addresses; the callee, whose rule gave the caller):\n");
+    for r in archs {
+        let t = r.total(Symbols::Combined);
+        for (c, list) in &t.examples {
+            for d in list {
+                let _ = writeln!(o, "- {} {}: {d}", r.arch.name(), c.describe());
             }
         }
     }

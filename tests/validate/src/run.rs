@@ -91,6 +91,7 @@ pub fn validate_arch(
         .map(|&c| (c, Symbolizer::new(stores.supplier(c)), stores.supplier(c)))
         .collect();
     let mut tables = Tables::default();
+    let verbose = std::env::var_os("VALIDATE_VERBOSE").is_some();
     let mut programs = Vec::new();
     for (run, samples, errors) in loaded {
         let mut tallies: BTreeMap<Symbols, Tally> = BTreeMap::new();
@@ -101,7 +102,26 @@ pub fn validate_arch(
                 match breakpad_walk(s, symbolizer) {
                     Ok(theirs) => {
                         let has = |a: u64| s.module_of(a).is_some_and(|m| supplier.has(m));
+                        let before = tally.identical_stacks;
                         compare(s, &theirs, offline.as_ref(), &has, tally);
+                        if verbose && tally.identical_stacks == before {
+                            eprintln!(
+                                "{} {:?}: ours {:x?} stop {:?}",
+                                s.path.display(),
+                                choice,
+                                s.ours,
+                                s.stop
+                            );
+                            for f in &theirs {
+                                eprintln!(
+                                    "   {:#x} {:?} {:?} {:?}",
+                                    f.address,
+                                    f.trust,
+                                    f.function,
+                                    s.module_of(f.address).map(|m| m.name())
+                                );
+                            }
+                        }
                     }
                     Err(e) => tally.errors.push(format!("{}: {e}", s.path.display())),
                 }
