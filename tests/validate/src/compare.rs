@@ -132,6 +132,8 @@ pub struct Tally {
     pub cfi_classes: BTreeMap<Class, usize>,
     /// Samples where Breakpad found every frame we found, identically.
     pub identical_stacks: usize,
+    /// Samples whose two `minidump_stackwalk -m` traces are the same text.
+    pub identical_traces: usize,
     /// Samples our offline walk of the minidump unwinds exactly as the handler did.
     pub offline_same: usize,
     /// The disagreements nothing explains.
@@ -167,6 +169,7 @@ impl Tally {
         }
         self.identical_stacks += other.identical_stacks;
         self.offline_same += other.offline_same;
+        self.identical_traces += other.identical_traces;
         self.genuine.extend(other.genuine.iter().cloned());
         for (k, v) in &other.examples {
             let e = self.examples.entry(*k).or_default();

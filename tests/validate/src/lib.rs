@@ -7,6 +7,7 @@
 //!   signal handler; every minidump walked by rust-minidump's Breakpad-compatible walker with
 //!   dump_syms's and our symbol files, compared frame by frame, every difference classified;
 //!   `VALIDATION.md`.
+//! - [`traces`]: both walks of every sample as `minidump_stackwalk -m` text, for diffing.
 
 pub mod cfi_compare;
 pub mod compare;
@@ -16,4 +17,5 @@ pub mod run;
 pub mod sample;
 pub mod stores;
 pub mod tools;
+pub mod traces;
 pub mod walk;

@@ -49,9 +49,12 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(
         o,
-        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | CFI frames after a scan | stacks with all our frames matched | offline walk = handler |"
+        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | CFI frames after a scan | stacks with all our frames matched | identical `-m` traces | offline walk = handler |"
     );
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        o,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in archs {
         for p in &r.programs {
             let t = p
@@ -61,7 +64,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 .unwrap_or_default();
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.arch.name(),
                 p.run.name,
                 t.samples,
@@ -72,6 +75,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 pct(t.cfi_identical, t.cfi_frames),
                 t.cfi_after_scan,
                 t.identical_stacks,
+                t.identical_traces,
                 t.offline_same
             );
         }

@@ -91,6 +91,7 @@ pub fn validate_arch(
         .map(|&c| (c, Symbolizer::new(stores.supplier(c)), stores.supplier(c)))
         .collect();
     let mut tables = Tables::default();
+    let mut traces = crate::traces::Traces::default();
     let verbose = std::env::var_os("VALIDATE_VERBOSE").is_some();
     let mut programs = Vec::new();
     for (run, samples, errors) in loaded {
@@ -102,6 +103,9 @@ pub fn validate_arch(
                 match breakpad_walk(s, symbolizer) {
                     Ok(theirs) => {
                         let has = |a: u64| s.module_of(a).is_some_and(|m| supplier.has(m));
+                        if *choice == Symbols::Combined && traces.write(s, &theirs) {
+                            tally.identical_traces += 1;
+                        }
                         let before = tally.identical_stacks;
                         compare(s, &theirs, offline.as_ref(), &has, tally);
                         if verbose && tally.identical_stacks == before {

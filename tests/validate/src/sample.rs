@@ -66,6 +66,8 @@ pub struct Sample {
     pub ours: Vec<u64>,
     /// Why our walk stopped.
     pub stop: StopReason,
+    /// OS and CPU, as the trace header prints them.
+    pub system: unwind::trace::System,
 }
 
 impl Sample {
@@ -76,6 +78,8 @@ impl Sample {
             |what: &str, e: &dyn std::fmt::Display| format!("{}: {what}: {e}", path.display());
         let dump = Minidump::read(&bytes[..]).map_err(|e| err("minidump", &e))?;
         let system: MinidumpSystemInfo = dump.get_stream().map_err(|e| err("system info", &e))?;
+        let csd = system.csd_version();
+        let trace_system = unwind::trace::System::from_minidump(&system.raw, csd.as_deref());
         let threads: MinidumpThreadList = dump.get_stream().map_err(|e| err("threads", &e))?;
         let thread = threads
             .threads
@@ -124,7 +128,23 @@ impl Sample {
             modules,
             ours,
             stop,
+            system: trace_system,
         })
+    }
+
+    /// The modules as trace lines name them (the main program first, as in the minidump).
+    pub fn trace_modules(&self) -> Vec<unwind::trace::TraceModule> {
+        self.modules
+            .iter()
+            .map(|m| unwind::trace::TraceModule {
+                code_file: m.code_file.clone(),
+                version: String::new(),
+                debug_file: m.code_file.clone(),
+                debug_id: m.debug_id.clone(),
+                base: m.base,
+                size: m.size,
+            })
+            .collect()
     }
 
     /// The module holding `addr`.
