@@ -205,10 +205,15 @@ pub fn vdso_image() -> Option<Vec<u8>> {
     if base == 0 {
         return None;
     }
+    #[cfg(target_pointer_width = "64")]
+    type Ehdr = libc::Elf64_Ehdr;
+    #[cfg(target_pointer_width = "32")]
+    type Ehdr = libc::Elf32_Ehdr;
     // SAFETY: the kernel maps a complete ELF image at AT_SYSINFO_EHDR, so its header is readable.
-    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
-    let end = ehdr.e_shoff as usize + usize::from(ehdr.e_shnum) * usize::from(ehdr.e_shentsize);
-    let len = end.clamp(std::mem::size_of::<libc::Elf64_Ehdr>(), 1 << 20);
+    let ehdr = unsafe { &*(base as *const Ehdr) };
+    let end = (ehdr.e_shoff as usize)
+        .saturating_add(usize::from(ehdr.e_shnum).saturating_mul(usize::from(ehdr.e_shentsize)));
+    let len = end.clamp(std::mem::size_of::<Ehdr>(), 1 << 20);
     // SAFETY: the section headers end the image, so `[base, base + len)` is mapped.
     Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
 }

@@ -129,6 +129,10 @@ fn write_captures(dir: &str) {
     let _ = std::fs::create_dir_all(dir);
     let modules = unwind::loaded_modules();
     let dump_modules = unwind::minidump::current_modules();
+    // The vdso has no file: its image goes with the samples, for symbol files and offline walks.
+    if let Some(image) = unwind::vdso_image() {
+        let _ = std::fs::write(format!("{dir}/linux-vdso.so.1"), image);
+    }
     let mut written = 0usize;
     for (i, c) in caps.iter().enumerate() {
         if !c.ready.load(Ordering::Acquire) {

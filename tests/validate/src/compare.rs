@@ -362,6 +362,13 @@ mod tests {
             }],
             ours: ours.to_vec(),
             stop: StopReason::EndOfStack,
+            system: unwind::trace::System {
+                os: "Linux".into(),
+                os_version: String::new(),
+                cpu: "amd64".into(),
+                cpu_info: String::new(),
+                cpu_count: 1,
+            },
         }
     }
 

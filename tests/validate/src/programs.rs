@@ -183,8 +183,17 @@ fn sample(arch: Arch, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), St
         .env("AGENT_SAMPLES_EVERY", s.every.to_string())
         .arg(samples.join("report.txt"))
         .arg(s.seconds.to_string())
-        .arg(s.hz.to_string()))
+        .arg(s.hz.to_string()))?;
+    // The vdso image (one per boot and architecture), where `host_path` looks for it.
+    let vdso = samples.join(VDSO);
+    if vdso.exists() {
+        std::fs::copy(&vdso, arch_dir(arch).join(VDSO)).map_err(|e| format!("{VDSO}: {e}"))?;
+    }
+    Ok(())
 }
+
+/// The vdso's name in module lists, and the file its image is saved as.
+const VDSO: &str = "linux-vdso.so.1";
 
 /// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
 /// ARM and as Thumb code), all with -fomit-frame-pointer, and the Rust release workload.
@@ -192,7 +201,7 @@ pub fn sample_programs(arch: Arch, s: &Sampling) -> Result<Vec<ProgramRun>, Stri
     let root = workspace_root();
     let target = root.join("target").join("test-programs");
     let agent = build_agent(arch, &target)?;
-    let out = root.join("target").join("validation").join(arch.name());
+    let out = arch_dir(arch);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let variants: &[(&str, &[&str])] = match arch {
         Arch::X86_64 => &[
@@ -258,10 +267,14 @@ pub fn minidumps(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The file on this host for a module path recorded by the sampled process: under the
-/// sysroot first (a process under `qemu-arm -L` names its libraries as the guest sees them).
-pub fn host_path(recorded: &str, sysroot: Option<&Path>) -> PathBuf {
+/// sysroot first (a process under `qemu-arm -L` names its libraries as the guest sees them);
+/// for the vdso (a name, not a path), the image the agent saved with the samples.
+pub fn host_path(recorded: &str, arch: Arch) -> PathBuf {
+    if !recorded.contains('/') {
+        return arch_dir(arch).join(recorded);
+    }
     let recorded = PathBuf::from(recorded);
-    if let Some(root) = sysroot {
+    if let Some(root) = arch.sysroot() {
         let p = root.join(recorded.strip_prefix("/").unwrap_or(&recorded));
         if p.exists() {
             return p;
@@ -274,4 +287,12 @@ pub fn host_path(recorded: &str, sysroot: Option<&Path>) -> PathBuf {
         }
     }
     recorded
+}
+
+/// Where `arch`'s programs and samples go.
+pub fn arch_dir(arch: Arch) -> PathBuf {
+    workspace_root()
+        .join("target")
+        .join("validation")
+        .join(arch.name())
 }

@@ -85,7 +85,7 @@ pub fn validate_arch(
         .join(arch.name())
         .join("symbols");
     let _ = std::fs::remove_dir_all(&root);
-    let stores = Stores::build(&root, &modules, arch.sysroot(), dump_syms);
+    let stores = Stores::build(&root, &modules, arch, dump_syms);
     let symbolizers: Vec<(Symbols, Symbolizer, crate::stores::Supplier)> = Symbols::ALL
         .iter()
         .map(|&c| (c, Symbolizer::new(stores.supplier(c)), stores.supplier(c)))

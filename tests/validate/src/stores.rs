@@ -68,13 +68,13 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Writes both stores under `root` for `modules` (the host file of each is found with
-    /// `sysroot`, see [`crate::programs::host_path`]). Modules without a file on this host
+    /// Writes both stores under `root` for `modules` (the host file of each is found by
+    /// [`crate::programs::host_path`]). Modules without a file on this host
     /// (the vdso) are listed with a note.
     pub fn build(
         root: &Path,
         modules: &[SampleModule],
-        sysroot: Option<&Path>,
+        arch: crate::programs::Arch,
         dump_syms: &Path,
     ) -> Stores {
         let mut stores = Stores {
@@ -87,7 +87,7 @@ impl Stores {
             if stores.modules.contains_key(&key) {
                 continue;
             }
-            let host_path = crate::programs::host_path(&m.code_file, sysroot);
+            let host_path = crate::programs::host_path(&m.code_file, arch);
             let mut s = StoredModule {
                 module: m.clone(),
                 host_path: host_path.clone(),

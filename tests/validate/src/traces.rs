@@ -27,7 +27,7 @@ impl Traces {
                     .modules
                     .iter()
                     .map(|m| {
-                        let path = host_path(&m.code_file, s.arch.sysroot());
+                        let path = host_path(&m.code_file, s.arch);
                         let svma = std::fs::read(&path).ok().and_then(|d| {
                             object::File::parse(&*d)
                                 .ok()

@@ -111,7 +111,7 @@ impl Tables {
     ) -> Option<RuleTable<R>> {
         let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
         for m in modules {
-            let path = host_path(&m.code_file, arch.sysroot());
+            let path = host_path(&m.code_file, arch);
             let svma = *bases
                 .entry(path.clone())
                 .or_insert_with(|| image_base_svma(&path));
