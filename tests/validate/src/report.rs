@@ -31,7 +31,15 @@ fn pct(a: usize, b: usize) -> String {
 pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# Validation against Breakpad\n");
-    let _ = writeln!(o, "Produced by `{command}`.\n");
+    let dump_syms = std::process::Command::new(crate::tools::dump_syms())
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "Produced by `{command}` with {dump_syms}, minidump-processor 0.27 and breakpad-symbols 0.27.\n"
+    );
     for r in archs {
         let _ = writeln!(o, "{}  ", agreement_line(r));
     }
@@ -177,6 +185,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
         }
     }
     let _ = writeln!(o, "\n## Modules and symbol files\n");
+    let root = format!("{}/", crate::tools::workspace_root().display());
     let _ = writeln!(
         o,
         "| arch | module | debug id | ours | dump_syms | dump_syms STACK CFI | notes |"
@@ -189,7 +198,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 o,
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 r.arch.name(),
-                m.module.code_file,
+                m.module.code_file.trim_start_matches(&root),
                 m.module.debug_id,
                 yes(m.ours.is_some()),
                 yes(m.dump_syms.is_some()),
