@@ -53,6 +53,16 @@ pub fn validate_arch(
     dump_syms: &Path,
 ) -> Result<ArchResult, String> {
     let runs = sample_programs(arch, sampling)?;
+    validate_runs(arch, runs, dump_syms)
+}
+
+/// Validates the minidumps of `runs` (all of architecture `arch`), however they were taken:
+/// each must hold the frames its process unwound (`unwind::minidump::UNWOUND_STREAM`).
+pub fn validate_runs(
+    arch: Arch,
+    runs: Vec<ProgramRun>,
+    dump_syms: &Path,
+) -> Result<ArchResult, String> {
     let mut loaded = Vec::new();
     for run in runs {
         let mut samples = Vec::new();

@@ -4,6 +4,10 @@
 //!
 //! Usage: `validate [--out FILE] [--samples N] [--no-arm]` (N minidumps per program, default
 //! 400; FILE defaults to VALIDATION.md at the workspace root).
+//!
+//! `validate --minidumps DIR [--arm]` instead compares the minidumps in DIR (written by the
+//! profiler example's `--minidumps` or the test agent; x86_64 unless `--arm`) and prints the
+//! summary, writing nothing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +19,8 @@ fn main() -> ExitCode {
     let mut out = tools::workspace_root().join("VALIDATION.md");
     let mut sampling = Sampling::default();
     let mut arm = true;
+    let mut dir = None;
+    let mut dir_arch = Arch::X86_64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -26,13 +32,20 @@ fn main() -> ExitCode {
                     .unwrap_or(sampling.per_program)
             }
             "--no-arm" => arm = false,
+            "--minidumps" => dir = args.next().map(PathBuf::from),
+            "--arm" => dir_arch = Arch::Arm,
             _ => {
-                eprintln!("usage: validate [--out FILE] [--samples N] [--no-arm]");
+                eprintln!(
+                    "usage: validate [--out FILE] [--samples N] [--no-arm] | --minidumps DIR [--arm]"
+                );
                 return ExitCode::from(2);
             }
         }
     }
     let dump_syms = tools::dump_syms();
+    if let Some(dir) = dir {
+        return minidumps_only(dir, dir_arch, &dump_syms);
+    }
     let mut archs = vec![Arch::X86_64];
     if arm && arm_available() {
         archs.push(Arch::Arm);
@@ -106,4 +119,41 @@ fn table_files(archs: &[Arch]) -> Vec<PathBuf> {
         }
     }
     v
+}
+
+/// Compares the minidumps of one directory and prints the summary.
+fn minidumps_only(dir: PathBuf, arch: Arch, dump_syms: &std::path::Path) -> ExitCode {
+    let run = unwind_validate::programs::ProgramRun {
+        arch,
+        name: dir.display().to_string(),
+        samples: dir,
+    };
+    match run::validate_runs(arch, vec![run], dump_syms) {
+        Ok(r) => {
+            println!("{}", report::agreement_line(&r));
+            for c in unwind_validate::stores::Symbols::ALL {
+                let t = r.total(c);
+                println!(
+                    "  {}: {} samples, {} CFI frames, {} identical, {} genuine",
+                    c.describe(),
+                    t.samples,
+                    t.cfi_frames,
+                    t.cfi_identical,
+                    t.genuine.len()
+                );
+                for d in &t.genuine {
+                    println!("    {d}");
+                }
+            }
+            if report::meets_target(&r.total(unwind_validate::stores::Symbols::Combined)) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("validate: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
