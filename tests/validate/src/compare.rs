@@ -36,8 +36,13 @@ pub enum Class {
     /// The stack copy in the minidump ends before this frame (the handler walked the live
     /// stack).
     StackCopyEnds,
-    /// Breakpad found a CFI frame past the end of our walk.
+    /// Breakpad found a CFI frame past the end of our walk, which ended at an end-of-stack
+    /// rule or an `EXIDX_CANTUNWIND` entry.
     PastOurEnd,
+    /// Our walk stopped for another reason (no rule for the callee, e.g. a CFA on a register
+    /// the fixed-register tables do not track, as in `_dl_runtime_resolve`) where Breakpad's
+    /// CFI went on.
+    OurStop,
     /// Breakpad stopped before our walk did, though it had symbols.
     BreakpadStopped,
     /// An earlier frame differed.
@@ -48,7 +53,7 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 11] = [
+    pub const ALL: [Class; 12] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
@@ -57,6 +62,7 @@ impl Class {
         Class::NoSymbols,
         Class::StackCopyEnds,
         Class::PastOurEnd,
+        Class::OurStop,
         Class::BreakpadStopped,
         Class::AfterDifference,
         Class::Genuine,
@@ -73,6 +79,7 @@ impl Class {
             Class::NoSymbols => "no symbol file for the callee's module",
             Class::StackCopyEnds => "the minidump's stack copy ends",
             Class::PastOurEnd => "Breakpad CFI frame past our end of stack",
+            Class::OurStop => "our walk stopped first (no rule, e.g. an untracked register)",
             Class::BreakpadStopped => "Breakpad stopped earlier",
             Class::AfterDifference => "after an earlier difference",
             Class::Genuine => "genuine disagreement",
@@ -334,6 +341,7 @@ fn classify(
         {
             Class::PastOurEnd
         }
+        (None, Some(_)) => Class::OurStop,
         (Some(_), None) => Class::BreakpadStopped,
         _ => Class::Genuine,
     }
@@ -461,5 +469,21 @@ mod tests {
         compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
         assert_eq!(t.classes.get(&Class::BreakpadStopped), Some(&1));
         assert_eq!(t.identical_stacks, 0);
+    }
+
+    #[test]
+    fn breakpad_cfi_frames_past_our_stop_are_classified_by_our_stop_reason() {
+        let mut s = sample(&[0x1100, 0x1200]);
+        let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x1300, CFI)]);
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!(t.classes.get(&Class::PastOurEnd), Some(&1));
+        s.stop = StopReason::NoRule;
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        assert_eq!(t.classes.get(&Class::OurStop), Some(&1));
+        // Both are measured CFI frames we do not match.
+        assert_eq!((t.cfi_frames, t.cfi_identical), (2, 1));
+        assert!(t.genuine.is_empty());
     }
 }
