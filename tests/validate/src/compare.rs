@@ -12,6 +12,7 @@ use minidump_unwind::FrameTrust;
 use unwind_core::{StopReason, Trust};
 
 use crate::sample::Sample;
+use crate::stores::SymbolSource;
 use crate::walk::{BreakpadFrame, OurWalk};
 
 /// First differences kept per class as examples.
@@ -33,6 +34,9 @@ pub enum Class {
     SignalFrame,
     /// The callee is in a module for which the walker has no symbol file.
     NoSymbols,
+    /// The callee is a PLT stub, whose CFA depends on the PC: dump_syms cannot write that rule
+    /// and keeps the row before it, which is wrong for the stub (the walker then goes astray).
+    DumpSymsPlt,
     /// The stack copy in the minidump ends before this frame (the handler walked the live
     /// stack).
     StackCopyEnds,
@@ -53,13 +57,14 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 12] = [
+    pub const ALL: [Class; 13] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
         Class::ExidxPrologue,
         Class::SignalFrame,
         Class::NoSymbols,
+        Class::DumpSymsPlt,
         Class::StackCopyEnds,
         Class::PastOurEnd,
         Class::OurStop,
@@ -77,6 +82,7 @@ impl Class {
             Class::ExidxPrologue => "prologue/epilogue on EXIDX",
             Class::SignalFrame => "signal frame",
             Class::NoSymbols => "no symbol file for the callee's module",
+            Class::DumpSymsPlt => "PLT stub: dump_syms cannot write its PC-dependent CFA",
             Class::StackCopyEnds => "the minidump's stack copy ends",
             Class::PastOurEnd => "Breakpad CFI frame past our end of stack",
             Class::OurStop => "our walk stopped first (no rule, e.g. an untracked register)",
@@ -198,13 +204,13 @@ fn is_cfi(t: FrameTrust) -> bool {
     matches!(t, FrameTrust::CallFrameInfo)
 }
 
-/// Compares one sample's walks and adds them to `tally`. `has_symbols(addr)` says whether the
-/// walker had a symbol file for the module holding `addr`.
+/// Compares one sample's walks and adds them to `tally`. `symbols(addr)` says which symbol
+/// file, if any, the walker had for the module holding `addr`.
 pub fn compare(
     sample: &Sample,
     theirs: &[BreakpadFrame],
     offline: Option<&OurWalk>,
-    has_symbols: &dyn Fn(u64) -> bool,
+    symbols: &dyn Fn(u64) -> Option<SymbolSource>,
     tally: &mut Tally,
 ) {
     let ours = &sample.ours;
@@ -251,7 +257,7 @@ pub fn compare(
         } else {
             let c = match (o, t) {
                 (Some(o), Some(t)) if o == norm(sample, t.address) => Class::Identical,
-                _ => classify(sample, i, o, t, offline, has_symbols),
+                _ => classify(sample, i, o, t, offline, symbols),
             };
             if c != Class::Identical {
                 first = Some((i, c));
@@ -299,7 +305,7 @@ fn classify(
     ours: Option<u64>,
     theirs: Option<&BreakpadFrame>,
     offline: Option<&OurWalk>,
-    has_symbols: &dyn Fn(u64) -> bool,
+    symbols: &dyn Fn(u64) -> Option<SymbolSource>,
 ) -> Class {
     let callee = i - 1;
     let callee_addr = sample.ours.get(callee).map(|&a| norm(sample, a));
@@ -332,8 +338,17 @@ fn classify(
             return Class::ExidxPrologue;
         }
     }
-    if callee_addr.is_some_and(|a| !has_symbols(a)) {
+    let source = callee_addr.and_then(symbols);
+    if callee_addr.is_some() && source.is_none() {
         return Class::NoSymbols;
+    }
+    if source == Some(SymbolSource::DumpSyms)
+        && theirs.is_some()
+        && offline
+            .and_then(|w| w.rules.get(callee))
+            .is_some_and(|r| r.pc_dependent_cfa)
+    {
+        return Class::DumpSymsPlt;
     }
     match (ours, theirs) {
         (None, Some(_))
@@ -400,6 +415,7 @@ mod tests {
                     found: true,
                     signal_frame: Some(i) == signal_at,
                     exidx: false,
+                    pc_dependent_cfa: false,
                 })
                 .collect(),
             stop: s.stop,
@@ -413,7 +429,13 @@ mod tests {
         let s = sample(&[0x1100, 0x1200, 0x1300]);
         let mut t = Tally::default();
         let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x1300, CFI)]);
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(
             (t.cfi_frames, t.cfi_identical, t.identical_stacks),
             (2, 2, 1)
@@ -431,7 +453,13 @@ mod tests {
             (0x1400, CFI),
             (0x1500, CFI),
         ]);
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!((t.cfi_frames, t.cfi_identical), (3, 1));
         assert_eq!(t.genuine.len(), 1);
         assert_eq!(t.genuine[0].frame, 2);
@@ -448,13 +476,25 @@ mod tests {
             (0x1250, FrameTrust::Scan),
             (0x1300, CFI),
         ]);
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(t.classes.get(&Class::BreakpadScanned), Some(&1));
         // The CFI frame after the scanned one is not measured.
         assert_eq!((t.cfi_frames, t.cfi_after_scan), (0, 1));
 
         let mut t = Tally::default();
-        compare(&s, &theirs, Some(&offline(&s, Some(0))), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, Some(0))),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(t.classes.get(&Class::SignalFrame), Some(&1));
     }
 
@@ -463,10 +503,16 @@ mod tests {
         let s = sample(&[0x1100, 0x1200, 0x1300]);
         let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI)]);
         let mut t = Tally::default();
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| false, &mut t);
+        compare(&s, &theirs, Some(&offline(&s, None)), &|_| None, &mut t);
         assert_eq!(t.classes.get(&Class::NoSymbols), Some(&1));
         let mut t = Tally::default();
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(t.classes.get(&Class::BreakpadStopped), Some(&1));
         assert_eq!(t.identical_stacks, 0);
     }
@@ -476,11 +522,23 @@ mod tests {
         let mut s = sample(&[0x1100, 0x1200]);
         let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x1300, CFI)]);
         let mut t = Tally::default();
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(t.classes.get(&Class::PastOurEnd), Some(&1));
         s.stop = StopReason::NoRule;
         let mut t = Tally::default();
-        compare(&s, &theirs, Some(&offline(&s, None)), &|_| true, &mut t);
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
         assert_eq!(t.classes.get(&Class::OurStop), Some(&1));
         // Both are measured CFI frames we do not match.
         assert_eq!((t.cfi_frames, t.cfi_identical), (2, 1));

@@ -101,7 +101,7 @@ pub fn arm_available() -> bool {
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    ok("arm-linux-gnueabihf-gcc") && ok("qemu-arm")
+    ok("arm-linux-gnueabihf-gcc") && ok("arm-linux-gnueabihf-g++") && ok("qemu-arm")
 }
 
 /// Builds the agent and the Rust workload in release mode for `arch`, in a target directory of
@@ -164,6 +164,27 @@ fn build_c(
     Ok(exe)
 }
 
+/// Builds the C++ workload (tests/programs/workload.cpp: std::thread, std::sort, std::function,
+/// iostreams, exceptions) at -O2 with -fomit-frame-pointer; returns the executable.
+fn build_cpp(arch: Arch, agent: &Path, out: &Path) -> Result<PathBuf, String> {
+    let src = workspace_root().join("tests").join("programs");
+    let gxx = match arch {
+        Arch::X86_64 => "g++",
+        Arch::Arm => "arm-linux-gnueabihf-g++",
+    };
+    let exe = out.join("validate-workload-cpp");
+    run(Command::new(gxx)
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(src.join("workload.cpp"))
+        .arg(format!("-I{}", src.display()))
+        .arg(format!("-L{}", agent.display()))
+        .arg("-lunwind_agent")
+        .arg("-Wl,--disable-new-dtags")
+        .arg(format!("-Wl,-rpath,{}", agent.display())))?;
+    Ok(exe)
+}
+
 /// Runs `exe` (under qemu-arm for armv7) with the agent capturing minidumps into `samples`.
 fn sample(arch: Arch, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(samples);
@@ -196,7 +217,8 @@ fn sample(arch: Arch, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), St
 const VDSO: &str = "linux-vdso.so.1";
 
 /// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
-/// ARM and as Thumb code), all with -fomit-frame-pointer, and the Rust release workload.
+/// ARM and as Thumb code), the C++ workload at -O2, all with -fomit-frame-pointer, and the Rust
+/// release workload.
 pub fn sample_programs(arch: Arch, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
     let root = workspace_root();
     let target = root.join("target").join("test-programs");
@@ -242,6 +264,14 @@ pub fn sample_programs(arch: Arch, s: &Sampling) -> Result<Vec<ProgramRun>, Stri
             samples: dir,
         });
     }
+    let exe = build_cpp(arch, &agent, &out)?;
+    let dir = out.join("cpp");
+    sample(arch, &exe, &dir, s)?;
+    runs.push(ProgramRun {
+        arch,
+        name: "C++ workload -O2".into(),
+        samples: dir,
+    });
     let dir = out.join("rust");
     sample(arch, &agent.join("rust-workload"), &dir, s)?;
     runs.push(ProgramRun {

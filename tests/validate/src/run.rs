@@ -112,7 +112,7 @@ pub fn validate_runs(
                 let tally = tallies.entry(*choice).or_default();
                 match breakpad_walk(s, symbolizer) {
                     Ok(theirs) => {
-                        let has = |a: u64| s.module_of(a).is_some_and(|m| supplier.has(m));
+                        let has = |a: u64| s.module_of(a).and_then(|m| supplier.source(m));
                         if *choice == Symbols::Combined && traces.write(s, &theirs) {
                             tally.identical_traces += 1;
                         }

@@ -159,11 +159,13 @@ impl Stores {
     pub fn supplier(&self, choice: Symbols) -> Supplier {
         let mut files = BTreeMap::new();
         for (key, m) in &self.modules {
+            let ours = || m.ours.clone().map(|p| (p, SymbolSource::Ours));
+            let theirs = || m.dump_syms.clone().map(|p| (p, SymbolSource::DumpSyms));
             let file = match choice {
-                Symbols::Ours => m.ours.clone(),
-                Symbols::DumpSyms => m.dump_syms.clone(),
-                Symbols::Combined if m.dump_syms_has_cfi => m.dump_syms.clone(),
-                Symbols::Combined => m.ours.clone(),
+                Symbols::Ours => ours(),
+                Symbols::DumpSyms => theirs(),
+                Symbols::Combined if m.dump_syms_has_cfi => theirs(),
+                Symbols::Combined => ours(),
             };
             if let Some(f) = file {
                 files.insert(key.clone(), f);
@@ -184,14 +186,24 @@ impl Stores {
 
 /// Finds a module's symbol file by file name and debug id.
 pub struct Supplier {
-    files: BTreeMap<(String, String), PathBuf>,
+    files: BTreeMap<(String, String), (PathBuf, SymbolSource)>,
+}
+
+/// Who wrote a symbol file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymbolSource {
+    /// Our exporter.
+    Ours,
+    /// Mozilla's dump_syms.
+    DumpSyms,
 }
 
 impl Supplier {
-    /// Whether it has a file for `module`.
-    pub fn has(&self, module: &SampleModule) -> bool {
+    /// Which symbol file it gives the walker for `module`, if any.
+    pub fn source(&self, module: &SampleModule) -> Option<SymbolSource> {
         self.files
-            .contains_key(&(module.name().to_string(), module.debug_id.clone()))
+            .get(&(module.name().to_string(), module.debug_id.clone()))
+            .map(|(_, source)| *source)
     }
 }
 
@@ -206,7 +218,7 @@ impl SymbolSupplier for Supplier {
         let id = module
             .debug_identifier()
             .map_or_else(String::new, |d| d.breakpad().to_string());
-        let path = self.files.get(&(name, id)).ok_or(SymbolError::NotFound)?;
+        let (path, _) = self.files.get(&(name, id)).ok_or(SymbolError::NotFound)?;
         let bytes = std::fs::read(path)?;
         Ok(LocateSymbolsResult {
             symbols: SymbolFile::from_bytes(&bytes)?,

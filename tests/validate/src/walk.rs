@@ -12,6 +12,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 
 use minidump::Minidump;
 use minidump_unwind::{FrameTrust, Symbolizer};
+use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
 use unwind_core::{Cache, StackImage, StopReason, Trust};
 
@@ -69,6 +70,8 @@ pub struct RuleFacts {
     pub signal_frame: bool,
     /// It came from `.ARM.exidx` (exact only after the prologue and before the epilogue).
     pub exidx: bool,
+    /// Its CFA is an expression of the PC (a PLT stub's).
+    pub pc_dependent_cfa: bool,
 }
 
 /// Our offline walk of a sample.
@@ -174,10 +177,20 @@ impl Tables {
                         let at = if i == 0 { a } else { a.wrapping_sub(1) };
                         table
                             .lookup(at)
-                            .map_or_else(RuleFacts::default, |(_, rule)| RuleFacts {
-                                found: true,
-                                signal_frame: rule.signal_frame,
-                                exidx: false,
+                            .map_or_else(RuleFacts::default, |(m, rule)| {
+                                let pc = Op::Reg(unwind_core::x86_64::Reg::Pc as u8);
+                                let pc_dependent_cfa = match rule.cfa {
+                                    unwind_core::x86_64::CfaRule::Expr(e) => {
+                                        table.expr(m, e).is_some_and(|x| x.ops().contains(&pc))
+                                    }
+                                    _ => false,
+                                };
+                                RuleFacts {
+                                    found: true,
+                                    signal_frame: rule.signal_frame,
+                                    exidx: false,
+                                    pc_dependent_cfa,
+                                }
                             })
                     })
                     .collect();
@@ -235,6 +248,7 @@ impl Tables {
                                 found: true,
                                 signal_frame: rule.signal_frame,
                                 exidx: rule.source == unwind_core::arm::Source::Exidx,
+                                pc_dependent_cfa: false,
                             })
                     })
                     .collect();

@@ -1,7 +1,9 @@
 //! Samples from three real programs per architecture (x86_64 natively, armv7 under qemu-arm),
 //! at least 1,000 per architecture, each walked by our unwinder in the signal handler and by
-//! rust-minidump's Breakpad-compatible walker over its minidump: at least 99.9 % of the
-//! walker's CFI frames must be identical to ours, and no difference may go unexplained.
+//! rust-minidump's Breakpad-compatible walker over its minidump: no difference may go
+//! unexplained, and with our exported STACK CFI at least 99.9 % of the walker's CFI frames must
+//! be identical to ours (with dump_syms's files, PLT stubs whose rule dump_syms cannot write
+//! are explained differences).
 
 use unwind_validate::programs::{arm_available, Arch, Sampling};
 use unwind_validate::report::{agreement_line, meets_target};
@@ -42,7 +44,7 @@ fn check(arch: Arch) {
     let t = r.total(Symbols::Combined);
     assert!(t.samples >= 1000, "{} samples", t.samples);
     assert!(r.programs.len() >= 3);
-    assert!(meets_target(&t), "{}", agreement_line(&r));
+    assert!(meets_target(&r), "{}", agreement_line(&r));
 }
 
 #[test]

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         match run::validate_arch(*arch, &sampling, &dump_syms) {
             Ok(r) => {
                 println!("{}", report::agreement_line(&r));
-                ok &= report::meets_target(&r.total(unwind_validate::stores::Symbols::Combined));
+                ok &= report::meets_target(&r);
                 results.push(r);
             }
             Err(e) => {
@@ -145,7 +145,7 @@ fn minidumps_only(dir: PathBuf, arch: Arch, dump_syms: &std::path::Path) -> Exit
                     println!("    {d}");
                 }
             }
-            if report::meets_target(&r.total(unwind_validate::stores::Symbols::Combined)) {
+            if report::meets_target(&r) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
