@@ -5,9 +5,9 @@
 //! Usage: `validate [--out FILE] [--samples N] [--no-arm]` (N minidumps per program, default
 //! 400; FILE defaults to VALIDATION.md at the workspace root).
 //!
-//! `validate --minidumps DIR [--arm]` instead compares the minidumps in DIR (written by the
-//! profiler example's `--minidumps` or the test agent; x86_64 unless `--arm`) and prints the
-//! summary, writing nothing.
+//! `validate --minidumps DIR` instead compares the minidumps in DIR (written by the profiler
+//! example's `--minidumps` or the test agent, x86_64 or armv7) and prints the summary, writing
+//! nothing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +20,6 @@ fn main() -> ExitCode {
     let mut sampling = Sampling::default();
     let mut arm = true;
     let mut dir = None;
-    let mut dir_arch = Arch::X86_64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -33,10 +32,9 @@ fn main() -> ExitCode {
             }
             "--no-arm" => arm = false,
             "--minidumps" => dir = args.next().map(PathBuf::from),
-            "--arm" => dir_arch = Arch::Arm,
             _ => {
                 eprintln!(
-                    "usage: validate [--out FILE] [--samples N] [--no-arm] | --minidumps DIR [--arm]"
+                    "usage: validate [--out FILE] [--samples N] [--no-arm] | --minidumps DIR"
                 );
                 return ExitCode::from(2);
             }
@@ -44,7 +42,7 @@ fn main() -> ExitCode {
     }
     let dump_syms = tools::dump_syms();
     if let Some(dir) = dir {
-        return minidumps_only(dir, dir_arch, &dump_syms);
+        return minidumps_only(dir, &dump_syms);
     }
     let mut archs = vec![Arch::X86_64];
     if arm && arm_available() {
@@ -122,7 +120,21 @@ fn table_files(archs: &[Arch]) -> Vec<PathBuf> {
 }
 
 /// Compares the minidumps of one directory and prints the summary.
-fn minidumps_only(dir: PathBuf, arch: Arch, dump_syms: &std::path::Path) -> ExitCode {
+fn minidumps_only(dir: PathBuf, dump_syms: &std::path::Path) -> ExitCode {
+    let first = unwind_validate::programs::minidumps(&dir)
+        .into_iter()
+        .next();
+    let arch = match first.map(|p| unwind_validate::sample::Sample::load(&p)) {
+        Some(Ok(s)) => s.arch,
+        Some(Err(e)) => {
+            eprintln!("validate: {e}");
+            return ExitCode::FAILURE;
+        }
+        None => {
+            eprintln!("validate: no .dmp files in {}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
     let run = unwind_validate::programs::ProgramRun {
         arch,
         name: dir.display().to_string(),
