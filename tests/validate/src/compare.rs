@@ -333,7 +333,7 @@ fn classify(
         }
         if w.rules
             .get(callee)
-            .is_some_and(|r| r.exidx && theirs.is_some() && ours.is_some())
+            .is_some_and(|r| r.exidx && ours.is_some())
         {
             return Class::ExidxPrologue;
         }
@@ -543,5 +543,16 @@ mod tests {
         // Both are measured CFI frames we do not match.
         assert_eq!((t.cfi_frames, t.cfi_identical), (2, 1));
         assert!(t.genuine.is_empty());
+    }
+
+    #[test]
+    fn a_bad_frame_from_an_exidx_rule_is_classified_even_when_breakpad_has_none() {
+        let s = sample(&[0x1100, 0x6]);
+        let mut w = offline(&s, None);
+        w.rules[0].exidx = true;
+        let theirs = bp(&[(0x1100, FrameTrust::Context)]);
+        let mut t = Tally::default();
+        compare(&s, &theirs, Some(&w), &|_| Some(SymbolSource::Ours), &mut t);
+        assert_eq!(t.classes.get(&Class::ExidxPrologue), Some(&1));
     }
 }
