@@ -8,6 +8,9 @@
 //! `validate --minidumps DIR` instead compares the minidumps in DIR (written by the profiler
 //! example's `--minidumps` or the test agent, x86_64 or armv7) and prints the summary, writing
 //! nothing.
+//!
+//! With `VALIDATE_VERBOSE` set, every sample whose walks differ is printed to stderr with both
+//! frame lists and Breakpad's trust per frame.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
