@@ -36,82 +36,8 @@ const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
 /// Stack bytes copied per minidump capture.
 const CAPTURE_BYTES: usize = 64 * 1024;
 
-/// One capture for a minidump, written once by a signal handler, read after sampling stops.
-struct Capture {
-    ready: AtomicBool,
-    data: std::cell::UnsafeCell<CaptureData>,
-}
-
-struct CaptureData {
-    stack: Option<unwind::CapturedStack>,
-    pcs: [u64; MAX_FRAMES],
-    frames: usize,
-    stop: unwind::StopReason,
-    tid: u32,
-    bytes: Box<[u8]>,
-}
-
-// SAFETY: a slot is written only by the one handler that took its index (fetch_add) before it
-// sets `ready`, and read only after sampling has stopped and `ready` is seen set.
-unsafe impl Sync for Capture {}
-
-static CAPTURES: std::sync::OnceLock<Box<[Capture]>> = std::sync::OnceLock::new();
-static CAPTURE_EVERY: AtomicUsize = AtomicUsize::new(1);
-
-/// Copies the interrupted thread's registers and stack into capture slot `n / every`, if `n`
-/// (the sample's index) is a multiple of `every`. Async-signal-safe.
-fn capture(n: usize, uc: *mut libc::c_void, pcs: &[u64], stop: unwind::StopReason) {
-    let Some(caps) = CAPTURES.get() else { return };
-    let every = CAPTURE_EVERY.load(Ordering::Relaxed).max(1);
-    if !n.is_multiple_of(every) {
-        return;
-    }
-    let Some(c) = caps.get(n / every) else { return };
-    // SAFETY: this handler alone took index `n`, hence this slot (see `Capture`).
-    let d = unsafe { &mut *c.data.get() };
-    // SAFETY: `uc` is the running handler's context, on the interrupted thread.
-    if let Ok(st) = unsafe { unwind::capture_signal(uc, &mut d.bytes) } {
-        d.stack = Some(st);
-        d.pcs[..pcs.len()].copy_from_slice(pcs);
-        d.frames = pcs.len();
-        d.stop = stop;
-        // SAFETY: gettid has no preconditions (a system call, async-signal-safe).
-        d.tid = unsafe { libc::gettid() } as u32;
-        c.ready.store(true, Ordering::Release);
-    }
-}
-
-/// Writes every captured sample to `dir` as `NNNN.dmp`; returns how many were written.
-fn write_minidumps(dir: &std::path::Path) -> std::io::Result<usize> {
-    let Some(caps) = CAPTURES.get() else {
-        return Ok(0);
-    };
-    std::fs::create_dir_all(dir)?;
-    let modules = unwind::minidump::current_modules();
-    let mut written = 0;
-    for (i, c) in caps.iter().enumerate() {
-        if !c.ready.load(Ordering::Acquire) {
-            continue;
-        }
-        // SAFETY: sampling has stopped and `ready` is set: nothing writes the slot any more.
-        let d = unsafe { &*c.data.get() };
-        let Some(st) = d.stack else { continue };
-        let bytes = unwind::minidump::write(&unwind::minidump::SampleDump {
-            context: st.context,
-            thread_id: d.tid,
-            stack_base: st.base,
-            stack: &d.bytes[..st.len.min(d.bytes.len())],
-            modules: &modules,
-            unwound: Some(unwind::minidump::Unwound {
-                pcs: &d.pcs[..d.frames],
-                stop: d.stop,
-            }),
-        });
-        std::fs::write(dir.join(format!("{i:04}.dmp")), bytes)?;
-        written += 1;
-    }
-    Ok(written)
-}
+/// Samples saved as minidumps (`--minidumps`), allocated before sampling starts.
+static CAPTURES: std::sync::OnceLock<unwind::Captures> = std::sync::OnceLock::new();
 
 /// Command-line options.
 struct Options {
@@ -166,14 +92,18 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
     let Some(slot) = slots.get(n) else {
         return;
     };
-    for (dst, &pc) in slot.pcs.iter().zip(&pcs[..r.frames]) {
+    let pcs = pcs.get(..r.frames).unwrap_or(&[]);
+    for (dst, &pc) in slot.pcs.iter().zip(pcs) {
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
     let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
-    capture(n, uc, &pcs[..r.frames], r.stop);
+    if let Some(c) = CAPTURES.get() {
+        // SAFETY: `uc` is this handler's context, on the interrupted (registered) thread.
+        unsafe { c.capture(uc, pcs, r.stop) };
+    }
 }
 
 // The bundled workload: three kinds of work with distinct call chains.
@@ -235,21 +165,8 @@ fn main() {
     };
     let seconds = options.seconds;
     if options.minidumps.is_some() {
-        CAPTURE_EVERY.store(options.every, Ordering::Relaxed);
         CAPTURES.get_or_init(|| {
-            (0..options.max)
-                .map(|_| Capture {
-                    ready: AtomicBool::new(false),
-                    data: std::cell::UnsafeCell::new(CaptureData {
-                        stack: None,
-                        pcs: [0; MAX_FRAMES],
-                        frames: 0,
-                        stop: unwind::StopReason::EndOfStack,
-                        tid: 0,
-                        bytes: vec![0u8; CAPTURE_BYTES].into_boxed_slice(),
-                    }),
-                })
-                .collect()
+            unwind::Captures::new(options.max, options.every, CAPTURE_BYTES, MAX_FRAMES)
         });
     }
     SLOTS.get_or_init(|| {
@@ -371,7 +288,8 @@ fn main() {
         100.0 * h as f64 / (h + m).max(1) as f64
     );
     if let Some(dir) = &options.minidumps {
-        match write_minidumps(dir) {
+        let written = CAPTURES.get().map_or(Ok(0), |c| c.write_minidumps(dir));
+        match written {
             Ok(n) => println!(
                 "minidumps: {n} written to {} (every {} samples, at most {})",
                 dir.display(),

@@ -28,6 +28,7 @@ compile_error!("the `unwind` runtime supports Linux");
 
 mod arch;
 mod capture;
+mod captures;
 pub mod minidump;
 mod modules;
 pub mod offline;
@@ -45,6 +46,7 @@ use std::time::Instant;
 
 pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
+pub use captures::{Captured, Captures};
 pub use modules::LoadedModule;
 pub use report::{preload_file, rustc_driver_path, ModuleReport, PreloadReport};
 pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};

@@ -44,28 +44,7 @@ static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
 const DEFAULT_CAPTURE_SAMPLES: usize = 200;
 const CAPTURE_BYTES: usize = 64 * 1024;
 
-struct CaptureData {
-    stack: Option<unwind::CapturedStack>,
-    pcs: [u64; MAX_FRAMES],
-    frames: usize,
-    stop: unwind::StopReason,
-    tid: u32,
-    bytes: Box<[u8]>,
-}
-
-struct Capture {
-    ready: AtomicBool,
-    data: std::cell::UnsafeCell<CaptureData>,
-}
-
-// SAFETY: each slot is written by the one handler that took its index (fetch_add), before it
-// sets `ready`, and read only after sampling has stopped and `ready` is seen set.
-unsafe impl Sync for Capture {}
-
-static CAPTURES: OnceLock<Box<[Capture]>> = OnceLock::new();
-/// Unwound samples seen by the capture path (every `CAPTURE_EVERY`-th is captured).
-static CAPTURE_SEEN: AtomicUsize = AtomicUsize::new(0);
-static CAPTURE_EVERY: AtomicUsize = AtomicUsize::new(1);
+static CAPTURES: OnceLock<unwind::Captures> = OnceLock::new();
 
 /// A positive count from the environment variable `name`, or `default` (with a warning when the
 /// variable is set but not a positive integer).
@@ -79,33 +58,6 @@ fn env_count(name: &str, default: usize) -> usize {
                 default
             }
         },
-    }
-}
-
-/// Captures the interrupted stack into the next capture slot, if this sample is one to capture,
-/// with the PCs already unwound. Async-signal-safe: atomics, copies and `gettid`.
-fn capture(uc: *mut libc::c_void, pcs: &[u64], stop: unwind::StopReason) {
-    let Some(caps) = CAPTURES.get() else { return };
-    let seen = CAPTURE_SEEN.fetch_add(1, Ordering::Relaxed);
-    let every = CAPTURE_EVERY.load(Ordering::Relaxed).max(1);
-    if !seen.is_multiple_of(every) {
-        return;
-    }
-    let Some(c) = caps.get(seen / every) else {
-        return;
-    };
-    // SAFETY: this handler alone took this slot's index (see `Capture`).
-    let d = unsafe { &mut *c.data.get() };
-    // SAFETY: `uc` is the running handler's context.
-    if let Ok(st) = unsafe { unwind::capture_signal(uc, &mut d.bytes) } {
-        d.stack = Some(st);
-        let n = pcs.len().min(MAX_FRAMES);
-        d.pcs[..n].copy_from_slice(&pcs[..n]);
-        d.frames = n;
-        d.stop = stop;
-        // SAFETY: gettid has no preconditions (a system call, async-signal-safe).
-        d.tid = unsafe { libc::gettid() } as u32;
-        c.ready.store(true, Ordering::Release);
     }
 }
 
@@ -128,26 +80,15 @@ fn write_captures(dir: &str) {
     let Some(caps) = CAPTURES.get() else { return };
     let _ = std::fs::create_dir_all(dir);
     let modules = unwind::loaded_modules();
-    let dump_modules = unwind::minidump::current_modules();
     // The vdso has no file: its image goes with the samples, for symbol files and offline walks.
     if let Some(image) = unwind::vdso_image() {
         let _ = std::fs::write(format!("{dir}/linux-vdso.so.1"), image);
     }
-    let mut written = 0usize;
-    for (i, c) in caps.iter().enumerate() {
-        if !c.ready.load(Ordering::Acquire) {
-            continue;
-        }
-        // SAFETY: sampling has stopped and `ready` is set: nothing writes the slot any more.
-        let d = unsafe { &*c.data.get() };
-        let Some(st) = d.stack else { continue };
+    for c in caps.captured() {
         let mut head = String::new();
-        let _ = writeln!(head, "{}", regs_line(&st.regs));
-        let _ = writeln!(head, "stack {:#x} {}", st.base, st.len);
-        let pcs: Vec<String> = d.pcs[..d.frames]
-            .iter()
-            .map(|p| format!("{p:#x}"))
-            .collect();
+        let _ = writeln!(head, "{}", regs_line(&c.stack.regs));
+        let _ = writeln!(head, "stack {:#x} {}", c.stack.base, c.stack.len);
+        let pcs: Vec<String> = c.pcs.iter().map(|p| format!("{p:#x}")).collect();
         let _ = writeln!(head, "pcs {}", pcs.join(","));
         for m in &modules {
             let _ = writeln!(
@@ -157,26 +98,14 @@ fn write_captures(dir: &str) {
             );
         }
         head.push_str("---\n");
-        let stack = &d.bytes[..st.len.min(d.bytes.len())];
         let mut bytes = head.into_bytes();
-        bytes.extend_from_slice(stack);
-        let _ = std::fs::write(format!("{dir}/{i:04}.sample"), bytes);
-        let dump = unwind::minidump::write(&unwind::minidump::SampleDump {
-            context: st.context,
-            thread_id: d.tid,
-            stack_base: st.base,
-            stack,
-            modules: &dump_modules,
-            unwound: Some(unwind::minidump::Unwound {
-                pcs: &d.pcs[..d.frames],
-                stop: d.stop,
-            }),
-        });
-        if std::fs::write(format!("{dir}/{i:04}.dmp"), dump).is_ok() {
-            written += 1;
-        }
+        bytes.extend_from_slice(c.bytes);
+        let _ = std::fs::write(format!("{dir}/{:04}.sample", c.index), bytes);
     }
-    eprintln!("agent: {written} samples written to {dir} (.sample and .dmp)");
+    match caps.write_minidumps(std::path::Path::new(dir)) {
+        Ok(n) => eprintln!("agent: {n} samples written to {dir} (.sample and .dmp)"),
+        Err(e) => eprintln!("agent: writing minidumps to {dir}: {e}"),
+    }
 }
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
@@ -201,7 +130,10 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
         dst.store(pc, Ordering::Relaxed);
     }
     slot.frames.store(r.frames, Ordering::Relaxed);
-    capture(uc, &pcs[..r.frames], r.stop);
+    if let Some(c) = CAPTURES.get() {
+        // SAFETY: `uc` is this handler's context, on the interrupted (registered) thread.
+        unsafe { c.capture(uc, pcs.get(..r.frames).unwrap_or(&[]), r.stop) };
+    }
     let stop = r.stop.index();
     slot.stop.store(stop, Ordering::Relaxed);
     slot.ready.store(true, Ordering::Release);
@@ -222,22 +154,8 @@ pub fn start(hz: u32) -> Result<(), String> {
     });
     if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
         let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
-        CAPTURE_EVERY.store(env_count("AGENT_SAMPLES_EVERY", 1), Ordering::Relaxed);
-        CAPTURES.get_or_init(|| {
-            (0..max)
-                .map(|_| Capture {
-                    ready: AtomicBool::new(false),
-                    data: std::cell::UnsafeCell::new(CaptureData {
-                        stack: None,
-                        pcs: [0; MAX_FRAMES],
-                        frames: 0,
-                        stop: unwind::StopReason::EndOfStack,
-                        tid: 0,
-                        bytes: vec![0u8; CAPTURE_BYTES].into_boxed_slice(),
-                    }),
-                })
-                .collect()
-        });
+        let every = env_count("AGENT_SAMPLES_EVERY", 1);
+        CAPTURES.get_or_init(|| unwind::Captures::new(max, every, CAPTURE_BYTES, MAX_FRAMES));
     }
     let report = unwind::init().map_err(|e| e.to_string())?;
     eprintln!(
