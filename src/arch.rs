@@ -20,20 +20,27 @@ mod imp {
         regs.sp
     }
 
+    /// General register `i` (`libc::REG_*`) of a `ucontext_t`, 0 if there is no such register.
+    ///
+    /// # Safety
+    /// `ucontext` must point to a valid `ucontext_t`.
+    #[inline(always)]
+    unsafe fn greg(ucontext: *const libc::c_void, i: libc::c_int) -> u64 {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| uc.uc_mcontext.gregs.get(i))
+            .map_or(0, |&v| v as u64)
+    }
+
     /// The interrupted thread's registers.
     ///
     /// # Safety
     /// `ucontext` must point to a valid `ucontext_t`.
     pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
         // SAFETY: the caller guarantees a valid ucontext_t.
-        let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
-        let g = &uc.uc_mcontext.gregs;
-        let get = |i: libc::c_int| {
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| g.get(i))
-                .map_or(0, |&v| v as u64)
-        };
+        let get = |i| unsafe { greg(ucontext, i) };
         Regs {
             pc: get(libc::REG_RIP),
             sp: get(libc::REG_RSP),
@@ -47,14 +54,7 @@ mod imp {
     /// `ucontext` must point to a valid `ucontext_t`.
     pub unsafe fn context_from_ucontext(ucontext: *const libc::c_void) -> Context {
         // SAFETY: the caller guarantees a valid ucontext_t.
-        let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
-        let g = &uc.uc_mcontext.gregs;
-        let get = |i: libc::c_int| {
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| g.get(i))
-                .map_or(0, |&v| v as u64)
-        };
+        let get = |i| unsafe { greg(ucontext, i) };
         // CONTEXT_AMD64 order.
         let order = [
             libc::REG_RAX,
@@ -83,6 +83,12 @@ mod imp {
             regs,
             eflags: get(libc::REG_EFL) as u32,
         }
+    }
+
+    /// The registers the unwinder uses, from a context of this architecture.
+    #[inline(always)]
+    pub fn regs_of(context: &Context) -> Regs {
+        context.x86_64_regs().unwrap_or_default()
     }
 
     /// The full context of `regs`: rip, rsp and rbp; every other register 0.
@@ -167,6 +173,12 @@ mod imp {
             ],
             cpsr: m.arm_cpsr,
         }
+    }
+
+    /// The registers the unwinder uses, from a context of this architecture.
+    #[inline(always)]
+    pub fn regs_of(context: &Context) -> Regs {
+        context.arm_regs().unwrap_or_default()
     }
 
     /// The full context of `regs` (pc, lr, sp, r12, r11, r7; every other register 0). A PC with

@@ -46,13 +46,8 @@ pub unsafe fn capture_signal(
     buf: &mut [u8],
 ) -> Result<CapturedStack, SampleError> {
     // SAFETY: forwarded from the caller's contract.
-    let (regs, context) = unsafe {
-        (
-            regs_from_ucontext(ucontext),
-            arch::context_from_ucontext(ucontext),
-        )
-    };
-    copy_stack(regs, context, buf)
+    let context = unsafe { arch::context_from_ucontext(ucontext) };
+    copy_stack(arch::regs_of(&context), context, buf)
 }
 
 /// Copies `[regs.sp - red zone, stack top)` of the calling thread, as much as fits in `buf`.
