@@ -224,25 +224,8 @@ impl Expr {
                 binary => {
                     let b = pop(&stack, &mut sp)?;
                     let a = pop(&stack, &mut sp)?;
-                    let (sa, sb) = signed(a, b, ctx.word_size);
-                    let v = match binary {
-                        Op::Add => a.wrapping_add(b),
-                        Op::Sub => a.wrapping_sub(b),
-                        Op::Mul => a.wrapping_mul(b),
-                        Op::And => a & b,
-                        Op::Or => a | b,
-                        Op::Xor => a ^ b,
-                        Op::Shl => a.checked_shl(shift(b)).unwrap_or(0),
-                        Op::Shr => a.checked_shr(shift(b)).unwrap_or(0),
-                        Op::Shra => sa.checked_shr(shift(b)).unwrap_or(sa >> 63) as u64,
-                        Op::Ge => u64::from(sa >= sb),
-                        Op::Gt => u64::from(sa > sb),
-                        Op::Le => u64::from(sa <= sb),
-                        Op::Lt => u64::from(sa < sb),
-                        Op::Eq => u64::from(a == b),
-                        Op::Ne => u64::from(a != b),
-                        _ => return Err(ExprError::StackUnderflow),
-                    };
+                    let v = apply_binary(binary, a, b, ctx.word_size)
+                        .ok_or(ExprError::StackUnderflow)?;
                     push(&mut stack, &mut sp, v)?;
                 }
             }
@@ -252,6 +235,32 @@ impl Expr {
 }
 
 /// Shift amounts of 64 or more (and negative ones) shift everything out.
+/// Binary operation `op` on `a` and `b` (`a op b`, comparisons signed at `word_size` bytes), as
+/// [`Expr::eval`] computes it, before masking to the word size; `None` for an operation that is
+/// not binary.
+#[inline]
+pub fn apply_binary(op: Op, a: u64, b: u64, word_size: u8) -> Option<u64> {
+    let (sa, sb) = signed(a, b, word_size);
+    Some(match op {
+        Op::Add => a.wrapping_add(b),
+        Op::Sub => a.wrapping_sub(b),
+        Op::Mul => a.wrapping_mul(b),
+        Op::And => a & b,
+        Op::Or => a | b,
+        Op::Xor => a ^ b,
+        Op::Shl => a.checked_shl(shift(b)).unwrap_or(0),
+        Op::Shr => a.checked_shr(shift(b)).unwrap_or(0),
+        Op::Shra => sa.checked_shr(shift(b)).unwrap_or(sa >> 63) as u64,
+        Op::Ge => u64::from(sa >= sb),
+        Op::Gt => u64::from(sa > sb),
+        Op::Le => u64::from(sa <= sb),
+        Op::Lt => u64::from(sa < sb),
+        Op::Eq => u64::from(a == b),
+        Op::Ne => u64::from(a != b),
+        _ => return None,
+    })
+}
+
 fn shift(b: u64) -> u32 {
     u32::try_from(b).unwrap_or(u32::MAX)
 }

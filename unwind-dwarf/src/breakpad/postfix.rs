@@ -10,7 +10,7 @@
 //! `x & -2^k` is `x 2^k @`, `-x` is `x -1 *`, `!x` is `x -1 * -1 +`). Anything else (comparisons
 //! or bitwise operations on register values, arithmetic shifts) has no Breakpad form.
 
-use unwind_core::expr::{EvalContext, Expr, Op};
+use unwind_core::expr::{apply_binary, EvalContext, Expr, Op};
 use unwind_core::Memory;
 
 /// How one architecture's expressions are written.
@@ -68,26 +68,7 @@ fn log2(v: u64) -> Option<u32> {
 
 /// Folds a binary operation on constants as [`Expr::eval`] does.
 fn fold(op: Op, a: u64, b: u64, t: &Target) -> Option<u64> {
-    let (sa, sb) = (t.signed(a), t.signed(b));
-    let shift = |b: u64| u32::try_from(b).unwrap_or(u32::MAX);
-    Some(t.mask(match op {
-        Op::Add => a.wrapping_add(b),
-        Op::Sub => a.wrapping_sub(b),
-        Op::Mul => a.wrapping_mul(b),
-        Op::And => a & b,
-        Op::Or => a | b,
-        Op::Xor => a ^ b,
-        Op::Shl => a.checked_shl(shift(b)).unwrap_or(0),
-        Op::Shr => a.checked_shr(shift(b)).unwrap_or(0),
-        Op::Shra => sa.checked_shr(shift(b)).unwrap_or(sa >> 63) as u64,
-        Op::Ge => u64::from(sa >= sb),
-        Op::Gt => u64::from(sa > sb),
-        Op::Le => u64::from(sa <= sb),
-        Op::Lt => u64::from(sa < sb),
-        Op::Eq => u64::from(a == b),
-        Op::Ne => u64::from(a != b),
-        _ => return None,
-    }))
+    apply_binary(op, a, b, t.word_size).map(|v| t.mask(v))
 }
 
 /// A binary operation with at least one non-constant operand, if Breakpad can write it.
