@@ -366,7 +366,7 @@ fn classify(
 mod tests {
     use super::*;
     use crate::programs::Arch;
-    use crate::sample::{Context, SampleModule};
+    use crate::sample::SampleModule;
     use crate::walk::RuleFacts;
 
     fn sample(ours: &[u64]) -> Sample {
@@ -374,7 +374,10 @@ mod tests {
             path: "dir/0000.dmp".into(),
             bytes: Vec::new(),
             arch: Arch::X86_64,
-            context: Context::X86_64(Box::default()),
+            context: unwind::minidump::Context::X86_64 {
+                regs: [0; 17],
+                eflags: 0,
+            },
             stack_base: 0,
             stack: Vec::new(),
             modules: vec![SampleModule {

@@ -3,23 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use minidump::format::{CONTEXT_AMD64, CONTEXT_ARM};
+use minidump::format::CONTEXT_AMD64;
 use minidump::{
     Minidump, MinidumpMemoryList, MinidumpModuleList, MinidumpRawContext, MinidumpSystemInfo,
     MinidumpThreadList, Module,
 };
+use unwind::minidump::Context;
 use unwind::StopReason;
 
 use crate::programs::Arch;
-
-/// The interrupted registers, as the minidump holds them.
-#[derive(Clone, Debug)]
-pub enum Context {
-    /// x86_64.
-    X86_64(Box<CONTEXT_AMD64>),
-    /// 32-bit ARM.
-    Arm(Box<CONTEXT_ARM>),
-}
 
 /// A module of the sampled process.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -89,8 +81,14 @@ impl Sample {
             .context(&system, None)
             .ok_or_else(|| err("context", &"missing"))?;
         let (arch, context) = match &context.raw {
-            MinidumpRawContext::Amd64(c) => (Arch::X86_64, Context::X86_64(Box::new(c.clone()))),
-            MinidumpRawContext::Arm(c) => (Arch::Arm, Context::Arm(Box::new(c.clone()))),
+            MinidumpRawContext::Amd64(c) => (Arch::X86_64, amd64(c)),
+            MinidumpRawContext::Arm(c) => (
+                Arch::Arm,
+                Context::Arm {
+                    iregs: c.iregs,
+                    cpsr: c.cpsr,
+                },
+            ),
             _ => return Err(err("context", &"not x86_64 or ARM")),
         };
         let memory: MinidumpMemoryList = dump.get_stream().map_err(|e| err("memory", &e))?;
@@ -150,5 +148,16 @@ impl Sample {
     /// The module holding `addr`.
     pub fn module_of(&self, addr: u64) -> Option<&SampleModule> {
         self.modules.iter().find(|m| m.contains(addr))
+    }
+}
+
+/// An x86_64 minidump context in the order of [`Context::X86_64`].
+fn amd64(c: &CONTEXT_AMD64) -> Context {
+    Context::X86_64 {
+        regs: [
+            c.rax, c.rcx, c.rdx, c.rbx, c.rsp, c.rbp, c.rsi, c.rdi, c.r8, c.r9, c.r10, c.r11,
+            c.r12, c.r13, c.r14, c.r15, c.rip,
+        ],
+        eflags: c.eflags,
     }
 }

@@ -28,11 +28,7 @@ impl Traces {
                     .iter()
                     .map(|m| {
                         let path = host_path(&m.code_file, s.arch);
-                        let svma = std::fs::read(&path).ok().and_then(|d| {
-                            object::File::parse(&*d)
-                                .ok()
-                                .map(|f| unwind_dwarf::breakpad::image_base_svma(&f))
-                        });
+                        let svma = crate::walk::image_base_svma(&path);
                         let end = m.base.saturating_add(m.size);
                         LoadedModule {
                             name: path.display().to_string(),

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
@@ -14,10 +14,10 @@ use minidump::Minidump;
 use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
-use unwind_core::{Cache, StackImage, StopReason, Trust};
+use unwind_core::{arm, x86_64, Cache, StackImage, StopReason, Trust, UnwindResult};
 
-use crate::programs::{host_path, Arch};
-use crate::sample::{Context, Sample, SampleModule};
+use crate::programs::host_path;
+use crate::sample::{Sample, SampleModule};
 
 /// Runs a future that never waits on anything external (file reads are synchronous here).
 pub fn block_on<F: Future>(f: F) -> F::Output {
@@ -87,39 +87,49 @@ pub struct OurWalk {
     pub stop: StopReason,
 }
 
-/// Rule tables for offline walks, built once per distinct module list.
-#[derive(Default)]
-pub struct Tables {
-    x86_rules: HashMap<PathBuf, Arc<ModuleRules<unwind_core::x86_64::Rule>>>,
-    arm_rules: HashMap<PathBuf, Arc<ModuleRules<unwind_core::arm::Rule>>>,
-    bases: HashMap<PathBuf, Option<u64>>,
-    x86: HashMap<Vec<SampleModule>, Arc<RuleTable<unwind_core::x86_64::Rule>>>,
-    arm: HashMap<Vec<SampleModule>, Arc<RuleTable<unwind_core::arm::Rule>>>,
-}
-
-/// The lowest PT_LOAD address of an ELF file, which a minidump's module base corresponds to.
-fn image_base_svma(path: &PathBuf) -> Option<u64> {
+/// The lowest PT_LOAD address of an ELF file, which a minidump's module base corresponds to
+/// (so that the load bias is the module base minus this).
+pub fn image_base_svma(path: &Path) -> Option<u64> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     Some(unwind_dwarf::breakpad::image_base_svma(&file))
 }
 
-impl Tables {
-    fn place<R: Copy>(
+/// One architecture's rules: per file, and tables per distinct module list.
+struct ArchTables<R> {
+    rules: HashMap<PathBuf, Arc<ModuleRules<R>>>,
+    tables: HashMap<Vec<SampleModule>, Arc<RuleTable<R>>>,
+}
+
+impl<R> Default for ArchTables<R> {
+    fn default() -> Self {
+        ArchTables {
+            rules: HashMap::new(),
+            tables: HashMap::new(),
+        }
+    }
+}
+
+impl<R: Copy> ArchTables<R> {
+    /// The table placing `sample`'s modules, their rules read by `load`.
+    fn table(
+        &mut self,
         bases: &mut HashMap<PathBuf, Option<u64>>,
-        rules: &mut HashMap<PathBuf, Arc<ModuleRules<R>>>,
-        modules: &[SampleModule],
-        arch: Arch,
-        load: impl Fn(&std::path::Path) -> Option<ModuleRules<R>>,
-    ) -> Option<RuleTable<R>> {
+        sample: &Sample,
+        load: impl Fn(&Path) -> Option<ModuleRules<R>>,
+    ) -> Option<Arc<RuleTable<R>>> {
+        if let Some(t) = self.tables.get(&sample.modules) {
+            return Some(t.clone());
+        }
         let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
-        for m in modules {
-            let path = host_path(&m.code_file, arch);
+        for m in &sample.modules {
+            let path = host_path(&m.code_file, sample.arch);
             let svma = *bases
                 .entry(path.clone())
                 .or_insert_with(|| image_base_svma(&path));
             let Some(svma) = svma else { continue };
-            let r = rules
+            let r = self
+                .rules
                 .entry(path.clone())
                 .or_insert_with(|| Arc::new(load(&path).unwrap_or_else(ModuleRules::empty)))
                 .clone();
@@ -131,134 +141,96 @@ impl Tables {
                 r,
             );
         }
-        b.build().ok()
+        let t = Arc::new(b.build().ok()?);
+        self.tables.insert(sample.modules.clone(), t.clone());
+        Some(t)
     }
+}
 
+/// Rule tables for offline walks, built once per distinct module list.
+#[derive(Default)]
+pub struct Tables {
+    bases: HashMap<PathBuf, Option<u64>>,
+    x86: ArchTables<x86_64::Rule>,
+    arm: ArchTables<arm::Rule>,
+}
+
+/// Runs `unwind` and describes, per frame, the rule `facts` finds for it (at the PC for frame
+/// 0, at the call, one byte before the return address, for callers).
+fn walk_frames(
+    unwind: impl FnOnce(&mut [u64], &mut [Trust]) -> UnwindResult,
+    facts: impl Fn(u64) -> RuleFacts,
+    thumb_bit: u64,
+) -> Option<OurWalk> {
+    let mut pcs = [0u64; 512];
+    let mut trust = [Trust::Context; 512];
+    let r = unwind(&mut pcs, &mut trust);
+    let frames = pcs.get(..r.frames)?.to_vec();
+    let rules = frames
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            let a = a & !thumb_bit;
+            facts(if i == 0 { a } else { a.wrapping_sub(1) })
+        })
+        .collect();
+    Some(OurWalk {
+        trust: trust.get(..r.frames)?.to_vec(),
+        frames,
+        rules,
+        stop: r.stop,
+    })
+}
+
+impl Tables {
     /// Walks `sample` with our unwinder, from the module files on this host.
     pub fn walk(&mut self, sample: &Sample) -> Option<OurWalk> {
-        let mut pcs = [0u64; 512];
-        let mut trust = [Trust::Context; 512];
         let image = StackImage::new(sample.stack_base, &sample.stack);
-        match &sample.context {
-            Context::X86_64(c) => {
-                let table = match self.x86.get(&sample.modules) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t = Arc::new(Self::place(
-                            &mut self.bases,
-                            &mut self.x86_rules,
-                            &sample.modules,
-                            sample.arch,
-                            |p| unwind_dwarf::load_elf_file(p).ok().map(|l| l.rules),
-                        )?);
-                        self.x86.insert(sample.modules.clone(), t.clone());
-                        t
-                    }
-                };
-                let regs = unwind_core::x86_64::Regs {
-                    pc: c.rip,
-                    sp: c.rsp,
-                    fp: c.rbp,
-                };
-                let mut cache = Cache::new();
-                let r = unwind_core::x86_64::unwind(
-                    &table,
-                    &mut cache,
-                    regs,
-                    &image,
-                    &mut pcs,
-                    Some(&mut trust),
-                );
-                let frames = pcs.get(..r.frames)?.to_vec();
-                let rules = frames
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &a)| {
-                        let at = if i == 0 { a } else { a.wrapping_sub(1) };
-                        table
-                            .lookup(at)
-                            .map_or_else(RuleFacts::default, |(m, rule)| {
-                                let pc = Op::Reg(unwind_core::x86_64::Reg::Pc as u8);
-                                let pc_dependent_cfa = match rule.cfa {
-                                    unwind_core::x86_64::CfaRule::Expr(e) => {
-                                        table.expr(m, e).is_some_and(|x| x.ops().contains(&pc))
-                                    }
-                                    _ => false,
-                                };
-                                RuleFacts {
-                                    found: true,
-                                    signal_frame: rule.signal_frame,
-                                    exidx: false,
-                                    pc_dependent_cfa,
+        if let Some(regs) = sample.context.x86_64_regs() {
+            let table = self.x86.table(&mut self.bases, sample, |p| {
+                unwind_dwarf::load_elf_file(p).ok().map(|l| l.rules)
+            })?;
+            let pc = Op::Reg(x86_64::Reg::Pc as u8);
+            walk_frames(
+                |pcs, trust| {
+                    x86_64::unwind(&table, &mut Cache::new(), regs, &image, pcs, Some(trust))
+                },
+                |at| {
+                    table
+                        .lookup(at)
+                        .map_or_else(RuleFacts::default, |(m, rule)| RuleFacts {
+                            found: true,
+                            signal_frame: rule.signal_frame,
+                            exidx: false,
+                            pc_dependent_cfa: match rule.cfa {
+                                x86_64::CfaRule::Expr(e) => {
+                                    table.expr(m, e).is_some_and(|x| x.ops().contains(&pc))
                                 }
-                            })
-                    })
-                    .collect();
-                Some(OurWalk {
-                    trust: trust.get(..r.frames)?.to_vec(),
-                    frames,
-                    rules,
-                    stop: r.stop,
-                })
-            }
-            Context::Arm(c) => {
-                let table = match self.arm.get(&sample.modules) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t = Arc::new(Self::place(
-                            &mut self.bases,
-                            &mut self.arm_rules,
-                            &sample.modules,
-                            sample.arch,
-                            |p| unwind_dwarf::load_elf_file_arm(p).ok().map(|l| l.rules),
-                        )?);
-                        self.arm.insert(sample.modules.clone(), t.clone());
-                        t
-                    }
-                };
-                let r = |i: usize| c.iregs.get(i).copied().unwrap_or(0);
-                let thumb = (c.cpsr >> 5) & 1;
-                let regs = unwind_core::arm::Regs {
-                    pc: r(15) | thumb,
-                    lr: r(14),
-                    sp: r(13),
-                    r12: r(12),
-                    r11: r(11),
-                    r7: r(7),
-                };
-                let mut cache = Cache::new();
-                let res = unwind_core::arm::unwind(
-                    &table,
-                    &mut cache,
-                    regs,
-                    &image,
-                    &mut pcs,
-                    Some(&mut trust),
-                );
-                let frames = pcs.get(..res.frames)?.to_vec();
-                let rules = frames
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &a)| {
-                        let a = a & !1;
-                        let at = if i == 0 { a } else { a.wrapping_sub(1) };
-                        table
-                            .lookup(at)
-                            .map_or_else(RuleFacts::default, |(_, rule)| RuleFacts {
-                                found: true,
-                                signal_frame: rule.signal_frame,
-                                exidx: rule.source == unwind_core::arm::Source::Exidx,
-                                pc_dependent_cfa: false,
-                            })
-                    })
-                    .collect();
-                Some(OurWalk {
-                    trust: trust.get(..res.frames)?.to_vec(),
-                    frames,
-                    rules,
-                    stop: res.stop,
-                })
-            }
+                                _ => false,
+                            },
+                        })
+                },
+                0,
+            )
+        } else {
+            let regs = sample.context.arm_regs()?;
+            let table = self.arm.table(&mut self.bases, sample, |p| {
+                unwind_dwarf::load_elf_file_arm(p).ok().map(|l| l.rules)
+            })?;
+            walk_frames(
+                |pcs, trust| arm::unwind(&table, &mut Cache::new(), regs, &image, pcs, Some(trust)),
+                |at| {
+                    table
+                        .lookup(at)
+                        .map_or_else(RuleFacts::default, |(_, rule)| RuleFacts {
+                            found: true,
+                            signal_frame: rule.signal_frame,
+                            exidx: rule.source == arm::Source::Exidx,
+                            pc_dependent_cfa: false,
+                        })
+                },
+                1,
+            )
         }
     }
 }

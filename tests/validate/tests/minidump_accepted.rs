@@ -2,10 +2,6 @@
 //! by `minidump_processor::process_minidump` (rust-minidump's Breakpad-compatible walker), and
 //! `unwind::trace` prints `minidump_stackwalk -m` lines exactly.
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context as TaskContext, Poll, Waker};
-
 use breakpad_symbols::{SimpleSymbolSupplier, Symbolizer as BreakpadSymbolizer};
 use minidump::{
     Minidump, MinidumpContext, MinidumpMemoryList, MinidumpModuleList, MinidumpRawContext,
@@ -16,31 +12,9 @@ use unwind::minidump::{self as dump, Context, DumpModule, SampleDump, Unwound};
 use unwind::trace::{self, System, TraceModule};
 use unwind::StopReason;
 
-/// Polls `f` to completion (the processor's futures complete without outside events when the
-/// symbol supplier reads nothing).
-fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = TaskContext::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::yield_now();
-    }
-}
-
-/// Breakpad's debug identifier of an ELF build id: its first 16 bytes as a GUID (little-endian
-/// fields) in uppercase hex, then age 0.
+/// Breakpad's debug identifier of an ELF build id, as our exporter computes it.
 fn breakpad_debug_id(build_id: &[u8]) -> String {
-    let mut b = [0u8; 16];
-    for (d, s) in b.iter_mut().zip(build_id) {
-        *d = *s;
-    }
-    let d1 = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let d2 = u16::from_le_bytes([b[4], b[5]]);
-    let d3 = u16::from_le_bytes([b[6], b[7]]);
-    let tail: String = b[8..].iter().map(|x| format!("{x:02X}")).collect();
-    format!("{d1:08X}{d2:04X}{d3:04X}{tail}0")
+    unwind_dwarf::breakpad::breakpad_id(build_id).debug_id
 }
 
 #[inline(never)]
@@ -149,7 +123,8 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
     // rust-minidump's walker, with no symbol files: context frame, then frame pointers / scan.
     let symbolizer = BreakpadSymbolizer::new(SimpleSymbolSupplier::new(Vec::new()));
     let state =
-        block_on(minidump_processor::process_minidump(&md, &symbolizer)).expect("process_minidump");
+        unwind_validate::walk::block_on(minidump_processor::process_minidump(&md, &symbolizer))
+            .expect("process_minidump");
     assert_eq!(state.threads.len(), 1);
     let walked = &state.threads[0].frames;
     assert!(!walked.is_empty(), "no frames walked");
