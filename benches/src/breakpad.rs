@@ -6,10 +6,7 @@
 //! the symbolizer, so the walks measured after a warm-up exclude symbol-file loading.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use minidump::format::CONTEXT_AMD64;
 use minidump::{
@@ -52,17 +49,6 @@ impl SymbolSupplier for ByName {
         _kind: FileKind,
     ) -> Result<PathBuf, FileError> {
         Err(FileError::NotFound)
-    }
-}
-
-/// Runs a future that never waits on anything external to completion.
-fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
     }
 }
 
@@ -139,7 +125,7 @@ impl Breakpad {
             bytes: &sample.stack,
             endian: Endian::Little,
         };
-        block_on(walk_stack(
+        unwind_validate::walk::block_on(walk_stack(
             0,
             (),
             &mut stack,
