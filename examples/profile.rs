@@ -12,23 +12,15 @@
 //! walkers to compare with.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAX_FRAMES: usize = 128;
 const MAX_SAMPLES: usize = 1 << 16;
 
-/// One sample, written once by a signal handler, read after sampling stops.
-struct Slot {
-    ready: AtomicBool,
-    frames: AtomicUsize,
-    stop: AtomicUsize,
-    pcs: [AtomicU64; MAX_FRAMES],
-}
-
-static SLOTS: std::sync::OnceLock<Box<[Slot]>> = std::sync::OnceLock::new();
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// The samples, allocated before sampling starts.
+static SAMPLES: std::sync::OnceLock<unwind::Samples> = std::sync::OnceLock::new();
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 
 const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
@@ -87,19 +79,11 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let Some(slots) = SLOTS.get() else { return };
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let Some(slot) = slots.get(n) else {
-        return;
-    };
+    let Some(samples) = SAMPLES.get() else { return };
     let pcs = pcs.get(..r.frames).unwrap_or(&[]);
-    for (dst, &pc) in slot.pcs.iter().zip(pcs) {
-        dst.store(pc, Ordering::Relaxed);
+    if !samples.push(pcs, r.stop) {
+        return;
     }
-    slot.frames.store(r.frames, Ordering::Relaxed);
-    let stop = r.stop.index();
-    slot.stop.store(stop, Ordering::Relaxed);
-    slot.ready.store(true, Ordering::Release);
     if let Some(c) = CAPTURES.get() {
         // SAFETY: `uc` is this handler's context, on the interrupted (registered) thread.
         unsafe { c.capture(uc, pcs, r.stop) };
@@ -169,16 +153,7 @@ fn main() {
             unwind::Captures::new(options.max, options.every, CAPTURE_BYTES, MAX_FRAMES)
         });
     }
-    SLOTS.get_or_init(|| {
-        (0..MAX_SAMPLES)
-            .map(|_| Slot {
-                ready: AtomicBool::new(false),
-                frames: AtomicUsize::new(0),
-                stop: AtomicUsize::new(0),
-                pcs: std::array::from_fn(|_| AtomicU64::new(0)),
-            })
-            .collect()
-    });
+    SAMPLES.get_or_init(|| unwind::Samples::new(MAX_SAMPLES, MAX_FRAMES));
     let report = unwind::init().expect("preload");
     print!("{report}");
     if let Some(driver) = unwind::rustc_driver_path() {
@@ -243,23 +218,17 @@ fn main() {
     }
 
     let sym = unwind::symbolize::Symbolizer::for_current_process();
-    let slots = SLOTS.get().expect("slots");
-    let taken = NEXT.load(Ordering::Relaxed).min(MAX_SAMPLES);
+    let samples = SAMPLES.get().expect("samples");
+    let taken = samples.pushed().min(MAX_SAMPLES);
     let mut folded: std::collections::HashMap<String, usize> = Default::default();
     let mut stops = [0usize; STOPS.len()];
     let mut frames = 0usize;
-    for slot in &slots[..taken] {
-        if !slot.ready.load(Ordering::Acquire) {
-            continue;
+    for sample in samples.iter() {
+        frames += sample.pcs.len();
+        if let Some(n) = stops.get_mut(sample.stop.index()) {
+            *n += 1;
         }
-        let n = slot.frames.load(Ordering::Relaxed);
-        let pcs: Vec<u64> = slot.pcs[..n]
-            .iter()
-            .map(|p| p.load(Ordering::Relaxed))
-            .collect();
-        frames += n;
-        stops[slot.stop.load(Ordering::Relaxed)] += 1;
-        let mut names = sym.stack(&pcs);
+        let mut names = sym.stack(sample.pcs);
         names.reverse();
         *folded.entry(names.join(";")).or_default() += 1;
     }

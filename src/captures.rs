@@ -1,6 +1,10 @@
-//! Samples kept for later: preallocated slots that a signal handler fills with the interrupted
-//! registers, a copy of the stack and the frames it unwound (every `every`-th sample, until the
-//! slots are used up), written as minidumps once sampling is over.
+//! Samples kept for later, in preallocated slots that signal handlers fill:
+//! - [`Samples`]: the frames each handler unwound and why the walk stopped;
+//! - [`Captures`]: also the interrupted registers and a copy of the stack (every `every`-th
+//!   sample), written as minidumps once sampling is over.
+//!
+//! Every slot is filled once, by the handler that drew its index from an atomic counter, and is
+//! read only after that handler marked it ready, so neither needs a lock.
 
 use std::cell::UnsafeCell;
 use std::path::Path;
@@ -173,5 +177,108 @@ impl Captures {
             written += 1;
         }
         Ok(written)
+    }
+}
+
+/// The frames of one stored sample.
+#[derive(Clone, Copy, Debug)]
+pub struct StoredSample<'a> {
+    /// Frame 0's PC, then return addresses.
+    pub pcs: &'a [u64],
+    /// Why the walk stopped.
+    pub stop: StopReason,
+}
+
+struct SampleSlot {
+    ready: AtomicBool,
+    data: UnsafeCell<(Box<[u64]>, usize, StopReason)>,
+}
+
+/// Preallocated slots for the frames signal handlers unwind, read after (or during) sampling.
+pub struct Samples {
+    slots: Box<[SampleSlot]>,
+    next: AtomicUsize,
+}
+
+// SAFETY: as for `Captures`: a slot is written only by the one `push` whose ticket is its index,
+// before that call sets `ready` (Release), and read only after `ready` is seen set (Acquire).
+unsafe impl Sync for Samples {}
+
+impl Samples {
+    /// `slots` samples of at most `max_frames` frames. Allocates: call it before sampling.
+    pub fn new(slots: usize, max_frames: usize) -> Self {
+        Samples {
+            slots: (0..slots)
+                .map(|_| SampleSlot {
+                    ready: AtomicBool::new(false),
+                    data: UnsafeCell::new((
+                        vec![0; max_frames].into_boxed_slice(),
+                        0,
+                        StopReason::EndOfStack,
+                    )),
+                })
+                .collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Stores a walk's frames (as many as fit) and why it stopped; returns whether a slot was
+    /// left. Async-signal-safe: an atomic ticket and a copy.
+    pub fn push(&self, pcs: &[u64], stop: StopReason) -> bool {
+        let Some(slot) = self.slots.get(self.next.fetch_add(1, Ordering::Relaxed)) else {
+            return false;
+        };
+        // SAFETY: this call alone holds this slot's ticket and `ready` is not yet set.
+        let (dst, frames, why) = unsafe { &mut *slot.data.get() };
+        let n = pcs.len().min(dst.len());
+        if let (Some(d), Some(s)) = (dst.get_mut(..n), pcs.get(..n)) {
+            d.copy_from_slice(s);
+        }
+        *frames = n;
+        *why = stop;
+        slot.ready.store(true, Ordering::Release);
+        true
+    }
+
+    /// Samples offered to [`push`](Self::push), stored or not.
+    pub fn pushed(&self) -> usize {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// The samples stored so far, in the order their slots were taken.
+    pub fn iter(&self) -> impl Iterator<Item = StoredSample<'_>> + '_ {
+        self.slots.iter().filter_map(|slot| {
+            if !slot.ready.load(Ordering::Acquire) {
+                return None;
+            }
+            // SAFETY: `ready` is set: the slot is complete and nothing writes it any more.
+            let (pcs, frames, stop) = unsafe { &*slot.data.get() };
+            Some(StoredSample {
+                pcs: pcs.get(..*frames)?,
+                stop: *stop,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_keep_what_fits_and_count_the_rest() {
+        let s = Samples::new(2, 3);
+        assert!(s.push(&[1, 2], StopReason::EndOfStack));
+        assert!(s.push(&[1, 2, 3, 4], StopReason::NoRule));
+        assert!(!s.push(&[9], StopReason::EndOfStack));
+        assert_eq!(s.pushed(), 3);
+        let got: Vec<(Vec<u64>, StopReason)> = s.iter().map(|x| (x.pcs.to_vec(), x.stop)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (vec![1, 2], StopReason::EndOfStack),
+                (vec![1, 2, 3], StopReason::NoRule)
+            ]
+        );
     }
 }

@@ -46,7 +46,7 @@ use std::time::Instant;
 
 pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
-pub use captures::{Captured, Captures};
+pub use captures::{Captured, Captures, Samples, StoredSample};
 pub use modules::LoadedModule;
 pub use report::{preload_file, rustc_driver_path, ModuleReport, PreloadReport};
 pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};

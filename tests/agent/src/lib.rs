@@ -15,7 +15,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -24,16 +24,7 @@ const MAX_FRAMES: usize = 256;
 const MAX_SAMPLES: usize = 1 << 15;
 const MAX_THREADS: usize = 64;
 
-struct Slot {
-    ready: AtomicBool,
-    frames: AtomicUsize,
-    stop: AtomicUsize,
-    pcs: [AtomicU64; MAX_FRAMES],
-}
-
-const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
-
-static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
+static SAMPLES: OnceLock<unwind::Samples> = OnceLock::new();
 
 /// With `AGENT_SAMPLES_DIR` set, samples are also captured (the full register context and a
 /// copy of the stack) and written there with the PCs found in the handler, so that they can be
@@ -107,7 +98,6 @@ fn write_captures(dir: &str) {
         Err(e) => eprintln!("agent: writing minidumps to {dir}: {e}"),
     }
 }
-static NEXT: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 static TIDS: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREADS];
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -120,38 +110,21 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let Some(slot) = SLOTS
-        .get()
-        .and_then(|s| s.get(NEXT.fetch_add(1, Ordering::Relaxed)))
-    else {
+    let Some(samples) = SAMPLES.get() else { return };
+    let pcs = pcs.get(..r.frames).unwrap_or(&[]);
+    if !samples.push(pcs, r.stop) {
         return;
-    };
-    for (dst, &pc) in slot.pcs.iter().zip(pcs.iter().take(r.frames)) {
-        dst.store(pc, Ordering::Relaxed);
     }
-    slot.frames.store(r.frames, Ordering::Relaxed);
     if let Some(c) = CAPTURES.get() {
         // SAFETY: `uc` is this handler's context, on the interrupted (registered) thread.
-        unsafe { c.capture(uc, pcs.get(..r.frames).unwrap_or(&[]), r.stop) };
+        unsafe { c.capture(uc, pcs, r.stop) };
     }
-    let stop = r.stop.index();
-    slot.stop.store(stop, Ordering::Relaxed);
-    slot.ready.store(true, Ordering::Release);
 }
 
 /// Preloads the rule table, installs the SIGPROF handler, registers the calling thread and
 /// starts sampling every registered thread `hz` times a second.
 pub fn start(hz: u32) -> Result<(), String> {
-    SLOTS.get_or_init(|| {
-        (0..MAX_SAMPLES)
-            .map(|_| Slot {
-                ready: AtomicBool::new(false),
-                frames: AtomicUsize::new(0),
-                stop: AtomicUsize::new(0),
-                pcs: std::array::from_fn(|_| AtomicU64::new(0)),
-            })
-            .collect()
-    });
+    SAMPLES.get_or_init(|| unwind::Samples::new(MAX_SAMPLES, MAX_FRAMES));
     if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
         let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
         let every = env_count("AGENT_SAMPLES_EVERY", 1);
@@ -238,14 +211,14 @@ pub fn stop() -> String {
     }
     let sym = unwind::symbolize::Symbolizer::for_current_process();
     let mut out = String::new();
-    let taken = NEXT.load(Ordering::Relaxed).min(MAX_SAMPLES);
-    let slots = SLOTS.get().map_or(&[][..], |s| &s[..taken]);
-    for slot in slots.iter().filter(|s| s.ready.load(Ordering::Acquire)) {
-        let n = slot.frames.load(Ordering::Relaxed);
-        let stop = STOPS[slot.stop.load(Ordering::Relaxed)];
-        let _ = write!(out, "stop={stop:?} frames={n} ");
-        for (i, pc) in slot.pcs.iter().take(n).enumerate() {
-            let pc = pc.load(Ordering::Relaxed);
+    let Some(samples) = SAMPLES.get() else {
+        return out;
+    };
+    let taken = samples.pushed().min(MAX_SAMPLES);
+    for sample in samples.iter() {
+        let n = sample.pcs.len();
+        let _ = write!(out, "stop={:?} frames={n} ", sample.stop);
+        for (i, &pc) in sample.pcs.iter().enumerate() {
             let at = if i == 0 { pc } else { pc.wrapping_sub(1) };
             let symbol = if i == 0 {
                 sym.lookup(pc)
