@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+mod support;
+
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, Evaluation,
-    EvaluationResult, LittleEndian, Register, RegisterRule, UnwindContext, UnwindSection,
-    UnwindTableRow, Value,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
+    RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use unwind_core::arm::{step_cfi, Regs, Rule, Source, Step};
@@ -378,33 +379,10 @@ enum Expected {
     EvalError(gimli::Error),
 }
 
-enum Val {
-    Ok(u32),
-    ReadFailed,
-    MustDrop(&'static str),
-    Error(gimli::Error),
-}
+/// The result of evaluating one value for gimli's row.
+type Val = support::Val<u32>;
 
-fn read_image(image: &StackImage<'_>, address: u64, size: u8) -> Option<u64> {
-    match size {
-        4 => image.read_u32(address).map(u64::from),
-        8 => image.read_u64(address),
-        1 | 2 => {
-            let off = usize::try_from(address.checked_sub(image.base())?).ok()?;
-            let bytes = image
-                .bytes()
-                .get(off..off.checked_add(usize::from(size))?)?;
-            Some(
-                bytes
-                    .iter()
-                    .rev()
-                    .fold(0u64, |v, &b| (v << 8) | u64::from(b)),
-            )
-        }
-        _ => None,
-    }
-}
-
+/// Evaluates a DWARF expression with gimli against the synthetic registers and stack.
 fn gimli_expr(
     expr: gimli::Expression<Slice<'_>>,
     encoding: gimli::Encoding,
@@ -412,70 +390,20 @@ fn gimli_expr(
     image: &StackImage<'_>,
     initial: Option<u32>,
 ) -> Val {
-    let mut eval = Evaluation::new(expr.0, encoding);
-    eval.set_max_iterations(10_000);
-    if let Some(v) = initial {
-        eval.set_initial_value(u64::from(v));
-    }
-    let mut read_failed = false;
-    let mut untracked: Option<&'static str> = None;
-    let mut state = eval.evaluate();
-    loop {
-        let r = match state {
-            Err(e) => {
-                return match untracked {
-                    Some(u) => Val::MustDrop(u),
-                    None if read_failed => Val::ReadFailed,
-                    None => Val::Error(e),
-                }
-            }
-            Ok(r) => r,
-        };
-        state = match r {
-            EvaluationResult::Complete => break,
-            EvaluationResult::RequiresMemory {
-                address,
-                size,
-                space,
-                base_type,
-            } => {
-                if space.is_some() || base_type.0 != 0 {
-                    untracked.get_or_insert("typed or address-space deref");
-                }
-                let v = read_image(image, address, size).unwrap_or_else(|| {
-                    read_failed = true;
-                    0
-                });
-                eval.resume_with_memory(Value::Generic(v))
-            }
-            EvaluationResult::RequiresRegister {
-                register,
-                base_type,
-            } => {
-                if base_type.0 != 0 {
-                    untracked.get_or_insert("typed register");
-                }
-                let v = reg_value(register, regs).unwrap_or_else(|| {
-                    untracked.get_or_insert("expression reads an untracked register");
-                    0
-                });
-                eval.resume_with_register(Value::Generic(u64::from(v)))
-            }
-            _ => return Val::MustDrop("expression needs a non-register context"),
-        };
-    }
-    if let Some(u) = untracked {
-        return Val::MustDrop(u);
-    }
-    let Some(value) = eval.value_result() else {
-        return Val::MustDrop("expression is a location description");
-    };
-    if read_failed {
-        return Val::ReadFailed;
-    }
-    match value.to_u64(0xffff_ffff) {
-        Ok(v) => Val::Ok(v as u32),
-        Err(e) => Val::Error(e),
+    let reg = |r| reg_value(r, regs).map(u64::from);
+    match support::gimli_expr(
+        expr,
+        encoding,
+        reg,
+        image,
+        initial.map(u64::from),
+        0xffff_ffff,
+    ) {
+        // Masked to 32 bits by the evaluation.
+        support::Val::Ok(v) => Val::Ok(v as u32),
+        support::Val::ReadFailed => Val::ReadFailed,
+        support::Val::MustDrop(why) => Val::MustDrop(why),
+        support::Val::Error(e) => Val::Error(e),
     }
 }
 
@@ -817,30 +745,7 @@ fn compiled_debug_frames_match_gimli() {
 // Random CFI, compared with gimli like the compiled programs.
 
 use proptest::prelude::*;
-
-fn uleb(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn sleb(mut v: i64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
+use support::{sleb, uleb};
 
 /// The registers the generated CFI talks about: the tracked ones and (untracked) r4.
 fn arb_reg() -> impl Strategy<Value = u8> {

@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod support;
+
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, Evaluation, EvaluationResult,
-    LittleEndian, Register, RegisterRule, UnwindContext, UnwindSection, UnwindTableRow, Value,
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection};
 use unwind_core::memory::Memory;
@@ -70,14 +72,6 @@ enum Expected {
     EvalError(gimli::Error),
 }
 
-/// The result of evaluating one value for gimli's row.
-enum Val {
-    Ok(u64),
-    ReadFailed,
-    MustDrop(&'static str),
-    Error(gimli::Error),
-}
-
 fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
     match r.0 {
         RIP => Some(regs.pc),
@@ -87,26 +81,8 @@ fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
     }
 }
 
-/// Reads `size` bytes (little-endian, zero-extended) from the synthetic stack.
-fn read_image(image: &StackImage<'_>, address: u64, size: u8) -> Option<u64> {
-    match size {
-        8 => image.read_u64(address),
-        4 => image.read_u32(address).map(u64::from),
-        1 | 2 => {
-            let off = usize::try_from(address.checked_sub(image.base())?).ok()?;
-            let bytes = image
-                .bytes()
-                .get(off..off.checked_add(usize::from(size))?)?;
-            Some(
-                bytes
-                    .iter()
-                    .rev()
-                    .fold(0u64, |v, &b| (v << 8) | u64::from(b)),
-            )
-        }
-        _ => None,
-    }
-}
+/// The result of evaluating one value for gimli's row.
+type Val = support::Val<u64>;
 
 /// Evaluates a DWARF expression with gimli against the synthetic registers and stack.
 fn gimli_expr(
@@ -116,74 +92,7 @@ fn gimli_expr(
     image: &StackImage<'_>,
     initial: Option<u64>,
 ) -> Val {
-    let mut eval = Evaluation::new(expr.0, encoding);
-    eval.set_max_iterations(10_000);
-    if let Some(v) = initial {
-        eval.set_initial_value(v);
-    }
-    let mut read_failed = false;
-    let mut untracked: Option<&'static str> = None;
-    let mut state = eval.evaluate();
-    loop {
-        let r = match state {
-            Err(e) => {
-                // A failed read (answered with 0 to keep going) came first: that is the result.
-                return match untracked {
-                    Some(u) => Val::MustDrop(u),
-                    None if read_failed => Val::ReadFailed,
-                    None => Val::Error(e),
-                };
-            }
-            Ok(r) => r,
-        };
-        state = match r {
-            EvaluationResult::Complete => break,
-            EvaluationResult::RequiresMemory {
-                address,
-                size,
-                space,
-                base_type,
-            } => {
-                if space.is_some() || base_type.0 != 0 {
-                    untracked.get_or_insert("typed or address-space deref");
-                }
-                let v = read_image(image, address, size).unwrap_or_else(|| {
-                    read_failed = true;
-                    0
-                });
-                eval.resume_with_memory(Value::Generic(v))
-            }
-            EvaluationResult::RequiresRegister {
-                register,
-                base_type,
-            } => {
-                if base_type.0 != 0 {
-                    untracked.get_or_insert("typed register");
-                }
-                let v = reg_value(register, regs).unwrap_or_else(|| {
-                    untracked.get_or_insert("expression reads an untracked register");
-                    0
-                });
-                eval.resume_with_register(Value::Generic(v))
-            }
-            _ => return Val::MustDrop("expression needs a non-register context"),
-        };
-    }
-    if let Some(u) = untracked {
-        return Val::MustDrop(u);
-    }
-    let value = match eval.value_result() {
-        Some(v) => v,
-        // A location description (register or pieces) rather than a value.
-        None => return Val::MustDrop("expression is a location description"),
-    };
-    if read_failed {
-        return Val::ReadFailed;
-    }
-    match value.to_u64(!0) {
-        Ok(v) => Val::Ok(v),
-        Err(e) => Val::Error(e),
-    }
+    support::gimli_expr(expr, encoding, |r| reg_value(r, regs), image, initial, !0)
 }
 
 /// Recovers a register of the caller from `rule` (`None` = the column has no rule).
@@ -679,30 +588,7 @@ fn rustc_driver_matches_gimli() {
 // compared row by row with gimli in the same way as the real libraries above.
 
 use proptest::prelude::*;
-
-fn uleb(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn sleb(mut v: i64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
+use support::{sleb, uleb};
 
 /// Registers the generated CFI talks about: rbp, rsp, rip and (untracked) rbx.
 fn arb_dwarf_reg() -> impl Strategy<Value = u8> {

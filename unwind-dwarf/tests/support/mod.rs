@@ -1,0 +1,143 @@
+//! What the gimli differentials (x86_64 in gimli_differential.rs, 32-bit ARM in arm.rs) share:
+//! gimli's evaluation of a DWARF expression on the synthetic registers and stack, and the LEB128
+//! encoders of the random CFI generators.
+
+use gimli::{EndianSlice, Evaluation, EvaluationResult, LittleEndian, Register, Value};
+use unwind_core::memory::Memory;
+use unwind_core::StackImage;
+
+/// The result of evaluating one value for gimli's row, in the word type `W` of the target.
+pub enum Val<W> {
+    Ok(W),
+    ReadFailed,
+    MustDrop(&'static str),
+    Error(gimli::Error),
+}
+
+/// Reads `size` bytes (little-endian, zero-extended) from the synthetic stack.
+pub fn read_image(image: &StackImage<'_>, address: u64, size: u8) -> Option<u64> {
+    match size {
+        8 => image.read_u64(address),
+        4 => image.read_u32(address).map(u64::from),
+        1 | 2 => {
+            let off = usize::try_from(address.checked_sub(image.base())?).ok()?;
+            let bytes = image
+                .bytes()
+                .get(off..off.checked_add(usize::from(size))?)?;
+            Some(
+                bytes
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &b| (v << 8) | u64::from(b)),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Evaluates a DWARF expression with gimli against the synthetic stack and the registers
+/// `reg` gives (`None`: a register the tables do not track), the result masked by `mask`
+/// (`!0` on 64-bit targets, `0xffff_ffff` on 32-bit ones).
+pub fn gimli_expr(
+    expr: gimli::Expression<EndianSlice<'_, LittleEndian>>,
+    encoding: gimli::Encoding,
+    reg: impl Fn(Register) -> Option<u64>,
+    image: &StackImage<'_>,
+    initial: Option<u64>,
+    mask: u64,
+) -> Val<u64> {
+    let mut eval = Evaluation::new(expr.0, encoding);
+    eval.set_max_iterations(10_000);
+    if let Some(v) = initial {
+        eval.set_initial_value(v);
+    }
+    let mut read_failed = false;
+    let mut untracked: Option<&'static str> = None;
+    let mut state = eval.evaluate();
+    loop {
+        let r = match state {
+            Err(e) => {
+                // A failed read (answered with 0 to keep going) came first: that is the result.
+                return match untracked {
+                    Some(u) => Val::MustDrop(u),
+                    None if read_failed => Val::ReadFailed,
+                    None => Val::Error(e),
+                };
+            }
+            Ok(r) => r,
+        };
+        state = match r {
+            EvaluationResult::Complete => break,
+            EvaluationResult::RequiresMemory {
+                address,
+                size,
+                space,
+                base_type,
+            } => {
+                if space.is_some() || base_type.0 != 0 {
+                    untracked.get_or_insert("typed or address-space deref");
+                }
+                let v = read_image(image, address, size).unwrap_or_else(|| {
+                    read_failed = true;
+                    0
+                });
+                eval.resume_with_memory(Value::Generic(v))
+            }
+            EvaluationResult::RequiresRegister {
+                register,
+                base_type,
+            } => {
+                if base_type.0 != 0 {
+                    untracked.get_or_insert("typed register");
+                }
+                let v = reg(register).unwrap_or_else(|| {
+                    untracked.get_or_insert("expression reads an untracked register");
+                    0
+                });
+                eval.resume_with_register(Value::Generic(v))
+            }
+            _ => return Val::MustDrop("expression needs a non-register context"),
+        };
+    }
+    if let Some(u) = untracked {
+        return Val::MustDrop(u);
+    }
+    // A location description (register or pieces) rather than a value.
+    let Some(value) = eval.value_result() else {
+        return Val::MustDrop("expression is a location description");
+    };
+    if read_failed {
+        return Val::ReadFailed;
+    }
+    match value.to_u64(mask) {
+        Ok(v) => Val::Ok(v),
+        Err(e) => Val::Error(e),
+    }
+}
+
+/// Appends `v` as unsigned LEB128.
+pub fn uleb(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Appends `v` as signed LEB128.
+pub fn sleb(mut v: i64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        let done = (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0);
+        if done {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
