@@ -82,10 +82,13 @@ impl Instruction {
         Some(match *self {
             Instruction::VspAdd(n) | Instruction::VspAddLarge(n) => n,
             Instruction::PopVfp { count, fstmfdx, .. } => {
-                8 * u32::from(count) + if fstmfdx { 4 } else { 0 }
+                // At most 8 * 255 + 4: cannot saturate.
+                u32::from(count)
+                    .saturating_mul(8)
+                    .saturating_add(if fstmfdx { 4 } else { 0 })
             }
-            Instruction::PopWmmx { count, .. } => 8 * u32::from(count),
-            Instruction::PopWmmxControl(mask) => 4 * mask.count_ones(),
+            Instruction::PopWmmx { count, .. } => u32::from(count).saturating_mul(8),
+            Instruction::PopWmmxControl(mask) => mask.count_ones().saturating_mul(4),
             Instruction::PopRaAuthCode => 4,
             Instruction::RaAuthModifier => 0,
             _ => return None,
@@ -154,7 +157,8 @@ impl<'a> Decoder<'a> {
             .bytes
             .get(self.pos)
             .ok_or(DecodeError::Truncated { opcode, at })?;
-        self.pos += 1;
+        // `pos` indexes a byte that exists: below `usize::MAX`.
+        self.pos = self.pos.saturating_add(1);
         Ok(b)
     }
 
@@ -189,10 +193,11 @@ impl<'a> Decoder<'a> {
 
     fn instruction(&mut self, b: u8, at: usize) -> Result<Instruction, DecodeError> {
         // Register ranges `sssscccc`: first register, count - 1.
-        let range = |x: u8| (x >> 4, (x & 0x0f) + 1);
+        // (Operands are masked: no arithmetic below can overflow.)
+        let range = |x: u8| (x >> 4, (x & 0x0f).wrapping_add(1));
         Ok(match b {
-            0x00..=0x3f => Instruction::VspAdd((u32::from(b & 0x3f) << 2) + 4),
-            0x40..=0x7f => Instruction::VspSub((u32::from(b & 0x3f) << 2) + 4),
+            0x00..=0x3f => Instruction::VspAdd((u32::from(b & 0x3f) << 2).wrapping_add(4)),
+            0x40..=0x7f => Instruction::VspSub((u32::from(b & 0x3f) << 2).wrapping_add(4)),
             0x80..=0x8f => {
                 let b2 = self.operand(b, at)?;
                 if b == 0x80 && b2 == 0 {
@@ -204,7 +209,7 @@ impl<'a> Decoder<'a> {
             0x9d | 0x9f => Instruction::Reserved(b),
             0x90..=0x9f => Instruction::SetVspFromReg(b & 0x0f),
             0xa0..=0xaf => Instruction::PopR4ToRn {
-                n: 4 + (b & 0x07),
+                n: (b & 0x07).wrapping_add(4),
                 lr: b & 0x08 != 0,
             },
             0xb0 => Instruction::Finish,
@@ -230,12 +235,12 @@ impl<'a> Decoder<'a> {
             0xb6 | 0xb7 => Instruction::Spare(b),
             0xb8..=0xbf => Instruction::PopVfp {
                 first: 8,
-                count: (b & 0x07) + 1,
+                count: (b & 0x07).wrapping_add(1),
                 fstmfdx: true,
             },
             0xc0..=0xc5 => Instruction::PopWmmx {
                 first: 10,
-                count: (b & 0x07) + 1,
+                count: (b & 0x07).wrapping_add(1),
             },
             0xc6 => {
                 let (first, count) = range(self.operand(b, at)?);
@@ -252,7 +257,8 @@ impl<'a> Decoder<'a> {
             0xc8 | 0xc9 => {
                 let (first, count) = range(self.operand(b, at)?);
                 Instruction::PopVfp {
-                    first: if b == 0xc8 { first + 16 } else { first },
+                    // `first` < 16: d16 and up.
+                    first: if b == 0xc8 { first | 16 } else { first },
                     count,
                     fstmfdx: false,
                 }
@@ -260,7 +266,7 @@ impl<'a> Decoder<'a> {
             0xca..=0xcf => Instruction::Spare(b),
             0xd0..=0xd7 => Instruction::PopVfp {
                 first: 8,
-                count: (b & 0x07) + 1,
+                count: (b & 0x07).wrapping_add(1),
                 fstmfdx: false,
             },
             0xd8..=0xff => Instruction::Spare(b),
@@ -280,7 +286,7 @@ impl Iterator for Decoder<'_> {
             self.done = true;
             return None;
         };
-        self.pos += 1;
+        self.pos = self.pos.saturating_add(1);
         let r = self.instruction(b, at);
         if matches!(r, Err(_) | Ok(Instruction::Finish)) {
             self.done = true;

@@ -49,10 +49,17 @@ pub fn prel31(word: u32) -> i64 {
     i64::from(((word << 1) as i32) >> 1)
 }
 
+/// `place + prel31(word)`, exactly: `place` is a file address plus a few bytes (below 2^65),
+/// far inside `i128`, so the sum never wraps.
+fn prel31_target(place: i128, word: u32) -> i128 {
+    place.wrapping_add(i128::from(prel31(word)))
+}
+
+/// The little-endian word at byte `offset` of `bytes`.
 fn word_at(bytes: &[u8], offset: u64) -> Option<u32> {
     let o = usize::try_from(offset).ok()?;
-    let b = bytes.get(o..o.checked_add(4)?)?;
-    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    let b: [u8; 4] = bytes.get(o..o.checked_add(4)?)?.try_into().ok()?;
+    Some(u32::from_le_bytes(b))
 }
 
 /// The bytes of a word, most significant first.
@@ -63,15 +70,25 @@ fn msb_first(word: u32) -> [u8; 4] {
 /// Appends `count` words at `offset` of `extab`, most significant byte first.
 fn push_words(out: &mut Vec<u8>, extab: &[u8], offset: u64, count: u32) -> Option<()> {
     for k in 0..u64::from(count) {
-        out.extend_from_slice(&msb_first(word_at(extab, offset + 4 * k)?));
+        let at = offset.checked_add(k.checked_mul(4)?)?;
+        out.extend_from_slice(&msb_first(word_at(extab, at)?));
     }
     Some(())
 }
 
-/// The model and opcode bytes of the `.ARM.extab` entry at file address `addr`.
+/// Capacity for `fixed` opcode bytes and `count` more words.
+fn capacity(fixed: usize, count: u32) -> usize {
+    usize::try_from(count)
+        .unwrap_or(0)
+        .saturating_mul(4)
+        .saturating_add(fixed)
+}
+
+/// The model and opcode bytes of the `.ARM.extab` entry at file address `addr` (computed
+/// from a prel31 offset: possibly negative or beyond 64 bits).
 fn table_entry(
     sections: &ExidxSections<'_>,
-    addr: i64,
+    addr: i128,
 ) -> (Model, Result<Vec<u8>, ExidxDropReason>) {
     let invalid = (Model::Invalid, Err(ExidxDropReason::ExtabOutOfRange));
     let Some(extab) = sections.extab else {
@@ -86,17 +103,20 @@ fn table_entry(
     let Some(w0) = word_at(extab, offset) else {
         return invalid;
     };
+    // `offset` is inside `extab`, so `offset + 8` cannot overflow; checked anyway.
+    let next = |n: u64| offset.checked_add(n);
+    let [b0, b1, b2, b3] = msb_first(w0);
     if w0 & 0x8000_0000 != 0 {
-        let index = ((w0 >> 24) & 0x7f) as u8;
+        let index = b0 & 0x7f;
         let model = Model::Compact { index };
-        let bytes = msb_first(w0);
         let opcodes = match index {
-            0 => Ok(bytes[1..].to_vec()),
+            0 => Ok(vec![b1, b2, b3]),
             1 | 2 => {
-                let count = (w0 >> 16) & 0xff;
-                let mut out = Vec::with_capacity(2 + 4 * count as usize);
-                out.extend_from_slice(&bytes[2..]);
-                push_words(&mut out, extab, offset + 4, count)
+                let count = u32::from(b1);
+                let mut out = Vec::with_capacity(capacity(2, count));
+                out.extend_from_slice(&[b2, b3]);
+                next(4)
+                    .and_then(|at| push_words(&mut out, extab, at, count))
                     .map(|()| out)
                     .ok_or(ExidxDropReason::ExtabTruncated)
             }
@@ -104,14 +124,16 @@ fn table_entry(
         };
         (model, opcodes)
     } else {
+        // The personality routine's address, in the 32-bit address space of the module.
         let personality = u64::from((addr as u32).wrapping_add(prel31(w0) as u32));
         let model = Model::Generic { personality };
         let opcodes = (|| {
-            let w1 = word_at(extab, offset + 4)?;
-            let count = w1 >> 24;
-            let mut out = Vec::with_capacity(3 + 4 * count as usize);
-            out.extend_from_slice(&msb_first(w1)[1..]);
-            push_words(&mut out, extab, offset + 8, count)?;
+            let w1 = word_at(extab, next(4)?)?;
+            let [count, o1, o2, o3] = msb_first(w1);
+            let count = u32::from(count);
+            let mut out = Vec::with_capacity(capacity(3, count));
+            out.extend_from_slice(&[o1, o2, o3]);
+            push_words(&mut out, extab, next(8)?, count)?;
             Some(out)
         })()
         .ok_or(ExidxDropReason::GenericNoOpcodes);
@@ -126,7 +148,8 @@ fn table_entry(
 /// decrease (bit 0 ignored). Problems of single entries are in [`Entry::opcodes`].
 pub fn entries(sections: &ExidxSections<'_>) -> Result<Vec<Entry>, ExidxError> {
     let exidx = sections.exidx;
-    if !exidx.len().is_multiple_of(8) {
+    let (chunks, rest) = exidx.as_chunks::<8>();
+    if !rest.is_empty() {
         return Err(ExidxError::BadLength { len: exidx.len() });
     }
     if !sections.exidx_svma.is_multiple_of(4) {
@@ -134,36 +157,43 @@ pub fn entries(sections: &ExidxSections<'_>) -> Result<Vec<Entry>, ExidxError> {
             svma: sections.exidx_svma,
         });
     }
-    let mut out = Vec::with_capacity(exidx.len() / 8);
+    let mut out = Vec::with_capacity(chunks.len());
     let mut prev: Option<u64> = None;
-    for (index, chunk) in exidx.chunks_exact(8).enumerate() {
-        let w0 = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        let w1 = u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-        let out_of_range = ExidxError::AddressOutOfRange { index };
-        // The address of the entry's first word (checked: the section may sit anywhere).
-        let here = sections
-            .exidx_svma
-            .checked_add(8 * index as u64)
-            .and_then(|a| i64::try_from(a).ok())
-            .ok_or(out_of_range)?;
-        let start = here + prel31(w0);
-        let start = u32::try_from(start).map_err(|_| out_of_range)?;
+    for (index, chunk) in chunks.iter().enumerate() {
+        let [a0, a1, a2, a3, c0, c1, c2, c3] = *chunk;
+        let w0 = u32::from_le_bytes([a0, a1, a2, a3]);
+        let w1 = u32::from_le_bytes([c0, c1, c2, c3]);
+        // The address of the entry's first word: the section may sit anywhere (an ELF64 file
+        // with `EM_ARM` has 64-bit section addresses), so the arithmetic is exact.
+        let here = i128::from(sections.exidx_svma).wrapping_add(i128::from(entry_offset(index)));
+        let start = prel31_target(here, w0);
+        let start = u32::try_from(start).map_err(|_| ExidxError::AddressOutOfRange {
+            index,
+            place: sections.exidx_svma.wrapping_add(entry_offset(index)),
+            prel31: prel31(w0),
+        })?;
         let start = u64::from(start);
-        if prev.is_some_and(|p| start & !1 < p) {
-            return Err(ExidxError::NotSorted { index });
+        if let Some(p) = prev.filter(|&p| start & !1 < p) {
+            return Err(ExidxError::NotSorted {
+                index,
+                start,
+                previous: p,
+            });
         }
         prev = Some(start & !1);
         let (model, opcodes) = if w1 == EXIDX_CANTUNWIND {
             (Model::CantUnwind, Ok(Vec::new()))
         } else if w1 & 0x8000_0000 != 0 {
-            let opcodes = if (w1 >> 24) & 0x7f == 0 {
-                Ok(msb_first(w1)[1..].to_vec())
+            let [b0, b1, b2, b3] = msb_first(w1);
+            let opcodes = if b0 & 0x7f == 0 {
+                Ok(vec![b1, b2, b3])
             } else {
                 Err(ExidxDropReason::BadPersonalityIndex)
             };
             (Model::Inline, opcodes)
         } else {
-            table_entry(sections, here + 4 + prel31(w1))
+            // The second word's place is the entry's address + 4.
+            table_entry(sections, prel31_target(here.wrapping_add(4), w1))
         };
         out.push(Entry {
             start,
@@ -172,4 +202,9 @@ pub fn entries(sections: &ExidxSections<'_>) -> Result<Vec<Entry>, ExidxError> {
         });
     }
     Ok(out)
+}
+
+/// The byte offset of entry `index` in `.ARM.exidx` (saturating: indices come from slices).
+pub(crate) fn entry_offset(index: usize) -> u64 {
+    u64::try_from(index).unwrap_or(u64::MAX).saturating_mul(8)
 }

@@ -31,6 +31,18 @@
 //!   [`ExidxDropReason::VspFromUntrackedRegister`], [`ExidxDropReason::BaseSwitchAfterSave`].
 
 #![warn(missing_docs)]
+// Input is untrusted (a crafted file must give an error, never a panic): no unchecked
+// arithmetic, indexing or unwrapping outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::arithmetic_side_effects,
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic
+    )
+)]
 
 use core::fmt;
 
@@ -39,6 +51,7 @@ pub mod entry;
 pub mod translate;
 
 pub use decode::{decode, DecodeError, Decoder, Instruction};
+use entry::entry_offset;
 pub use entry::{entries, prel31, Entry, Model, EXIDX_CANTUNWIND};
 pub use translate::translate;
 
@@ -158,12 +171,47 @@ pub struct ExidxStats {
     pub rows: u64,
     /// Entries dropped, by reason (indexed like [`ExidxDropReason::ALL`]).
     pub dropped: [u64; ExidxDropReason::ALL.len()],
+    /// The first entry dropped for each reason, in the order found (at most one per reason):
+    /// where to look in the file.
+    pub first_dropped: Vec<DroppedEntry>,
+}
+
+/// An index entry that gave no row, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DroppedEntry {
+    /// The entry's index in `.ARM.exidx` (its byte offset is `8 * index`).
+    pub index: usize,
+    /// Its function start (bit 0 cleared).
+    pub start: u64,
+    /// Why it gave no row.
+    pub reason: ExidxDropReason,
+}
+
+impl DroppedEntry {
+    /// The entry's byte offset in `.ARM.exidx`.
+    pub fn offset(&self) -> u64 {
+        entry_offset(self.index)
+    }
+}
+
+impl fmt::Display for DroppedEntry {
+    /// `.ARM.exidx entry 3 (offset 0x18, function 0x8010): extab-out-of-range`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            ".ARM.exidx entry {} (offset {:#x}, function {:#x}): {}",
+            self.index,
+            self.offset(),
+            self.start,
+            self.reason
+        )
+    }
 }
 
 impl ExidxStats {
     /// Entries dropped for `reason`.
     pub fn dropped_for(&self, reason: ExidxDropReason) -> u64 {
-        self.dropped[reason as usize]
+        self.dropped.get(reason as usize).copied().unwrap_or(0)
     }
 
     /// All dropped entries.
@@ -179,12 +227,23 @@ impl ExidxStats {
             .filter(|&(_, n)| n > 0)
     }
 
-    fn drop(&mut self, reason: ExidxDropReason) {
-        self.dropped[reason as usize] += 1;
+    /// Counts entry `index` (function `start`) as dropped for `reason`.
+    fn drop(&mut self, index: usize, start: u64, reason: ExidxDropReason) {
+        if let Some(n) = self.dropped.get_mut(reason as usize) {
+            *n = n.saturating_add(1);
+        }
+        if !self.first_dropped.iter().any(|d| d.reason == reason) {
+            self.first_dropped.push(DroppedEntry {
+                index,
+                start,
+                reason,
+            });
+        }
     }
 }
 
-/// Why a module's index could not be read at all.
+/// Why a module's index could not be read at all. The `Display` text names `.ARM.exidx`, the
+/// entry (index and byte offset) where there is one, and what was wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExidxError {
     /// `.ARM.exidx` is not a whole number of 8-byte entries.
@@ -201,30 +260,78 @@ pub enum ExidxError {
     AddressOutOfRange {
         /// The entry.
         index: usize,
+        /// The file address of the entry's first word (wrapped past `u64::MAX`).
+        place: u64,
+        /// The first word's prel31 offset, which added to `place` gives the function start.
+        prel31: i64,
     },
     /// Entry `index` starts below its predecessor (the index must be sorted).
     NotSorted {
         /// The entry.
         index: usize,
+        /// Its function start (bit 0 as stated).
+        start: u64,
+        /// The previous entry's function start (bit 0 cleared).
+        previous: u64,
     },
+}
+
+impl ExidxError {
+    /// The entry the error is about, if it is about one.
+    pub fn index(&self) -> Option<usize> {
+        match *self {
+            ExidxError::AddressOutOfRange { index, .. } | ExidxError::NotSorted { index, .. } => {
+                Some(index)
+            }
+            ExidxError::BadLength { .. } | ExidxError::Misaligned { .. } => None,
+        }
+    }
+
+    /// The byte offset in `.ARM.exidx` where the problem is: the entry's, or for a bad length
+    /// the incomplete last entry's.
+    pub fn offset(&self) -> Option<u64> {
+        match *self {
+            ExidxError::BadLength { len } => Some(entry_offset(len / 8)),
+            ExidxError::Misaligned { .. } => None,
+            ExidxError::AddressOutOfRange { index, .. } | ExidxError::NotSorted { index, .. } => {
+                Some(entry_offset(index))
+            }
+        }
+    }
 }
 
 impl fmt::Display for ExidxError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ExidxError::BadLength { len } => {
-                write!(f, ".ARM.exidx length {len} is not a multiple of 8")
-            }
-            ExidxError::Misaligned { svma } => {
-                write!(f, ".ARM.exidx address {svma:#x} is not 4-aligned")
-            }
-            ExidxError::AddressOutOfRange { index } => write!(
+            ExidxError::BadLength { len } => write!(
                 f,
-                ".ARM.exidx entry {index} starts outside the 32-bit address space"
+                ".ARM.exidx: length {len} is not a multiple of 8 (an incomplete entry at offset {:#x})",
+                entry_offset(len / 8)
             ),
-            ExidxError::NotSorted { index } => {
-                write!(f, ".ARM.exidx entry {index} starts below its predecessor")
+            ExidxError::Misaligned { svma } => {
+                write!(f, ".ARM.exidx: its address {svma:#x} is not 4-aligned")
             }
+            ExidxError::AddressOutOfRange {
+                index,
+                place,
+                prel31,
+            } => {
+                let (sign, magnitude) = if prel31 < 0 { ('-', prel31.unsigned_abs()) } else { ('+', prel31.unsigned_abs()) };
+                write!(
+                    f,
+                    ".ARM.exidx entry {index} (offset {:#x}): function start {place:#x} {sign} {magnitude:#x} is outside the 32-bit address space",
+                    entry_offset(index)
+                )
+            }
+            ExidxError::NotSorted {
+                index,
+                start,
+                previous,
+            } => write!(
+                f,
+                ".ARM.exidx entry {index} (offset {:#x}): function start {start:#x} is below the previous entry's {previous:#x} (the index must be sorted)",
+                entry_offset(index)
+            ),
         }
     }
 }
@@ -241,33 +348,35 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
     let entries = entries(sections)?;
     let mut stats = ExidxStats::default();
     let mut out = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
-        stats.entries += 1;
+    let count = |n: &mut u64| *n = n.saturating_add(1);
+    let mut iter = entries.iter().enumerate().peekable();
+    while let Some((i, e)) = iter.next() {
+        count(&mut stats.entries);
         match e.model {
-            Model::CantUnwind => stats.cant_unwind += 1,
-            Model::Inline => stats.inline += 1,
-            Model::Compact { .. } => stats.extab += 1,
-            Model::Generic { .. } => stats.generic += 1,
+            Model::CantUnwind => count(&mut stats.cant_unwind),
+            Model::Inline => count(&mut stats.inline),
+            Model::Compact { .. } => count(&mut stats.extab),
+            Model::Generic { .. } => count(&mut stats.generic),
             Model::Invalid => {}
         }
         if e.start & 1 != 0 {
-            stats.odd_starts += 1;
+            count(&mut stats.odd_starts);
         }
         let start = e.start & !1;
-        let end = match entries.get(i + 1) {
-            Some(next) => next.start & !1,
+        let end = match iter.peek() {
+            Some((_, next)) => next.start & !1,
             None => match sections.text_end {
                 Some(end) if end > start => end,
                 // A final CANTUNWIND entry is usually the linker's sentinel: nothing to lose.
                 _ if e.model == Model::CantUnwind => continue,
                 _ => {
-                    stats.drop(ExidxDropReason::NoEnd);
+                    stats.drop(i, start, ExidxDropReason::NoEnd);
                     continue;
                 }
             },
         };
         if end <= start {
-            stats.empty += 1;
+            count(&mut stats.empty);
             continue;
         }
         if e.model == Model::CantUnwind {
@@ -283,9 +392,9 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
         match rule {
             Ok(rule) => {
                 out.push((start, end, rule));
-                stats.rows += 1;
+                count(&mut stats.rows);
             }
-            Err(reason) => stats.drop(reason),
+            Err(reason) => stats.drop(i, start, reason),
         }
     }
     Ok((out, stats))

@@ -395,14 +395,22 @@ fn section_errors() {
     let unsorted = exidx(&[(0x8100, W::Raw(0x80a8_b0b0)), (0x8000, W::Raw(1))]);
     assert_eq!(
         rows(&sections(&unsorted, None)).unwrap_err(),
-        ExidxError::NotSorted { index: 1 }
+        ExidxError::NotSorted {
+            index: 1,
+            start: 0x8000,
+            previous: 0x8100
+        }
     );
     // A start below address 0.
     let mut low = sections(&ex, None);
     low.exidx_svma = 0x10;
     assert_eq!(
         rows(&low).unwrap_err(),
-        ExidxError::AddressOutOfRange { index: 0 }
+        ExidxError::AddressOutOfRange {
+            index: 0,
+            place: 0x10,
+            prel31: 0x8000 - EXIDX as i64
+        }
     );
     // An empty index is fine.
     let (r, stats) = rows(&sections(&[], None)).unwrap();

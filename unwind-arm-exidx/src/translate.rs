@@ -28,10 +28,12 @@ impl State {
     fn pop(&mut self, mask: u16) {
         for n in 0..16u16 {
             if mask & (1 << n) != 0 {
-                if let Some(r) = Reg::from_number(n) {
-                    self.saved[r as usize] = Some(self.offset);
+                if let Some(slot) = Reg::from_number(n).and_then(|r| self.saved.get_mut(r as usize))
+                {
+                    *slot = Some(self.offset);
                 }
-                self.offset += 4;
+                // Far from saturating: `translate_decoded` keeps offsets within 2^40.
+                self.offset = self.offset.saturating_add(4);
             }
         }
         // The loaded r13 replaces vsp only after the whole instruction.
@@ -41,9 +43,12 @@ impl State {
     }
 
     fn saved(&self, r: Reg) -> Result<Option<RegRule>, ExidxDropReason> {
-        self.saved[r as usize]
+        self.saved
+            .get(r as usize)
+            .copied()
+            .flatten()
             .map(|o| {
-                i32::try_from(o - self.offset)
+                i32::try_from(o.saturating_sub(self.offset))
                     .map(RegRule::Offset)
                     .map_err(|_| ExidxDropReason::OffsetOutOfRange)
             })
@@ -109,7 +114,7 @@ pub(crate) fn translate_decoded<I: Iterator<Item = Result<Instruction, DecodeErr
             return Err(ExidxDropReason::SpPopped);
         }
         match ins {
-            Instruction::VspSub(n) => s.offset -= i64::from(n),
+            Instruction::VspSub(n) => s.offset = s.offset.saturating_sub(i64::from(n)),
             Instruction::PopMask(mask) => s.pop(mask),
             Instruction::PopLowMask(mask) => s.pop(u16::from(mask & 0x0f)),
             Instruction::PopR4ToRn { n, lr } => {
@@ -128,7 +133,7 @@ pub(crate) fn translate_decoded<I: Iterator<Item = Result<Instruction, DecodeErr
             other => {
                 // Only vsp moves are left (the other instructions were handled above).
                 let n = other.vsp_advance().ok_or(ExidxDropReason::Reserved)?;
-                s.offset += i64::from(n);
+                s.offset = s.offset.saturating_add(i64::from(n));
             }
         }
         // Keep far inside i64; the final offsets are checked against i32.
