@@ -448,9 +448,7 @@ fn main() {
     if arm_available() {
         arm_programs(&root, &target, &src, &mut passed, &mut failed);
     } else {
-        println!(
-            "armv7: skipped (no arm-linux-gnueabihf-gcc or qemu-arm; scripts/setup installs them)"
-        );
+        unwind_test_support::missing("armv7 programs: arm-linux-gnueabihf-gcc or qemu-arm");
     }
 
     println!("programs: {passed} passed, {} failed", failed.len());
@@ -463,13 +461,8 @@ const ARM: &str = "armv7-unknown-linux-gnueabihf";
 const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 
 fn arm_available() -> bool {
-    let ok = |cmd: &str| {
-        Command::new(cmd)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    ok("arm-linux-gnueabihf-gcc") && ok("qemu-arm")
+    use unwind_test_support::tool_runs;
+    tool_runs("arm-linux-gnueabihf-gcc") && tool_runs("qemu-arm")
 }
 
 /// The same programs on armv7, ARM and Thumb code, run under qemu-arm.

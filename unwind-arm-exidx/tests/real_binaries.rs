@@ -6,8 +6,8 @@
 //! - `rows` succeeds, drops few entries, and the statistics are printed.
 //! - Every function of the compiled C files has a row.
 //!
-//! Without the cross tools or libraries the tests print a note and pass
-//! (`apt-get install libc6-armhf-cross libstdc++6-armhf-cross gcc-arm-linux-gnueabihf`).
+//! A missing cross tool or library fails the test under CI and is a visible skip elsewhere
+//! (`unwind_test_support::missing`; `scripts/setup` installs them).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,6 +15,7 @@ use std::process::Command;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use unwind_arm_exidx::{entries, rows, ExidxSections, ExidxStats, Model};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
+use unwind_test_support::{missing, tool_runs};
 
 const ARMHF_LIB: &str = "/usr/arm-linux-gnueabihf/lib";
 const GCC: &str = "arm-linux-gnueabihf-gcc";
@@ -70,7 +71,7 @@ struct ReadelfEntry {
 fn readelf() -> Option<&'static str> {
     ["arm-linux-gnueabihf-readelf", "readelf"]
         .into_iter()
-        .find(|r| Command::new(r).arg("--version").output().is_ok())
+        .find(|r| tool_runs(r))
 }
 
 fn hex(s: &str) -> Option<u64> {
@@ -117,10 +118,15 @@ fn readelf_entries(path: &Path) -> Option<Vec<ReadelfEntry>> {
 
 /// Compares every entry with `readelf -u`.
 fn compare_with_readelf(path: &Path, s: &ExidxSections<'_>) {
-    let Some(theirs) = readelf_entries(path) else {
-        println!("note: readelf unavailable, {} not compared", path.display());
+    if readelf().is_none() {
+        missing(&format!(
+            "readelf (binutils-arm-linux-gnueabihf): {} not compared with readelf -u",
+            path.display()
+        ));
         return;
-    };
+    }
+    let theirs = readelf_entries(path)
+        .unwrap_or_else(|| panic!("readelf -u {} failed or was not understood", path.display()));
     let ours = entries(s).unwrap();
     assert_eq!(ours.len(), theirs.len(), "{}", path.display());
     let mut compared = 0;
@@ -158,14 +164,15 @@ fn compare_with_readelf(path: &Path, s: &ExidxSections<'_>) {
 
 #[test]
 fn debian_armhf_libraries() {
-    let mut found = false;
     for name in ["libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"] {
         let path = PathBuf::from(ARMHF_LIB).join(name);
         let Ok(data) = std::fs::read(&path) else {
-            println!("note: {} missing, skipped", path.display());
+            missing(&format!(
+                "{} (libc6-armhf-cross, libstdc++6-armhf-cross, libgcc-s1-armhf-cross)",
+                path.display()
+            ));
             continue;
         };
-        found = true;
         let elf = object::File::parse(&*data).unwrap();
         let Some(s) = exidx_sections(&elf) else {
             assert_ne!(name, "libstdc++.so.6", "C++ code has unwind tables");
@@ -196,9 +203,6 @@ fn debian_armhf_libraries() {
             assert!(start < stop && stop <= end, "{start:#x}..{stop:#x}");
             assert_eq!(rule.source, Source::Exidx);
         }
-    }
-    if !found {
-        println!("note: no armhf libraries under {ARMHF_LIB} (libc6-armhf-cross), skipped");
     }
 }
 
@@ -253,7 +257,7 @@ fn compiled_functions_all_have_rows() {
     std::fs::create_dir_all(&dir).unwrap();
     for mode in ["-marm", "-mthumb"] {
         let Some(path) = compile(&dir, mode) else {
-            println!("note: {GCC} unavailable, skipped");
+            missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
             break;
         };
         let data = std::fs::read(&path).unwrap();

@@ -8,7 +8,8 @@
 //!   synthetic stack, must give the same caller registers, or our table must have dropped it.
 //! - Debian's armhf `libc.so.6` and `libstdc++.so.6` load without errors (statistics printed).
 //!
-//! Without the cross compiler or the armhf libraries the tests print a note and pass.
+//! A missing cross compiler or armhf library fails the test under CI and is a visible skip
+//! elsewhere (`unwind_test_support::missing`; `scripts/setup` installs them).
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
 use unwind_dwarf::{rules_from_sections_arm, ArmStats, CfiSections, LoadedRulesArm};
+use unwind_test_support::missing;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -106,10 +108,7 @@ const FUNCTIONS: [&str; 10] = [
 ];
 
 fn have_gcc() -> bool {
-    Command::new(GCC)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    unwind_test_support::tool_runs(GCC)
 }
 
 /// Compiles [`PROGRAM`] with `flags` into a binary named after them and `tag` (each test its
@@ -238,7 +237,7 @@ fn fde_ranges(data: &[u8]) -> Vec<(u64, u64)> {
 #[test]
 fn compiled_programs_have_rules_everywhere() {
     if !have_gcc() {
-        println!("note: {GCC} not found; skipped (apt-get install gcc-arm-linux-gnueabihf)");
+        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
         return;
     }
     for variant in VARIANTS {
@@ -704,7 +703,7 @@ fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
 #[test]
 fn compiled_debug_frames_match_gimli() {
     if !have_gcc() {
-        println!("note: {GCC} not found; skipped (apt-get install gcc-arm-linux-gnueabihf)");
+        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
         return;
     }
     let mut total = Summary::default();
@@ -1013,7 +1012,6 @@ proptest! {
 
 #[test]
 fn debian_armhf_libraries_load() {
-    let mut found = 0;
     // libm has no .ARM.exidx at all (its functions do not throw): only its PLT has rules.
     for (name, has_exidx) in [
         ("libc.so.6", true),
@@ -1023,13 +1021,12 @@ fn debian_armhf_libraries_load() {
     ] {
         let path = Path::new(ARMHF_LIB).join(name);
         if !path.exists() {
-            println!(
-                "note: {} not found; skipped (apt-get install libc6-armhf-cross libstdc++6-armhf-cross)",
+            missing(&format!(
+                "{} (libc6-armhf-cross, libstdc++6-armhf-cross)",
                 path.display()
-            );
+            ));
             continue;
         }
-        found += 1;
         let t = std::time::Instant::now();
         let loaded = unwind_dwarf::load_elf_file_arm(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -1066,9 +1063,6 @@ fn debian_armhf_libraries_load() {
         // Functions under EXIDX_CANTUNWIND entries (hand-written assembly) may have no rule.
         assert!(with_rule > 0, "{with_rule} of {}", funcs.len());
     }
-    if found == 0 {
-        println!("note: no armhf libraries under {ARMHF_LIB}; nothing checked");
-    }
 }
 
 #[test]
@@ -1079,6 +1073,8 @@ fn other_architectures_are_refused() {
             unwind_dwarf::load_elf_file_arm(x86),
             Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
         ));
+    } else {
+        missing(&format!("{} (x86_64 glibc)", x86.display()));
     }
     let arm = Path::new(ARMHF_LIB).join("libc.so.6");
     if arm.exists() {
@@ -1086,6 +1082,8 @@ fn other_architectures_are_refused() {
             unwind_dwarf::load_elf_file(&arm),
             Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
         ));
+    } else {
+        missing(&format!("{} (libc6-armhf-cross)", arm.display()));
     }
 }
 
@@ -1109,12 +1107,18 @@ fn corrupted_arm_files_never_panic() {
     let mut files = Vec::new();
     if have_gcc() {
         files.push(std::fs::read(compile("corrupt", &["-O2", "-mthumb", "-g"])).unwrap());
+    } else {
+        missing(&format!(
+            "{GCC} (gcc-arm-linux-gnueabihf): no compiled file corrupted"
+        ));
     }
-    if let Ok(d) = std::fs::read(Path::new(ARMHF_LIB).join("libstdc++.so.6")) {
-        files.push(d);
+    match std::fs::read(Path::new(ARMHF_LIB).join("libstdc++.so.6")) {
+        Ok(d) => files.push(d),
+        Err(_) => missing(&format!(
+            "{ARMHF_LIB}/libstdc++.so.6 (libstdc++6-armhf-cross): not corrupted"
+        )),
     }
     if files.is_empty() {
-        println!("note: no ARM files to corrupt; skipped");
         return;
     }
     let bytes = stack_bytes();

@@ -55,7 +55,9 @@ fn x86_64_samples_agree_with_breakpad() {
 #[test]
 fn armv7_samples_agree_with_breakpad() {
     if !arm_available() {
-        println!("armv7: skipped (scripts/setup installs the cross compiler and qemu-arm)");
+        unwind_test_support::missing(
+            "armv7 samples: arm-linux-gnueabihf-gcc, arm-linux-gnueabihf-g++ or qemu-arm",
+        );
         return;
     }
     check(Arch::Arm);

@@ -1,0 +1,110 @@
+//! What a test does when a prerequisite is missing: a tool (`gcc`, `arm-linux-gnueabihf-gcc`,
+//! `qemu-arm`, `readelf`, `dump_syms`, ...) or a file (Debian's armhf libraries,
+//! `librustc_driver`, ...).
+//!
+//! Under CI (the environment variable `CI` is `true` or `1`) a missing prerequisite is a
+//! failure: a test that silently checks nothing must not pass there. Elsewhere the test prints
+//! `SKIPPED: ...` on stdout and stderr and returns. The stderr line is written to the stream
+//! itself, past libtest's capture of `println!`/`eprintln!`, so that it shows in `cargo test`
+//! output even for a passing test without `--nocapture`. `scripts/setup` installs every prerequisite.
+//!
+//! ```no_run
+//! if !unwind_test_support::tool_runs("qemu-arm") {
+//!     unwind_test_support::missing("qemu-arm (package qemu-user)");
+//!     return;
+//! }
+//! ```
+
+use std::io::Write as _;
+use std::process::Command;
+
+/// How to get any missing prerequisite; part of every message.
+pub const HOW_TO_GET: &str = "scripts/setup installs it";
+
+/// Reports that the calling test's prerequisite `what` is missing (name it so that a reader can
+/// install it: the tool, file or package).
+///
+/// Under CI ([`under_ci`]) this panics, failing the test. Elsewhere it prints
+/// `SKIPPED: <what> (scripts/setup installs it)` to stdout and stderr and returns; the caller
+/// then skips the checks that need `what`.
+#[track_caller]
+pub fn missing(what: &str) {
+    missing_in(what, under_ci());
+}
+
+/// True if this is a CI run: the environment variable `CI` is `true` (any case) or `1`, as CI
+/// services set it.
+pub fn under_ci() -> bool {
+    is_ci_value(std::env::var("CI").ok().as_deref())
+}
+
+/// True if `program --version` runs and succeeds (the way to tell that a tool is installed).
+pub fn tool_runs(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn is_ci_value(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.trim();
+        v.eq_ignore_ascii_case("true") || v == "1"
+    })
+}
+
+/// The line printed for a skip.
+fn skip_line(what: &str) -> String {
+    format!("SKIPPED: {what} ({HOW_TO_GET})")
+}
+
+/// [`missing`] with the CI flag as a parameter, so that both branches can be tested.
+#[track_caller]
+fn missing_in(what: &str, ci: bool) {
+    if ci {
+        panic!("missing prerequisite under CI (CI=true): {what} ({HOW_TO_GET})");
+    }
+    let line = skip_line(what);
+    println!("{line}");
+    // `io::stderr()` directly: libtest captures `eprintln!` of passing tests, not this.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_values() {
+        for v in ["true", "TRUE", "True", "1", " true\n"] {
+            assert!(is_ci_value(Some(v)), "{v:?}");
+        }
+        for v in ["", "0", "false", "yes", "no"] {
+            assert!(!is_ci_value(Some(v)), "{v:?}");
+        }
+        assert!(!is_ci_value(None));
+    }
+
+    #[test]
+    fn outside_ci_a_missing_prerequisite_is_a_visible_skip() {
+        // Returns (no panic) and says what is missing and how to get it.
+        missing_in("qemu-arm", false);
+        let line = skip_line("qemu-arm");
+        assert!(line.starts_with("SKIPPED: qemu-arm"), "{line}");
+        assert!(line.contains("scripts/setup"), "{line}");
+    }
+
+    #[test]
+    #[should_panic(expected = "missing prerequisite under CI (CI=true): qemu-arm (scripts/setup")]
+    fn under_ci_a_missing_prerequisite_fails() {
+        missing_in("qemu-arm", true);
+    }
+
+    #[test]
+    fn tools_that_do_not_exist_do_not_run() {
+        assert!(!tool_runs("unwind-test-support-no-such-tool"));
+        // `cargo test` runs under cargo, which is on the PATH or named by $CARGO.
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        assert!(tool_runs(&cargo));
+    }
+}
