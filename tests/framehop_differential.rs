@@ -15,21 +15,33 @@
 //! - `sigusr1-handler`: the thread raises `SIGUSR1` at itself in a loop; the handler spins in
 //!   nested Rust calls, so most samples have a signal trampoline (`__restore_rt`) frame.
 //!
-//! Known, explained differences (not failures):
-//! - framehop does not follow signal trampolines: `__restore_rt`'s CFA is a DWARF expression
-//!   that reads memory (the saved `rsp` in the `ucontext`), which framehop does not evaluate, so it
-//!   falls back to the frame pointer and goes astray after that frame; we continue through the
-//!   saved context to the thread's start.
+//! Samples whose stack crosses a signal frame (our walk has a `__restore_rt` frame, index `t`)
+//! are compared in two parts, because framehop cannot unwind `__restore_rt`: its CFA is a DWARF
+//! expression that reads memory (the saved `rsp` in the `ucontext_t`), which framehop does not
+//! evaluate, so it takes its frame-pointer fallback there.
+//! - Frames `0..=t` (up to and including the trampoline): ours against framehop's walk. All must
+//!   be identical; the test counts them and fails otherwise.
+//! - Frame `t + 1`: ours must be the PC the kernel saved in the signal frame's `ucontext_t` (read
+//!   from the copied stack at framehop's SP for frame `t`). framehop's frame `t + 1`, if its walk
+//!   goes that far, must be what its frame-pointer fallback gives (`[bp + 8]`, SP `bp + 16`); its
+//!   frames past that follow from a guess and are not compared (only counted, with how many of
+//!   them are ours). Either way the sample is explained, in one of two counted classes: framehop
+//!   stops at `t + 1` at the latest, or goes on by frame pointer.
+//! - Frames `t + 1..`: ours against framehop restarted from the context saved in the signal
+//!   frame (PC, SP, FP), classified like a whole walk (identical, or explained as below, or
+//!   genuine). The test counts the frames compared and identical, and fails unless all are.
+//!
+//! Other known, explained differences (not failures):
 //! - The outermost frames: one unwinder stops a frame or more before the other, where the frames
 //!   only the other has are thread/process start functions (`clone3`, `start_thread`, `_start`).
 //! - A frame before the first difference is in a module without CFI, so both fall back to frame
 //!   pointers, each its own way.
 //!
 //! Anything else, a different address where both have a frame, with every earlier frame in a
-//! module with CFI and no signal frame crossed, is a genuine disagreement: the test dumps both
-//! symbolized stacks and fails. (An address without an FDE inside a module with CFI, such as a
-//! PLT stub that lld emits no CFI for, is not excused: framehop's guess for frame 0 there, the
-//! return address at `[sp]`, is right, and following `rbp` is not.)
+//! module with CFI and no signal frame crossed before it, is a genuine disagreement: the test
+//! dumps both symbolized stacks and fails. (An address without an FDE inside a module with CFI,
+//! such as a PLT stub that lld emits no CFI for, is not excused: framehop's guess for frame 0
+//! there, the return address at `[sp]`, is right, and following `rbp` is not.)
 //!
 //! Independently of framehop, our stacks are checked: at least 99 % reach the end of the stack;
 //! recursion samples show the recursion in call order and end at the thread start; samples taken
@@ -467,6 +479,15 @@ struct Sample<'a> {
     bytes: &'a [u8],
 }
 
+impl Sample<'_> {
+    /// The 8-byte word at `addr` in the copied stack.
+    fn read(&self, addr: u64) -> Option<u64> {
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        let word = self.bytes.get(off..off.checked_add(8)?)?;
+        Some(u64::from_le_bytes(word.try_into().ok()?))
+    }
+}
+
 struct Ours {
     pcs: Vec<u64>,
     trust: Vec<Trust>,
@@ -475,12 +496,15 @@ struct Ours {
 
 struct Theirs {
     frames: Vec<u64>,
+    /// framehop's registers at each frame (`regs[0]` the sample's).
+    regs: Vec<UnwindRegsX86_64>,
     end: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Explained {
-    SignalTrampoline,
+    TrampolineFramehopStops,
+    TrampolineFramehopFramePointer,
     FramehopStopsBeforeOutermost,
     FramehopPastOutermost,
     NoCfiModule,
@@ -489,8 +513,13 @@ enum Explained {
 impl Explained {
     fn describe(self) -> &'static str {
         match self {
-            Explained::SignalTrampoline => {
-                "signal trampoline: framehop cannot unwind __restore_rt (CFA expression with deref)"
+            Explained::TrampolineFramehopStops => {
+                "signal trampoline: framehop's walk ends at __restore_rt or the frame after it \
+                 (it cannot evaluate the CFA expression with deref)"
+            }
+            Explained::TrampolineFramehopFramePointer => {
+                "signal trampoline: framehop cannot evaluate __restore_rt's CFA expression (deref) \
+                 and goes on by its frame-pointer fallback from there"
             }
             Explained::FramehopStopsBeforeOutermost => {
                 "outermost: framehop stops before the thread/process start frames"
@@ -564,16 +593,27 @@ impl Context<'_> {
         self.module_of(lookup).is_some_and(|m| m.covers(lookup))
     }
 
-    fn classify(&self, ours: &Ours, theirs: &Theirs) -> Verdict {
+    /// Compares our walk of sample `s` with framehop's. `restart` walks the sample with framehop
+    /// from other registers (a context saved in a signal frame).
+    fn classify(
+        &self,
+        s: &Sample,
+        ours: &Ours,
+        theirs: &Theirs,
+        restart: &mut dyn FnMut(Regs) -> Theirs,
+        tt: &mut TrampolineTally,
+    ) -> Verdict {
         let (o, f) = (&ours.pcs, &theirs.frames);
         let common = o.len().min(f.len());
         let d = (0..common).find(|&i| o[i] != f[i]).unwrap_or(common);
         if d == common && o.len() == f.len() {
             return Verdict::Identical;
         }
+        // Frames up to and including a trampoline get no excuse from it (they fall through to
+        // the checks below); only a difference past it does.
         let trampoline = (0..o.len()).find(|&i| self.is_trampoline(i, o[i]));
-        if trampoline.is_some_and(|s| d > s) {
-            return Verdict::Explained(Explained::SignalTrampoline);
+        if let Some(tr) = trampoline.filter(|&tr| d > tr) {
+            return self.classify_past_trampoline(s, ours, theirs, tr, restart, tt);
         }
         let outermost = |i: usize, a: u64| OUTERMOST.contains(&short(&self.frame_name(i, a)));
         if d == common {
@@ -624,6 +664,92 @@ impl Context<'_> {
                 format!(" ({})", uncovered.join(", "))
             }
         ))
+    }
+
+    /// A difference past the trampoline at frame `tr`, every frame up to it identical. Explained
+    /// only if all of these hold:
+    /// - our frame `tr + 1` is the PC the kernel saved in the signal frame's `ucontext_t` (at
+    ///   framehop's SP for frame `tr`, where `__restore_rt` finds it);
+    /// - framehop's own walk either ends at `tr + 1` at the latest, or its frame `tr + 1` is what
+    ///   its frame-pointer fallback gives there (`[bp + 8]`, SP `bp + 16`): framehop cannot
+    ///   evaluate `__restore_rt`'s CFA expression, which reads memory;
+    /// - framehop, restarted from the saved context (PC, SP, FP), walks the rest of the stack
+    ///   as we do: identical, or different only in an explained way.
+    fn classify_past_trampoline(
+        &self,
+        s: &Sample,
+        ours: &Ours,
+        theirs: &Theirs,
+        tr: usize,
+        restart: &mut dyn FnMut(Regs) -> Theirs,
+        tt: &mut TrampolineTally,
+    ) -> Verdict {
+        let (o, f) = (&ours.pcs, &theirs.frames);
+        let frame_sp = theirs.regs[tr].sp();
+        let saved = |reg: c_int| s.read(frame_sp.wrapping_add(saved_greg_offset(reg)));
+        let (Some(pc), Some(sp), Some(fp)) = (
+            saved(libc::REG_RIP),
+            saved(libc::REG_RSP),
+            saved(libc::REG_RBP),
+        ) else {
+            return Verdict::Genuine(format!(
+                "frame {tr} is __restore_rt, but its saved context at sp {frame_sp:#x} is outside \
+                 the copied stack"
+            ));
+        };
+        if o.get(tr + 1) != Some(&pc) {
+            return Verdict::Genuine(format!(
+                "past __restore_rt (frame {tr}) ours has {:x?}, where the signal frame saved pc \
+                 {pc:#x}",
+                o.get(tr + 1)
+            ));
+        }
+        tt.resumed_at_saved_pc += 1;
+        let class = if f.len() <= tr + 2 {
+            Explained::TrampolineFramehopStops
+        } else {
+            let bp = theirs.regs[tr].bp();
+            let fp_step = s.read(bp.wrapping_add(8)) == Some(f[tr + 1])
+                && theirs.regs[tr + 1].sp() == bp.wrapping_add(16);
+            if !fp_step {
+                return Verdict::Genuine(format!(
+                    "past __restore_rt (frame {tr}) framehop has {:#x}, neither the end of its walk \
+                     nor its frame-pointer fallback (bp {bp:#x})",
+                    f[tr + 1]
+                ));
+            }
+            // framehop's frames from there, and how many of them are ours too (in order).
+            let mut ours_after = o[tr + 1..].iter();
+            tt.framehop_fp_frames += f.len() - (tr + 1);
+            tt.framehop_fp_frames_ours += f[tr + 1..]
+                .iter()
+                .filter(|a| ours_after.any(|b| b == *a))
+                .count();
+            Explained::TrampolineFramehopFramePointer
+        };
+        let rest = restart(Regs { pc, sp, fp });
+        let ours_rest = Ours {
+            pcs: o[tr + 1..].to_vec(),
+            trust: ours.trust[tr + 1..].to_vec(),
+            stop: ours.stop,
+        };
+        let n = ours_rest.pcs.len().min(rest.frames.len());
+        tt.after_compared += n;
+        tt.after_identical += (0..n)
+            .filter(|&i| ours_rest.pcs[i] == rest.frames[i])
+            .count();
+        match self.classify(s, &ours_rest, &rest, restart, tt) {
+            Verdict::Identical => tt.after_all_identical += 1,
+            Verdict::Explained(e) => *tt.after_explained.entry(e).or_default() += 1,
+            Verdict::Genuine(why) => {
+                return Verdict::Genuine(format!(
+                    "past __restore_rt (frame {tr}), against framehop restarted from the saved \
+                     context (frames counted from {}): {why}",
+                    tr + 1
+                ))
+            }
+        }
+        Verdict::Explained(class)
     }
 
     fn dump(&self, s: &Sample, ours: &Ours, theirs: &Theirs) -> String {
@@ -692,38 +818,74 @@ fn unwind_ours(s: &Sample) -> Ours {
     }
 }
 
+/// framehop's walk of sample `s`, from `regs` (the sample's registers, or a saved context in its
+/// stack): [`Unwinder::unwind_frame`] called the way framehop's own `iter_frames` calls it, with
+/// framehop's registers kept at every frame.
 fn unwind_framehop(
     unwinder: &UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind>,
     cache: &mut CacheX86_64<MustNotAllocateDuringUnwind>,
     s: &Sample,
+    regs: Regs,
 ) -> Theirs {
-    let (base, bytes) = (s.base, s.bytes);
-    let mut read_stack = |addr: u64| -> Result<u64, ()> {
-        let off = usize::try_from(addr.checked_sub(base).ok_or(())?).map_err(|_| ())?;
-        let word = bytes.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-        Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
-    };
-    let regs = UnwindRegsX86_64::new(s.regs.pc, s.regs.sp, s.regs.fp);
-    let mut it = unwinder.iter_frames(s.regs.pc, regs, cache, &mut read_stack);
-    let mut frames = Vec::new();
+    let mut read_stack = |addr: u64| s.read(addr).ok_or(());
+    let mut fh_regs = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
+    let mut address = FrameAddress::InstructionPointer(regs.pc);
+    let mut frames = vec![regs.pc];
+    let mut frame_regs = vec![fh_regs];
     let end = loop {
         if frames.len() >= MAX_FRAMES {
             break "frame limit".to_string();
         }
-        match it.next() {
-            Ok(Some(frame)) => {
-                match (frames.is_empty(), frame) {
-                    (true, FrameAddress::InstructionPointer(_))
-                    | (false, FrameAddress::ReturnAddress(_)) => {}
-                    _ => panic!("framehop frame {} is {frame:?}", frames.len()),
+        match unwinder.unwind_frame(address, &mut fh_regs, cache, &mut read_stack) {
+            Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                Some(a) => {
+                    address = a;
+                    frames.push(ra);
+                    frame_regs.push(fh_regs);
                 }
-                frames.push(frame.address());
-            }
+                None => break format!("error: {:?}", framehop::Error::ReturnAddressIsNull),
+            },
             Ok(None) => break "end of stack".to_string(),
             Err(e) => break format!("error: {e:?}"),
         }
     };
-    Theirs { frames, end }
+    Theirs {
+        frames,
+        regs: frame_regs,
+        end,
+    }
+}
+
+/// Offset, from the start of the `ucontext_t` a signal frame holds, of saved register `reg`
+/// (`libc::REG_*`). At `__restore_rt` the stack pointer points at that `ucontext_t`.
+fn saved_greg_offset(reg: c_int) -> u64 {
+    let gregs = std::mem::offset_of!(libc::ucontext_t, uc_mcontext.gregs);
+    (gregs + reg as usize * std::mem::size_of::<libc::greg_t>()) as u64
+}
+
+/// What is compared in samples whose stack (ours) crosses a signal trampoline.
+#[derive(Default)]
+struct TrampolineTally {
+    /// Samples with a `__restore_rt` frame in our walk.
+    samples: usize,
+    /// Frames up to and including `__restore_rt` that framehop has too, and how many are
+    /// identical (all must be).
+    before_compared: usize,
+    before_identical: usize,
+    /// Samples whose frame after `__restore_rt` is the PC saved in the signal frame.
+    resumed_at_saved_pc: usize,
+    /// Frames past `__restore_rt`, ours against framehop restarted from the saved context
+    /// (where both have one), and how many are identical.
+    after_compared: usize,
+    after_identical: usize,
+    /// Samples whose frames past `__restore_rt` are all identical to framehop's restarted
+    /// walk; the others by the explanation of their difference.
+    after_all_identical: usize,
+    after_explained: BTreeMap<Explained, usize>,
+    /// Frames framehop's own walk yields past `__restore_rt` by its frame-pointer fallback, and
+    /// how many of them are frames of ours (in order).
+    framehop_fp_frames: usize,
+    framehop_fp_frames_ours: usize,
 }
 
 #[derive(Default)]
@@ -871,6 +1033,7 @@ fn main() {
     };
 
     let mut tally: [Tally; 3] = Default::default();
+    let mut tt = TrampolineTally::default();
     let mut reasons: BTreeMap<Explained, [usize; 3]> = BTreeMap::new();
     let mut examples: BTreeMap<Explained, String> = BTreeMap::new();
     let mut stops: BTreeMap<String, usize> = BTreeMap::new();
@@ -885,7 +1048,7 @@ fn main() {
 
     for s in &samples {
         let ours = unwind_ours(s);
-        let theirs = unwind_framehop(&unwinder, &mut cache, s);
+        let theirs = unwind_framehop(&unwinder, &mut cache, s, s.regs);
         let names: Vec<String> = ours
             .pcs
             .iter()
@@ -911,8 +1074,12 @@ fn main() {
         let mut problems: Vec<String> = Vec::new();
         let ends_at_thread_start = shorts.last().is_some_and(|n| THREAD_START.contains(n));
         let trampoline = (0..ours.pcs.len()).find(|&i| cx.is_trampoline(i, ours.pcs[i]));
-        if trampoline.is_some() {
+        if let Some(tr) = trampoline {
             t.trampolines += 1;
+            tt.samples += 1;
+            let n = (tr + 1).min(theirs.frames.len());
+            tt.before_compared += n;
+            tt.before_identical += (0..n).filter(|&i| ours.pcs[i] == theirs.frames[i]).count();
         }
         match s.kind {
             RECURSION => {
@@ -980,7 +1147,8 @@ fn main() {
             problems.push(format!("our unwind stopped with {:?}", ours.stop));
         }
 
-        let verdict = cx.classify(&ours, &theirs);
+        let mut restart = |regs: Regs| unwind_framehop(&unwinder, &mut cache, s, regs);
+        let verdict = cx.classify(s, &ours, &theirs, &mut restart, &mut tt);
         if matches!(verdict, Verdict::Genuine(_)) || !problems.is_empty() {
             t.failed += 1;
         }
@@ -1069,6 +1237,31 @@ fn main() {
          the thread start: {signal_through}/{}",
         tally[RECURSION].samples, tally[QSORT].samples, tally[SIGNAL].samples
     );
+    let past_trampoline: usize = [
+        Explained::TrampolineFramehopStops,
+        Explained::TrampolineFramehopFramePointer,
+    ]
+    .iter()
+    .filter_map(|e| reasons.get(e))
+    .flatten()
+    .sum();
+    println!(
+        "signal trampoline: {} samples cross __restore_rt; frames up to and including it: \
+         {}/{} identical; {past_trampoline} samples differ past it, of which {} resume at the PC \
+         saved in the signal frame; past it, ours against framehop restarted from the saved \
+         context: {}/{} frames identical, {} samples entirely, others explained {:?}; framehop's \
+         own walk past it (frame-pointer fallback): {} frames, {} of them ours",
+        tt.samples,
+        tt.before_identical,
+        tt.before_compared,
+        tt.resumed_at_saved_pc,
+        tt.after_identical,
+        tt.after_compared,
+        tt.after_all_identical,
+        tt.after_explained,
+        tt.framehop_fp_frames,
+        tt.framehop_fp_frames_ours
+    );
     for (e, dump) in &examples {
         println!("\nexample ({}):\n{dump}", e.describe());
     }
@@ -1109,6 +1302,26 @@ fn main() {
         global.push(format!(
             "only {signal_through} samples inside the SIGUSR1 handler were unwound through \
              __restore_rt"
+        ));
+    }
+    if tt.before_identical != tt.before_compared {
+        global.push(format!(
+            "only {}/{} frames up to and including __restore_rt are identical",
+            tt.before_identical, tt.before_compared
+        ));
+    }
+    if tt.after_identical != tt.after_compared {
+        global.push(format!(
+            "only {}/{} frames past __restore_rt are identical to framehop's walk restarted from \
+             the saved context",
+            tt.after_identical, tt.after_compared
+        ));
+    }
+    if past_trampoline < 20 || tt.after_compared < past_trampoline {
+        global.push(format!(
+            "{past_trampoline} samples differ past __restore_rt, {} frames there compared with \
+             framehop restarted from the saved context (want at least 20 samples, a frame each)",
+            tt.after_compared
         ));
     }
     if capture_failed > 0 {
