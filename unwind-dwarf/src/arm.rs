@@ -15,7 +15,7 @@
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
-use unwind_arm_exidx::{ExidxSections, ExidxStats};
+use unwind_arm_exidx::{ExidxError, ExidxSections, ExidxStats};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
 
@@ -213,6 +213,9 @@ pub struct ArmStats {
     pub exidx_rows_outside_code: u64,
     /// Ranges pushed from EXIDX rows.
     pub exidx_ranges: u64,
+    /// Why `.ARM.exidx` could not be read, if it could not: the module's DWARF CFI and PLT
+    /// rows were kept without it (its Display names `.ARM.exidx`, the entry and its offset).
+    pub exidx_error: Option<ExidxError>,
 }
 
 /// Reads the unwind information of one 32-bit ARM module: DWARF CFI from `sections`, PLT rows
@@ -243,16 +246,29 @@ pub fn rules_from_sections_arm(
         cfi,
         ..ArmStats::default()
     };
-    if let Some(exidx) = exidx {
-        let (rows, exidx_stats) = unwind_arm_exidx::rows(exidx).map_err(DwarfError::Exidx)?;
+    let only_exidx =
+        sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty();
+    let exidx_rows = match exidx.map(unwind_arm_exidx::rows) {
+        None => None,
+        Some(Ok(rows)) => Some(rows),
+        // Nothing else to keep: the index's error is the module's.
+        Some(Err(e)) if only_exidx => return Err(DwarfError::Exidx(e)),
+        // Keep the DWARF and PLT rows.
+        Some(Err(e)) => {
+            stats.exidx_error = Some(e);
+            None
+        }
+    };
+    if let Some((rows, exidx_stats)) = exidx_rows {
         stats.exidx = Some(exidx_stats);
+        let count = |n: &mut u64| *n = n.saturating_add(1);
         for (start, end, rule) in rows {
             // Function addresses are even; a Thumb bit left in a bound would misalign it.
             let (mut start, mut end) = (start & !1, end & !1);
             if let Some((lo, hi)) = sections.code_range {
                 (start, end) = (start.max(lo), end.min(hi));
                 if end <= start {
-                    stats.exidx_rows_outside_code += 1;
+                    count(&mut stats.exidx_rows_outside_code);
                     continue;
                 }
             }
@@ -261,16 +277,16 @@ pub fn rules_from_sections_arm(
             }
             let pieces = uncovered(start, end, &covered);
             match pieces.as_slice() {
-                [] => stats.exidx_rows_shadowed += 1,
-                [(s, e)] if (*s, *e) == (start, end) => stats.exidx_rows_used += 1,
+                [] => count(&mut stats.exidx_rows_shadowed),
+                [(s, e)] if (*s, *e) == (start, end) => count(&mut stats.exidx_rows_used),
                 _ => {
-                    stats.exidx_rows_used += 1;
-                    stats.exidx_rows_partial += 1;
+                    count(&mut stats.exidx_rows_used);
+                    count(&mut stats.exidx_rows_partial);
                 }
             }
             for (s, e) in pieces {
                 builder.push(s, e, rule)?;
-                stats.exidx_ranges += 1;
+                count(&mut stats.exidx_ranges);
             }
         }
     }

@@ -2,9 +2,11 @@
 //! rule builder, with statistics.
 
 use gimli::{
-    BaseAddresses, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice,
-    LittleEndian, UnwindContext, UnwindSection, UnwindTableRow,
+    BaseAddresses, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice, LittleEndian,
+    UnwindContext, UnwindSection, UnwindTableRow,
 };
+use std::fmt;
+
 use unwind_core::table::{BuildStats, ModuleRules, ModuleRulesBuilder};
 
 use crate::plt::{uncovered, PltSection};
@@ -101,6 +103,113 @@ impl DropReason {
     }
 }
 
+/// A DWARF call-frame information section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CfiSection {
+    /// `.eh_frame`.
+    EhFrame,
+    /// `.debug_frame`.
+    DebugFrame,
+}
+
+impl CfiSection {
+    /// The section's name (`.eh_frame`, `.debug_frame`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CfiSection::EhFrame => ".eh_frame",
+            CfiSection::DebugFrame => ".debug_frame",
+        }
+    }
+}
+
+impl fmt::Display for CfiSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a malformed CIE or FDE cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadEntryKind {
+    /// The entry's length is unreadable or runs past the end of the section: where the next
+    /// entry starts is unknown, so the rest of the section was not read.
+    RestUnread,
+    /// A CIE that could not be parsed was skipped (the FDEs that use it fail too).
+    CieSkipped,
+    /// An FDE whose header, or the CIE it points to, could not be parsed was skipped.
+    FdeSkipped,
+    /// The instructions of the FDE for `[start, end)` are malformed: all its rows were dropped
+    /// (counted in [`DropReason::CorruptFde`]).
+    RowsDropped {
+        /// The FDE's first address.
+        start: u64,
+        /// One past its last address.
+        end: u64,
+    },
+}
+
+impl fmt::Display for BadEntryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BadEntryKind::RestUnread => f.write_str("rest of the section not read"),
+            BadEntryKind::CieSkipped => f.write_str("CIE skipped"),
+            BadEntryKind::FdeSkipped => f.write_str("FDE skipped"),
+            BadEntryKind::RowsDropped { start, end } => {
+                write!(f, "rows of the FDE for {start:#x}..{end:#x} dropped")
+            }
+        }
+    }
+}
+
+/// A CIE or FDE that could not be read: where it is, what it cost and what was wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadEntry {
+    /// The section it is in.
+    pub section: CfiSection,
+    /// The byte offset of the entry (its length field) in the section.
+    pub offset: u64,
+    /// What it cost.
+    pub kind: BadEntryKind,
+    /// What gimli found wrong (for [`BadEntryKind::RestUnread`], the length check's error).
+    pub error: gimli::Error,
+}
+
+impl fmt::Display for BadEntry {
+    /// `.eh_frame at offset 0x0: unexpected end of input (rest of the section not read)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at offset {:#x}: {} ({})",
+            self.section, self.offset, self.error, self.kind
+        )
+    }
+}
+
+/// An FDE skipped because it describes addresses outside the module's code
+/// ([`CfiSections::code_range`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdeOutsideCode {
+    /// The section it is in.
+    pub section: CfiSection,
+    /// The byte offset of the FDE in the section.
+    pub offset: u64,
+    /// The addresses it describes, `[start, end)`.
+    pub range: (u64, u64),
+    /// The module's code, `[start, end)`.
+    pub code: (u64, u64),
+}
+
+impl fmt::Display for FdeOutsideCode {
+    /// `.eh_frame at offset 0x40: FDE for 0x1000..0x1010 outside the code 0x2000..0x3000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at offset {:#x}: FDE for {:#x}..{:#x} outside the code {:#x}..{:#x}",
+            self.section, self.offset, self.range.0, self.range.1, self.code.0, self.code.1
+        )
+    }
+}
+
 /// What loading a module's CFI found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CfiStats {
@@ -110,8 +219,16 @@ pub struct CfiStats {
     pub fdes_shadowed: u64,
     /// FDEs skipped because they describe addresses outside the module's code.
     pub fdes_outside_code: u64,
-    /// CIEs or FDEs that could not be parsed (a corrupt entry ends its section).
+    /// The first of them, if any.
+    pub first_fde_outside_code: Option<FdeOutsideCode>,
+    /// CIEs or FDEs that could not be parsed, or whose instructions were malformed (an entry
+    /// whose length is corrupt ends its section; other bad entries are skipped).
     pub bad_entries: u64,
+    /// The first bad entries, in the order found (at most [`CfiStats::BAD_ENTRIES_KEPT`]).
+    pub first_bad_entries: Vec<BadEntry>,
+    /// Sections of the ELF file that could not be read and were left out (filled in by the ELF
+    /// loaders: [`crate::rules_from_elf`], [`crate::rules_from_elf_arm`]).
+    pub unreadable_sections: Vec<crate::UnreadableSection>,
     /// Rows gimli produced.
     pub rows: u64,
     /// Rows dropped, by reason (indexed like [`DropReason::ALL`]).
@@ -123,9 +240,17 @@ pub struct CfiStats {
 }
 
 impl CfiStats {
+    /// How many bad entries [`CfiStats::first_bad_entries`] keeps.
+    pub const BAD_ENTRIES_KEPT: usize = 4;
+
+    /// The first bad entry, if any.
+    pub fn first_bad_entry(&self) -> Option<&BadEntry> {
+        self.first_bad_entries.first()
+    }
+
     /// Rows dropped for `reason`.
     pub fn dropped_for(&self, reason: DropReason) -> u64 {
-        self.dropped[reason as usize]
+        self.dropped.get(reason as usize).copied().unwrap_or(0)
     }
 
     /// All dropped rows.
@@ -173,47 +298,144 @@ struct Collector<'b, T: Translate> {
     code_range: Option<(u64, u64)>,
 }
 
+/// Where an entry of a CFI section ends, from its length field at `at` (`at` < `data.len()`).
+enum EntryLength {
+    /// A zero length (4 or 12 bytes): `.eh_frame`'s terminator, or padding in `.debug_frame`
+    /// (which gimli, like this loop, skips); the next entry starts at the offset.
+    Zero(usize),
+    /// An entry; the next one starts at the offset.
+    Entry(usize),
+}
+
+/// Reads the initial length at `at`, as gimli does, and checks that the entry fits in `data`.
+fn entry_length(data: &[u8], at: usize) -> Result<EntryLength, gimli::Error> {
+    let eof =
+        gimli::Error::UnexpectedEof(gimli::ReaderOffsetId(u64::try_from(at).unwrap_or(u64::MAX)));
+    let u32_at = |o: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            data.get(o..o.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let u64_at = |o: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            data.get(o..o.checked_add(8)?)?.try_into().ok()?,
+        ))
+    };
+    let (header, len) = match u32_at(at).ok_or(eof)? {
+        l if l < 0xffff_fff0 => (4usize, u64::from(l)),
+        0xffff_ffff => (12, at.checked_add(4).and_then(u64_at).ok_or(eof)?),
+        l => return Err(gimli::Error::UnknownReservedLength(l)),
+    };
+    let body = at.checked_add(header).ok_or(eof)?;
+    let next = usize::try_from(len)
+        .ok()
+        .and_then(|l| body.checked_add(l))
+        .filter(|&n| n <= data.len())
+        .ok_or(eof)?;
+    Ok(if len == 0 {
+        EntryLength::Zero(next)
+    } else {
+        EntryLength::Entry(next)
+    })
+}
+
+/// A section offset as `u64`.
+fn offset64(o: usize) -> u64 {
+    u64::try_from(o).unwrap_or(u64::MAX)
+}
+
+/// Adds one to a counter.
+fn count(n: &mut u64) {
+    *n = n.saturating_add(1);
+}
+
 impl<T: Translate> Collector<'_, T> {
-    /// Reads every FDE of `section`, recording the ranges of those kept in `ranges`;
-    /// `skip(start, end)` says whether an FDE is shadowed.
+    /// Counts a bad entry and keeps it if it is among the first.
+    fn bad(&mut self, section: CfiSection, offset: usize, kind: BadEntryKind, error: gimli::Error) {
+        count(&mut self.stats.bad_entries);
+        if self.stats.first_bad_entries.len() < CfiStats::BAD_ENTRIES_KEPT {
+            self.stats.first_bad_entries.push(BadEntry {
+                section,
+                offset: offset64(offset),
+                kind,
+                error,
+            });
+        }
+    }
+
+    /// Reads every FDE of `section` (whose bytes are `data`), recording the ranges of those
+    /// kept in `ranges`; `skip(start, end)` says whether an FDE is shadowed.
+    ///
+    /// Entries are walked by their length fields (rather than with gimli's iterator, which
+    /// stops at the first entry it cannot parse): an entry whose length is sound but whose
+    /// contents are not is skipped, and the entries after it are still read.
     fn section<'a, S: UnwindSection<Slice<'a>>>(
         &mut self,
+        which: CfiSection,
+        data: &'a [u8],
         section: &S,
         ranges: &mut Vec<(u64, u64)>,
         skip: impl Fn(u64, u64) -> bool,
     ) -> Result<(), DwarfError> {
-        let mut entries = section.entries(self.bases);
-        loop {
-            let partial = match entries.next() {
-                Ok(None) => return Ok(()),
-                Ok(Some(CieOrFde::Cie(_))) => continue,
-                Ok(Some(CieOrFde::Fde(partial))) => partial,
-                Err(_) => {
-                    // The entry's length cannot be trusted: nothing after it can be found.
-                    self.stats.bad_entries += 1;
+        let mut at = 0usize;
+        while at < data.len() {
+            let entry = at;
+            match entry_length(data, entry) {
+                Ok(EntryLength::Zero(_)) if which == CfiSection::EhFrame => return Ok(()),
+                Ok(EntryLength::Zero(next)) => {
+                    at = next;
+                    continue;
+                }
+                Ok(EntryLength::Entry(next)) => at = next,
+                Err(error) => {
+                    self.bad(which, entry, BadEntryKind::RestUnread, error);
                     return Ok(());
+                }
+            }
+            let partial = match section.partial_fde_from_offset(self.bases, S::Offset::from(entry))
+            {
+                Ok(partial) => partial,
+                // (gimli's name for "this entry is a CIE".)
+                Err(gimli::Error::NotCiePointer(_)) => {
+                    if let Err(error) = section.cie_from_offset(self.bases, S::Offset::from(entry))
+                    {
+                        self.bad(which, entry, BadEntryKind::CieSkipped, error);
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    self.bad(which, entry, BadEntryKind::FdeSkipped, error);
+                    continue;
                 }
             };
             let fde = match partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
                 Ok(fde) => fde,
-                Err(_) => {
-                    self.stats.bad_entries += 1;
+                Err(error) => {
+                    self.bad(which, entry, BadEntryKind::FdeSkipped, error);
                     continue;
                 }
             };
-            self.stats.fdes += 1;
+            count(&mut self.stats.fdes);
             let (start, end) = (
                 fde.initial_address(),
                 fde.initial_address().saturating_add(fde.len()),
             );
             if let Some((lo, hi)) = self.code_range {
                 if start < lo || end > hi {
-                    self.stats.fdes_outside_code += 1;
+                    count(&mut self.stats.fdes_outside_code);
+                    self.stats
+                        .first_fde_outside_code
+                        .get_or_insert(FdeOutsideCode {
+                            section: which,
+                            offset: offset64(entry),
+                            range: (start, end),
+                            code: (lo, hi),
+                        });
                     continue;
                 }
             }
             if skip(start, end) {
-                self.stats.fdes_shadowed += 1;
+                count(&mut self.stats.fdes_shadowed);
                 continue;
             }
             self.rows.clear();
@@ -221,19 +443,30 @@ impl<T: Translate> Collector<'_, T> {
             let result: Result<(), gimli::Error> = (|| {
                 let mut table = fde.rows(section, self.bases, &mut self.ctx)?;
                 while let Some(row) = table.next_row()? {
-                    self.stats.rows += 1;
+                    count(&mut self.stats.rows);
                     match T::translate(row, fde.cie(), section, &mut self.builder, signal) {
                         Ok(rule) => self
                             .rows
                             .push((row.start_address(), row.end_address(), rule)),
-                        Err(reason) => self.stats.dropped[reason as usize] += 1,
+                        Err(reason) => {
+                            if let Some(n) = self.stats.dropped.get_mut(reason as usize) {
+                                count(n);
+                            }
+                        }
                     }
                 }
                 Ok(())
             })();
-            if result.is_err() {
-                self.stats.bad_entries += 1;
-                self.stats.dropped[DropReason::CorruptFde as usize] += self.rows.len() as u64;
+            if let Err(error) = result {
+                self.bad(
+                    which,
+                    entry,
+                    BadEntryKind::RowsDropped { start, end },
+                    error,
+                );
+                if let Some(n) = self.stats.dropped.get_mut(DropReason::CorruptFde as usize) {
+                    *n = n.saturating_add(offset64(self.rows.len()));
+                }
                 continue;
             }
             // Only FDEs whose rows were kept shadow others (and lower-priority rows).
@@ -242,6 +475,7 @@ impl<T: Translate> Collector<'_, T> {
                 self.builder.push(s, e, rule)?;
             }
         }
+        Ok(())
     }
 }
 
@@ -277,17 +511,23 @@ pub(crate) fn collect_rows<T: Translate>(
     if let Some(data) = sections.eh_frame {
         let mut s = EhFrame::new(data, LittleEndian);
         s.set_address_size(T::ADDRESS_SIZE);
-        c.section(&s, &mut eh_ranges, |_, _| false)?;
+        c.section(CfiSection::EhFrame, data, &s, &mut eh_ranges, |_, _| false)?;
     }
     eh_ranges.sort_unstable();
     let mut debug_ranges = Vec::new();
     if let Some(data) = sections.debug_frame {
         let mut s = DebugFrame::new(data, LittleEndian);
         s.set_address_size(T::ADDRESS_SIZE);
-        c.section(&s, &mut debug_ranges, |start, end| {
-            let i = eh_ranges.partition_point(|r| r.1 <= start);
-            eh_ranges.get(i).is_some_and(|r| r.0 < end)
-        })?;
+        c.section(
+            CfiSection::DebugFrame,
+            data,
+            &s,
+            &mut debug_ranges,
+            |start, end| {
+                let i = eh_ranges.partition_point(|r| r.1 <= start);
+                eh_ranges.get(i).is_some_and(|r| r.0 < end)
+            },
+        )?;
     }
     let mut covered = eh_ranges;
     covered.extend(debug_ranges);
@@ -297,7 +537,7 @@ pub(crate) fn collect_rows<T: Translate>(
         for (start, end, rule) in T::plt_rows(plt, &mut c.builder)? {
             for (s, e) in uncovered(start, end, &covered) {
                 c.builder.push(s, e, rule)?;
-                c.stats.plt_rows += 1;
+                count(&mut c.stats.plt_rows);
                 plt_ranges.push((s, e));
             }
         }

@@ -16,7 +16,8 @@ pub fn compile_expression<R: Reader>(
     let mut n = 0usize;
     let mut emit = |op: Op| -> Option<()> {
         *ops.get_mut(n)? = op;
-        n += 1;
+        // `n` < `MAX_OPS` here.
+        n = n.saturating_add(1);
         Some(())
     };
     let mut iter = expr.operations(encoding);

@@ -12,7 +12,7 @@ use unwind_core::x86_64::Rule;
 use crate::arm::{rules_from_sections_arm, ArmStats};
 use crate::cfi::{rules_from_sections, CfiSections, CfiStats};
 use crate::plt::PltSection;
-use crate::DwarfError;
+use crate::{DwarfError, UnreadableSection};
 
 /// A section's (possibly decompressed) bytes and its file address.
 type SectionData<'a> = (std::borrow::Cow<'a, [u8]>, u64);
@@ -39,13 +39,18 @@ pub fn load_elf_file(path: &Path) -> Result<LoadedRules, DwarfError> {
 }
 
 /// Reads the CFI of an x86_64 ELF image held in `data`.
+///
+/// A section that cannot be read (its header points outside the file, or its compressed
+/// contents are corrupt) is left out and named in [`CfiStats::unreadable_sections`]; the
+/// others are still read. If none is left, the first unreadable one is the error.
 pub fn rules_from_elf(data: &[u8]) -> Result<LoadedRules, DwarfError> {
     let elf = object::File::parse(data).map_err(DwarfError::Elf)?;
     if elf.architecture() != object::Architecture::X86_64 {
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
-    let cfi = CfiData::read(&elf)?;
-    let (rules, stats) = rules_from_sections(&cfi.sections(&elf))?;
+    let mut cfi = CfiData::read(&elf);
+    let (rules, mut stats) = cfi.or_unreadable(rules_from_sections(&cfi.sections(&elf)))?;
+    stats.unreadable_sections = std::mem::take(&mut cfi.unreadable);
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(LoadedRules {
         rules,
@@ -77,26 +82,33 @@ pub fn load_elf_file_arm(path: &Path) -> Result<LoadedRulesArm, DwarfError> {
 /// Reads the unwind information of a 32-bit ARM ELF image held in `data`: DWARF CFI where an
 /// FDE describes an address, EHABI (`.ARM.exidx`) elsewhere (see
 /// [`crate::rules_from_sections_arm`]).
+///
+/// What is valid is kept: an unreadable section is left out (named in
+/// `stats.cfi.unreadable_sections`; without a readable `.ARM.extab`, the entries that point into
+/// it are dropped), and a malformed `.ARM.exidx` leaves the DWARF and PLT rows
+/// ([`ArmStats::exidx_error`]). The first unreadable section, or the EXIDX error, is the error
+/// only when nothing else is left.
 pub fn rules_from_elf_arm(data: &[u8]) -> Result<LoadedRulesArm, DwarfError> {
     let elf = object::File::parse(data).map_err(DwarfError::Elf)?;
     // Big-endian ARM (armeb) is refused too: the tables are read as little-endian.
     if elf.architecture() != object::Architecture::Arm || !elf.is_little_endian() {
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
-    let cfi = CfiData::read(&elf)?;
-    let sections = cfi.sections(&elf);
+    let mut cfi = CfiData::read(&elf);
     // The index: the section of type SHT_ARM_EXIDX (by name if the type is not found).
     let exidx_section = match &elf {
         object::File::Elf32(f) => f
             .sections()
-            .find(|s| s.elf_section_header().sh_type(f.endian()) == object::elf::SHT_ARM_EXIDX),
+            .find(|s| s.elf_section_header().sh_type(f.endian()) == object::elf::SHT_ARM_EXIDX)
+            .map(|s| CfiData::data_of(&s, ".ARM.exidx", &mut cfi.unreadable)),
         _ => None,
     };
     let exidx = match exidx_section {
-        Some(s) => Some((s.uncompressed_data().map_err(DwarfError::Elf)?, s.address())),
-        None => CfiData::section(&elf, ".ARM.exidx")?,
+        Some(data) => data,
+        None => CfiData::section(&elf, ".ARM.exidx", &mut cfi.unreadable),
     };
-    let extab = CfiData::section(&elf, ".ARM.extab")?;
+    let extab = CfiData::section(&elf, ".ARM.extab", &mut cfi.unreadable);
+    let sections = cfi.sections(&elf);
     let exidx = exidx.as_ref().map(|(d, exidx_svma)| ExidxSections {
         exidx: d,
         exidx_svma: *exidx_svma,
@@ -104,7 +116,9 @@ pub fn rules_from_elf_arm(data: &[u8]) -> Result<LoadedRulesArm, DwarfError> {
         extab_svma: extab.as_ref().map_or(0, |(_, a)| *a),
         text_end: sections.code_range.map(|(_, end)| end),
     });
-    let (rules, stats) = rules_from_sections_arm(&sections, exidx.as_ref())?;
+    let (rules, mut stats) =
+        cfi.or_unreadable(rules_from_sections_arm(&sections, exidx.as_ref()))?;
+    stats.cfi.unreadable_sections = std::mem::take(&mut cfi.unreadable);
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(LoadedRulesArm {
         rules,
@@ -119,31 +133,64 @@ struct CfiData<'a> {
     debug_frame: Option<SectionData<'a>>,
     plt: Vec<PltSection>,
     code_range: Option<(u64, u64)>,
+    /// Sections that could not be read, left out.
+    unreadable: Vec<UnreadableSection>,
 }
 
 impl<'a> CfiData<'a> {
-    fn read(elf: &object::File<'a>) -> Result<Self, DwarfError> {
+    fn read(elf: &object::File<'a>) -> Self {
         let code_range = elf
             .sections()
             .filter(|s| s.kind() == object::SectionKind::Text && s.size() > 0)
             .map(|s| (s.address(), s.address().saturating_add(s.size())))
             .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-        Ok(CfiData {
-            eh_frame: Self::section(elf, ".eh_frame")?,
-            debug_frame: Self::section(elf, ".debug_frame")?,
+        let mut unreadable = Vec::new();
+        CfiData {
+            eh_frame: Self::section(elf, ".eh_frame", &mut unreadable),
+            debug_frame: Self::section(elf, ".debug_frame", &mut unreadable),
             plt: crate::plt::plt_sections(elf),
             code_range,
-        })
+            unreadable,
+        }
     }
 
-    /// The named section's (decompressed) bytes and file address.
-    fn section(elf: &object::File<'a>, name: &str) -> Result<Option<SectionData<'a>>, DwarfError> {
-        match elf.section_by_name(name) {
-            None => Ok(None),
-            Some(s) => {
-                let data = s.uncompressed_data().map_err(DwarfError::Elf)?;
-                Ok(Some((data, s.address())))
+    /// The named section's (decompressed) bytes and file address; `None` if the file has no
+    /// such section, or if it cannot be read (then recorded in `unreadable`).
+    fn section(
+        elf: &object::File<'a>,
+        name: &'static str,
+        unreadable: &mut Vec<UnreadableSection>,
+    ) -> Option<SectionData<'a>> {
+        Self::data_of(&elf.section_by_name(name)?, name, unreadable)
+    }
+
+    /// A section's (decompressed) bytes and file address, or `None` (recorded in
+    /// `unreadable` under `name`) if they cannot be read.
+    fn data_of<S: ObjectSection<'a>>(
+        s: &S,
+        name: &'static str,
+        unreadable: &mut Vec<UnreadableSection>,
+    ) -> Option<SectionData<'a>> {
+        match s.uncompressed_data() {
+            Ok(data) => Some((data, s.address())),
+            Err(error) => {
+                unreadable.push(UnreadableSection {
+                    name,
+                    address: s.address(),
+                    file_range: s.file_range(),
+                    error,
+                });
+                None
             }
+        }
+    }
+
+    /// `result`, except that a module left without unwind information only because sections
+    /// could not be read gets the first of them as its error.
+    fn or_unreadable<T>(&self, result: Result<T, DwarfError>) -> Result<T, DwarfError> {
+        match (result, self.unreadable.first()) {
+            (Err(DwarfError::NoCfi), Some(&first)) => Err(DwarfError::UnreadableSection(first)),
+            (result, _) => result,
         }
     }
 

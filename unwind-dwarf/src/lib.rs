@@ -15,7 +15,24 @@
 //! [`eh_frame_address_from_hdr`]). Malformed input gives a [`DwarfError`] or counted drops,
 //! never a panic.
 
+// Input is untrusted (a crafted file must give an error or counted drops, never a panic): no
+// unchecked arithmetic, indexing or unwrapping in the parsers outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::arithmetic_side_effects,
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic
+    )
+)]
+
 mod arm;
+// The exporter writes rule tables already built (not file bytes): its arithmetic is on
+// addresses the table guarantees ordered (extents below the image base are skipped) and on
+// counters, and its indexing is on arrays indexed by its own enums.
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 pub mod breakpad;
 mod cfi;
 mod compile;
@@ -24,45 +41,106 @@ pub mod plt;
 mod x86_64;
 
 pub use arm::{rules_from_sections_arm, ArmStats};
-pub use cfi::{rules_from_sections, CfiSections, CfiStats, DropReason};
+pub use cfi::{
+    rules_from_sections, BadEntry, BadEntryKind, CfiSection, CfiSections, CfiStats, DropReason,
+    FdeOutsideCode,
+};
 pub use compile::compile_expression;
 pub use elf::{
     load_elf_file, load_elf_file_arm, rules_from_elf, rules_from_elf_arm, LoadedRules,
     LoadedRulesArm,
 };
-pub use unwind_arm_exidx::ExidxSections;
+pub use unwind_arm_exidx::{ExidxError, ExidxSections};
 
 use std::fmt;
 
-/// Why CFI could not be loaded.
+/// A section of an ELF file whose contents could not be read (its header points outside the
+/// file, or its compressed contents are corrupt). The loaders leave it out and read the other
+/// sections ([`CfiStats::unreadable_sections`]); if nothing else is left, it is the error
+/// ([`DwarfError::UnreadableSection`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnreadableSection {
+    /// The section's name (`.eh_frame`, `.debug_frame`, `.ARM.exidx`, `.ARM.extab`).
+    pub name: &'static str,
+    /// Its file address.
+    pub address: u64,
+    /// Its file offset and size as its section header states them (`None` for a section
+    /// without file contents).
+    pub file_range: Option<(u64, u64)>,
+    /// What was wrong.
+    pub error: object::Error,
+}
+
+impl fmt::Display for UnreadableSection {
+    /// `.ARM.extab (file offset 0x1000, size 0x20): Invalid ELF section size or offset`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.file_range {
+            Some((offset, size)) => write!(
+                f,
+                "{} (file offset {offset:#x}, size {size:#x}): {}",
+                self.name, self.error
+            ),
+            None => write!(
+                f,
+                "{} (address {:#x}): {}",
+                self.name, self.address, self.error
+            ),
+        }
+    }
+}
+
+/// Why CFI could not be loaded. The `Display` text names the section and the offset where
+/// there is one, and what was wrong.
 #[derive(Debug)]
 pub enum DwarfError {
     /// The file could not be opened or mapped.
     Io(std::io::Error),
-    /// The ELF file is malformed.
+    /// The ELF headers (file header, section or program header table) are malformed.
     Elf(object::Error),
     /// The ELF file is for another architecture.
     UnsupportedArchitecture(object::Architecture),
     /// `.eh_frame_hdr` is malformed or does not point at `.eh_frame` directly.
-    BadEhFrameHdr(gimli::Error),
+    BadEhFrameHdr {
+        /// Its file address.
+        svma: u64,
+        /// The byte offset in it of the field that is wrong (the version at 0, a pointer
+        /// encoding at 1 to 3, the `.eh_frame` pointer at 4; for a truncated header, its
+        /// length).
+        offset: u64,
+        /// What was wrong.
+        error: gimli::Error,
+    },
     /// The module has neither `.eh_frame` nor `.debug_frame` (nor, for ARM, `.ARM.exidx`).
     NoCfi,
     /// The rules could not be encoded.
     Table(unwind_core::table::TableError),
-    /// `.ARM.exidx` (or `.ARM.extab`) is malformed.
+    /// `.ARM.exidx` is malformed and the module has no other unwind information (with DWARF
+    /// CFI or PLT rows, the error is in [`ArmStats::exidx_error`] instead).
     Exidx(unwind_arm_exidx::ExidxError),
+    /// The ELF file's unwind sections could not be read (the first one is named) and it has no
+    /// other unwind information.
+    UnreadableSection(UnreadableSection),
 }
 
 impl fmt::Display for DwarfError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DwarfError::Io(e) => write!(f, "cannot read the file: {e}"),
-            DwarfError::Elf(e) => write!(f, "malformed ELF file: {e}"),
+            DwarfError::Elf(e) => write!(f, "malformed ELF headers: {e}"),
             DwarfError::UnsupportedArchitecture(a) => write!(f, "unsupported architecture {a:?}"),
-            DwarfError::BadEhFrameHdr(e) => write!(f, "malformed .eh_frame_hdr: {e}"),
+            DwarfError::BadEhFrameHdr {
+                svma,
+                offset,
+                error,
+            } => write!(
+                f,
+                "malformed .eh_frame_hdr (at {svma:#x}) at offset {offset:#x}: {error}"
+            ),
             DwarfError::NoCfi => f.write_str("no .eh_frame, .debug_frame or .ARM.exidx"),
             DwarfError::Table(e) => write!(f, "cannot encode the rule table: {e}"),
-            DwarfError::Exidx(e) => write!(f, "malformed .ARM.exidx: {e}"),
+            // The error names `.ARM.exidx` and the entry itself.
+            DwarfError::Exidx(e) => write!(f, "malformed {e}"),
+            DwarfError::UnreadableSection(s) => write!(f, "unreadable section {s}"),
         }
     }
 }
@@ -83,14 +161,40 @@ pub fn eh_frame_address_from_hdr(
     hdr_svma: u64,
     address_size: u8,
 ) -> Result<u64, DwarfError> {
+    let bad = |error: gimli::Error| DwarfError::BadEhFrameHdr {
+        svma: hdr_svma,
+        offset: eh_frame_hdr_error_offset(hdr, error),
+        error,
+    };
     let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr_svma);
     let parsed = gimli::EhFrameHdr::new(hdr, gimli::LittleEndian)
         .parse(&bases, address_size)
-        .map_err(DwarfError::BadEhFrameHdr)?;
+        .map_err(bad)?;
     match parsed.eh_frame_ptr() {
         gimli::Pointer::Direct(a) => Ok(a),
-        gimli::Pointer::Indirect(_) => Err(DwarfError::BadEhFrameHdr(
-            gimli::Error::UnsupportedPointerEncoding(gimli::constants::DW_EH_PE_indirect),
-        )),
+        gimli::Pointer::Indirect(_) => Err(bad(gimli::Error::UnsupportedPointerEncoding(
+            gimli::constants::DW_EH_PE_indirect,
+        ))),
+    }
+}
+
+/// The offset in `.eh_frame_hdr` of the field gimli's `error` is about: the header is a version
+/// byte, three pointer-encoding bytes (of the `.eh_frame` pointer, the FDE count and the
+/// table), then the `.eh_frame` pointer at offset 4.
+fn eh_frame_hdr_error_offset(hdr: &[u8], error: gimli::Error) -> u64 {
+    let len = u64::try_from(hdr.len()).unwrap_or(u64::MAX);
+    match error {
+        gimli::Error::UnknownVersion(_) => 0,
+        gimli::Error::UnexpectedEof(_) => len,
+        gimli::Error::UnknownPointerEncoding(e) | gimli::Error::UnsupportedPointerEncoding(e) => {
+            // The first encoding byte that has the offending value (the `.eh_frame` pointer's
+            // for an indirect pointer).
+            let is = |i: usize| hdr.get(i).is_some_and(|&b| b == e.0);
+            let indirect = e == gimli::constants::DW_EH_PE_indirect;
+            (1..4)
+                .find(|&i| !indirect && is(i))
+                .map_or(1, |i| u64::try_from(i).unwrap_or(1))
+        }
+        _ => 4.min(len),
     }
 }
