@@ -21,7 +21,7 @@ use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
 
 use crate::cfi::{
     collect_rows, common_rule, expression, offset, Bad, CfiSections, CfiStats, Collected,
-    CommonRule, DropReason, Translate,
+    CommonRule, DropReason, RowSource, Translate,
 };
 use crate::plt::{uncovered, PltKind, PltSection};
 use crate::DwarfError;
@@ -241,6 +241,7 @@ pub fn rules_from_sections_arm(
         mut builder,
         stats: cfi,
         covered,
+        mut extremes,
     } = collect_rows::<Arm>(sections)?;
     let mut stats = ArmStats {
         cfi,
@@ -286,11 +287,12 @@ pub fn rules_from_sections_arm(
             }
             for (s, e) in pieces {
                 builder.push(s, e, rule)?;
+                extremes.note(s, e, RowSource::Exidx { start, end });
                 count(&mut stats.exidx_ranges);
             }
         }
     }
-    let rules = builder.build()?;
+    let rules = builder.build().map_err(|e| extremes.error(e))?;
     stats.cfi.table = rules.stats();
     Ok((rules, stats))
 }

@@ -210,6 +210,94 @@ impl fmt::Display for FdeOutsideCode {
     }
 }
 
+/// Where a row of a module's table came from (for errors about the module's address span).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowSource {
+    /// An FDE describing `[start, end)`.
+    Fde {
+        /// The section it is in.
+        section: CfiSection,
+        /// Its byte offset in the section.
+        offset: u64,
+        /// Its first address.
+        start: u64,
+        /// One past its last address.
+        end: u64,
+    },
+    /// A PLT section (rules synthesized from its section header).
+    Plt {
+        /// Its file address.
+        svma: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// The row `[start, end)` of the `.ARM.exidx` entry for the function at `start`.
+    Exidx {
+        /// The row's first address (the entry's function start).
+        start: u64,
+        /// One past its last address.
+        end: u64,
+    },
+}
+
+impl fmt::Display for RowSource {
+    /// `.eh_frame at offset 0x40: FDE for 0x1000..0x1010`, `PLT section at 0x400 (0x60
+    /// bytes)`, `.ARM.exidx row 0x8000..0x8040`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RowSource::Fde {
+                section,
+                offset,
+                start,
+                end,
+            } => write!(
+                f,
+                "{section} at offset {offset:#x}: FDE for {start:#x}..{end:#x}"
+            ),
+            RowSource::Plt { svma, size } => {
+                write!(f, "PLT section at {svma:#x} ({size:#x} bytes)")
+            }
+            RowSource::Exidx { start, end } => {
+                write!(f, ".ARM.exidx row {start:#x}..{end:#x}")
+            }
+        }
+    }
+}
+
+/// The rows with the lowest start and the highest end pushed so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Extremes {
+    lowest: Option<(u64, RowSource)>,
+    highest: Option<(u64, RowSource)>,
+}
+
+impl Extremes {
+    /// Notes a row `[start, end)` from `source` (empty rows are not encoded).
+    pub(crate) fn note(&mut self, start: u64, end: u64, source: RowSource) {
+        if end <= start {
+            return;
+        }
+        if self.lowest.is_none_or(|(s, _)| start < s) {
+            self.lowest = Some((start, source));
+        }
+        if self.highest.is_none_or(|(e, _)| end > e) {
+            self.highest = Some((end, source));
+        }
+    }
+
+    /// The loader's error for a table error: a span too large names its two ends.
+    pub(crate) fn error(&self, e: unwind_core::table::TableError) -> DwarfError {
+        match (e, self.lowest, self.highest) {
+            (
+                unwind_core::table::TableError::RangeTooLarge,
+                Some((_, lowest)),
+                Some((_, highest)),
+            ) => DwarfError::RangeTooLarge { lowest, highest },
+            (e, _, _) => DwarfError::Table(e),
+        }
+    }
+}
+
 /// What loading a module's CFI found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CfiStats {
@@ -291,6 +379,7 @@ pub(crate) trait Translate {
 
 struct Collector<'b, T: Translate> {
     builder: ModuleRulesBuilder<T::Rule>,
+    extremes: Extremes,
     stats: CfiStats,
     ctx: UnwindContext<usize>,
     rows: Vec<(u64, u64, T::Rule)>,
@@ -471,6 +560,15 @@ impl<T: Translate> Collector<'_, T> {
             }
             // Only FDEs whose rows were kept shadow others (and lower-priority rows).
             ranges.push((start, end));
+            let source = RowSource::Fde {
+                section: which,
+                offset: offset64(entry),
+                start,
+                end,
+            };
+            for &(s, e, _) in &self.rows {
+                self.extremes.note(s, e, source);
+            }
             for &(s, e, rule) in &self.rows {
                 self.builder.push(s, e, rule)?;
             }
@@ -483,6 +581,8 @@ impl<T: Translate> Collector<'_, T> {
 pub(crate) struct Collected<R> {
     /// The rows pushed so far.
     pub builder: ModuleRulesBuilder<R>,
+    /// The rows with the lowest start and highest end so far.
+    pub extremes: Extremes,
     /// Counts so far (`table` not yet set).
     pub stats: CfiStats,
     /// The ranges of the FDEs kept and of the PLT rows synthesized, sorted: addresses that
@@ -501,6 +601,7 @@ pub(crate) fn collect_rows<T: Translate>(
         .set_got(sections.got_svma);
     let mut c = Collector::<T> {
         builder: ModuleRulesBuilder::new(),
+        extremes: Extremes::default(),
         stats: CfiStats::default(),
         ctx: UnwindContext::new(),
         rows: Vec::new(),
@@ -537,6 +638,14 @@ pub(crate) fn collect_rows<T: Translate>(
         for (start, end, rule) in T::plt_rows(plt, &mut c.builder)? {
             for (s, e) in uncovered(start, end, &covered) {
                 c.builder.push(s, e, rule)?;
+                c.extremes.note(
+                    s,
+                    e,
+                    RowSource::Plt {
+                        svma: plt.svma,
+                        size: plt.size,
+                    },
+                );
                 count(&mut c.stats.plt_rows);
                 plt_ranges.push((s, e));
             }
@@ -546,6 +655,7 @@ pub(crate) fn collect_rows<T: Translate>(
     covered.sort_unstable();
     Ok(Collected {
         builder: c.builder,
+        extremes: c.extremes,
         stats: c.stats,
         covered,
     })
@@ -559,9 +669,12 @@ pub(crate) fn collect<T: Translate>(
         return Err(DwarfError::NoCfi);
     }
     let Collected {
-        builder, mut stats, ..
+        builder,
+        mut stats,
+        extremes,
+        ..
     } = collect_rows::<T>(sections)?;
-    let rules = builder.build()?;
+    let rules = builder.build().map_err(|e| extremes.error(e))?;
     stats.table = rules.stats();
     Ok((rules, stats))
 }

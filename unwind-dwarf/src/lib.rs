@@ -43,7 +43,7 @@ mod x86_64;
 pub use arm::{rules_from_sections_arm, ArmStats};
 pub use cfi::{
     rules_from_sections, BadEntry, BadEntryKind, CfiSection, CfiSections, CfiStats, DropReason,
-    FdeOutsideCode,
+    FdeOutsideCode, RowSource,
 };
 pub use compile::compile_expression;
 pub use elf::{
@@ -112,8 +112,16 @@ pub enum DwarfError {
     },
     /// The module has neither `.eh_frame` nor `.debug_frame` (nor, for ARM, `.ARM.exidx`).
     NoCfi,
-    /// The rules could not be encoded.
+    /// The rules could not be encoded (more than 65,535 distinct rules or expressions).
     Table(unwind_core::table::TableError),
+    /// The module's rows span more than 4 GiB (a corrupt FDE, without a code range to skip
+    /// it): the rows with the lowest start and the highest end.
+    RangeTooLarge {
+        /// Where the row with the lowest start came from.
+        lowest: RowSource,
+        /// Where the row with the highest end came from.
+        highest: RowSource,
+    },
     /// `.ARM.exidx` is malformed and the module has no other unwind information (with DWARF
     /// CFI or PLT rows, the error is in [`ArmStats::exidx_error`] instead).
     Exidx(unwind_arm_exidx::ExidxError),
@@ -138,6 +146,10 @@ impl fmt::Display for DwarfError {
             ),
             DwarfError::NoCfi => f.write_str("no .eh_frame, .debug_frame or .ARM.exidx"),
             DwarfError::Table(e) => write!(f, "cannot encode the rule table: {e}"),
+            DwarfError::RangeTooLarge { lowest, highest } => write!(
+                f,
+                "the unwind rows span more than 4 GiB, from {lowest} to {highest}"
+            ),
             // The error names `.ARM.exidx` and the entry itself.
             DwarfError::Exidx(e) => write!(f, "malformed {e}"),
             DwarfError::UnreadableSection(s) => write!(f, "unreadable section {s}"),

@@ -600,7 +600,7 @@ proptest! {
                 // `.ARM.extab` alone is no unwind information.
                 prop_assert!(sections[0].is_none() && sections[1].is_none() && sections[3].is_none());
             }
-            Err(DwarfError::Table(_)) => {}
+            Err(DwarfError::RangeTooLarge { .. }) => {}
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
     }
@@ -658,7 +658,9 @@ proptest! {
                 prop_assert!(stats.exidx.is_some() != stats.exidx_error.is_some());
             }
             // EXIDX rows spread over more than 4 GiB cannot be encoded.
-            Err(DwarfError::Table(TableError::RangeTooLarge)) => {}
+            Err(e @ DwarfError::RangeTooLarge { .. }) => {
+                prop_assert!(e.to_string().contains(".ARM.exidx row"), "{}", e);
+            }
             Err(e) => prop_assert!(false, "{e}"),
         }
     }
