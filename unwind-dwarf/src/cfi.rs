@@ -65,11 +65,15 @@ pub enum DropReason {
     TooManyExpressions,
     /// The FDE's instructions were malformed; its rows were discarded.
     CorruptFde,
+    /// The row lies outside its FDE's address range (its instructions advance past the FDE's
+    /// end or set the location elsewhere: a corrupt FDE). Rows that reach past the range only in
+    /// part are clipped to it.
+    OutsideFde,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::CfaUntrackedRegister,
         DropReason::CfaExpression,
         DropReason::ReturnAddressMissing,
@@ -82,6 +86,7 @@ impl DropReason {
         DropReason::OffsetOutOfRange,
         DropReason::TooManyExpressions,
         DropReason::CorruptFde,
+        DropReason::OutsideFde,
     ];
 
     /// A short name for reports.
@@ -99,6 +104,7 @@ impl DropReason {
             DropReason::OffsetOutOfRange => "offset-out-of-range",
             DropReason::TooManyExpressions => "too-many-expressions",
             DropReason::CorruptFde => "corrupt-fde",
+            DropReason::OutsideFde => "outside-fde",
         }
     }
 }
@@ -533,10 +539,18 @@ impl<T: Translate> Collector<'_, T> {
                 let mut table = fde.rows(section, self.bases, &mut self.ctx)?;
                 while let Some(row) = table.next_row()? {
                     count(&mut self.stats.rows);
+                    // gimli does not bound rows by the FDE's range: clip them to it, so that
+                    // the range checked against the code and the shadowing is the rows' too.
+                    let (rs, re) = (row.start_address(), row.end_address());
+                    if rs < re && (re <= start || rs >= end) {
+                        if let Some(n) = self.stats.dropped.get_mut(DropReason::OutsideFde as usize)
+                        {
+                            count(n);
+                        }
+                        continue;
+                    }
                     match T::translate(row, fde.cie(), section, &mut self.builder, signal) {
-                        Ok(rule) => self
-                            .rows
-                            .push((row.start_address(), row.end_address(), rule)),
+                        Ok(rule) => self.rows.push((rs.max(start), re.min(end), rule)),
                         Err(reason) => {
                             if let Some(n) = self.stats.dropped.get_mut(reason as usize) {
                                 count(n);

@@ -197,6 +197,8 @@ fn eh_frame_hdr_error_offset(hdr: &[u8], error: gimli::Error) -> u64 {
     let len = u64::try_from(hdr.len()).unwrap_or(u64::MAX);
     match error {
         gimli::Error::UnknownVersion(_) => 0,
+        // Only the `.eh_frame` pointer is required.
+        gimli::Error::CannotParseOmitPointerEncoding => 1,
         gimli::Error::UnexpectedEof(_) => len,
         gimli::Error::UnknownPointerEncoding(e) | gimli::Error::UnsupportedPointerEncoding(e) => {
             // The first encoding byte that has the offending value (the `.eh_frame` pointer's
