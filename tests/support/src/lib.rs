@@ -15,7 +15,7 @@
 //! }
 //! ```
 
-use std::io::Write as _;
+use std::io::Write;
 use std::process::Command;
 
 /// How to get any missing prerequisite; part of every message.
@@ -29,7 +29,7 @@ pub const HOW_TO_GET: &str = "scripts/setup installs it";
 /// then skips the checks that need `what`.
 #[track_caller]
 pub fn missing(what: &str) {
-    missing_in(what, under_ci());
+    missing_in(what, under_ci(), &mut std::io::stderr().lock());
 }
 
 /// True if this is a CI run: the environment variable `CI` is `true` (any case) or `1`, as CI
@@ -58,16 +58,17 @@ fn skip_line(what: &str) -> String {
     format!("SKIPPED: {what} ({HOW_TO_GET})")
 }
 
-/// [`missing`] with the CI flag as a parameter, so that both branches can be tested.
+/// [`missing`] with the CI flag and the stderr stream as parameters, so that both branches can
+/// be tested.
 #[track_caller]
-fn missing_in(what: &str, ci: bool) {
+fn missing_in(what: &str, ci: bool, stderr: &mut dyn Write) {
     if ci {
         panic!("missing prerequisite under CI (CI=true): {what} ({HOW_TO_GET})");
     }
     let line = skip_line(what);
     println!("{line}");
-    // `io::stderr()` directly: libtest captures `eprintln!` of passing tests, not this.
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    // The stream itself: libtest captures `eprintln!` of passing tests, not this.
+    let _ = writeln!(stderr, "{line}");
 }
 
 #[cfg(test)]
@@ -87,17 +88,19 @@ mod tests {
 
     #[test]
     fn outside_ci_a_missing_prerequisite_is_a_visible_skip() {
-        // Returns (no panic) and says what is missing and how to get it.
-        missing_in("qemu-arm", false);
-        let line = skip_line("qemu-arm");
-        assert!(line.starts_with("SKIPPED: qemu-arm"), "{line}");
-        assert!(line.contains("scripts/setup"), "{line}");
+        // Returns (no panic) and says on stderr what is missing and how to get it.
+        let mut err = Vec::new();
+        missing_in("qemu-arm", false, &mut err);
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "SKIPPED: qemu-arm (scripts/setup installs it)\n"
+        );
     }
 
     #[test]
     #[should_panic(expected = "missing prerequisite under CI (CI=true): qemu-arm (scripts/setup")]
     fn under_ci_a_missing_prerequisite_fails() {
-        missing_in("qemu-arm", true);
+        missing_in("qemu-arm", true, &mut Vec::new());
     }
 
     #[test]
