@@ -70,13 +70,86 @@ fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedSt
         .unwrap_or(usize::MAX)
         .min(buf.len());
     // SAFETY: `[base, base + len)` is inside the calling thread's registered stack, above the
-    // interrupted frame's red zone, hence mapped; `buf` holds at least `len` bytes and cannot
-    // overlap the live frames being copied (it is the caller's own buffer).
-    unsafe { std::ptr::copy_nonoverlapping(base as *const u8, buf.as_mut_ptr(), len) };
+    // interrupted frame's red zone, hence mapped; `buf` holds at least `len` bytes.
+    unsafe { copy_excluding_self(base, buf, len) };
     Ok(CapturedStack {
         regs,
         context,
         base,
         len,
     })
+}
+
+/// Copies the `len` bytes at address `src` into `buf`. `buf` itself may lie inside the source
+/// range (a buffer on the stack being copied, as with [`capture_here`]): its own bytes are not
+/// read (they would be the copy in progress) and their places in the copy are zero.
+///
+/// # Safety
+/// `[src, src + len)` must be mapped readable memory and `len <= buf.len()`.
+unsafe fn copy_excluding_self(src: u64, buf: &mut [u8], len: usize) {
+    let dst = buf.as_mut_ptr();
+    let (own_lo, own_hi) = (dst as u64, dst as u64 + buf.len() as u64);
+    let end = src.saturating_add(len as u64);
+    // The source range minus `buf`: at most one piece below it and one above.
+    let below = (src, end.min(own_lo).max(src));
+    let above = (src.max(own_hi).min(end), end);
+    if below.1 < end || above.0 > src {
+        // Overlap (or `buf` right at an end): zero first, then copy the disjoint pieces.
+        if let Some(b) = buf.get_mut(..len) {
+            b.fill(0);
+        }
+    }
+    for (lo, hi) in [below, above] {
+        if lo < hi {
+            let at = (lo - src) as usize;
+            // SAFETY: `[lo, hi)` lies in the caller's readable source range and outside `buf`,
+            // and `at + (hi - lo) <= len <= buf.len()`, so the ranges are disjoint and in bounds.
+            unsafe {
+                std::ptr::copy_nonoverlapping(lo as *const u8, dst.add(at), (hi - lo) as usize)
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_excluding_self;
+
+    #[test]
+    fn a_buffer_inside_the_copied_range_is_left_out() {
+        // The "stack": 64 bytes 0..64; the buffer is bytes 16..48 of it.
+        let mut stack: Vec<u8> = (0..64).collect();
+        let src = stack.as_ptr() as u64;
+        let (head, rest) = stack.split_at_mut(16);
+        let (buf, _tail) = rest.split_at_mut(32);
+        let _ = head;
+        // SAFETY: the 32 bytes at `src` are the vector's own; only `buf`'s bytes overlap.
+        unsafe { copy_excluding_self(src, buf, 32) };
+        let want: Vec<u8> = (0..16).chain(std::iter::repeat_n(0, 16)).collect();
+        assert_eq!(buf, &want[..]);
+    }
+
+    #[test]
+    fn disjoint_ranges_are_copied_whole() {
+        let src: Vec<u8> = (0..40).collect();
+        let mut buf = [0xffu8; 48];
+        // SAFETY: `src` is 40 readable bytes; `buf` is a separate array.
+        unsafe { copy_excluding_self(src.as_ptr() as u64, &mut buf, 40) };
+        assert_eq!(&buf[..40], &src[..]);
+        assert_eq!(buf[40], 0xff);
+    }
+
+    #[test]
+    fn capture_here_with_a_buffer_on_the_stack() {
+        crate::register_thread().unwrap();
+        let mut buf = [0u8; 4096];
+        let c = super::capture_here(&mut buf).unwrap();
+        assert!(c.len > 0);
+        let base = c.base;
+        let own = buf.as_ptr() as u64;
+        // The buffer sits above this frame's SP, so it is inside the copied range: its part of
+        // the copy is zero, and the rest holds real stack words.
+        assert!(base <= own && own < base + c.len as u64);
+        assert!(buf[..(own - base) as usize].iter().any(|&b| b != 0));
+    }
 }
