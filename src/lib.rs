@@ -32,16 +32,17 @@ mod captures;
 pub mod minidump;
 mod modules;
 pub mod offline;
+mod publish;
 mod report;
 pub mod symbolize;
 mod threads;
 pub mod trace;
 
+use std::cell::UnsafeCell;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Instant;
 
 pub use arch::Regs;
@@ -52,8 +53,14 @@ pub use report::{preload_file, rustc_driver_path, ModuleReport, PreloadReport};
 pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};
 pub use unwind_dwarf as dwarf;
 
-use arch::{CachedRule, Rule};
-use unwind_core::{LiveStack, Memory, RuleTable, RuleTableBuilder, StackImage};
+use arch::CachedRule;
+pub(crate) use publish::Published;
+use publish::{with_table, Quarantine};
+use unwind_core::{LiveStack, Memory, RuleTableBuilder, StackImage};
+
+#[cfg(feature = "poison-freed-tables")]
+#[doc(hidden)]
+pub use publish::ignore_hazards as testing_ignore_hazards;
 
 /// Why a sample could not be unwound at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,16 +108,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The published table. Readers announce it in their hazard pointer before using it.
-static TABLE: AtomicPtr<RuleTable<Rule>> = AtomicPtr::new(ptr::null_mut());
-
 /// Everything the (rare, non-signal) refresh path owns.
 struct State {
     generation: u32,
     cache: modules::ModuleCache,
     modules: Vec<LoadedModule>,
     /// Replaced tables not yet freed because a hazard pointer may still name them.
-    retired: Vec<*mut RuleTable<Rule>>,
+    retired: Vec<*mut Published>,
+    quarantine: Quarantine,
 }
 
 // SAFETY: the raw pointers in `retired` are owned boxes only touched under the STATE mutex.
@@ -121,7 +126,84 @@ static STATE: Mutex<State> = Mutex::new(State {
     cache: modules::ModuleCache::new(),
     modules: Vec::new(),
     retired: Vec::new(),
+    quarantine: Quarantine::new(),
 });
+
+/// The thread pointer of the thread holding STATE (0 if none), so that a `fork` from a signal
+/// handler that interrupted a refresh on the same thread does not wait for itself.
+static STATE_HOLDER: AtomicUsize = AtomicUsize::new(0);
+
+/// STATE, locked, with its holder recorded.
+struct StateGuard(MutexGuard<'static, State>);
+
+impl std::ops::Deref for StateGuard {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard {
+    fn drop(&mut self) {
+        STATE_HOLDER.store(0, Ordering::Relaxed);
+    }
+}
+
+fn lock_state() -> StateGuard {
+    static AT_FORK: Once = Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registers three `extern "C" fn()` handlers that live as long as this library
+        // (glibc unregisters them if the library is unloaded).
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
+    });
+    let guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    STATE_HOLDER.store(threads::thread_pointer(), Ordering::Relaxed);
+    StateGuard(guard)
+}
+
+/// STATE held across `fork()` by the forking thread, from [`before_fork`] to [`after_fork`] or
+/// [`in_child`].
+struct ForkHold(UnsafeCell<Option<StateGuard>>);
+
+// SAFETY: only the forking thread touches it, between the fork handlers, which glibc runs on
+// that thread one after another.
+unsafe impl Sync for ForkHold {}
+
+static FORK_HOLD: ForkHold = ForkHold(UnsafeCell::new(None));
+
+/// `pthread_atfork` prepare handler: waits for a refresh in progress on another thread to finish
+/// and holds STATE, so that the child gets it unlocked and consistent.
+extern "C" fn before_fork() {
+    if STATE_HOLDER.load(Ordering::Relaxed) == threads::thread_pointer() {
+        // fork() from a signal handler that interrupted this thread's own refresh: waiting would
+        // deadlock; the interrupted refresh finishes in both processes when the handler returns.
+        return;
+    }
+    let guard = lock_state();
+    // SAFETY: see `ForkHold`.
+    unsafe { *FORK_HOLD.0.get() = Some(guard) };
+}
+
+/// `pthread_atfork` parent handler: releases STATE.
+extern "C" fn after_fork() {
+    // SAFETY: see `ForkHold`.
+    drop(unsafe { (*FORK_HOLD.0.get()).take() });
+}
+
+/// `pthread_atfork` child handler: frees the thread slots and hazards of the parent's other
+/// threads (gone in the child) and releases STATE, so that the child can register, refresh and
+/// reclaim tables those threads pinned.
+extern "C" fn in_child() {
+    threads::after_fork_in_child();
+    // SAFETY: see `ForkHold`.
+    drop(unsafe { (*FORK_HOLD.0.get()).take() });
+}
 
 /// Preloads the rules of every loaded module and publishes them; registers the calling thread.
 /// Calling it again is the same as [`refresh`].
@@ -135,7 +217,7 @@ pub fn init() -> Result<PreloadReport, Error> {
 /// already parsed, publishes it, and frees replaced tables that no unwind is reading.
 pub fn refresh() -> Result<PreloadReport, Error> {
     let started = Instant::now();
-    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut state = lock_state();
     let parsed = modules::discover(&state.cache);
     let generation = state
         .generation
@@ -152,12 +234,12 @@ pub fn refresh() -> Result<PreloadReport, Error> {
             p.rules.clone(),
         );
     }
-    let table = Box::into_raw(Box::new(builder.build().map_err(Error::Table)?));
-    let old = TABLE.swap(table, Ordering::SeqCst);
+    let old = publish::publish(builder.build().map_err(Error::Table)?);
+    let state = &mut *state;
     if !old.is_null() {
         state.retired.push(old);
     }
-    reclaim(&mut state.retired);
+    publish::reclaim(&mut state.retired, &mut state.quarantine);
     state.generation = generation.get();
     state.cache = modules::cache_of(&parsed);
     state.modules = parsed.iter().map(|p| p.module.clone()).collect();
@@ -168,35 +250,17 @@ pub fn refresh() -> Result<PreloadReport, Error> {
     ))
 }
 
-/// Frees every retired table that no thread's hazard pointer names.
-fn reclaim(retired: &mut Vec<*mut RuleTable<Rule>>) {
-    retired.retain(|&t| {
-        let in_use = threads::slots().any(|s| s.hazard.load(Ordering::SeqCst) == t);
-        if !in_use {
-            // SAFETY: `t` came from Box::into_raw, is no longer published (it was swapped out
-            // before being retired), and no hazard pointer names it: a reader that loads TABLE
-            // after the swap sees the new table, and one that loaded `t` before re-checks TABLE
-            // after publishing its hazard (see `with_table`), so none can start using `t` now.
-            drop(unsafe { Box::from_raw(t) });
-        }
-        in_use
-    });
-}
-
 /// Frees retired tables that have become unused since the last refresh. Returns how many remain.
 pub fn collect_retired() -> usize {
-    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    reclaim(&mut state.retired);
+    let mut state = lock_state();
+    let state = &mut *state;
+    publish::reclaim(&mut state.retired, &mut state.quarantine);
     state.retired.len()
 }
 
 /// The modules of the published table (for symbolization and reports).
 pub fn loaded_modules() -> Vec<LoadedModule> {
-    STATE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .modules
-        .clone()
+    lock_state().modules.clone()
 }
 
 /// A copy of the vdso's ELF image (the kernel maps it; it has no file), or `None` if the
@@ -237,6 +301,11 @@ pub fn registered_slots() -> usize {
     threads::slots().count()
 }
 
+/// How many threads are registered now (slots owned by a live thread).
+pub fn registered_threads() -> usize {
+    threads::owned()
+}
+
 /// True if the calling thread is registered.
 pub fn is_thread_registered() -> bool {
     threads::is_registered()
@@ -249,38 +318,6 @@ pub fn cache_stats() -> Option<(u64, u64)> {
     // SAFETY: the guard holds the slot's busy flag, so this thread has exclusive use of its cache.
     let cache = unsafe { &*guard.slot.cache.get() };
     Some((cache.hits(), cache.misses()))
-}
-
-/// Runs `f` with the calling thread's cache and the published table, protected by the thread's
-/// hazard pointer. Async-signal-safe.
-fn with_table<T>(
-    f: impl FnOnce(&RuleTable<Rule>, &mut unwind_core::Cache<CachedRule>, &threads::ThreadSlot) -> T,
-) -> Result<T, SampleError> {
-    let guard = threads::enter()?;
-    let slot = guard.slot;
-    let mut table = TABLE.load(Ordering::Acquire);
-    // Publish the hazard, then confirm the table is still the published one. A refresh that
-    // swapped in between is seen here, and we retry with its table (bounded: refreshes are rare).
-    let mut stable = false;
-    for _ in 0..8 {
-        slot.hazard.store(table, Ordering::SeqCst);
-        let now = TABLE.load(Ordering::SeqCst);
-        if now == table {
-            stable = true;
-            break;
-        }
-        table = now;
-    }
-    if !stable {
-        return Err(SampleError::Busy);
-    }
-    // SAFETY: `table` is the published table and our hazard names it, so `reclaim` will not free
-    // it until the guard clears the hazard on drop, after `f` returns.
-    let table = unsafe { table.as_ref() }.ok_or(SampleError::NotInitialized)?;
-    // SAFETY: the guard holds the slot's busy flag: this thread alone uses the cache, and a
-    // re-entrant signal gets `Busy` instead of a second reference.
-    let cache = unsafe { &mut *slot.cache.get() };
-    Ok(f(table, cache, slot))
 }
 
 /// The live stack of the calling thread that an unwind from `sp` may read: from the red zone
@@ -360,10 +397,4 @@ pub fn unwind_with<M: Memory + ?Sized>(
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, _, _| arch::unwind(table, cache, regs, mem, pcs, trust))
-}
-
-/// Runs `f` with the published table (for inspection; not for signal handlers that may nest
-/// with another unwind on the same thread, which gets [`SampleError::Busy`]).
-pub fn with_current_table<T>(f: impl FnOnce(&RuleTable<Rule>) -> T) -> Result<T, SampleError> {
-    with_table(|table, _, _| f(table))
 }

@@ -1,27 +1,53 @@
-//! Registered threads: stack bounds, a rule cache, and a hazard pointer each.
+//! Registered threads: stack bounds, a rule cache and a hazard pointer each, found from a signal
+//! handler by the thread pointer.
 //!
-//! Slots live in a lock-free singly linked list and are never freed (a thread that unregisters
-//! leaves its slot for the next one), so a signal handler or the table reclaimer can walk the
-//! list at any time. Registration happens outside signal handlers: `pthread_getattr_np`
-//! allocates.
+//! A signal handler must find its thread's slot without `thread_local!`: in a shared object (a
+//! `dlopen`ed or preloaded profiler) a thread-local access compiles to a call to
+//! `__tls_get_addr`, which allocates the thread's block for that object on its first access and
+//! reallocates the thread's vector of blocks after a later `dlopen` of a library with TLS. A
+//! `malloc` in a signal handler deadlocks when the signal interrupted `malloc`. So the slot is
+//! keyed by the **thread pointer**, the per-thread address the C library keeps in a register
+//! (x86_64: the `%fs` base, whose first word the TLS ABI defines to be the thread pointer
+//! itself; ARM: `TPIDRURO`). It is read with one instruction, is unique among live threads, and
+//! is the same in a signal handler as in the interrupted code.
+//!
+//! Slots are never freed, and are chained two ways, both only ever extended at the head:
+//! - every slot, for the table reclaimer (which reads every hazard pointer) and for counts;
+//! - per bucket of [`BUCKETS`] (by a hash of the owner's thread pointer), for the lookup. A slot
+//!   stays in the bucket it was created in: a thread that registers takes a free slot of its own
+//!   bucket or creates one, so a chain is never unlinked while a handler walks it, and its length
+//!   is the most threads of that bucket ever registered at once.
+//!
+//! Registration and unregistration happen outside signal handlers (`pthread_getattr_np`
+//! allocates) and are lock-free, so a `fork`ed child can always register.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::arch::{CachedRule, Rule};
-use unwind_core::{Cache, RuleTable};
+use crate::arch::CachedRule;
+use crate::publish::Published;
+use unwind_core::Cache;
+
+/// Number of lookup buckets (a power of two).
+const BUCKETS: usize = 1024;
 
 /// One registered thread's state.
 pub(crate) struct ThreadSlot {
+    /// The next slot of the list of every slot (immutable after publication).
     next: *const ThreadSlot,
-    in_use: AtomicBool,
+    /// The next slot of the same bucket (immutable after publication).
+    chain: *const ThreadSlot,
+    /// The owning thread's thread pointer; 0 while the slot is free.
+    owner: AtomicUsize,
     /// Set while the owning thread is unwinding (guards the cache against re-entrant signals).
     pub busy: AtomicBool,
     /// The table the owning thread is reading, if any: the reclaimer must not free it.
-    pub hazard: AtomicPtr<RuleTable<Rule>>,
+    pub hazard: AtomicPtr<Published>,
     pub stack_lo: AtomicU64,
     pub stack_hi: AtomicU64,
+    /// The owning thread's id (`gettid`), read at registration.
+    pub tid: AtomicI32,
     /// Only the owning thread touches it, and only while `busy` is held.
     pub cache: UnsafeCell<Cache<CachedRule>>,
 }
@@ -30,12 +56,13 @@ pub(crate) struct ThreadSlot {
 // only by the thread that holds `busy` (see `enter`), so no two threads access it at once.
 unsafe impl Sync for ThreadSlot {}
 
+/// The list of every slot.
 static SLOTS: AtomicPtr<ThreadSlot> = AtomicPtr::new(ptr::null_mut());
+/// The heads of the bucket chains.
+static HEADS: [AtomicPtr<ThreadSlot>; BUCKETS] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; BUCKETS];
 
 thread_local! {
-    /// The current thread's slot. Const-initialised with no destructor, so reading it from a
-    /// signal handler is a plain TLS load.
-    static CURRENT: Cell<*const ThreadSlot> = const { Cell::new(ptr::null()) };
     /// Releases the slot when a registered thread exits without unregistering. Touched only by
     /// `register` (outside signal handlers), which is what registers its destructor.
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
@@ -49,15 +76,79 @@ impl Drop for ExitGuard {
     }
 }
 
+/// The calling thread's thread pointer. Async-signal-safe: one register (or `%fs:0`) read.
+#[inline(always)]
+pub(crate) fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: the x86_64 TLS ABI (as glibc and musl implement it) stores the thread pointer at
+    // offset 0 of the thread control block `%fs` points to; the load has no side effect.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::asm!(
+            "mov {}, qword ptr fs:[0]",
+            out(reg) tp,
+            options(nostack, readonly, preserves_flags, pure)
+        );
+    }
+    // SAFETY: reads TPIDRURO, the user read-only thread ID register the kernel loads with the
+    // thread pointer (ARMv6K and later; armv7 has it); no memory is touched.
+    #[cfg(target_arch = "arm")]
+    unsafe {
+        std::arch::asm!(
+            "mrc p15, 0, {}, c13, c0, 3",
+            out(reg) tp,
+            options(nomem, nostack, preserves_flags, pure)
+        );
+    }
+    tp
+}
+
+/// The bucket of thread pointer `tp`: Fibonacci hashing of its bits (thread control blocks sit
+/// at similar offsets of stacks a few MiB apart, so the low bits alone would collide).
+#[inline(always)]
+fn bucket_of(tp: usize) -> &'static AtomicPtr<ThreadSlot> {
+    let folded = (tp as u64 ^ (tp as u64 >> 32)) as u32;
+    let i = (folded.wrapping_mul(0x9e37_79b1) >> (32 - BUCKETS.trailing_zeros())) as usize;
+    // `i < BUCKETS` by construction; the fallback keeps the path free of a panic.
+    HEADS.get(i).unwrap_or(&HEADS[0])
+}
+
 /// Every slot ever created.
 pub(crate) fn slots() -> impl Iterator<Item = &'static ThreadSlot> {
-    let mut p = SLOTS.load(Ordering::Acquire) as *const ThreadSlot;
+    chain(SLOTS.load(Ordering::Acquire), |s| s.next)
+}
+
+/// The slots from `head` on, following `next`.
+fn chain(
+    head: *const ThreadSlot,
+    next: fn(&ThreadSlot) -> *const ThreadSlot,
+) -> impl Iterator<Item = &'static ThreadSlot> {
+    let mut p = head;
     std::iter::from_fn(move || {
-        // SAFETY: slots are leaked boxes, never freed, and `next` is immutable after publication.
+        // SAFETY: slots are leaked boxes, never freed, and their links are immutable after
+        // publication (a Release CAS that the Acquire load of the head synchronizes with).
         let s = unsafe { p.as_ref()? };
-        p = s.next;
+        p = next(s);
         Some(s)
     })
+}
+
+/// The calling thread's slot, if it is registered. Async-signal-safe: a register read and a
+/// walk of one bucket chain (finite: chains only grow by registrations).
+#[inline]
+fn current() -> Option<&'static ThreadSlot> {
+    let tp = thread_pointer();
+    let mut p = bucket_of(tp).load(Ordering::Acquire) as *const ThreadSlot;
+    // SAFETY: as in `chain`.
+    while let Some(s) = unsafe { p.as_ref() } {
+        // Relaxed: only this thread ever stores its own thread pointer into `owner`, so it reads
+        // its own latest store; a slot it released reads 0 or another thread's pointer.
+        if s.owner.load(Ordering::Relaxed) == tp {
+            return Some(s);
+        }
+        p = s.chain;
+    }
+    None
 }
 
 /// The current thread's stack as `[lo, hi)`.
@@ -81,64 +172,101 @@ fn stack_bounds() -> std::io::Result<(u64, u64)> {
     }
 }
 
-/// Registers the current thread (idempotent).
+/// Registers the current thread (idempotent: a second call refreshes its stack bounds).
 pub(crate) fn register() -> std::io::Result<()> {
-    if is_registered() {
-        return Ok(());
-    }
     let (lo, hi) = stack_bounds()?;
-    let slot = slots()
-        .find(|s| {
-            s.in_use
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
-        .unwrap_or_else(|| {
-            let mut head = SLOTS.load(Ordering::Acquire);
-            let slot = Box::leak(Box::new(ThreadSlot {
-                next: head,
-                in_use: AtomicBool::new(true),
-                busy: AtomicBool::new(false),
-                hazard: AtomicPtr::new(ptr::null_mut()),
-                stack_lo: AtomicU64::new(0),
-                stack_hi: AtomicU64::new(0),
-                cache: UnsafeCell::new(Cache::new()),
-            }));
-            loop {
-                match SLOTS.compare_exchange_weak(head, slot, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break &*slot,
-                    Err(h) => {
-                        head = h;
-                        slot.next = h;
-                    }
-                }
-            }
-        });
+    let tp = thread_pointer();
+    // A slot this thread pointer already owns: this thread's (registered before), or one left by
+    // an exited thread whose control block this thread reuses (its exit guard did not run).
+    let slot = match current() {
+        Some(s) => s,
+        None => claim(tp),
+    };
     slot.stack_lo.store(lo, Ordering::Relaxed);
     slot.stack_hi.store(hi, Ordering::Relaxed);
-    CURRENT.with(|c| c.set(slot));
+    // SAFETY: gettid has no preconditions.
+    slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
     // Registers the exit guard's destructor (a no-op if this thread already did).
     let _ = EXIT_GUARD.try_with(|_| ());
     Ok(())
 }
 
-/// Unregisters the current thread; its slot becomes free for another thread.
-pub(crate) fn unregister() {
-    let Ok(slot) = CURRENT.try_with(|c| c.replace(ptr::null())) else {
-        return;
-    };
-    // SAFETY: non-null slots are leaked and live forever.
-    if let Some(s) = unsafe { slot.as_ref() } {
-        s.in_use.store(false, Ordering::Release);
+/// A slot for thread pointer `tp`: a free one of its bucket, or a new one pushed onto the
+/// bucket's chain and the list of every slot.
+fn claim(tp: usize) -> &'static ThreadSlot {
+    let bucket = bucket_of(tp);
+    let free = chain(bucket.load(Ordering::Acquire), |s| s.chain).find(|s| {
+        s.owner
+            .compare_exchange(0, tp, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
+    if let Some(s) = free {
+        return s;
+    }
+    let slot: &'static mut ThreadSlot = Box::leak(Box::new(ThreadSlot {
+        next: ptr::null(),
+        chain: ptr::null(),
+        owner: AtomicUsize::new(tp),
+        busy: AtomicBool::new(false),
+        hazard: AtomicPtr::new(ptr::null_mut()),
+        stack_lo: AtomicU64::new(0),
+        stack_hi: AtomicU64::new(0),
+        tid: AtomicI32::new(0),
+        cache: UnsafeCell::new(Cache::new()),
+    }));
+    // Into the list of every slot first: whoever finds the slot through its bucket (only to
+    // claim it after its owner released it) has then synchronized with both pushes.
+    push(&SLOTS, slot, |s, next| s.next = next);
+    push(bucket, slot, |s, next| s.chain = next);
+    slot
+}
+
+/// Pushes `slot` onto the list headed by `head`, setting its link with `link`.
+fn push(
+    head: &AtomicPtr<ThreadSlot>,
+    slot: &mut ThreadSlot,
+    link: fn(&mut ThreadSlot, *const ThreadSlot),
+) {
+    let mut h = head.load(Ordering::Acquire);
+    loop {
+        link(slot, h);
+        match head.compare_exchange_weak(h, slot, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(now) => h = now,
+        }
     }
 }
 
-/// The current thread's slot, with its `busy` flag taken; `None` if the thread is not registered
-/// or is already unwinding (a signal arrived during an unwind).
+/// Unregisters the current thread; its slot becomes free for a thread of the same bucket.
+pub(crate) fn unregister() {
+    if let Some(s) = current() {
+        s.stack_lo.store(0, Ordering::Relaxed);
+        s.stack_hi.store(0, Ordering::Relaxed);
+        s.owner.store(0, Ordering::Release);
+    }
+}
+
+/// In a child process just after `fork()`: frees the slots of the parent's other threads (they do
+/// not exist here; one may have been interrupted mid-unwind, leaving its slot busy and its
+/// hazard set), keeping the calling thread's.
+pub(crate) fn after_fork_in_child() {
+    let me = thread_pointer();
+    for s in slots() {
+        if s.owner.load(Ordering::Relaxed) != me {
+            s.hazard.store(ptr::null_mut(), Ordering::Relaxed);
+            s.busy.store(false, Ordering::Relaxed);
+            s.stack_lo.store(0, Ordering::Relaxed);
+            s.stack_hi.store(0, Ordering::Relaxed);
+            s.owner.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// The current thread's slot, with its `busy` flag taken; an error if the thread is not
+/// registered or is already unwinding (a signal arrived during an unwind). Async-signal-safe.
+#[inline]
 pub(crate) fn enter() -> Result<SlotGuard, crate::SampleError> {
-    let slot = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null());
-    // SAFETY: non-null slots are leaked and live forever.
-    let slot = unsafe { slot.as_ref() }.ok_or(crate::SampleError::ThreadNotRegistered)?;
+    let slot = current().ok_or(crate::SampleError::ThreadNotRegistered)?;
     if slot.busy.swap(true, Ordering::Acquire) {
         return Err(crate::SampleError::Busy);
     }
@@ -159,5 +287,41 @@ impl Drop for SlotGuard {
 
 /// True if the current thread is registered.
 pub(crate) fn is_registered() -> bool {
-    CURRENT.try_with(|c| !c.get().is_null()).unwrap_or(false)
+    current().is_some()
+}
+
+/// Slots owned by a thread now.
+pub(crate) fn owned() -> usize {
+    slots()
+        .filter(|s| s.owner.load(Ordering::Relaxed) != 0)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_have_distinct_thread_pointers_and_find_their_slots() {
+        register().unwrap();
+        let mine = current().expect("registered") as *const ThreadSlot;
+        let tp = thread_pointer();
+        let (other_tp, other_slot) = std::thread::spawn(|| {
+            assert!(current().is_none(), "a new thread is not registered");
+            register().unwrap();
+            let s = current().expect("registered") as *const ThreadSlot as usize;
+            (thread_pointer(), s)
+        })
+        .join()
+        .unwrap();
+        assert_ne!(tp, other_tp);
+        assert_ne!(mine as usize, other_slot);
+        assert_eq!(current().map(|s| s as *const ThreadSlot), Some(mine));
+        // x86_64: the thread pointer is the address of the TCB, whose first word points to it.
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the TCB is mapped for the whole life of the thread.
+        assert_eq!(unsafe { *(tp as *const usize) }, tp);
+        unregister();
+        assert!(current().is_none());
+    }
 }
