@@ -103,9 +103,21 @@ static TIDS: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREAD
 static RUNNING: AtomicBool = AtomicBool::new(false);
 static SAMPLER: Mutex<Option<JoinHandle<u64>>> = Mutex::new(None);
 
-extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+/// The SIGPROF handler: unwinds the interrupted thread into a preallocated sample slot (and, with
+/// `AGENT_SAMPLES_DIR`, captures it). Exported for C programs that install their own handler
+/// and call this one from it (the shared-object guard brackets it to count what it does).
+///
+/// # Safety
+/// Must be called from an `SA_SIGINFO` signal handler with the `ucontext` the kernel passed it,
+/// on the interrupted thread.
+#[no_mangle]
+pub unsafe extern "C" fn agent_handle_signal(
+    _: c_int,
+    _: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
     let mut pcs = [0u64; MAX_FRAMES];
-    // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler.
+    // SAFETY: `uc` is the running handler's context (the caller's contract).
     let Ok(r) = (unsafe { unwind::unwind_signal(uc, &mut pcs, None) }) else {
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
@@ -121,9 +133,9 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_voi
     }
 }
 
-/// Preloads the rule table, installs the SIGPROF handler, registers the calling thread and
-/// starts sampling every registered thread `hz` times a second.
-pub fn start(hz: u32) -> Result<(), String> {
+/// Preallocates the sample slots and preloads the rule table (registering the calling thread),
+/// without installing a handler or starting a sampler.
+pub fn init() -> Result<(), String> {
     SAMPLES.get_or_init(|| unwind::Samples::new(MAX_SAMPLES, MAX_FRAMES));
     if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
         let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
@@ -136,10 +148,17 @@ pub fn start(hz: u32) -> Result<(), String> {
         report.modules.len(),
         report.rows()
     );
+    Ok(())
+}
+
+/// Preloads the rule table, installs the SIGPROF handler, registers the calling thread and
+/// starts sampling every registered thread `hz` times a second.
+pub fn start(hz: u32) -> Result<(), String> {
+    init()?;
     // SAFETY: installs a handler that only runs async-signal-safe code; `sa` is initialised.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigprof as *const () as usize;
+        sa.sa_sigaction = agent_handle_signal as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()) != 0 {
@@ -243,6 +262,31 @@ pub fn stop() -> String {
         FAILED.load(Ordering::Relaxed)
     );
     out
+}
+
+/// C: preallocates the sample slots and preloads the rule table (see [`init`]); returns 0 on
+/// success.
+#[no_mangle]
+pub extern "C" fn agent_init() -> c_int {
+    match init() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agent_init: {e}");
+            -1
+        }
+    }
+}
+
+/// C: rebuilds the rule table after `dlopen`/`dlclose`; returns 0 on success.
+#[no_mangle]
+pub extern "C" fn agent_refresh() -> c_int {
+    match unwind::refresh() {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("agent_refresh: {e}");
+            -1
+        }
+    }
 }
 
 /// C: starts sampling at `hz`; returns 0 on success.
