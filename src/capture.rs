@@ -23,6 +23,8 @@ pub struct CapturedStack {
     pub base: u64,
     /// Bytes copied.
     pub len: usize,
+    /// The captured thread's id (`gettid`, recorded when it registered: no system call here).
+    pub thread_id: u32,
 }
 
 /// Copies the calling thread's registers (frame 0 inside this function) and as much of its
@@ -56,6 +58,7 @@ fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedSt
     let guard = threads::enter()?;
     let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
     let hi = guard.slot.stack_hi.load(Ordering::Relaxed);
+    let thread_id = guard.slot.tid.load(Ordering::Relaxed) as u32;
     let sp = arch::sp(&regs);
     if !(lo <= sp && sp < hi) {
         return Ok(CapturedStack {
@@ -63,6 +66,7 @@ fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedSt
             context,
             base: sp,
             len: 0,
+            thread_id,
         });
     }
     let base = sp.saturating_sub(RED_ZONE).max(lo);
@@ -77,6 +81,7 @@ fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedSt
         context,
         base,
         len,
+        thread_id,
     })
 }
 

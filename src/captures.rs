@@ -104,7 +104,7 @@ impl Captures {
     /// Counts a sample and, if it is one to keep and a slot is left, copies the interrupted
     /// registers and stack into it with the frames `pcs` unwound there (as many as fit) and
     /// why the walk stopped; returns whether it did. Async-signal-safe: atomics, copies and
-    /// `gettid`.
+    /// the thread id recorded at registration (no system call).
     ///
     /// # Safety
     /// As for [`capture_signal`]: `ucontext` is the running handler's context, on the
@@ -136,8 +136,7 @@ impl Captures {
         d.stack = Some(stack);
         d.frames = n;
         d.stop = stop;
-        // SAFETY: gettid has no preconditions (a system call, async-signal-safe).
-        d.thread_id = unsafe { libc::gettid() } as u32;
+        d.thread_id = stack.thread_id;
         slot.ready.store(true, Ordering::Release);
         true
     }
