@@ -33,7 +33,7 @@ struct SlotData {
 pub struct Captures {
     slots: Box<[Slot]>,
     seen: AtomicUsize,
-    every: usize,
+    every: std::num::NonZeroUsize,
 }
 
 // SAFETY: a slot's data is written only by the one `capture` call whose `seen` ticket maps to
@@ -97,7 +97,7 @@ impl Captures {
                 })
                 .collect(),
             seen: AtomicUsize::new(0),
-            every: every.max(1),
+            every: std::num::NonZeroUsize::new(every).unwrap_or(std::num::NonZeroUsize::MIN),
         }
     }
 
@@ -116,7 +116,8 @@ impl Captures {
         stop: StopReason,
     ) -> bool {
         let seen = self.seen.fetch_add(1, Ordering::Relaxed);
-        if !seen.is_multiple_of(self.every) {
+        // Divisions by a NonZeroUsize: no division-by-zero panic path in the handler.
+        if seen % self.every != 0 {
             return false;
         }
         let Some(slot) = self.slots.get(seen / self.every) else {

@@ -1,0 +1,405 @@
+//! The library as a shared object, loaded the two ways a profiler is: `dlopen`ed and
+//! `LD_PRELOAD`ed, on x86_64 and (under qemu-arm) armv7.
+//!
+//! 1. The guard (tests/shared_object/guard.c): a C program loads the test agent
+//!    (`libunwind_agent.so`), samples 4 threads at 5 kHz for 10 s (two registered at start, one
+//!    registered later, one never), `dlopen`s a library with TLS half-way, and counts what
+//!    happens inside the library's signal path: allocations and frees (the malloc family is
+//!    interposed, so libc's and the loader's calls count too), locks through the pthread API, and
+//!    (x86_64, by syscall user dispatch) system calls. All must be 0, and the stacks must reach
+//!    the thread's start.
+//! 2. The machine code: the closure of `agent_handle_signal` under direct calls, read from
+//!    `objdump -d` of the shared object, may call nothing outside the object but `mem*`, and has
+//!    no system call instruction, no indirect call and no panic path (tests/shared_object/
+//!    machine_code.rs). The same analysis of `agent_init`, which allocates, must find violations:
+//!    the check is not blind.
+
+#[path = "shared_object/machine_code.rs"]
+mod machine_code;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use machine_code::{closure, Isa};
+
+const SECONDS: &str = "10";
+const HZ: &str = "5000";
+const ARM: &str = "armv7-unknown-linux-gnueabihf";
+const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+/// A run that takes longer than this has hung (a deadlock in a handler, say).
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Checks {
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, what: impl Into<String>) {
+        let what = what.into();
+        println!("  {} {what}", if ok { "ok  " } else { "FAIL" });
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed.push(what);
+        }
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `cmd` to completion or kills it after [`TIMEOUT`]; returns (exited in time with status
+/// 0, stdout, stderr).
+fn run_bounded(cmd: &mut Command) -> (bool, String, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    match status {
+        Some(s) => (s.success(), stdout, stderr),
+        None => (false, stdout, format!("killed after {TIMEOUT:?}\n{stderr}")),
+    }
+}
+
+fn build_agent(root: &Path, target: &Path, triple: Option<&str>) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.current_dir(root)
+        .args(["build", "--release", "-p", "unwind-test-agent"]);
+    if let Some(t) = triple {
+        c.args(["--target", t]);
+    }
+    run(c.arg("--target-dir").arg(target));
+    let dir = match triple {
+        Some(t) => target.join(t).join("release"),
+        None => target.join("release"),
+    };
+    dir.join("libunwind_agent.so")
+}
+
+/// The `key=value` fields of the guard's summary line.
+fn fields(stdout: &str) -> Option<std::collections::HashMap<String, String>> {
+    let line = stdout.lines().find(|l| l.starts_with("guard: "))?;
+    Some(
+        line.split_whitespace()
+            .filter_map(|f| f.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+/// How one platform runs the guard.
+struct Platform {
+    name: &'static str,
+    /// The command that runs a program of this platform (qemu-arm for armv7), if not run directly.
+    launcher: Vec<&'static str>,
+    /// How to set an environment variable for the program only.
+    guest_env: fn(&mut Command, &str, &str),
+    /// Whether system calls are counted (syscall user dispatch; not under qemu-user).
+    counts_syscalls: bool,
+    /// Whether every stack must end at the thread's start (`_start`, `__clone3`). Not on armv7:
+    /// Debian's armhf glibc marks `start_thread`, `__libc_start_main` and the functions it has no
+    /// tables for EXIDX_CANTUNWIND, where walks end; there, the stacks whose frame 0 is in the
+    /// program must reach `main` or `worker_main`.
+    to_thread_start: bool,
+}
+
+fn guard_runs(
+    p: &Platform,
+    guard: &Path,
+    agent: &Path,
+    tls: &Path,
+    out: &Path,
+    checks: &mut Checks,
+) {
+    for mode in ["dlopen", "preload"] {
+        let report = out.join(format!("{}-{mode}.txt", p.name));
+        let mut cmd = match p.launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest);
+                c
+            }
+            None => Command::new(guard),
+        };
+        cmd.env_remove("LD_LIBRARY_PATH");
+        if mode == "preload" {
+            (p.guest_env)(&mut cmd, "LD_PRELOAD", &agent.display().to_string());
+        }
+        if !p.launcher.is_empty() {
+            cmd.arg(guard);
+        }
+        cmd.arg(mode)
+            .arg(if mode == "dlopen" {
+                agent.as_os_str()
+            } else {
+                "-".as_ref()
+            })
+            .arg(tls)
+            .args([SECONDS, HZ])
+            .arg(&report);
+        let started = Instant::now();
+        let (ok, stdout, stderr) = run_bounded(&mut cmd);
+        let what = format!("{} {mode}", p.name);
+        println!(
+            "{what}: {} ({:.1} s)",
+            stdout.trim(),
+            started.elapsed().as_secs_f64()
+        );
+        checks.check(
+            ok,
+            format!("{what}: the program ran to its end (no hang, no crash)"),
+        );
+        if !ok {
+            println!("{stderr}");
+            continue;
+        }
+        let f = fields(&stdout).unwrap_or_default();
+        let n = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok());
+        let handled = n("handled").unwrap_or(0);
+        checks.check(
+            handled >= 1000,
+            format!("{what}: {handled} signals handled (>= 1000)"),
+        );
+        for k in ["allocs", "frees", "locks"] {
+            checks.check(
+                n(k) == Some(0),
+                format!(
+                    "{what}: {k} inside the signal path = {:?} (want 0)",
+                    f.get(k)
+                ),
+            );
+        }
+        match f.get("syscalls").map(String::as_str) {
+            Some("unavailable") if !p.counts_syscalls => println!(
+                "  note {what}: system calls not counted here (no syscall user dispatch under \
+                 qemu-user); the machine-code check covers them"
+            ),
+            Some("unavailable") => unwind_test_support::missing(
+                "syscall user dispatch (Linux 5.11+), to count system calls in the signal path",
+            ),
+            other => checks.check(
+                other == Some("0"),
+                format!(
+                    "{what}: system calls inside the signal path = {other:?} (want 0; first: {:?})",
+                    f.get("first_syscall")
+                ),
+            ),
+        }
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("stop=")).collect();
+        let refused = text
+            .lines()
+            .find_map(|l| l.split("not unwound ").nth(1))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        checks.check(
+            samples.len() >= 1000,
+            format!("{what}: {} samples unwound (>= 1000)", samples.len()),
+        );
+        checks.check(
+            refused > 0,
+            format!("{what}: {refused} signals to unregistered threads refused (> 0)"),
+        );
+        // A sample line: `stop=... frames=N module!function;module!function;...`.
+        let frames = |l: &str| -> Vec<(String, String)> {
+            l.split_whitespace()
+                .nth(2)
+                .unwrap_or("")
+                .split(';')
+                .filter_map(|f| f.split_once('!'))
+                .map(|(m, f)| (m.to_string(), f.to_string()))
+                .collect()
+        };
+        let ours = |m: &str| m.starts_with("guard");
+        let reaches_main = |l: &str| {
+            frames(l)
+                .iter()
+                .any(|(m, f)| ours(m) && (f == "main" || f == "worker_main"))
+        };
+        let at_start = |l: &str| {
+            frames(l)
+                .last()
+                .is_some_and(|(m, f)| f == "__clone3" || (ours(m) && f == "_start"))
+        };
+        let judged: Vec<&str> = if p.to_thread_start {
+            samples.clone()
+        } else {
+            samples
+                .iter()
+                .copied()
+                .filter(|l| frames(l).first().is_some_and(|(m, _)| ours(m)))
+                .collect()
+        };
+        let complete = judged
+            .iter()
+            .filter(|l| reaches_main(l))
+            .filter(|l| !p.to_thread_start || at_start(l))
+            .count();
+        let share = complete as f64 / judged.len().max(1) as f64;
+        checks.check(
+            share >= 0.99 && judged.len() >= 500,
+            format!(
+                "{what}: {complete} of {} stacks {} reach main or worker_main{} ({:.2} %, want >= 99 %)",
+                judged.len(),
+                if p.to_thread_start { "" } else { "interrupted in the program's code" },
+                if p.to_thread_start { " and the thread's start" } else { "" },
+                share * 100.0,
+            ),
+        );
+        if share < 0.99 {
+            for l in judged.iter().filter(|l| !reaches_main(l)).take(5) {
+                println!("    {l}");
+            }
+        }
+    }
+}
+
+fn machine_code_checks(name: &str, agent: &Path, isa: Isa, checks: &mut Checks) {
+    let c = closure(agent, isa, "agent_handle_signal");
+    println!(
+        "{name} signal path (agent_handle_signal): {} functions, {} instructions, external calls \
+         {:?}, {} indirect jumps",
+        c.functions, c.instructions, c.external, c.indirect_jumps
+    );
+    for v in c.violations.iter().take(10) {
+        println!("    {v}");
+    }
+    checks.check(
+        c.violations.is_empty(),
+        format!(
+            "{name}: the signal path's machine code calls nothing outside the library but mem*, \
+             makes no system call or indirect call and cannot panic ({} violations)",
+            c.violations.len()
+        ),
+    );
+    checks.check(
+        c.functions >= 5,
+        format!(
+            "{name}: the closure holds the unwinder ({} functions)",
+            c.functions
+        ),
+    );
+    let init = closure(agent, isa, "agent_init");
+    let sees_alloc = init
+        .violations
+        .iter()
+        .any(|v| v.contains("calls malloc") || v.contains("calls __rust_alloc"));
+    checks.check(
+        sees_alloc,
+        format!(
+            "{name}: the same check finds agent_init's allocations ({} violations)",
+            init.violations.len()
+        ),
+    );
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = root.join("target").join("test-shared-object");
+    let src = root.join("tests").join("shared_object");
+    let out = target.join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut checks = Checks {
+        passed: 0,
+        failed: Vec::new(),
+    };
+
+    let agent = build_agent(&root, &target, None);
+    let guard = out.join("guard");
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-Wall", "-o"])
+        .arg(&guard)
+        .arg(src.join("guard.c"))
+        .args(["-ldl", "-lpthread"]));
+    let tls = out.join("libtls.so");
+    run(Command::new("gcc")
+        .args(["-O2", "-fPIC", "-shared", "-o"])
+        .arg(&tls)
+        .arg(src.join("tlslib.c")));
+    let native = Platform {
+        name: "x86_64",
+        launcher: vec![],
+        guest_env: |c, k, v| {
+            c.env(k, v);
+        },
+        counts_syscalls: true,
+        to_thread_start: true,
+    };
+    guard_runs(&native, &guard, &agent, &tls, &out, &mut checks);
+    machine_code_checks("x86_64", &agent, Isa::X86_64, &mut checks);
+
+    let arm_tools = [
+        "arm-linux-gnueabihf-gcc",
+        "arm-linux-gnueabihf-objdump",
+        "qemu-arm",
+    ];
+    if let Some(t) = arm_tools
+        .iter()
+        .find(|t| !unwind_test_support::tool_runs(t))
+    {
+        unwind_test_support::missing(&format!("{t}, for the armv7 shared-object tests"));
+    } else {
+        let agent = build_agent(&root, &target, Some(ARM));
+        let guard = out.join("guard-arm");
+        run(Command::new("arm-linux-gnueabihf-gcc")
+            .args(["-O2", "-g", "-Wall", "-o"])
+            .arg(&guard)
+            .arg(src.join("guard.c"))
+            .args(["-ldl", "-lpthread"]));
+        let tls = out.join("libtls-arm.so");
+        run(Command::new("arm-linux-gnueabihf-gcc")
+            .args(["-O2", "-fPIC", "-shared", "-o"])
+            .arg(&tls)
+            .arg(src.join("tlslib.c")));
+        let arm = Platform {
+            name: "armv7",
+            launcher: vec!["qemu-arm", "-L", ARM_SYSROOT],
+            // qemu-arm's -E sets a variable for the guest only (the host qemu must not get an
+            // armv7 LD_PRELOAD).
+            guest_env: |c, k, v| {
+                c.arg("-E").arg(format!("{k}={v}"));
+            },
+            counts_syscalls: false,
+            to_thread_start: false,
+        };
+        guard_runs(&arm, &guard, &agent, &tls, &out, &mut checks);
+        machine_code_checks("armv7", &agent, Isa::Arm, &mut checks);
+    }
+
+    println!(
+        "shared_object: {} passed, {} failed",
+        checks.passed,
+        checks.failed.len()
+    );
+    if !checks.failed.is_empty() {
+        for f in &checks.failed {
+            eprintln!("FAILED: {f}");
+        }
+        std::process::exit(1);
+    }
+}
