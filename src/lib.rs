@@ -218,14 +218,16 @@ pub fn init() -> Result<PreloadReport, Error> {
 pub fn refresh() -> Result<PreloadReport, Error> {
     let started = Instant::now();
     let mut state = lock_state();
-    let parsed = modules::discover(&state.cache);
+    let discovered = modules::discover(&state.cache);
+    let parsed = &discovered.modules;
     let generation = state
         .generation
         .checked_add(1)
         .and_then(NonZeroU32::new)
         .ok_or(Error::GenerationsExhausted)?;
     let mut builder = RuleTableBuilder::new(generation);
-    for p in &parsed {
+    // Modules whose code overlaps another's are left out (and reported).
+    for p in parsed.iter().filter(|p| p.overlaps.is_none()) {
         builder.add(
             p.module.start,
             p.module.end,
@@ -241,12 +243,17 @@ pub fn refresh() -> Result<PreloadReport, Error> {
     }
     publish::reclaim(&mut state.retired, &mut state.quarantine);
     state.generation = generation.get();
-    state.cache = modules::cache_of(&parsed);
-    state.modules = parsed.iter().map(|p| p.module.clone()).collect();
+    state.cache = modules::cache_of(parsed);
+    state.modules = parsed
+        .iter()
+        .filter(|p| p.overlaps.is_none())
+        .map(|p| p.module.clone())
+        .collect();
     Ok(PreloadReport::new(
         generation.get(),
-        &parsed,
+        parsed,
         started.elapsed(),
+        discovered.loader_lock,
     ))
 }
 

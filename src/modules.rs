@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::arch::{Phdr, Rule};
 use unwind_core::table::ModuleRules;
@@ -51,16 +52,45 @@ pub(crate) struct ParsedModule {
     pub rules: Arc<ModuleRules<Rule>>,
     pub stats: Option<CfiStats>,
     pub error: Option<String>,
+    /// Why rules that only the module's file on disk has (PLT sections, ARM `.debug_frame`) were
+    /// not used, if they were not.
+    pub file_note: Option<String>,
     pub reused: bool,
+    /// Left out of the table: its code overlaps the named module's (see [`resolve_overlaps`]).
+    pub overlaps: Option<String>,
+}
+
+/// What a module's parse produced, kept between refreshes.
+#[derive(Clone, Debug)]
+pub(crate) struct Parsed {
+    rules: Arc<ModuleRules<Rule>>,
+    stats: Option<CfiStats>,
+    error: Option<String>,
+    file_note: Option<String>,
 }
 
 /// Parsed rules kept between refreshes.
-pub(crate) type ModuleCache =
-    BTreeMap<ModuleKey, (Arc<ModuleRules<Rule>>, Option<CfiStats>, Option<String>)>;
+pub(crate) type ModuleCache = BTreeMap<ModuleKey, Parsed>;
+
+/// What [`discover`] found.
+pub(crate) struct Discovered {
+    /// Every module with executable code, with rules.
+    pub modules: Vec<ParsedModule>,
+    /// How long the dynamic loader's lock was held (the `dl_iterate_phdr` walk, in which new
+    /// modules' unwind sections are copied; parsing happens after it).
+    pub loader_lock: Duration,
+}
+
+/// A module seen during the `dl_iterate_phdr` walk: parsed before, or new with a copy of what its
+/// tables are read from.
+enum Seen {
+    Known(LoadedModule, Box<Parsed>),
+    New(LoadedModule, Vec<Phdr>, ImageCopy),
+}
 
 struct Walk<'a> {
     cache: &'a ModuleCache,
-    out: Vec<ParsedModule>,
+    out: Vec<Seen>,
 }
 
 const PT_LOAD: u32 = 1;
@@ -68,23 +98,62 @@ const PT_NOTE: u32 = 4;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PF_X: u32 = 1;
 const NT_GNU_BUILD_ID: u32 = 3;
+/// `PT_ARM_EXIDX`: the segment holding `.ARM.exidx`.
+#[cfg(target_arch = "arm")]
+const PT_ARM_EXIDX: u32 = 0x7000_0001;
 
 /// Every loaded module, each with its rules: reused from `cache` when the same module (name,
-/// bias, `.eh_frame_hdr`) was parsed before, otherwise read from its mapped `.eh_frame`.
+/// bias, `.eh_frame_hdr`) was parsed before, otherwise parsed from its image.
 ///
-/// Parsing happens inside the `dl_iterate_phdr` callback, under the loader's lock, so no module
-/// can be unloaded while its image is read.
-pub(crate) fn discover(cache: &ModuleCache) -> Vec<ParsedModule> {
+/// The `dl_iterate_phdr` callback runs under the dynamic loader's lock, which other threads'
+/// `dlopen`, `dlclose` and C++ exception unwinding wait for. So it only describes each module
+/// and copies the parts of a new module's segments that its unwind tables are read from (a
+/// module may be unloaded as soon as the lock is released); the parsing, which takes 0.1 s for
+/// the largest libraries, happens after the lock, on the copies.
+pub(crate) fn discover(cache: &ModuleCache) -> Discovered {
     let mut walk = Walk {
         cache,
         out: Vec::new(),
     };
+    let started = Instant::now();
     // SAFETY: the callback matches the signature dl_iterate_phdr expects and only reads the
     // `dl_phdr_info` it is given; `walk` outlives the call.
     unsafe {
         libc::dl_iterate_phdr(Some(callback), &mut walk as *mut Walk as *mut libc::c_void);
     }
-    walk.out
+    let loader_lock = started.elapsed();
+    let mut modules: Vec<ParsedModule> = walk
+        .out
+        .into_iter()
+        .map(|seen| match seen {
+            Seen::Known(module, p) => ParsedModule {
+                module,
+                rules: p.rules,
+                stats: p.stats,
+                error: p.error,
+                file_note: p.file_note,
+                reused: true,
+                overlaps: None,
+            },
+            Seen::New(module, phdrs, image) => {
+                let parsed = guarded(|| parse(&module, &phdrs, &image));
+                ParsedModule {
+                    module,
+                    rules: parsed.rules,
+                    stats: parsed.stats,
+                    error: parsed.error,
+                    file_note: parsed.file_note,
+                    reused: false,
+                    overlaps: None,
+                }
+            }
+        })
+        .collect();
+    resolve_overlaps(&mut modules);
+    Discovered {
+        modules,
+        loader_lock,
+    }
 }
 
 /// Every loaded module as the loader reports it, without reading unwind tables (for minidumps
@@ -129,11 +198,30 @@ unsafe extern "C" fn callback(
     // A panic must not unwind into the C caller.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: as above; `info` describes a module the loader keeps mapped during the callback.
-        if let Some(m) = unsafe { module_from_info(info, walk.cache) } {
-            walk.out.push(m);
+        let Some((module, phdrs, hdr)) = (unsafe { describe(info) }) else {
+            return;
+        };
+        let key = ModuleKey::of(&module);
+        if let Some(p) = walk.cache.get(&key) {
+            walk.out.push(Seen::Known(module, Box::new(p.clone())));
+            return;
         }
+        // SAFETY: the loader keeps the module mapped during the callback.
+        let mapped = unsafe { Mapped::new(module.bias, phdrs) };
+        let image = copy_image(&mapped, hdr);
+        walk.out.push(Seen::New(module, phdrs.to_vec(), image));
     }));
     0
+}
+
+impl ModuleKey {
+    fn of(m: &LoadedModule) -> Self {
+        ModuleKey {
+            name: m.name.clone(),
+            bias: m.bias,
+            eh_frame_hdr: m.eh_frame_hdr,
+        }
+    }
 }
 
 /// The module `info` describes, its program headers and its `PT_GNU_EH_FRAME` header; `None`
@@ -187,6 +275,8 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
     } else {
         name
     };
+    // SAFETY: the loader keeps the module mapped during the callback (this function's contract).
+    let mapped = unsafe { Mapped::new(bias, phdrs) };
     let module = LoadedModule {
         name,
         bias,
@@ -195,24 +285,121 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
         eh_frame_hdr: hdr.map(|h| bias.wrapping_add(u64::from(h.p_vaddr))),
         image_start: bias.wrapping_add(image_lo),
         image_end: bias.wrapping_add(image_hi),
-        // SAFETY: forwarded: the module is mapped during the callback.
-        build_id: unsafe { build_id_of(bias, phdrs) },
+        build_id: build_id_of(&mapped),
     };
     Some((module, phdrs, hdr))
 }
 
-/// The build id in the module's mapped `PT_NOTE` segments.
-///
-/// # Safety
-/// As for [`mapped_from`].
-unsafe fn build_id_of(bias: u64, phdrs: &[Phdr]) -> Option<Vec<u8>> {
-    phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
-        // SAFETY: forwarded from the caller.
-        let (bytes, _) = unsafe { mapped_from(bias, phdrs, u64::from(p.p_vaddr)) }?;
-        let len = usize::try_from(u64::from(p.p_memsz)).unwrap_or(usize::MAX);
-        let notes = bytes.get(..len.min(bytes.len()))?;
-        gnu_build_id(notes, u64::from(p.p_align)).map(<[u8]>::to_vec)
-    })
+/// Bytes of a module's image by file address: the mapped module itself, or copies of parts of it.
+trait Image {
+    /// The bytes from file address `svma` to the end of the file-backed part of the `PT_LOAD`
+    /// segment that contains it, with that segment's file-address range.
+    fn from(&self, svma: u64) -> Option<(&[u8], (u64, u64))>;
+}
+
+/// A module mapped in this process.
+struct Mapped<'a> {
+    bias: u64,
+    phdrs: &'a [Phdr],
+}
+
+impl<'a> Mapped<'a> {
+    /// # Safety
+    /// `phdrs` are the program headers of a module mapped at `bias`, which stays mapped while
+    /// the value is used (as the loader keeps it during a `dl_iterate_phdr` callback).
+    unsafe fn new(bias: u64, phdrs: &'a [Phdr]) -> Self {
+        Mapped { bias, phdrs }
+    }
+}
+
+impl Image for Mapped<'_> {
+    fn from(&self, svma: u64) -> Option<(&[u8], (u64, u64))> {
+        let seg = self
+            .phdrs
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .map(file_range)
+            .find(|&(lo, hi)| lo <= svma && svma < hi)?;
+        let len = usize::try_from(seg.1 - svma).ok()?;
+        // SAFETY: `[svma, seg.1)` lies inside a PT_LOAD segment of the module, which stays
+        // mapped and readable while `self` is used (the contract of `Mapped::new`).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(self.bias.wrapping_add(svma) as usize as *const u8, len)
+        };
+        Some((bytes, seg))
+    }
+}
+
+/// Copies of the parts of a module's segments that its unwind tables are read from: in each
+/// segment that holds one of them, from the lowest such address to the segment's end.
+#[derive(Default)]
+struct ImageCopy {
+    /// `(segment range, first copied address, bytes)`.
+    regions: Vec<((u64, u64), u64, Vec<u8>)>,
+}
+
+impl Image for ImageCopy {
+    fn from(&self, svma: u64) -> Option<(&[u8], (u64, u64))> {
+        let (seg, at, bytes) = self
+            .regions
+            .iter()
+            .find(|(_, at, b)| *at <= svma && svma - *at < b.len() as u64)?;
+        let skip = usize::try_from(svma - at).ok()?;
+        Some((bytes.get(skip..)?, *seg))
+    }
+}
+
+/// Copies what [`rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
+/// to the end of their segments and, on ARM, the whole segment holding `.ARM.exidx` (its
+/// `.ARM.extab` entries lie in it).
+fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
+    let mut wanted: Vec<u64> = Vec::new();
+    if let Some(h) = hdr {
+        wanted.push(u64::from(h.p_vaddr));
+        if let Ok((_, eh_svma)) = eh_frame_of(mapped, h) {
+            wanted.push(eh_svma);
+        }
+    }
+    #[cfg(target_arch = "arm")]
+    if let Some(x) = mapped.phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX) {
+        if let Some((_, (seg_lo, _))) = mapped.from(u64::from(x.p_vaddr)) {
+            wanted.push(seg_lo);
+        }
+    }
+    let mut copy = ImageCopy::default();
+    for seg in mapped
+        .phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(file_range)
+    {
+        let Some(at) = wanted
+            .iter()
+            .copied()
+            .filter(|&w| seg.0 <= w && w < seg.1)
+            .min()
+        else {
+            continue;
+        };
+        if let Some((bytes, _)) = mapped.from(at) {
+            copy.regions.push((seg, at, bytes.to_vec()));
+        }
+    }
+    copy
+}
+
+/// The build id in the module's `PT_NOTE` segments.
+fn build_id_of(image: &Mapped<'_>) -> Option<Vec<u8>> {
+    image
+        .phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_NOTE)
+        .find_map(|p| {
+            let (bytes, _) = image.from(u64::from(p.p_vaddr))?;
+            let len = usize::try_from(u64::from(p.p_memsz)).unwrap_or(usize::MAX);
+            let notes = bytes.get(..len.min(bytes.len()))?;
+            gnu_build_id(notes, u64::from(p.p_align)).map(<[u8]>::to_vec)
+        })
 }
 
 /// The descriptor of the `NT_GNU_BUILD_ID` note named `GNU` in a note segment whose entries are
@@ -239,49 +426,114 @@ pub(crate) fn gnu_build_id(mut notes: &[u8], align: u64) -> Option<&[u8]> {
     None
 }
 
-/// # Safety
-/// `info` must come from `dl_iterate_phdr` and be used only during its callback.
-unsafe fn module_from_info(info: &libc::dl_phdr_info, cache: &ModuleCache) -> Option<ParsedModule> {
-    // SAFETY: forwarded from the caller.
-    let (module, phdrs, hdr) = unsafe { describe(info) }?;
-    let bias = module.bias;
-    let (start, end) = (module.start, module.end);
-    let key = ModuleKey {
-        name: module.name.clone(),
-        bias,
-        eh_frame_hdr: module.eh_frame_hdr,
-    };
-    if let Some((rules, stats, error)) = cache.get(&key) {
-        return Some(ParsedModule {
-            module,
-            rules: rules.clone(),
-            stats: stats.clone(),
-            error: error.clone(),
-            reused: true,
-        });
-    }
-    // PLT stubs without CFI (lld writes none) get synthesized rules; only the file on disk has
-    // the section headers that locate them. The vdso has no file and no PLT.
-    let plt = if module.name.starts_with('/') {
-        unwind_dwarf::plt::plt_sections_of_file(std::path::Path::new(&module.name))
-            .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let code = (start.wrapping_sub(bias), end.wrapping_sub(bias));
-    // SAFETY: the program headers describe this module's mapped segments.
-    let parsed = unsafe { rules_from_image(&module.name, bias, hdr, phdrs, &plt, code) };
-    let (rules, stats, error) = match parsed {
-        Ok((rules, stats)) => (Arc::new(rules), Some(stats), None),
-        Err(e) => (Arc::new(ModuleRules::empty()), None, Some(e.to_string())),
-    };
-    Some(ParsedModule {
-        module,
-        rules,
-        stats,
-        error,
-        reused: false,
+/// Runs a module's parse, turning a panic (which the parsers are built never to raise) into an
+/// error of that module, instead of losing the module silently or unwinding further.
+fn guarded(parse: impl FnOnce() -> Parsed) -> Parsed {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|panic| Parsed {
+        rules: Arc::new(ModuleRules::empty()),
+        stats: None,
+        error: Some(format!("parsing panicked: {}", panic_message(&*panic))),
+        file_note: None,
     })
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// The module's file on disk, if it is the mapped image: both have the same build id. A file
+/// replaced on disk since the module was loaded (an upgrade while the program runs) would give
+/// another build's rules; then, or when that cannot be checked, the reason.
+fn matching_file(module: &LoadedModule) -> Result<(std::fs::File, memmap2::Mmap), String> {
+    if !module.name.starts_with('/') {
+        return Err("no file (the vdso)".into());
+    }
+    let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let Some(mapped_id) = &module.build_id else {
+        return Err("the mapped image has no build id to check its file against".into());
+    };
+    let file = std::fs::File::open(&module.name).map_err(|e| format!("cannot open: {e}"))?;
+    // SAFETY: a read-only private mapping, used only while the module is parsed (see
+    // unwind_dwarf::load_elf_file on files changed concurrently).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map: {e}"))?;
+    let file_id = object::File::parse(&*map).ok().and_then(|f| {
+        object::Object::build_id(&f)
+            .ok()
+            .flatten()
+            .map(<[u8]>::to_vec)
+    });
+    match file_id {
+        Some(id) if id == *mapped_id => Ok((file, map)),
+        Some(id) => Err(format!(
+            "the file on disk is another build (build id {} on disk, {} mapped)",
+            hex(&id),
+            hex(mapped_id)
+        )),
+        None => Err(format!(
+            "the file on disk has no build id (mapped: {})",
+            hex(mapped_id)
+        )),
+    }
+}
+
+/// Parses a new module from the copy of its image (and, where they match, its file on disk).
+fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
+    let hdr = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
+    let code = (
+        module.start.wrapping_sub(module.bias),
+        module.end.wrapping_sub(module.bias),
+    );
+    let file = matching_file(module);
+    // PLT stubs without CFI (lld writes none) get synthesized rules; only the file on disk has
+    // the section headers that locate them.
+    let plt = match &file {
+        Ok((_, map)) => object::File::parse(&**map)
+            .map(|elf| unwind_dwarf::plt::plt_sections(&elf))
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let file_note = file.as_ref().err().cloned();
+    let map = file.as_ref().ok().map(|(_, m)| &m[..]);
+    match rules_from_image(image, map, hdr, phdrs, &plt, code) {
+        Ok((rules, stats)) => Parsed {
+            rules: Arc::new(rules),
+            stats: Some(stats),
+            error: None,
+            file_note,
+        },
+        Err(e) => Parsed {
+            rules: Arc::new(ModuleRules::empty()),
+            stats: None,
+            error: Some(e.to_string()),
+            file_note,
+        },
+    }
+}
+
+/// Leaves out of the table every module whose code overlaps one before it (by start address),
+/// naming both: the table needs disjoint ranges, and one bad module must not cost the others.
+pub(crate) fn resolve_overlaps(modules: &mut [ParsedModule]) {
+    let mut order: Vec<usize> = (0..modules.len()).collect();
+    order.sort_by_key(|&i| (modules[i].module.start, modules[i].module.end));
+    let mut last: Option<usize> = None;
+    for i in order {
+        if let Some(k) = last {
+            let (prev, this) = (&modules[k].module, &modules[i].module);
+            if this.start < prev.end {
+                let why = format!(
+                    "its code [{:#x}, {:#x}) overlaps that of {} [{:#x}, {:#x})",
+                    this.start, this.end, prev.name, prev.start, prev.end
+                );
+                modules[i].overlaps = Some(why);
+                continue;
+            }
+        }
+        last = Some(i);
+    }
 }
 
 /// A mapped segment's file-address range `[vaddr, vaddr + filesz)`.
@@ -290,58 +542,26 @@ fn file_range(p: &Phdr) -> (u64, u64) {
     (vaddr, vaddr.saturating_add(u64::from(p.p_filesz)))
 }
 
-/// The bytes of a mapped module from file address `svma` to the end of the readable `PT_LOAD`
-/// segment that contains it, with that segment's range.
-///
-/// # Safety
-/// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
-unsafe fn mapped_from<'a>(bias: u64, phdrs: &[Phdr], svma: u64) -> Option<(&'a [u8], (u64, u64))> {
-    let seg = phdrs
-        .iter()
-        .filter(|p| p.p_type == PT_LOAD)
-        .map(file_range)
-        .find(|&(lo, hi)| lo <= svma && svma < hi)?;
-    let len = usize::try_from(seg.1 - svma).ok()?;
-    // SAFETY: `[svma, seg.1)` lies inside a PT_LOAD segment the loader keeps mapped and
-    // readable during the caller's dl_iterate_phdr callback.
-    let bytes =
-        unsafe { std::slice::from_raw_parts(bias.wrapping_add(svma) as usize as *const u8, len) };
-    Some((bytes, seg))
-}
-
-/// `.eh_frame` of a mapped module: `.eh_frame_hdr` gives its address, and the readable
-/// `PT_LOAD` segment that contains it bounds the slice (parsing stops at its zero terminator).
-///
-/// # Safety
-/// As for [`mapped_from`].
-unsafe fn eh_frame_of<'a>(
-    bias: u64,
-    hdr: &Phdr,
-    phdrs: &[Phdr],
-) -> Result<(&'a [u8], u64), DwarfError> {
+/// `.eh_frame` of a module: `.eh_frame_hdr` gives its address, and the `PT_LOAD` segment that
+/// contains it bounds the slice (parsing stops at its zero terminator).
+fn eh_frame_of<'a>(image: &'a impl Image, hdr: &Phdr) -> Result<(&'a [u8], u64), DwarfError> {
     let hdr_svma = u64::from(hdr.p_vaddr);
-    // SAFETY: forwarded.
-    let (hdr_bytes, _) = unsafe { mapped_from(bias, phdrs, hdr_svma) }.ok_or(DwarfError::NoCfi)?;
+    let (hdr_bytes, _) = image.from(hdr_svma).ok_or(DwarfError::NoCfi)?;
     let hdr_len = usize::try_from(u64::from(hdr.p_memsz)).unwrap_or(usize::MAX);
     let hdr_bytes = hdr_bytes
         .get(..hdr_len.min(hdr_bytes.len()))
         .unwrap_or(hdr_bytes);
     let address_size = std::mem::size_of::<usize>() as u8;
     let eh_svma = unwind_dwarf::eh_frame_address_from_hdr(hdr_bytes, hdr_svma, address_size)?;
-    // SAFETY: forwarded.
-    let (eh_frame, _) = unsafe { mapped_from(bias, phdrs, eh_svma) }.ok_or(DwarfError::NoCfi)?;
+    let (eh_frame, _) = image.from(eh_svma).ok_or(DwarfError::NoCfi)?;
     Ok((eh_frame, eh_svma))
 }
 
-/// The DWARF CFI of a mapped module: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
+/// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
 /// and code range.
-///
-/// # Safety
-/// As for [`mapped_from`].
-unsafe fn cfi_sections<'a>(
-    bias: u64,
+fn cfi_sections<'a>(
+    image: &'a ImageCopy,
     hdr: Option<&Phdr>,
-    phdrs: &[Phdr],
     plt: &'a [unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<CfiSections<'a>, DwarfError> {
@@ -351,73 +571,53 @@ unsafe fn cfi_sections<'a>(
         ..CfiSections::default()
     };
     if let Some(hdr) = hdr {
-        // SAFETY: forwarded from the caller.
-        let (eh_frame, eh_svma) = unsafe { eh_frame_of(bias, hdr, phdrs) }?;
+        let (eh_frame, eh_svma) = eh_frame_of(image, hdr)?;
         sections.eh_frame = Some(eh_frame);
         sections.eh_frame_svma = eh_svma;
     }
     Ok(sections)
 }
 
-/// Reads the unwind tables of a mapped module (x86_64: `.eh_frame`).
-///
-/// # Safety
-/// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
+/// Reads the unwind tables of a module (x86_64: `.eh_frame` from the image).
 #[cfg(target_arch = "x86_64")]
-unsafe fn rules_from_image(
-    _name: &str,
-    bias: u64,
+fn rules_from_image(
+    image: &ImageCopy,
+    _file: Option<&[u8]>,
     hdr: Option<&Phdr>,
-    phdrs: &[Phdr],
+    _phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    // SAFETY: forwarded from the caller.
-    let sections = unsafe { cfi_sections(bias, hdr, phdrs, plt, code) }?;
-    unwind_dwarf::rules_from_sections(&sections)
+    unwind_dwarf::rules_from_sections(&cfi_sections(image, hdr, plt, code)?)
 }
 
-/// `PT_ARM_EXIDX`: the segment holding `.ARM.exidx`.
+/// Reads the unwind tables of a module (32-bit ARM: `.ARM.exidx` with the `.ARM.extab` entries
+/// it points to, and `.eh_frame` where present, which wins where both describe code; or, when
+/// the file on disk is the mapped image, the file, whose `.debug_frame` is exact in prologues
+/// and epilogues where EXIDX is not).
 #[cfg(target_arch = "arm")]
-const PT_ARM_EXIDX: u32 = 0x7000_0001;
-
-/// Reads the unwind tables of a mapped module (32-bit ARM: `.ARM.exidx` with the `.ARM.extab`
-/// entries it points to, and `.eh_frame` where present, which wins where both describe code).
-///
-/// # Safety
-/// `phdrs` must be the program headers of a module mapped at `bias`, mapped during the call.
-#[cfg(target_arch = "arm")]
-unsafe fn rules_from_image(
-    name: &str,
-    bias: u64,
+fn rules_from_image(
+    image: &ImageCopy,
+    file: Option<&[u8]>,
     hdr: Option<&Phdr>,
     phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    // `.debug_frame` is exact in prologues and epilogues where EXIDX is not, but it is not
-    // loaded: read the module's file when there is one (the vdso has none).
-    if name.starts_with('/') {
-        if let Ok(loaded) = unwind_dwarf::load_elf_file_arm(std::path::Path::new(name)) {
-            return Ok((loaded.rules, loaded.stats.cfi));
-        }
+    if let Some(Ok(loaded)) = file.map(unwind_dwarf::rules_from_elf_arm) {
+        return Ok((loaded.rules, loaded.stats.cfi));
     }
-    // SAFETY: forwarded from the caller.
-    let sections = unsafe { cfi_sections(bias, hdr, phdrs, plt, code) }?;
-    let exidx = phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX);
+    let sections = cfi_sections(image, hdr, plt, code)?;
     let mut exidx_sections = None;
-    if let Some(x) = exidx {
+    if let Some(x) = phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX) {
         let svma = u64::from(x.p_vaddr);
-        // SAFETY: forwarded from the caller.
-        let (bytes, (seg_lo, _)) =
-            unsafe { mapped_from(bias, phdrs, svma) }.ok_or(DwarfError::NoCfi)?;
+        let (bytes, (seg_lo, _)) = image.from(svma).ok_or(DwarfError::NoCfi)?;
         let len = usize::try_from(u64::from(x.p_memsz))
             .unwrap_or(usize::MAX)
             .min(bytes.len());
-        // `.ARM.extab` is not a segment: its entries lie in the same read-only segment, which
-        // is handed over whole (prel31 pointers into it are resolved against its range).
-        // SAFETY: forwarded from the caller.
-        let (segment, _) = unsafe { mapped_from(bias, phdrs, seg_lo) }.ok_or(DwarfError::NoCfi)?;
+        // `.ARM.extab` is not a segment: its entries lie in the same segment, which is handed
+        // over whole (prel31 pointers into it are resolved against its range).
+        let (segment, _) = image.from(seg_lo).ok_or(DwarfError::NoCfi)?;
         exidx_sections = Some(unwind_arm_exidx::ExidxSections {
             exidx: bytes.get(..len).unwrap_or(bytes),
             exidx_svma: svma,
@@ -437,12 +637,13 @@ pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
         .iter()
         .map(|m| {
             (
-                ModuleKey {
-                    name: m.module.name.clone(),
-                    bias: m.module.bias,
-                    eh_frame_hdr: m.module.eh_frame_hdr,
+                ModuleKey::of(&m.module),
+                Parsed {
+                    rules: m.rules.clone(),
+                    stats: m.stats.clone(),
+                    error: m.error.clone(),
+                    file_note: m.file_note.clone(),
                 },
-                (m.rules.clone(), m.stats.clone(), m.error.clone()),
             )
         })
         .collect()
@@ -450,7 +651,83 @@ pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
 
 #[cfg(test)]
 mod tests {
-    use super::gnu_build_id;
+    use super::*;
+
+    fn parsed_module(name: &str, start: u64, end: u64) -> ParsedModule {
+        ParsedModule {
+            module: LoadedModule {
+                name: name.into(),
+                bias: 0,
+                start,
+                end,
+                eh_frame_hdr: None,
+                image_start: start,
+                image_end: end,
+                build_id: None,
+            },
+            rules: Arc::new(ModuleRules::empty()),
+            stats: None,
+            error: None,
+            file_note: None,
+            reused: false,
+            overlaps: None,
+        }
+    }
+
+    #[test]
+    fn overlapping_modules_are_left_out_naming_both_and_the_rest_kept() {
+        let mut m = vec![
+            parsed_module("/c.so", 0x5000, 0x6000),
+            parsed_module("/a.so", 0x1000, 0x3000),
+            parsed_module("/b.so", 0x2000, 0x4000),
+            parsed_module("/d.so", 0x3000, 0x5000),
+        ];
+        resolve_overlaps(&mut m);
+        let out: Vec<(&str, Option<&str>)> = m
+            .iter()
+            .map(|p| (p.module.name.as_str(), p.overlaps.as_deref()))
+            .collect();
+        assert_eq!(out[0], ("/c.so", None));
+        assert_eq!(out[1], ("/a.so", None));
+        assert_eq!(
+            out[2].1,
+            Some("its code [0x2000, 0x4000) overlaps that of /a.so [0x1000, 0x3000)")
+        );
+        // Adjacent is not overlapping; /d.so is compared with /a.so, the last one kept.
+        assert_eq!(out[3], ("/d.so", None));
+        // What refresh builds from the rest is a valid table.
+        let mut b = unwind_core::RuleTableBuilder::<Rule>::new(std::num::NonZeroU32::MIN);
+        for p in m.iter().filter(|p| p.overlaps.is_none()) {
+            b.add(
+                p.module.start,
+                p.module.end,
+                0,
+                p.module.name.clone(),
+                p.rules.clone(),
+            );
+        }
+        assert!(b.build().is_ok());
+        // And the report names both.
+        let report = crate::PreloadReport::new(1, &m, Duration::ZERO, Duration::ZERO);
+        let text = report.to_string();
+        assert!(
+            text.contains("/b.so: 0 rows")
+                && text.contains("LEFT OUT: its code [0x2000, 0x4000) overlaps that of /a.so"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_panicking_parse_becomes_the_modules_error() {
+        let p = guarded(|| panic!("crafted input at offset 0x40"));
+        assert_eq!(
+            p.error.as_deref(),
+            Some("parsing panicked: crafted input at offset 0x40")
+        );
+        assert_eq!(p.rules.rows(), 0);
+        let p = guarded(|| std::panic::panic_any(7u8));
+        assert_eq!(p.error.as_deref(), Some("parsing panicked: (no message)"));
+    }
 
     fn note(name: &[u8], kind: u32, desc: &[u8], align: usize) -> Vec<u8> {
         let mut v = Vec::new();

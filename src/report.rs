@@ -23,6 +23,12 @@ pub struct ModuleReport {
     pub stats: Option<CfiStats>,
     /// Why it has no rules, if it has none.
     pub error: Option<String>,
+    /// Why its file on disk was not read (it is not the mapped image, or cannot be checked):
+    /// rules only the file has (PLT sections, ARM `.debug_frame`) are then missing.
+    pub file_note: Option<String>,
+    /// Why it was left out of the table although it has rules: its code overlaps another
+    /// module's (both named).
+    pub overlaps: Option<String>,
     /// Its rules came from an earlier table (not parsed again).
     pub reused: bool,
 }
@@ -36,10 +42,19 @@ pub struct PreloadReport {
     pub modules: Vec<ModuleReport>,
     /// Wall time to discover, parse and publish.
     pub build_time: Duration,
+    /// Of it, the time the dynamic loader's lock was held (other threads' `dlopen` and C++
+    /// exception unwinding wait for it): module discovery and copies of new modules' unwind
+    /// sections, not their parsing.
+    pub loader_lock: Duration,
 }
 
 impl PreloadReport {
-    pub(crate) fn new(generation: u32, parsed: &[ParsedModule], build_time: Duration) -> Self {
+    pub(crate) fn new(
+        generation: u32,
+        parsed: &[ParsedModule],
+        build_time: Duration,
+        loader_lock: Duration,
+    ) -> Self {
         let mut modules: Vec<_> = parsed
             .iter()
             .map(|p| ModuleReport {
@@ -49,6 +64,8 @@ impl PreloadReport {
                 bytes: p.rules.bytes(),
                 stats: p.stats.clone(),
                 error: p.error.clone(),
+                file_note: p.file_note.clone(),
+                overlaps: p.overlaps.clone(),
                 reused: p.reused,
             })
             .collect();
@@ -57,6 +74,7 @@ impl PreloadReport {
             generation,
             modules,
             build_time,
+            loader_lock,
         }
     }
 
@@ -103,9 +121,30 @@ impl fmt::Display for ModuleReport {
             for (reason, n) in s.drops() {
                 write!(f, " [{}: {n}]", reason.name())?;
             }
+            if s.bad_entries > 0 {
+                write!(f, ", {} bad entries", s.bad_entries)?;
+                if let Some(first) = s.first_bad_entries.first() {
+                    write!(f, " (first: {first})")?;
+                }
+            }
+            if s.fdes_outside_code > 0 {
+                write!(f, ", {} FDEs outside the code", s.fdes_outside_code)?;
+                if let Some(first) = &s.first_fde_outside_code {
+                    write!(f, " (first: {first})")?;
+                }
+            }
+            for u in &s.unreadable_sections {
+                write!(f, ", unreadable: {u}")?;
+            }
         }
         if let Some(e) = &self.error {
             write!(f, ", no rules: {e}")?;
+        }
+        if let Some(o) = &self.overlaps {
+            write!(f, ", LEFT OUT: {o}")?;
+        }
+        if let Some(n) = &self.file_note {
+            write!(f, ", file not read: {n}")?;
         }
         if self.reused {
             f.write_str(" (reused)")?;
@@ -118,13 +157,15 @@ impl fmt::Display for PreloadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "preload: {} modules, {} rows, {} distinct rules, {:.2} bytes/row, {} bytes, {:.1} ms (generation {})",
+            "preload: {} modules, {} rows, {} distinct rules, {:.2} bytes/row, {} bytes, {:.1} ms \
+             ({:.1} ms holding the loader's lock) (generation {})",
             self.modules.len(),
             self.rows(),
             self.distinct_rules(),
             self.bytes_per_row(),
             self.bytes(),
             self.build_time.as_secs_f64() * 1e3,
+            self.loader_lock.as_secs_f64() * 1e3,
             self.generation
         )?;
         for m in &self.modules {
@@ -147,6 +188,8 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             bytes: loaded.rules.bytes(),
             stats: Some(loaded.stats),
             error: None,
+            file_note: None,
+            overlaps: None,
             reused: false,
         },
         elapsed,

@@ -3,6 +3,12 @@
 //! `bench-preload --process` does the same for every module loaded in this process (the table
 //! built by `unwind::refresh`, the floor over the modules' files). Prints one line per input:
 //! `preload NAME: build S s, floor S s, ratio R x, rows N, distinct D, bytes/row B, rss BYTES`.
+//!
+//! `bench-preload --dlopen FILE` loads FILE into this process and times the `unwind::refresh`
+//! that parses it, while another thread calls `dl_iterate_phdr` in a loop (as C++ exception
+//! unwinding does): how long refresh held the dynamic loader's lock, and the longest that thread
+//! waited for it. Prints `dlopen NAME: refresh S s, loader lock held S s, longest wait S s (N
+//! calls)`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -83,8 +89,60 @@ fn report(
 
 const RUNS: usize = 5;
 
+unsafe extern "C" fn nothing(
+    _: *mut libc::dl_phdr_info,
+    _: libc::size_t,
+    _: *mut libc::c_void,
+) -> libc::c_int {
+    0
+}
+
+/// `--dlopen FILE`: see the module docs.
+fn dlopen_refresh(path: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    unwind::init().expect("init");
+    let c = std::ffi::CString::new(path).expect("path");
+    // SAFETY: loads a shared library whose constructors are the toolchain's own.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    assert!(!h.is_null(), "dlopen {path} failed");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let prober = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut longest, mut calls) = (Duration::ZERO, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                // SAFETY: a callback that reads nothing.
+                unsafe { libc::dl_iterate_phdr(Some(nothing), std::ptr::null_mut()) };
+                longest = longest.max(t.elapsed());
+                calls += 1;
+            }
+            (longest, calls)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let report = unwind::refresh().expect("refresh");
+    stop.store(true, Ordering::Relaxed);
+    let (longest, calls) = prober.join().expect("prober");
+    let name = std::path::Path::new(path)
+        .file_name()
+        .map_or(path.into(), |n| n.to_string_lossy().into_owned());
+    println!(
+        "dlopen {name}: refresh {:.4} s, loader lock held {:.4} s, longest wait {:.4} s ({calls} calls)",
+        report.build_time.as_secs_f64(),
+        report.loader_lock.as_secs_f64(),
+        longest.as_secs_f64(),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, path] = &args[..] {
+        if flag == "--dlopen" {
+            dlopen_refresh(path);
+            return;
+        }
+    }
     if args.first().map(String::as_str) == Some("--process") {
         let rss0 = rss();
         let first = unwind::init().expect("init");
