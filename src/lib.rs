@@ -42,7 +42,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::Once;
 use std::time::Instant;
 
 pub use arch::Regs;
@@ -94,6 +94,8 @@ pub enum Error {
     Io(std::io::Error),
     /// More than `u32::MAX` tables were built.
     GenerationsExhausted,
+    /// Called from a signal handler that interrupted a refresh on the same thread.
+    Reentrant,
 }
 
 impl fmt::Display for Error {
@@ -102,6 +104,9 @@ impl fmt::Display for Error {
             Error::Table(e) => write!(f, "cannot build the rule table: {e}"),
             Error::Io(e) => write!(f, "{e}"),
             Error::GenerationsExhausted => f.write_str("table generations exhausted"),
+            Error::Reentrant => f.write_str(
+                "called from a signal handler that interrupted a refresh on this thread",
+            ),
         }
     }
 }
@@ -118,53 +123,83 @@ struct State {
     quarantine: Quarantine,
 }
 
-// SAFETY: the raw pointers in `retired` are owned boxes only touched under the STATE mutex.
-unsafe impl Send for State {}
+/// The refresh path's lock and the state it guards. Not std's `Mutex`: the holder must be part
+/// of the lock word itself, so that `fork()` from a signal handler that interrupted this thread's
+/// own refresh can tell, and not wait for itself (see [`before_fork`]).
+struct StateLock {
+    /// The thread pointer of the holder, 0 when free.
+    holder: AtomicUsize,
+    state: UnsafeCell<State>,
+}
 
-static STATE: Mutex<State> = Mutex::new(State {
-    generation: 0,
-    cache: modules::ModuleCache::new(),
-    modules: Vec::new(),
-    retired: Vec::new(),
-    quarantine: Quarantine::new(),
-});
+// SAFETY: `state` is touched only through a `StateGuard`, which exists only while `holder`
+// names its thread (acquired with Acquire, released with Release).
+unsafe impl Sync for StateLock {}
 
-/// The thread pointer of the thread holding STATE (0 if none), so that a `fork` from a signal
-/// handler that interrupted a refresh on the same thread does not wait for itself.
-static STATE_HOLDER: AtomicUsize = AtomicUsize::new(0);
+static STATE: StateLock = StateLock {
+    holder: AtomicUsize::new(0),
+    state: UnsafeCell::new(State {
+        generation: 0,
+        cache: modules::ModuleCache::new(),
+        modules: Vec::new(),
+        retired: Vec::new(),
+        quarantine: Quarantine::new(),
+    }),
+};
 
-/// STATE, locked, with its holder recorded.
-struct StateGuard(MutexGuard<'static, State>);
+/// STATE, locked by the calling thread; released on drop.
+struct StateGuard(());
 
 impl std::ops::Deref for StateGuard {
     type Target = State;
     fn deref(&self) -> &State {
-        &self.0
+        // SAFETY: this guard's thread holds the lock (see `StateLock`).
+        unsafe { &*STATE.state.get() }
     }
 }
 
 impl std::ops::DerefMut for StateGuard {
     fn deref_mut(&mut self) -> &mut State {
-        &mut self.0
+        // SAFETY: as in `deref`; the guard is not shared.
+        unsafe { &mut *STATE.state.get() }
     }
 }
 
 impl Drop for StateGuard {
     fn drop(&mut self) {
-        STATE_HOLDER.store(0, Ordering::Relaxed);
+        STATE.holder.store(0, Ordering::Release);
     }
 }
 
-fn lock_state() -> StateGuard {
+/// Locks STATE for the calling thread, waiting for another holder (refreshes are rare, so a
+/// polling wait costs nothing measurable); `None` if this thread holds it already (a call from
+/// a signal handler that interrupted a refresh).
+fn lock_state() -> Option<StateGuard> {
     static AT_FORK: Once = Once::new();
     AT_FORK.call_once(|| {
         // SAFETY: registers three `extern "C" fn()` handlers that live as long as this library
         // (glibc unregisters them if the library is unloaded).
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
     });
-    let guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    STATE_HOLDER.store(threads::thread_pointer(), Ordering::Relaxed);
-    StateGuard(guard)
+    let me = threads::thread_pointer();
+    let mut spins = 0u32;
+    loop {
+        match STATE
+            .holder
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => return Some(StateGuard(())),
+            Err(h) if h == me => return None,
+            Err(_) => {
+                spins = spins.saturating_add(1);
+                if spins < 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            }
+        }
+    }
 }
 
 /// STATE held across `fork()` by the forking thread, from [`before_fork`] to [`after_fork`] or
@@ -178,16 +213,15 @@ unsafe impl Sync for ForkHold {}
 static FORK_HOLD: ForkHold = ForkHold(UnsafeCell::new(None));
 
 /// `pthread_atfork` prepare handler: waits for a refresh in progress on another thread to finish
-/// and holds STATE, so that the child gets it unlocked and consistent.
+/// and holds STATE, so that the child gets it free and consistent. If this thread holds it (a
+/// `fork()` from a signal handler that interrupted this thread's refresh), it does not wait for
+/// itself: the interrupted refresh finishes, in both processes, when the handler returns. (glibc's
+/// own prepare handlers can still deadlock there if the signal interrupted `malloc`: POSIX.1-2024
+/// no longer lists `fork` as async-signal-safe; `_Fork` runs no handlers.)
 extern "C" fn before_fork() {
-    if STATE_HOLDER.load(Ordering::Relaxed) == threads::thread_pointer() {
-        // fork() from a signal handler that interrupted this thread's own refresh: waiting would
-        // deadlock; the interrupted refresh finishes in both processes when the handler returns.
-        return;
-    }
     let guard = lock_state();
     // SAFETY: see `ForkHold`.
-    unsafe { *FORK_HOLD.0.get() = Some(guard) };
+    unsafe { *FORK_HOLD.0.get() = guard };
 }
 
 /// `pthread_atfork` parent handler: releases STATE.
@@ -217,7 +251,7 @@ pub fn init() -> Result<PreloadReport, Error> {
 /// already parsed, publishes it, and frees replaced tables that no unwind is reading.
 pub fn refresh() -> Result<PreloadReport, Error> {
     let started = Instant::now();
-    let mut state = lock_state();
+    let mut state = lock_state().ok_or(Error::Reentrant)?;
     let discovered = modules::discover(&state.cache);
     let parsed = &discovered.modules;
     let generation = state
@@ -257,9 +291,13 @@ pub fn refresh() -> Result<PreloadReport, Error> {
     ))
 }
 
-/// Frees retired tables that have become unused since the last refresh. Returns how many remain.
+/// Frees retired tables that have become unused since the last refresh. Returns how many remain
+/// (0, freeing nothing, when called from a signal handler that interrupted a refresh on this
+/// thread).
 pub fn collect_retired() -> usize {
-    let mut state = lock_state();
+    let Some(mut state) = lock_state() else {
+        return 0;
+    };
     let state = &mut *state;
     publish::reclaim(&mut state.retired, &mut state.quarantine);
     state.retired.len()
@@ -267,7 +305,7 @@ pub fn collect_retired() -> usize {
 
 /// The modules of the published table (for symbolization and reports).
 pub fn loaded_modules() -> Vec<LoadedModule> {
-    lock_state().modules.clone()
+    lock_state().map_or_else(Vec::new, |s| s.modules.clone())
 }
 
 /// A copy of the vdso's ELF image (the kernel maps it; it has no file), or `None` if the
