@@ -39,13 +39,15 @@
 //!
 //! # Poisoned tables (feature `poison-freed-tables`)
 //!
-//! For tests: a freed table's memory is overwritten with a poison pattern and kept in
-//! quarantine for a while, and every reader checks, before and after its walk, that the table
-//! it holds is not poisoned; if it is, it writes a message to stderr and aborts the process. A
-//! table freed too early then fails loudly instead of unwinding from reused memory.
+//! For tests: freeing a table marks it poisoned (its canary) and keeps it whole in a quarantine
+//! of the last 16 freed tables; a table leaving that quarantine drops its rules and has its shell
+//! overwritten with a poison pattern, kept for 4096 more frees before its memory is released.
+//! Every reader checks, before and after its walk, that the table it holds is not poisoned; if it
+//! is, it writes a message to stderr and aborts the process. A table freed too early then fails
+//! loudly (the walk itself still read intact rules) instead of unwinding from reused memory.
 
 use std::ptr;
-use std::sync::atomic::{fence, AtomicPtr, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
 use crate::arch::{CachedRule, Rule};
 use crate::threads::{self, ThreadSlot};
@@ -55,7 +57,9 @@ use unwind_core::{Cache, RuleTable};
 /// A published table, with a canary that freeing overwrites (checked only with the
 /// `poison-freed-tables` feature).
 pub(crate) struct Published {
-    canary: u64,
+    /// [`LIVE`] until the table is freed (atomic: with the feature, a reader may read it while a
+    /// premature free writes it, which is the bug the check reports).
+    canary: AtomicU64,
     pub table: RuleTable<Rule>,
 }
 
@@ -69,7 +73,7 @@ static TABLE: AtomicPtr<Published> = AtomicPtr::new(ptr::null_mut());
 /// retire and pass to [`reclaim`].
 pub(crate) fn publish(table: RuleTable<Rule>) -> *mut Published {
     let new = Box::into_raw(Box::new(Published {
-        canary: LIVE,
+        canary: AtomicU64::new(LIVE),
         table,
     }));
     TABLE.swap(new, Ordering::AcqRel)
@@ -118,12 +122,12 @@ pub(crate) fn with_table<T>(
     // SAFETY: `table` is null or the published table, and our hazard names it, so `reclaim`
     // will not free it until the guard clears the hazard on drop, after `f` returns.
     let published = unsafe { table.as_ref() }.ok_or(SampleError::NotInitialized)?;
-    poison::check(published.canary);
+    poison::check(&published.canary);
     // SAFETY: the guard holds the slot's busy flag: this thread alone uses the cache, and a
     // re-entrant signal gets `Busy` instead of a second reference.
     let cache = unsafe { &mut *slot.cache.get() };
     let out = f(&published.table, cache, slot);
-    poison::check(published.canary);
+    poison::check(&published.canary);
     Ok(out)
 }
 
@@ -132,6 +136,8 @@ pub(crate) fn with_table<T>(
 #[derive(Default)]
 pub(crate) struct Quarantine {
     #[cfg(feature = "poison-freed-tables")]
+    whole: std::collections::VecDeque<*mut Published>,
+    #[cfg(feature = "poison-freed-tables")]
     shells: std::collections::VecDeque<*mut Published>,
 }
 
@@ -139,6 +145,8 @@ impl Quarantine {
     /// An empty quarantine.
     pub(crate) const fn new() -> Self {
         Quarantine {
+            #[cfg(feature = "poison-freed-tables")]
+            whole: std::collections::VecDeque::new(),
             #[cfg(feature = "poison-freed-tables")]
             shells: std::collections::VecDeque::new(),
         }
@@ -151,16 +159,26 @@ impl Quarantine {
     unsafe fn free(&mut self, t: *mut Published) {
         #[cfg(feature = "poison-freed-tables")]
         {
+            /// Freed tables kept whole (rules intact, canary poisoned).
+            const KEEP_WHOLE: usize = 16;
             /// Freed shells kept poisoned before their memory is reused.
-            const KEEP: usize = 4096;
-            // SAFETY: forwarded: the table is ours to drop; its shell is then overwritten (no
-            // longer a valid `Published`, never dropped again) and later freed as raw memory.
-            unsafe {
-                drop(ptr::read(&(*t).table));
-                ptr::write_bytes(t as *mut u8, poison::BYTE, std::mem::size_of::<Published>());
+            const KEEP_SHELLS: usize = 4096;
+            // SAFETY: forwarded: no reader may use `t`; one that does (the bug) sees the poison.
+            unsafe { (*t).canary.store(poison::WORD, Ordering::SeqCst) };
+            self.whole.push_back(t);
+            while self.whole.len() > KEEP_WHOLE {
+                let Some(t) = self.whole.pop_front() else {
+                    break;
+                };
+                // SAFETY: the table is ours to drop; its shell is then overwritten (no longer a
+                // valid `Published`, never dropped again) and later freed as raw memory.
+                unsafe {
+                    drop(ptr::read(&(*t).table));
+                    ptr::write_bytes(t as *mut u8, poison::BYTE, std::mem::size_of::<Published>());
+                }
+                self.shells.push_back(t);
             }
-            self.shells.push_back(t);
-            while self.shells.len() > KEEP {
+            while self.shells.len() > KEEP_SHELLS {
                 if let Some(old) = self.shells.pop_front() {
                     // SAFETY: `old` is a Box allocation of a `Published` whose contents were
                     // dropped; freeing it as `MaybeUninit` drops nothing.
@@ -180,18 +198,20 @@ unsafe impl Send for Quarantine {}
 /// The poison checks, compiled to nothing without the feature.
 #[cfg(feature = "poison-freed-tables")]
 mod poison {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    /// The byte freed tables are filled with.
+    /// The byte freed tables' shells are filled with.
     pub const BYTE: u8 = 0xa5;
+    /// A freed table's canary (its shell's bytes once overwritten).
+    pub const WORD: u64 = u64::from_ne_bytes([BYTE; 8]);
 
     static IGNORE_HAZARDS: AtomicBool = AtomicBool::new(false);
 
     /// Aborts with a message if `canary` is not a live table's. Async-signal-safe (a write to
     /// stderr and `abort`, on the failure path only).
     #[inline(always)]
-    pub fn check(canary: u64) {
-        if canary != super::LIVE {
+    pub fn check(canary: &AtomicU64) {
+        if canary.load(Ordering::SeqCst) != super::LIVE {
             used_after_free();
         }
     }
@@ -222,7 +242,7 @@ mod poison {
 #[cfg(not(feature = "poison-freed-tables"))]
 mod poison {
     #[inline(always)]
-    pub fn check(_: u64) {}
+    pub fn check(_: &std::sync::atomic::AtomicU64) {}
     #[inline(always)]
     pub fn ignoring_hazards() -> bool {
         false

@@ -88,6 +88,9 @@ static GLOBAL: GuardAlloc = GuardAlloc;
 const MAX_FRAMES: usize = 64;
 const WORKERS: usize = 4;
 const PLUGIN_WORKER: usize = 3;
+/// How long the threads may take to stop once told to (the plugin worker finishes a 20 ms spin
+/// and a dlclose; qemu-user is slower): longer means a deadlock.
+const JOIN_LIMIT: Duration = Duration::from_secs(30);
 /// The sampler's period: 400 µs, 2.5 kHz per thread.
 const PERIOD_NS: i64 = 400_000;
 
@@ -853,11 +856,33 @@ fn main() {
     // Let pending signals land before the workers stop and unregister.
     std::thread::sleep(Duration::from_millis(50));
     STOP.store(true, Ordering::SeqCst);
+    // A thread deadlocked (in the handler, the loader or a refresh) never joins: the watchdog
+    // then fails the test instead of letting it hang.
+    let stopping = Instant::now();
+    let joined = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let joined = joined.clone();
+        std::thread::spawn(move || {
+            while !joined.load(Ordering::SeqCst) {
+                if stopping.elapsed() > JOIN_LIMIT {
+                    eprintln!(
+                        "FAILED: deadlock: the workers and the churn thread did not all stop \
+                         within {JOIN_LIMIT:?} of being told to"
+                    );
+                    std::process::exit(1);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
     let mut sink = 0u64;
     for w in workers {
         sink = sink.wrapping_add(w.join().expect("a worker panicked"));
     }
     let (churn_loads, churn_cpu) = churner.join().expect("the churn thread panicked");
+    let join_time = stopping.elapsed();
+    joined.store(true, Ordering::SeqCst);
+    watchdog.join().expect("the watchdog panicked");
     let process_cpu = {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -1088,7 +1113,13 @@ fn main() {
 
     // ----- Checks -----
     println!("checks:");
-    checks.check(true, "no crash or deadlock: every thread joined");
+    checks.check(
+        join_time < JOIN_LIMIT,
+        format!(
+            "no deadlock: every thread stopped {:.1} ms after being told to (< {JOIN_LIMIT:?})",
+            join_time.as_secs_f64() * 1e3
+        ),
+    );
     let (n_problems, problems) =
         std::mem::take(&mut *THREAD_PROBLEMS.lock().unwrap_or_else(|e| e.into_inner()));
     checks.check(
