@@ -267,7 +267,7 @@ pub fn refresh() -> Result<PreloadReport, Error> {
             p.module.end,
             p.module.bias,
             p.module.name.clone(),
-            p.rules.clone(),
+            p.parsed.rules.clone(),
         );
     }
     let old = publish::publish(builder.build().map_err(Error::Table)?);

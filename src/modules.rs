@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::arch::{Phdr, Rule};
 use unwind_core::table::ModuleRules;
-use unwind_dwarf::{CfiSections, CfiStats, DwarfError};
+use unwind_dwarf::{CfiSections, CfiStats, DwarfError, ExidxError, ExidxStats};
 
 /// One loaded module as the dynamic loader reports it.
 #[derive(Clone, Debug)]
@@ -49,12 +49,7 @@ pub(crate) struct ModuleKey {
 #[derive(Clone, Debug)]
 pub(crate) struct ParsedModule {
     pub module: LoadedModule,
-    pub rules: Arc<ModuleRules<Rule>>,
-    pub stats: Option<CfiStats>,
-    pub error: Option<String>,
-    /// Why rules that only the module's file on disk has (PLT sections, ARM `.debug_frame`) were
-    /// not used, if they were not.
-    pub file_note: Option<String>,
+    pub parsed: Parsed,
     pub reused: bool,
     /// Left out of the table: its code overlaps the named module's (see [`resolve_overlaps`]).
     pub overlaps: Option<String>,
@@ -63,10 +58,32 @@ pub(crate) struct ParsedModule {
 /// What a module's parse produced, kept between refreshes.
 #[derive(Clone, Debug)]
 pub(crate) struct Parsed {
-    rules: Arc<ModuleRules<Rule>>,
-    stats: Option<CfiStats>,
-    error: Option<String>,
-    file_note: Option<String>,
+    pub rules: Arc<ModuleRules<Rule>>,
+    /// DWARF CFI (and PLT rows); none if the module has no rules.
+    pub stats: Option<CfiStats>,
+    /// 32-bit ARM: what reading `.ARM.exidx` found, if the module has it.
+    pub exidx: Option<ExidxStats>,
+    /// 32-bit ARM: why `.ARM.exidx` could not be read (its DWARF rows were kept).
+    pub exidx_error: Option<ExidxError>,
+    /// Why the module has no rules.
+    pub error: Option<String>,
+    /// Why rules that only the module's file on disk has (PLT sections, ARM `.debug_frame`) were
+    /// not used, if they were not.
+    pub file_note: Option<String>,
+}
+
+impl Parsed {
+    /// A module without rules, and why.
+    fn failed(error: String, file_note: Option<String>) -> Self {
+        Parsed {
+            rules: Arc::new(ModuleRules::empty()),
+            stats: None,
+            exidx: None,
+            exidx_error: None,
+            error: Some(error),
+            file_note,
+        }
+    }
 }
 
 /// Parsed rules kept between refreshes.
@@ -126,12 +143,9 @@ pub(crate) fn discover(cache: &ModuleCache) -> Discovered {
         .out
         .into_iter()
         .map(|seen| match seen {
-            Seen::Known(module, p) => ParsedModule {
+            Seen::Known(module, parsed) => ParsedModule {
                 module,
-                rules: p.rules,
-                stats: p.stats,
-                error: p.error,
-                file_note: p.file_note,
+                parsed: *parsed,
                 reused: true,
                 overlaps: None,
             },
@@ -139,10 +153,7 @@ pub(crate) fn discover(cache: &ModuleCache) -> Discovered {
                 let parsed = guarded(|| parse(&module, &phdrs, &image));
                 ParsedModule {
                     module,
-                    rules: parsed.rules,
-                    stats: parsed.stats,
-                    error: parsed.error,
-                    file_note: parsed.file_note,
+                    parsed,
                     reused: false,
                     overlaps: None,
                 }
@@ -429,11 +440,11 @@ pub(crate) fn gnu_build_id(mut notes: &[u8], align: u64) -> Option<&[u8]> {
 /// Runs a module's parse, turning a panic (which the parsers are built never to raise) into an
 /// error of that module, instead of losing the module silently or unwinding further.
 fn guarded(parse: impl FnOnce() -> Parsed) -> Parsed {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|panic| Parsed {
-        rules: Arc::new(ModuleRules::empty()),
-        stats: None,
-        error: Some(format!("parsing panicked: {}", panic_message(&*panic))),
-        file_note: None,
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|panic| {
+        Parsed::failed(
+            format!("parsing panicked: {}", panic_message(&*panic)),
+            None,
+        )
     })
 }
 
@@ -499,18 +510,15 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
     let file_note = file.as_ref().err().cloned();
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
     match rules_from_image(image, map, hdr, phdrs, &plt, code) {
-        Ok((rules, stats)) => Parsed {
-            rules: Arc::new(rules),
-            stats: Some(stats),
+        Ok(read) => Parsed {
+            rules: Arc::new(read.rules),
+            stats: Some(read.cfi),
+            exidx: read.exidx,
+            exidx_error: read.exidx_error,
             error: None,
             file_note,
         },
-        Err(e) => Parsed {
-            rules: Arc::new(ModuleRules::empty()),
-            stats: None,
-            error: Some(e.to_string()),
-            file_note,
-        },
+        Err(e) => Parsed::failed(e.to_string(), file_note),
     }
 }
 
@@ -578,6 +586,27 @@ fn cfi_sections<'a>(
     Ok(sections)
 }
 
+/// What [`rules_from_image`] read.
+struct Read {
+    rules: ModuleRules<Rule>,
+    cfi: CfiStats,
+    exidx: Option<ExidxStats>,
+    exidx_error: Option<ExidxError>,
+}
+
+impl Read {
+    /// 32-bit ARM: the rules with everything the reader found.
+    #[cfg(target_arch = "arm")]
+    fn arm(rules: ModuleRules<Rule>, stats: unwind_dwarf::ArmStats) -> Self {
+        Read {
+            rules,
+            cfi: stats.cfi,
+            exidx: stats.exidx,
+            exidx_error: stats.exidx_error,
+        }
+    }
+}
+
 /// Reads the unwind tables of a module (x86_64: `.eh_frame` from the image).
 #[cfg(target_arch = "x86_64")]
 fn rules_from_image(
@@ -587,8 +616,14 @@ fn rules_from_image(
     _phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
-) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    unwind_dwarf::rules_from_sections(&cfi_sections(image, hdr, plt, code)?)
+) -> Result<Read, DwarfError> {
+    let (rules, cfi) = unwind_dwarf::rules_from_sections(&cfi_sections(image, hdr, plt, code)?)?;
+    Ok(Read {
+        rules,
+        cfi,
+        exidx: None,
+        exidx_error: None,
+    })
 }
 
 /// Reads the unwind tables of a module (32-bit ARM: `.ARM.exidx` with the `.ARM.extab` entries
@@ -603,9 +638,9 @@ fn rules_from_image(
     phdrs: &[Phdr],
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
-) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
+) -> Result<Read, DwarfError> {
     if let Some(Ok(loaded)) = file.map(unwind_dwarf::rules_from_elf_arm) {
-        return Ok((loaded.rules, loaded.stats.cfi));
+        return Ok(Read::arm(loaded.rules, loaded.stats));
     }
     let sections = cfi_sections(image, hdr, plt, code)?;
     let mut exidx_sections = None;
@@ -626,26 +661,15 @@ fn rules_from_image(
             text_end: Some(code.1),
         });
     }
-    // The report shows the DWARF statistics; `table` in them counts the merged extents.
     unwind_dwarf::rules_from_sections_arm(&sections, exidx_sections.as_ref())
-        .map(|(r, s)| (r, s.cfi))
+        .map(|(rules, stats)| Read::arm(rules, stats))
 }
 
 /// Keys of the parsed modules, for the next refresh's cache.
 pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
     modules
         .iter()
-        .map(|m| {
-            (
-                ModuleKey::of(&m.module),
-                Parsed {
-                    rules: m.rules.clone(),
-                    stats: m.stats.clone(),
-                    error: m.error.clone(),
-                    file_note: m.file_note.clone(),
-                },
-            )
-        })
+        .map(|m| (ModuleKey::of(&m.module), m.parsed.clone()))
         .collect()
 }
 
@@ -665,10 +689,10 @@ mod tests {
                 image_end: end,
                 build_id: None,
             },
-            rules: Arc::new(ModuleRules::empty()),
-            stats: None,
-            error: None,
-            file_note: None,
+            parsed: Parsed {
+                error: None,
+                ..Parsed::failed(String::new(), None)
+            },
             reused: false,
             overlaps: None,
         }
@@ -703,7 +727,7 @@ mod tests {
                 p.module.end,
                 0,
                 p.module.name.clone(),
-                p.rules.clone(),
+                p.parsed.rules.clone(),
             );
         }
         assert!(b.build().is_ok());
@@ -713,6 +737,30 @@ mod tests {
         assert!(
             text.contains("/b.so: 0 rows")
                 && text.contains("LEFT OUT: its code [0x2000, 0x4000) overlaps that of /a.so"),
+            "{text}"
+        );
+    }
+
+    /// On 32-bit ARM the report carries what reading `.ARM.exidx` found: this test program's
+    /// own index (Rust emits one for every function).
+    #[cfg(target_arch = "arm")]
+    #[test]
+    fn arm_modules_report_their_exidx() {
+        let found = discover(&ModuleCache::new());
+        let exe = std::env::current_exe().expect("current_exe");
+        let exe = exe.to_str().expect("utf-8");
+        let me = found
+            .modules
+            .iter()
+            .find(|m| m.module.name == exe)
+            .expect("this program among the modules");
+        let x = me.parsed.exidx.as_ref().expect("its .ARM.exidx was read");
+        assert!(x.entries > 100 && x.rows > 100, "{x:?}");
+        assert_eq!(me.parsed.exidx_error, None);
+        let report = crate::PreloadReport::new(1, &found.modules, Duration::ZERO, Duration::ZERO);
+        let text = report.to_string();
+        assert!(
+            text.contains(&format!("{exe}: ")) && text.contains(".ARM.exidx: "),
             "{text}"
         );
     }

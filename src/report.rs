@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use unwind_dwarf::CfiStats;
+use unwind_dwarf::{CfiStats, ExidxError, ExidxStats};
 
 use crate::modules::ParsedModule;
 
@@ -21,6 +21,12 @@ pub struct ModuleReport {
     pub bytes: usize,
     /// FDE and row counts, with drops by reason (none if the module has no CFI).
     pub stats: Option<CfiStats>,
+    /// 32-bit ARM: what reading `.ARM.exidx` found (entries, rows, drops by reason with the first
+    /// dropped entry of each), if the module has it.
+    pub exidx: Option<ExidxStats>,
+    /// 32-bit ARM: why `.ARM.exidx` could not be read, naming the entry and its offset; the
+    /// module's DWARF rows were kept.
+    pub exidx_error: Option<ExidxError>,
     /// Why it has no rules, if it has none.
     pub error: Option<String>,
     /// Why its file on disk was not read (it is not the mapped image, or cannot be checked):
@@ -59,12 +65,14 @@ impl PreloadReport {
             .iter()
             .map(|p| ModuleReport {
                 name: p.module.name.clone(),
-                rows: p.rules.rows(),
-                distinct_rules: p.rules.dictionary().len(),
-                bytes: p.rules.bytes(),
-                stats: p.stats.clone(),
-                error: p.error.clone(),
-                file_note: p.file_note.clone(),
+                rows: p.parsed.rules.rows(),
+                distinct_rules: p.parsed.rules.dictionary().len(),
+                bytes: p.parsed.rules.bytes(),
+                stats: p.parsed.stats.clone(),
+                exidx: p.parsed.exidx.clone(),
+                exidx_error: p.parsed.exidx_error,
+                error: p.parsed.error.clone(),
+                file_note: p.parsed.file_note.clone(),
                 overlaps: p.overlaps.clone(),
                 reused: p.reused,
             })
@@ -137,6 +145,20 @@ impl fmt::Display for ModuleReport {
                 write!(f, ", unreadable: {u}")?;
             }
         }
+        if let Some(x) = &self.exidx {
+            write!(
+                f,
+                ", .ARM.exidx: {} entries, {} rows, {} cantunwind",
+                x.entries, x.rows, x.cant_unwind
+            )?;
+            for d in &x.first_dropped {
+                let n = x.dropped_for(d.reason);
+                write!(f, " [{} {n} dropped, first: {d}]", d.reason)?;
+            }
+        }
+        if let Some(e) = &self.exidx_error {
+            write!(f, ", .ARM.exidx unreadable (DWARF rows kept): {e}")?;
+        }
         if let Some(e) = &self.error {
             write!(f, ", no rules: {e}")?;
         }
@@ -187,6 +209,8 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             distinct_rules: loaded.rules.dictionary().len(),
             bytes: loaded.rules.bytes(),
             stats: Some(loaded.stats),
+            exidx: None,
+            exidx_error: None,
             error: None,
             file_note: None,
             overlaps: None,
@@ -213,4 +237,59 @@ pub fn rustc_driver_path() -> Option<std::path::PathBuf> {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unwind_dwarf::{DroppedEntry, ExidxDropReason};
+
+    #[test]
+    fn exidx_findings_are_in_the_module_line_with_section_and_offset() {
+        let mut exidx = ExidxStats {
+            entries: 40,
+            rows: 30,
+            cant_unwind: 9,
+            ..ExidxStats::default()
+        };
+        exidx.dropped[ExidxDropReason::ExtabOutOfRange as usize] = 1;
+        exidx.first_dropped.push(DroppedEntry {
+            index: 5,
+            start: 0x8010,
+            reason: ExidxDropReason::ExtabOutOfRange,
+        });
+        let report = ModuleReport {
+            name: "/lib/libbad.so".into(),
+            rows: 12,
+            distinct_rules: 3,
+            bytes: 100,
+            stats: None,
+            exidx: Some(exidx),
+            exidx_error: Some(ExidxError::NotSorted {
+                index: 3,
+                start: 0x100,
+                previous: 0x200,
+            }),
+            error: None,
+            file_note: None,
+            overlaps: None,
+            reused: false,
+        };
+        let line = report.to_string();
+        assert!(line.starts_with("/lib/libbad.so: 12 rows"), "{line}");
+        assert!(
+            line.contains(
+                ", .ARM.exidx: 40 entries, 30 rows, 9 cantunwind [extab-out-of-range 1 dropped, \
+                 first: .ARM.exidx entry 5 (offset 0x28, function 0x8010): extab-out-of-range]"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                ", .ARM.exidx unreadable (DWARF rows kept): .ARM.exidx entry 3 (offset 0x18): \
+                 function start 0x100 is below"
+            ),
+            "{line}"
+        );
+    }
 }

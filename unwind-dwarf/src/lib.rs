@@ -50,7 +50,7 @@ pub use elf::{
     load_elf_file, load_elf_file_arm, rules_from_elf, rules_from_elf_arm, LoadedRules,
     LoadedRulesArm,
 };
-pub use unwind_arm_exidx::{ExidxError, ExidxSections};
+pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
 
 use std::fmt;
 
