@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use machine_code::{closure, Isa};
+use unwind_test_support::Checks;
 
 const SECONDS: &str = "10";
 const HZ: &str = "5000";
@@ -29,23 +30,6 @@ const ARM: &str = "armv7-unknown-linux-gnueabihf";
 const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 /// A run that takes longer than this has hung (a deadlock in a handler, say).
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-struct Checks {
-    passed: usize,
-    failed: Vec<String>,
-}
-
-impl Checks {
-    fn check(&mut self, ok: bool, what: impl Into<String>) {
-        let what = what.into();
-        println!("  {} {what}", if ok { "ok  " } else { "FAIL" });
-        if ok {
-            self.passed += 1;
-        } else {
-            self.failed.push(what);
-        }
-    }
-}
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -324,10 +308,7 @@ fn main() {
     let src = root.join("tests").join("shared_object");
     let out = target.join("out");
     std::fs::create_dir_all(&out).expect("mkdir");
-    let mut checks = Checks {
-        passed: 0,
-        failed: Vec::new(),
-    };
+    let mut checks = Checks::new();
 
     let agent = build_agent(&root, &target, None);
     let guard = out.join("guard");
@@ -391,15 +372,5 @@ fn main() {
         machine_code_checks("armv7", &agent, Isa::Arm, &mut checks);
     }
 
-    println!(
-        "shared_object: {} passed, {} failed",
-        checks.passed,
-        checks.failed.len()
-    );
-    if !checks.failed.is_empty() {
-        for f in &checks.failed {
-            eprintln!("FAILED: {f}");
-        }
-        std::process::exit(1);
-    }
+    checks.finish("shared_object");
 }

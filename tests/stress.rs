@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use unwind::symbolize::Symbolizer;
 use unwind::{SampleError, StopReason};
+use unwind_test_support::Checks;
 
 // ---------------------------------------------------------------------------------------------
 // Allocation guard
@@ -613,27 +614,6 @@ fn sample(tids: &[i32], clocks: &[libc::clockid_t], seconds: f64) -> SamplerRun 
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Checks
-
-struct Checks {
-    passed: usize,
-    failed: Vec<String>,
-}
-
-impl Checks {
-    fn check(&mut self, ok: bool, what: impl Into<String>) {
-        let what = what.into();
-        if ok {
-            self.passed += 1;
-            println!("  ok   {what}");
-        } else {
-            println!("  FAIL {what}");
-            self.failed.push(what);
-        }
-    }
-}
-
 struct Rec {
     worker: usize,
     epoch: u64,
@@ -759,10 +739,7 @@ fn main() {
         .ok()
         .map(|s| s.trim().parse::<f64>().expect("STRESS_SECONDS: a number"));
     let seconds = env_seconds.unwrap_or(10.0);
-    let mut checks = Checks {
-        passed: 0,
-        failed: Vec::new(),
-    };
+    let mut checks = Checks::new();
 
     // Everything allocated before sampling starts.
     let capacity = (seconds * WORKERS as f64 * (1e9 / PERIOD_NS as f64) * 1.1) as usize + 4096;
@@ -1244,15 +1221,5 @@ fn main() {
 
     let _ = std::fs::remove_dir_all(std::path::Path::new(&plugin_path).parent().expect("dir"));
     println!("wall time: {:.1} s", wall.elapsed().as_secs_f64());
-    println!(
-        "stress: {} passed, {} failed",
-        checks.passed,
-        checks.failed.len()
-    );
-    if !checks.failed.is_empty() {
-        for f in &checks.failed {
-            eprintln!("FAILED: {f}");
-        }
-        std::process::exit(1);
-    }
+    checks.finish("stress");
 }

@@ -655,11 +655,7 @@ proptest! {
     ) {
         let data = cie_and_fde(&cie_insns, &fde_insns, range, debug);
         let fde_offset = 4 + u32::from_le_bytes(data[..4].try_into().unwrap()) as u64;
-        let s = if debug {
-            CfiSections { debug_frame: Some(&data), ..Default::default() }
-        } else {
-            CfiSections { eh_frame: Some(&data), eh_frame_svma: 0x40_0000, ..Default::default() }
-        };
+        let s = sections_for(&data, debug);
         let stats = load(&s).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(stats.fdes, 1);
         prop_assert!(stats.bad_entries <= 1);
@@ -732,6 +728,23 @@ proptest! {
     }
 }
 
+/// `data` (from [`cie_and_fde`]) as the module's `.debug_frame` or as its `.eh_frame` at
+/// 0x40_0000.
+fn sections_for(data: &[u8], debug: bool) -> CfiSections<'_> {
+    if debug {
+        CfiSections {
+            debug_frame: Some(data),
+            ..Default::default()
+        }
+    } else {
+        CfiSections {
+            eh_frame: Some(data),
+            eh_frame_svma: 0x40_0000,
+            ..Default::default()
+        }
+    }
+}
+
 /// One CIE (`zR`, pcrel|sdata4 pointers in `.eh_frame`; version 1 without augmentation in
 /// `.debug_frame`) and one FDE at 0x1000 covering `range` bytes, then a terminator.
 fn cie_and_fde(cie_insns: &[u8], fde_insns: &[u8], range: u32, debug: bool) -> Vec<u8> {
@@ -784,18 +797,7 @@ fn cie_and_fde_builder_is_valid() {
     // with one row.
     for debug in [false, true] {
         let data = cie_and_fde(&[], &[], 0x10, debug);
-        let s = if debug {
-            CfiSections {
-                debug_frame: Some(&data),
-                ..Default::default()
-            }
-        } else {
-            CfiSections {
-                eh_frame: Some(&data),
-                eh_frame_svma: 0x40_0000,
-                ..Default::default()
-            }
-        };
+        let s = sections_for(&data, debug);
         let (rules, stats) = rules_from_sections(&s).unwrap();
         assert_eq!((stats.fdes, stats.rows, stats.bad_entries), (1, 1, 0));
         assert_eq!(rules.lookup(0x1000), Some(Rule::default()));
@@ -813,18 +815,7 @@ fn rows_outside_their_fde_are_dropped() {
     let insns = [0x02, 0x80, 0x0e, 0x10, 0x02, 0x20, 0x0e, 0x18];
     for debug in [false, true] {
         let data = cie_and_fde(&[], &insns, 0x10, debug);
-        let s = if debug {
-            CfiSections {
-                debug_frame: Some(&data),
-                ..Default::default()
-            }
-        } else {
-            CfiSections {
-                eh_frame: Some(&data),
-                eh_frame_svma: 0x40_0000,
-                ..Default::default()
-            }
-        };
+        let s = sections_for(&data, debug);
         let (rules, stats) = load_rules(&s).unwrap();
         assert_eq!(stats.rows, 3, "{stats:?}");
         // [0x1000, 0x1080) clipped to the FDE; [0x1080, 0x10a0) outside it.

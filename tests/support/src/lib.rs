@@ -14,6 +14,9 @@
 //!     return;
 //! }
 //! ```
+//!
+//! [`Checks`] is the tally of a `harness = false` test that checks many things and reports every
+//! failure, not only the first.
 
 use std::io::Write;
 use std::process::Command;
@@ -69,6 +72,48 @@ fn missing_in(what: &str, ci: bool, stderr: &mut dyn Write) {
     println!("{line}");
     // The stream itself: libtest captures `eprintln!` of passing tests, not this.
     let _ = writeln!(stderr, "{line}");
+}
+
+/// The checks of a `harness = false` test: each prints an `ok`/`FAIL` line as it is made, and
+/// [`Checks::finish`] exits non-zero naming every failure.
+#[derive(Debug, Default)]
+pub struct Checks {
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Checks {
+    /// No checks made yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `what` holds (`ok`) or does not.
+    pub fn check(&mut self, ok: bool, what: impl Into<String>) {
+        let what = what.into();
+        println!("  {} {what}", if ok { "ok  " } else { "FAIL" });
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed.push(what);
+        }
+    }
+
+    /// Prints `<test>: N passed, M failed`, then each failure on stderr, and exits with status 1
+    /// if any check failed.
+    pub fn finish(self, test: &str) {
+        println!(
+            "{test}: {} passed, {} failed",
+            self.passed,
+            self.failed.len()
+        );
+        if !self.failed.is_empty() {
+            for f in &self.failed {
+                eprintln!("FAILED: {f}");
+            }
+            std::process::exit(1);
+        }
+    }
 }
 
 #[cfg(test)]
