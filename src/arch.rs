@@ -4,7 +4,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
-    pub use unwind_core::x86_64::{unwind, CachedRule, Regs, Rule};
+    pub use unwind_core::x86_64::{Regs, Rule};
+    /// The architecture this build unwinds.
+    pub use unwind_core::X86_64 as Native;
 
     use crate::minidump::Context;
 
@@ -123,7 +125,9 @@ mod imp {
 
 #[cfg(target_arch = "arm")]
 mod imp {
-    pub use unwind_core::arm::{unwind, CachedRule, Regs, Rule};
+    pub use unwind_core::arm::{Regs, Rule};
+    /// The architecture this build unwinds.
+    pub use unwind_core::Arm as Native;
 
     use crate::minidump::Context;
 

@@ -53,7 +53,7 @@ pub use report::{preload_file, rustc_driver_path, ModuleReport, PreloadReport};
 pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};
 pub use unwind_dwarf as dwarf;
 
-use arch::CachedRule;
+use arch::Native;
 pub(crate) use publish::Published;
 use publish::{with_table, Quarantine};
 use unwind_core::{LiveStack, Memory, RuleTableBuilder, StackImage};
@@ -388,7 +388,7 @@ fn unwind_live(
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, slot| {
         let mem = live_stack(slot, arch::sp(&regs));
-        arch::unwind(table, cache, regs, &mem, pcs, trust)
+        unwind_core::unwind(table, cache, regs, &mem, pcs, trust)
     })
 }
 
@@ -429,7 +429,7 @@ pub fn unwind_copy(
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    with_table(|table, cache, _| arch::unwind(table, cache, regs, stack, pcs, trust))
+    with_table(|table, cache, _| unwind_core::unwind(table, cache, regs, stack, pcs, trust))
 }
 
 /// Unwinds with any [`Memory`] and a caller-owned cache against the published table; for
@@ -437,9 +437,9 @@ pub fn unwind_copy(
 pub fn unwind_with<M: Memory + ?Sized>(
     regs: Regs,
     mem: &M,
-    cache: &mut unwind_core::Cache<CachedRule>,
+    cache: &mut unwind_core::Cache<Native>,
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    with_table(|table, _, _| arch::unwind(table, cache, regs, mem, pcs, trust))
+    with_table(|table, _, _| unwind_core::unwind(table, cache, regs, mem, pcs, trust))
 }

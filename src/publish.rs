@@ -49,7 +49,7 @@
 use std::ptr;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
-use crate::arch::{CachedRule, Rule};
+use crate::arch::{Native, Rule};
 use crate::threads::{self, ThreadSlot};
 use crate::SampleError;
 use unwind_core::{Cache, RuleTable};
@@ -99,7 +99,7 @@ pub(crate) fn reclaim(retired: &mut Vec<*mut Published>, quarantine: &mut Quaran
 /// Runs `f` with the calling thread's cache and the published table, protected by the thread's
 /// hazard pointer. Async-signal-safe.
 pub(crate) fn with_table<T>(
-    f: impl FnOnce(&RuleTable<Rule>, &mut Cache<CachedRule>, &ThreadSlot) -> T,
+    f: impl FnOnce(&RuleTable<Rule>, &mut Cache<Native>, &ThreadSlot) -> T,
 ) -> Result<T, SampleError> {
     let guard = threads::enter()?;
     let slot = guard.slot;

@@ -25,7 +25,7 @@ use std::cell::UnsafeCell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::arch::CachedRule;
+use crate::arch::Native;
 use crate::publish::Published;
 use unwind_core::Cache;
 
@@ -49,7 +49,7 @@ pub(crate) struct ThreadSlot {
     /// The owning thread's id (`gettid`), read at registration.
     pub tid: AtomicI32,
     /// Only the owning thread touches it, and only while `busy` is held.
-    pub cache: UnsafeCell<Cache<CachedRule>>,
+    pub cache: UnsafeCell<Cache<Native>>,
 }
 
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched

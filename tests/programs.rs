@@ -595,12 +595,12 @@ fn cross_unwind(name: &str, dir: &Path, passed: &mut usize, failed: &mut Vec<Str
     let (table, errors) =
         unwind::offline::arm_table_from_files(&first.modules, std::num::NonZeroU32::MIN)
             .expect("ARM table");
-    let mut cache = unwind_core::Cache::new();
+    let mut cache = unwind_core::Cache::<unwind_core::Arm>::new();
     let (mut same, mut diffs) = (0usize, Vec::new());
     for s in &samples {
         let mut pcs = [0u64; 256];
         let image = unwind_core::StackImage::new(s.base, &s.bytes);
-        let r = unwind_core::arm::unwind(&table, &mut cache, s.regs, &image, &mut pcs, None);
+        let r = unwind_core::unwind(&table, &mut cache, s.regs, &image, &mut pcs, None);
         if pcs[..r.frames] == s.pcs[..] {
             same += 1;
         } else if diffs.len() < 5 {

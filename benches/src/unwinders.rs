@@ -9,8 +9,8 @@ use framehop::{
     ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder,
 };
 use object::{Object, ObjectSection};
-use unwind_core::x86_64::{CachedRule, Rule};
-use unwind_core::{Cache, Memory, RuleTable, StackImage};
+use unwind_core::x86_64::Rule;
+use unwind_core::{Cache, Memory, RuleTable, StackImage, X86_64};
 
 use crate::sample::Sample;
 
@@ -19,7 +19,7 @@ pub struct Ours {
     /// The table.
     pub table: RuleTable<Rule>,
     /// The cache (boxed: 509 slots).
-    pub cache: Box<Cache<CachedRule>>,
+    pub cache: Box<Cache<X86_64>>,
 }
 
 impl Ours {
@@ -36,8 +36,7 @@ impl Ours {
     /// One unwind of `sample` into `pcs`; returns the frame count.
     #[inline(never)]
     pub fn unwind(&mut self, sample: &Sample, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
-        unwind_core::x86_64::unwind(&self.table, &mut self.cache, sample.regs, image, pcs, None)
-            .frames
+        unwind_core::unwind(&self.table, &mut self.cache, sample.regs, image, pcs, None).frames
     }
 }
 

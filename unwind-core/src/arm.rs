@@ -1,17 +1,17 @@
 //! 32-bit ARM (armv7, ARM and Thumb-2): the tracked registers (r15 = PC, r14 = LR, r13 = SP,
-//! r12, r11 = the ARM frame pointer, r7 = the Thumb frame pointer), their typed rules, and the
-//! unwind loop.
+//! r12, r11 = the ARM frame pointer, r7 = the Thumb frame pointer), their typed rules, their
+//! simple cached forms, and how each applies ([`Arm`]).
 //!
 //! Rules come from DWARF CFI or from EHABI unwind tables (`.ARM.exidx`); [`Rule::source`] says
 //! which, because EXIDX describes a function only after its prologue. Addresses are 32-bit
 //! (values are `u32`); PCs are written to the caller's `u64` array like on every architecture.
 //! A PC with bit 0 set is Thumb code: lookups clear that bit.
 
-use crate::cache::{Cache, CacheRule};
+use crate::arch::Arch;
 use crate::expr::{EvalContext, Expr};
 use crate::memory::Memory;
 use crate::table::RuleTable;
-use crate::unwind::{stopped, StopReason, Trust, UnwindResult};
+use crate::unwind::{StopReason, Trust};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -192,138 +192,103 @@ impl Rule {
     }
 }
 
-/// A rule as the [`Cache`] holds it: the common shapes (CFA on SP, r7 or r11 plus an offset;
-/// PC, LR, r7 and r11 each saved at an offset or unchanged; r12 and SP as usual) decoded into
-/// flag bits and offsets from the CFA's base register. Any other rule is cached as
-/// [`CachedRule::OTHER`] with its dictionary index and applied from the table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CachedRule {
-    shape: u16,
-    base: u8,
+/// The register the CFA of a [`Simple`] rule is based on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Base {
+    /// r13.
+    Sp = 0,
+    /// r7 (Thumb frame pointer).
+    R7 = 1,
+    /// r11 (ARM frame pointer).
+    R11 = 2,
+}
+
+/// A rule of the common shapes (CFA on SP, r7 or r11 plus an offset; PC, LR, r7 and r11 each
+/// saved at an offset or unchanged, the PC possibly still in LR; r12 and SP as usual), decoded
+/// for the cache: flag bits and offsets from the CFA's base register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Simple {
+    base: Base,
+    /// Which registers are saved ([`Simple::PC_SAVED`], ...).
+    saved: u8,
+    /// The CFA (the caller's SP) is `base + cfa`.
     cfa: i32,
+    /// The return address is at `[base + pc]` (with [`Simple::PC_SAVED`]; else it is in LR).
     pc: i32,
+    /// The caller's LR is at `[base + lr]` (with [`Simple::LR_SAVED`]).
     lr: i32,
+    /// The caller's r7 is at `[base + r7]` (with [`Simple::R7_SAVED`]).
     r7: i32,
+    /// The caller's r11 is at `[base + r11]` (with [`Simple::R11_SAVED`]).
     r11: i32,
 }
 
-impl CachedRule {
+impl Simple {
     /// The PC is saved at `[base + pc]` (else it is the callee's LR).
-    const PC_SAVED: u16 = 1;
+    const PC_SAVED: u8 = 1;
     /// LR is saved at `[base + lr]` (else unchanged).
-    const LR_SAVED: u16 = 2;
+    const LR_SAVED: u8 = 2;
     /// r7 is saved at `[base + r7]` (else unchanged).
-    const R7_SAVED: u16 = 4;
+    const R7_SAVED: u8 = 4;
     /// r11 is saved at `[base + r11]` (else unchanged).
-    const R11_SAVED: u16 = 8;
-    /// Not a simple shape: `pc` holds the rule's dictionary index.
-    const OTHER: u16 = 16;
-    /// No rule covers the address.
-    const NONE: u16 = 32;
-    /// The end-of-stack rule (with [`CachedRule::CANT`]: EXIDX's "cannot unwind").
-    const END: u16 = 64;
-    /// With [`CachedRule::END`]: the stop is `CantUnwind`.
-    const CANT: u16 = 128;
+    const R11_SAVED: u8 = 8;
     /// The caller's LR is its PC (both restored from the same slot): one read, not two.
-    const LR_IS_PC: u16 = 256;
-    /// Any of the rare cases.
-    const SLOW: u16 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
+    const LR_IS_PC: u8 = 16;
 
-    fn other(index: u16) -> Self {
-        CachedRule {
-            shape: CachedRule::OTHER,
-            pc: i32::from(index),
-            ..CachedRule::default()
-        }
-    }
-}
-
-impl CacheRule<Rule> for CachedRule {
-    fn cached(rule: &Rule, index: u16) -> Self {
-        if let Some(stop) = rule.stop() {
-            let cant = if stop == StopReason::CantUnwind {
-                CachedRule::CANT
-            } else {
-                0
-            };
-            return CachedRule {
-                shape: CachedRule::END | cant,
-                ..CachedRule::default()
-            };
-        }
+    fn of(rule: &Rule) -> Option<Simple> {
         let CfaRule::RegOffset(base, cfa) = rule.cfa else {
-            return CachedRule::other(index);
+            return None;
         };
-        if !matches!(base, Reg::Sp | Reg::R7 | Reg::R11)
-            || rule.sp != RegRule::ValOffset(0)
-            || rule.r12 != RegRule::Same
-            || rule.signal_frame
-        {
-            return CachedRule::other(index);
+        let base = match base {
+            Reg::Sp => Base::Sp,
+            Reg::R7 => Base::R7,
+            Reg::R11 => Base::R11,
+            _ => return None,
+        };
+        if rule.sp != RegRule::ValOffset(0) || rule.r12 != RegRule::Same || rule.signal_frame {
+            return None;
         }
-        let mut c = CachedRule {
-            shape: 0,
-            base: base as u8,
+        let mut c = Simple {
+            base,
+            saved: 0,
             cfa,
-            ..CachedRule::default()
+            pc: 0,
+            lr: 0,
+            r7: 0,
+            r11: 0,
         };
-        let lr_is_pc = matches!(rule.pc, RegRule::Offset(_)) && rule.lr == rule.pc;
-        if lr_is_pc {
-            c.shape |= CachedRule::LR_IS_PC;
-        }
         // Each saved register: its offset from the base register.
-        let mut saved = |r: RegRule, flag: u16, slot: &mut i32| -> bool {
+        let saved = |r: RegRule, flag: u8, flags: &mut u8| -> Option<i32> {
             match r {
-                RegRule::Same => true,
-                RegRule::Offset(o) => match cfa.checked_add(o) {
-                    Some(v) => {
-                        *slot = v;
-                        c.shape |= flag;
-                        true
-                    }
-                    None => false,
-                },
-                _ => false,
+                RegRule::Same => Some(0),
+                RegRule::Offset(o) => {
+                    *flags |= flag;
+                    cfa.checked_add(o)
+                }
+                _ => None,
             }
         };
-        let (mut pc, mut lr, mut r7, mut r11) = (0, 0, 0, 0);
-        let pc_ok = match rule.pc {
-            RegRule::Register(Reg::Lr) => true,
-            RegRule::Offset(_) => saved(rule.pc, CachedRule::PC_SAVED, &mut pc),
-            _ => false,
+        let mut flags = 0;
+        c.pc = match rule.pc {
+            RegRule::Register(Reg::Lr) => 0,
+            RegRule::Offset(_) => saved(rule.pc, Simple::PC_SAVED, &mut flags)?,
+            _ => return None,
         };
-        let ok = pc_ok
-            && (lr_is_pc || saved(rule.lr, CachedRule::LR_SAVED, &mut lr))
-            && saved(rule.r7, CachedRule::R7_SAVED, &mut r7)
-            && saved(rule.r11, CachedRule::R11_SAVED, &mut r11);
-        if !ok {
-            return CachedRule::other(index);
+        if matches!(rule.pc, RegRule::Offset(_)) && rule.lr == rule.pc {
+            flags |= Simple::LR_IS_PC;
+        } else {
+            c.lr = saved(rule.lr, Simple::LR_SAVED, &mut flags)?;
         }
-        c.pc = pc;
-        c.lr = lr;
-        c.r7 = r7;
-        c.r11 = r11;
-        c
-    }
-
-    fn none() -> Self {
-        CachedRule {
-            shape: CachedRule::NONE,
-            ..CachedRule::default()
-        }
+        c.r7 = saved(rule.r7, Simple::R7_SAVED, &mut flags)?;
+        c.r11 = saved(rule.r11, Simple::R11_SAVED, &mut flags)?;
+        c.saved = flags;
+        Some(c)
     }
 }
 
-/// The outcome of one step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
-    /// The caller's registers.
-    pub caller: Regs,
-    /// How they were found.
-    pub trust: Trust,
-    /// True after a signal frame: look the caller's rule up at its PC exactly.
-    pub exact: bool,
-}
+/// The outcome of one step on 32-bit ARM.
+pub type Step = crate::arch::Step<Regs>;
 
 #[inline]
 fn add(base: u32, offset: i32) -> u32 {
@@ -418,7 +383,7 @@ pub fn step_cfi<M: Memory + ?Sized>(
 /// Frame-pointer fallback with the AAPCS frame record: `[fp]` is the caller's frame pointer,
 /// `[fp + 4]` its return address; `fp` is r7 in Thumb code (PC bit 0 set), r11 in ARM code.
 /// Accepted only if `fp` is 4-aligned, not below SP, and both words are readable.
-pub fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, StopReason> {
+fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, StopReason> {
     let thumb = regs.pc & 1 != 0;
     let fp = if thumb { regs.r7 } else { regs.r11 };
     if !fp.is_multiple_of(4) || fp < regs.sp {
@@ -445,175 +410,145 @@ pub fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Ste
     })
 }
 
-/// Applies a simple cached rule.
+/// Applies a simple rule.
 #[inline(always)]
-fn step_cached<M: Memory + ?Sized>(
-    c: &CachedRule,
-    regs: &Regs,
-    mem: &M,
-) -> Result<Regs, StopReason> {
+fn step_simple<M: Memory + ?Sized>(c: &Simple, regs: &Regs, mem: &M) -> Result<Regs, StopReason> {
+    if c.saved & !Simple::R11_SAVED == Simple::PC_SAVED | Simple::LR_IS_PC && c.base == Base::Sp {
+        // The most common rule of a non-leaf function: CFA on SP, the return address
+        // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
+        let r11 = if c.saved & Simple::R11_SAVED != 0 {
+            read(mem, add(regs.sp, c.r11))?
+        } else {
+            regs.r11
+        };
+        let pc = read(mem, add(regs.sp, c.pc))?;
+        return Ok(Regs {
+            pc,
+            lr: pc,
+            sp: add(regs.sp, c.cfa),
+            r11,
+            ..*regs
+        });
+    }
     let base = match c.base {
-        b if b == Reg::Sp as u8 => regs.sp,
-        b if b == Reg::R7 as u8 => regs.r7,
-        _ => regs.r11,
+        Base::Sp => regs.sp,
+        Base::R7 => regs.r7,
+        Base::R11 => regs.r11,
     };
-    let saved = |flag: u16, off: i32, same: u32| {
-        if c.shape & flag != 0 {
+    let saved = |flag: u8, off: i32, same: u32| {
+        if c.saved & flag != 0 {
             read(mem, add(base, off))
         } else {
             Ok(same)
         }
     };
-    let pc = saved(CachedRule::PC_SAVED, c.pc, regs.lr)?;
-    let lr = if c.shape & CachedRule::LR_IS_PC != 0 {
+    let pc = saved(Simple::PC_SAVED, c.pc, regs.lr)?;
+    let lr = if c.saved & Simple::LR_IS_PC != 0 {
         pc
     } else {
-        saved(CachedRule::LR_SAVED, c.lr, regs.lr)?
+        saved(Simple::LR_SAVED, c.lr, regs.lr)?
     };
     Ok(Regs {
         pc,
         lr,
         sp: add(base, c.cfa),
         r12: regs.r12,
-        r11: saved(CachedRule::R11_SAVED, c.r11, regs.r11)?,
-        r7: saved(CachedRule::R7_SAVED, c.r7, regs.r7)?,
+        r11: saved(Simple::R11_SAVED, c.r11, regs.r11)?,
+        r7: saved(Simple::R7_SAVED, c.r7, regs.r7)?,
     })
 }
 
-/// Applies a rule that is not a simple shape, fetched from the table by index.
-#[cold]
-#[inline(never)]
-fn step_other<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    module: u16,
-    index: i32,
-    regs: Regs,
-    mem: &M,
-) -> Result<Step, StopReason> {
-    let index = u16::try_from(index).map_err(|_| StopReason::BadRule)?;
-    let rule = table.rule(module, index).ok_or(StopReason::BadRule)?;
-    step_cfi(table, module, rule, &regs, mem)
-}
+/// The 32-bit ARM architecture (ARM and Thumb-2 code): rules from DWARF CFI or EXIDX; the
+/// Thumb bit cleared for lookups; a leaf's return address in LR, then the frame record of r7
+/// (Thumb) or r11 (ARM) as fallbacks.
+#[derive(Clone, Copy, Debug)]
+pub struct Arm;
 
-/// Unwinds from `regs`, writing each frame's PC into `pcs` (frame 0 first; callers' return
-/// addresses as found, Thumb bit included).
-///
-/// Lookups clear the Thumb bit and use the PC itself for frame 0 and after signal frames,
-/// `return address - 1` (inside the call instruction, ARM or Thumb) for callers. A frame 0
-/// without a rule is first assumed to be a leaf whose return address is still in LR
-/// ([`Trust::LinkRegister`]), then unwound by its frame pointer. SP must not decrease, and must
-/// increase after frame 0 (a leaf's caller can have the same SP). Never allocates, locks or
-/// panics; the loop runs at most `pcs.len()` times.
-pub fn unwind<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    cache: &mut Cache<CachedRule>,
-    regs: Regs,
-    mem: &M,
-    pcs: &mut [u64],
-    trust: Option<&mut [Trust]>,
-) -> UnwindResult {
-    match trust {
-        None => walk::<M, false>(table, cache, regs, mem, pcs, &mut []),
-        Some(trust) => walk::<M, true>(table, cache, regs, mem, pcs, trust),
+impl Arch for Arm {
+    const NAME: &'static str = "arm";
+    type Regs = Regs;
+    type Rule = Rule;
+    type Simple = Simple;
+
+    #[inline(always)]
+    fn pc(regs: &Regs) -> u64 {
+        u64::from(regs.pc)
+    }
+
+    #[inline(always)]
+    fn sp(regs: &Regs) -> u64 {
+        u64::from(regs.sp)
+    }
+
+    /// `return address - 1` lies inside the call instruction, ARM or Thumb.
+    #[inline(always)]
+    fn lookup_address(regs: &Regs, exact: bool) -> u64 {
+        u64::from((regs.pc & !1).wrapping_sub(u32::from(!exact)))
+    }
+
+    fn stop(rule: &Rule) -> Option<StopReason> {
+        rule.stop()
+    }
+
+    fn simple(rule: &Rule) -> Option<Simple> {
+        Simple::of(rule)
+    }
+
+    #[inline(always)]
+    fn step_simple<M: Memory + ?Sized>(
+        rule: &Simple,
+        regs: &Regs,
+        mem: &M,
+    ) -> Result<Regs, StopReason> {
+        step_simple(rule, regs, mem)
+    }
+
+    fn step_rule<M: Memory + ?Sized>(
+        table: &RuleTable<Rule>,
+        module: u16,
+        rule: &Rule,
+        regs: &Regs,
+        mem: &M,
+    ) -> Result<Step, StopReason> {
+        step_cfi(table, module, rule, regs, mem)
+    }
+
+    /// A frame 0 without a rule is first assumed to be a leaf whose return address is still in
+    /// LR ([`Trust::LinkRegister`]), then unwound by its frame record.
+    fn step_without_rule<M: Memory + ?Sized>(
+        regs: &Regs,
+        frame: usize,
+        mem: &M,
+    ) -> Result<Step, StopReason> {
+        if frame == 0 && regs.lr != 0 && regs.lr != regs.pc {
+            return Ok(Step {
+                caller: Regs {
+                    pc: regs.lr,
+                    ..*regs
+                },
+                trust: Trust::LinkRegister,
+                exact: false,
+            });
+        }
+        step_frame_pointer(*regs, mem)
+    }
+
+    /// SP must not decrease, and must increase after frame 0 (a leaf's caller can have the
+    /// same SP).
+    #[inline(always)]
+    fn sp_increases(caller: &Regs, callee: &Regs, frame: usize) -> bool {
+        caller.sp > callee.sp || (caller.sp == callee.sp && frame == 0)
     }
 }
 
-#[inline(always)]
-fn walk<M: Memory + ?Sized, const TRUST: bool>(
-    table: &RuleTable<Rule>,
-    cache: &mut Cache<CachedRule>,
-    regs: Regs,
-    mem: &M,
-    pcs: &mut [u64],
-    trust: &mut [Trust],
-) -> UnwindResult {
-    let mut regs = regs;
-    let mut adjust = 0u32;
-    let mut how = Trust::Context;
-    cache.prepare(table);
-    let mut i = 0;
-    while let Some(slot) = pcs.get_mut(i) {
-        *slot = u64::from(regs.pc);
-        if TRUST {
-            if let Some(t) = trust.get_mut(i) {
-                *t = how;
-            }
-        }
-        let key = u64::from((regs.pc & !1).wrapping_sub(adjust));
-        let Some((module, c)) = cache.lookup_prepared(table, key) else {
-            return stopped(cache, i, StopReason::BadRule);
-        };
-        let caller = if c.shape & !CachedRule::R11_SAVED
-            == CachedRule::PC_SAVED | CachedRule::LR_IS_PC
-            && c.base == Reg::Sp as u8
-        {
-            // The most common rule of a non-leaf function: CFA on SP, the return address
-            // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
-            adjust = 1;
-            how = Trust::Cfi;
-            let r11 = if c.shape & CachedRule::R11_SAVED != 0 {
-                read(mem, add(regs.sp, c.r11))
-            } else {
-                Ok(regs.r11)
-            };
-            read(mem, add(regs.sp, c.pc)).and_then(|pc| {
-                Ok(Regs {
-                    pc,
-                    lr: pc,
-                    sp: add(regs.sp, c.cfa),
-                    r11: r11?,
-                    ..regs
-                })
-            })
-        } else if c.shape & CachedRule::SLOW == 0 {
-            adjust = 1;
-            how = Trust::Cfi;
-            step_cached(c, &regs, mem)
-        } else if c.shape & CachedRule::END != 0 {
-            let stop = if c.shape & CachedRule::CANT != 0 {
-                StopReason::CantUnwind
-            } else {
-                StopReason::EndOfStack
-            };
-            return stopped(cache, i, stop);
-        } else {
-            let step = if c.shape & CachedRule::NONE == 0 {
-                step_other(table, module, c.pc, regs, mem)
-            } else if i == 0 && regs.lr != 0 && regs.lr != regs.pc {
-                // A leaf without a rule: its return address is still in LR.
-                Ok(Step {
-                    caller: Regs {
-                        pc: regs.lr,
-                        ..regs
-                    },
-                    trust: Trust::LinkRegister,
-                    exact: false,
-                })
-            } else {
-                step_frame_pointer(regs, mem)
-            };
-            step.map(|s| {
-                adjust = u32::from(!s.exact);
-                how = s.trust;
-                s.caller
-            })
-        };
-        let caller = match caller {
-            Ok(c) => c,
-            Err(stop) => return stopped(cache, i, stop),
-        };
-        if caller.pc == 0 {
-            return stopped(cache, i, StopReason::ZeroReturnAddress);
-        }
-        if caller.sp < regs.sp || (caller.sp == regs.sp && i > 0) {
-            return stopped(cache, i, StopReason::SpNotIncreasing);
-        }
-        regs = caller;
-        i += 1;
-    }
-    cache.count_lookups(pcs.len() as u64);
-    UnwindResult {
-        frames: pcs.len(),
-        stop: StopReason::BufferFull,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Cached;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(core::mem::size_of::<Simple>(), 24);
+        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 24);
     }
 }

@@ -12,26 +12,46 @@
 //! dependent loads. A cheaper xor-fold was tried and dropped: it made structured sets of return
 //! addresses collide (two misses per unwind on a 32-frame recursion).
 
+use crate::arch::Arch;
 use crate::table::RuleTable;
+use crate::unwind::StopReason;
 
 /// The number of slots.
 pub const CACHE_SLOTS: usize = 509;
 
-/// The cached form of a rule of type `R`.
-pub trait CacheRule<R>: Copy + Default {
-    /// The cached form of `rule`, which is entry `index` of its module's dictionary.
-    fn cached(rule: &R, index: u16) -> Self;
-    /// The cached form of "no rule here" (a negative entry).
-    fn none() -> Self;
+/// Where a rule is in a [`RuleTable`]: its module's index and its index in that module's
+/// dictionary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RuleRef {
+    /// The module's index in the table.
+    pub module: u16,
+    /// The rule's index in the module's dictionary.
+    pub index: u16,
 }
 
-/// Any rule can be cached as itself.
-impl<R: Copy + Default> CacheRule<R> for R {
-    fn cached(rule: &R, _: u16) -> Self {
-        *rule
-    }
-    fn none() -> Self {
-        R::default()
+/// A rule as a cache slot holds it: what the unwind loop does at the address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cached<S> {
+    /// A simple rule ([`Arch::Simple`]), applied inline by [`Arch::step_simple`].
+    Simple(S),
+    /// Any other rule, applied from the table by [`Arch::step_rule`].
+    Table(RuleRef),
+    /// The walk ends at this frame ([`Arch::stop`]).
+    Stop(StopReason),
+    /// No rule covers the address: the fallbacks apply ([`Arch::step_without_rule`]).
+    NoRule,
+}
+
+impl<S> Cached<S> {
+    /// The cached form of `rule`, entry `at` of its table.
+    fn of<A: Arch<Simple = S>>(rule: &A::Rule, at: RuleRef) -> Self {
+        if let Some(stop) = A::stop(rule) {
+            Cached::Stop(stop)
+        } else if let Some(simple) = A::simple(rule) {
+            Cached::Simple(simple)
+        } else {
+            Cached::Table(at)
+        }
     }
 }
 
@@ -42,7 +62,7 @@ impl<R: Copy + Default> CacheRule<R> for R {
 /// offsets) without the systematic collisions of a fold. Addresses 4 GiB apart share a slot,
 /// which costs only a miss.
 #[inline(always)]
-pub fn slot_of(addr: u64) -> usize {
+fn slot_of(addr: u64) -> usize {
     let x = ((addr as u32).wrapping_mul(0x9e37_79b1) >> 23) as usize;
     if x >= CACHE_SLOTS {
         x - CACHE_SLOTS
@@ -51,66 +71,55 @@ pub fn slot_of(addr: u64) -> usize {
     }
 }
 
-/// Module index stored in negative entries.
-const NEGATIVE: u16 = u16::MAX;
-
 #[derive(Clone, Copy, Debug)]
-struct Entry<R> {
+struct Entry<S> {
     addr: u64,
-    module: u16,
-    rule: R,
+    rule: Cached<S>,
 }
 
 /// The key of an invalid entry. No lookup can wrongly hit it: no module contains `u64::MAX`
 /// (ranges are half-open), so "no rule", which invalid entries hold, is its right answer.
 const INVALID: u64 = u64::MAX;
 
-/// A per-thread (or per-sampler) rule cache. It is `&mut` while unwinding, so each signal
-/// handler must use its own.
+/// A per-thread (or per-sampler) rule cache for architecture `A`. It is `&mut` while
+/// unwinding, so each signal handler must use its own.
 ///
 /// The cache is stamped with the generation of the table its entries came from; an unwind
-/// checks that stamp once ([`Cache::prepare`]) and, if the table changed, invalidates every
-/// entry before its first lookup. Per-frame lookups then compare only the address.
+/// checks that stamp once and, if the table changed, invalidates every entry before its first
+/// lookup. Per-frame lookups then compare only the address.
 #[derive(Clone, Debug)]
-pub struct Cache<R> {
+pub struct Cache<A: Arch> {
     generation: u32,
-    entries: [Entry<R>; CACHE_SLOTS],
+    entries: [Entry<A::Simple>; CACHE_SLOTS],
     lookups: u64,
     misses: u64,
 }
 
-impl<R: Copy + Default> Default for Cache<R> {
+impl<A: Arch> Default for Cache<A> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<R: Copy + Default> Cache<R> {
+impl<A: Arch> Cache<A> {
     /// An empty cache: generation 0 matches no table.
     pub fn new() -> Self {
         Cache {
             generation: 0,
             entries: [Entry {
                 addr: INVALID,
-                module: NEGATIVE,
-                rule: R::default(),
+                rule: Cached::NoRule,
             }; CACHE_SLOTS],
             lookups: 0,
             misses: 0,
         }
     }
-}
 
-impl<C: Copy> Cache<C> {
     /// Makes the cache valid for `table`: if its entries came from another table (another
-    /// generation), invalidates them all. Call once per unwind, before
-    /// [`lookup_prepared`](Self::lookup_prepared).
+    /// generation), invalidates them all. Every unwind does this first; calling it ahead (after
+    /// publishing a new table, say) takes the cost of that reset out of the next unwind.
     #[inline(always)]
-    pub fn prepare<R>(&mut self, table: &RuleTable<R>)
-    where
-        R: Copy,
-        C: CacheRule<R>,
-    {
+    pub fn prepare(&mut self, table: &RuleTable<A::Rule>) {
         if self.generation != table.generation() {
             self.reset(table.generation());
         }
@@ -118,78 +127,66 @@ impl<C: Copy> Cache<C> {
 
     #[cold]
     #[inline(never)]
-    fn reset<R>(&mut self, generation: u32)
-    where
-        C: CacheRule<R>,
-    {
+    fn reset(&mut self, generation: u32) {
         for e in &mut self.entries {
             e.addr = INVALID;
-            e.module = NEGATIVE;
-            e.rule = C::none();
+            e.rule = Cached::NoRule;
         }
         self.generation = generation;
     }
 
-    /// The cached rule for `addr` in `table` (with its module's index), from the cache or, on a
-    /// miss, from the table (and then remembered, "no rule here" included). The rule is returned
-    /// in place, in its slot.
-    #[inline(always)]
-    pub fn lookup<R>(&mut self, table: &RuleTable<R>, addr: u64) -> Option<(u16, &C)>
-    where
-        R: Copy,
-        C: CacheRule<R>,
-    {
+    /// What the unwinder does at `addr` in `table`, from the cache or, on a miss, from the
+    /// table (and then remembered, "no rule here" included).
+    pub fn lookup(&mut self, table: &RuleTable<A::Rule>, addr: u64) -> Cached<A::Simple> {
         self.prepare(table);
         self.count_lookups(1);
-        self.lookup_prepared(table, addr)
-            .filter(|&(module, _)| module != NEGATIVE)
+        *self.lookup_prepared(table, addr)
     }
 
-    /// [`lookup`](Self::lookup) for a cache already [`prepare`](Self::prepare)d for `table`,
-    /// without counting the lookup (the unwind loop counts its lookups once, at the end).
-    /// "No rule here" comes back as module `u16::MAX` with [`CacheRule::none`].
+    /// [`lookup`](Self::lookup) for a cache already prepared for `table`, without counting the
+    /// lookup (the unwind loop counts its lookups once, at the end). The rule is returned in
+    /// place, in its slot.
     #[inline(always)]
-    pub fn lookup_prepared<R>(&mut self, table: &RuleTable<R>, addr: u64) -> Option<(u16, &C)>
-    where
-        R: Copy,
-        C: CacheRule<R>,
-    {
+    pub(crate) fn lookup_prepared(
+        &mut self,
+        table: &RuleTable<A::Rule>,
+        addr: u64,
+    ) -> &Cached<A::Simple> {
         let slot = slot_of(addr);
-        if self.entries.get(slot).is_none_or(|e| e.addr != addr) {
-            self.fill(table, addr, slot);
+        // SAFETY: `slot_of` returns `x` or `x - 509` for a 9-bit `x`, below 509 either way,
+        // and the array has 509 entries. (The compiler does not always see it once this is
+        // inlined into the loop, and the bounds check would cost two instructions a frame.)
+        let hit = unsafe { self.entries.get_unchecked(slot) }.addr == addr;
+        if !hit {
+            return self.fill(table, addr, slot);
         }
-        let e = self.entries.get(slot)?;
-        Some((e.module, &e.rule))
+        // SAFETY: as above.
+        &unsafe { self.entries.get_unchecked(slot) }.rule
     }
 
-    /// Adds `n` to the number of lookups (see [`lookup_prepared`](Self::lookup_prepared)).
+    /// Adds `n` to the number of lookups.
     #[inline(always)]
-    pub fn count_lookups(&mut self, n: u64) {
+    pub(crate) fn count_lookups(&mut self, n: u64) {
         self.lookups = self.lookups.wrapping_add(n);
     }
 
     /// Looks `addr` up in the table and fills its slot.
     #[cold]
     #[inline(never)]
-    fn fill<R>(&mut self, table: &RuleTable<R>, addr: u64, slot: usize)
-    where
-        R: Copy,
-        C: CacheRule<R>,
-    {
+    fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
         self.misses = self.misses.wrapping_add(1);
-        let found = table.lookup_index(addr);
-        if let Some(e) = self.entries.get_mut(slot) {
-            e.addr = addr;
-            match found {
-                Some((module, index, rule)) => {
-                    e.module = module;
-                    e.rule = C::cached(rule, index);
-                }
-                None => {
-                    e.module = NEGATIVE;
-                    e.rule = C::none();
-                }
+        let rule = match table.lookup_index(addr) {
+            Some((module, index, rule)) => Cached::of::<A>(rule, RuleRef { module, index }),
+            None => Cached::NoRule,
+        };
+        match self.entries.get_mut(slot) {
+            Some(e) => {
+                e.addr = addr;
+                e.rule = rule;
+                &e.rule
             }
+            // Unreachable: `slot_of` is below CACHE_SLOTS.
+            None => &Cached::NoRule,
         }
     }
 
@@ -203,7 +200,7 @@ impl<C: Copy> Cache<C> {
         self.misses
     }
 
-    /// Forgets every entry (at the next [`prepare`](Self::prepare)) and zeroes the counters.
+    /// Forgets every entry (at the next lookup) and zeroes the counters.
     pub fn clear(&mut self) {
         self.generation = 0;
         self.lookups = 0;
@@ -217,6 +214,58 @@ mod tests {
     use crate::table::{ModuleRulesBuilder, RuleTableBuilder};
     use alloc::sync::Arc;
     use core::num::NonZeroU32;
+
+    /// An architecture whose rules are bytes: 0 ends the walk, odd ones are simple, even ones
+    /// are applied from the table.
+    struct Bytes;
+
+    impl Arch for Bytes {
+        const NAME: &'static str = "bytes";
+        type Regs = u64;
+        type Rule = u8;
+        type Simple = u8;
+        fn pc(regs: &u64) -> u64 {
+            *regs
+        }
+        fn sp(_: &u64) -> u64 {
+            0
+        }
+        fn lookup_address(regs: &u64, _: bool) -> u64 {
+            *regs
+        }
+        fn stop(rule: &u8) -> Option<StopReason> {
+            (*rule == 0).then_some(StopReason::EndOfStack)
+        }
+        fn simple(rule: &u8) -> Option<u8> {
+            (rule % 2 == 1).then_some(*rule)
+        }
+        fn step_simple<M: crate::Memory + ?Sized>(
+            _: &u8,
+            _: &u64,
+            _: &M,
+        ) -> Result<u64, StopReason> {
+            Err(StopReason::BadRule)
+        }
+        fn step_rule<M: crate::Memory + ?Sized>(
+            _: &RuleTable<u8>,
+            _: u16,
+            _: &u8,
+            _: &u64,
+            _: &M,
+        ) -> Result<crate::Step<u64>, StopReason> {
+            Err(StopReason::BadRule)
+        }
+        fn step_without_rule<M: crate::Memory + ?Sized>(
+            _: &u64,
+            _: usize,
+            _: &M,
+        ) -> Result<crate::Step<u64>, StopReason> {
+            Err(StopReason::NoRule)
+        }
+        fn sp_increases(_: &u64, _: &u64, _: usize) -> bool {
+            false
+        }
+    }
 
     fn table(generation: u32, rule: u8) -> RuleTable<u8> {
         let mut m = ModuleRulesBuilder::new();
@@ -249,16 +298,20 @@ mod tests {
     #[test]
     fn hits_misses_negative_entries_and_generations() {
         let t1 = table(1, 5);
-        let mut c = Cache::<u8>::new();
-        assert_eq!(c.lookup(&t1, 0x150), Some((0, &5)));
-        assert_eq!(c.lookup(&t1, 0x150), Some((0, &5)));
+        let mut c = Cache::<Bytes>::new();
+        assert_eq!(c.lookup(&t1, 0x150), Cached::Simple(5));
+        assert_eq!(c.lookup(&t1, 0x150), Cached::Simple(5));
         assert_eq!((c.hits(), c.misses()), (1, 1));
-        assert_eq!(c.lookup(&t1, 0x250), None);
-        assert_eq!(c.lookup(&t1, 0x250), None);
+        assert_eq!(c.lookup(&t1, 0x250), Cached::NoRule);
+        assert_eq!(c.lookup(&t1, 0x250), Cached::NoRule);
         assert_eq!((c.hits(), c.misses()), (2, 2));
         // Same address, new table: the old entry must not be used.
         let t2 = table(2, 6);
-        assert_eq!(c.lookup(&t2, 0x150), Some((0, &6)));
+        let six = Cached::Table(RuleRef {
+            module: 0,
+            index: 0,
+        });
+        assert_eq!(c.lookup(&t2, 0x150), six);
         assert_eq!((c.hits(), c.misses()), (2, 3));
         // Two addresses in the same slot evict each other.
         let a = (0x151u64..)
@@ -266,12 +319,14 @@ mod tests {
             .unwrap();
         assert_eq!(
             c.lookup(&t2, a),
-            if a < 0x200 { Some((0, &6)) } else { None }
+            if a < 0x200 { six } else { Cached::NoRule }
         );
-        assert_eq!(c.lookup(&t2, 0x150), Some((0, &6)));
+        assert_eq!(c.lookup(&t2, 0x150), six);
         assert_eq!(c.misses(), 5);
         c.clear();
-        assert_eq!(c.lookup(&t2, 0x150), Some((0, &6)));
+        assert_eq!(c.lookup(&t2, 0x150), six);
         assert_eq!((c.hits(), c.misses()), (0, 1));
+        let t3 = table(3, 0);
+        assert_eq!(c.lookup(&t3, 0x150), Cached::Stop(StopReason::EndOfStack));
     }
 }

@@ -6,8 +6,10 @@
 //! samples of one architecture can be unwound on a host of another.
 //!
 //! The pieces:
-//! - [`x86_64`]: the register set (PC, SP, FP), its typed [`x86_64::Rule`] and the unwind loop.
-//! - [`arm`]: 32-bit ARM (r15, r14, r13, r12, r11, r7), rules from DWARF or EXIDX, its loop.
+//! - [`unwind()`]: the unwind loop, written once, generic over an [`Arch`].
+//! - [`arch`]: the [`Arch`] trait, what an architecture supplies to the loop.
+//! - [`x86_64`]: [`X86_64`], the register set (PC, SP, FP), its typed [`x86_64::Rule`].
+//! - [`arm`]: [`Arm`], 32-bit ARM (r15, r14, r13, r12, r11, r7), rules from DWARF or EXIDX.
 //! - [`expr`]: a small postfix program for the DWARF expressions that read only tracked registers.
 //! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
 //! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
@@ -17,6 +19,7 @@
 
 extern crate alloc;
 
+pub mod arch;
 pub mod arm;
 pub mod cache;
 pub mod expr;
@@ -25,7 +28,10 @@ pub mod table;
 pub mod unwind;
 pub mod x86_64;
 
-pub use cache::{Cache, CacheRule, CACHE_SLOTS};
+pub use arch::{Arch, Step};
+pub use arm::Arm;
+pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS};
 pub use memory::{LiveStack, Memory, StackImage};
 pub use table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
-pub use unwind::{StopReason, Trust, UnwindResult};
+pub use unwind::{unwind, StopReason, Trust, UnwindResult};
+pub use x86_64::X86_64;

@@ -1,4 +1,9 @@
-//! What an unwind reports, whatever the architecture.
+//! The unwind loop, written once for every architecture ([`Arch`]), and what it reports.
+
+use crate::arch::{Arch, Step};
+use crate::cache::{Cache, Cached};
+use crate::memory::Memory;
+use crate::table::RuleTable;
 
 /// Why the walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,19 +86,6 @@ impl From<crate::expr::ExprError> for StopReason {
     }
 }
 
-/// The result of a walk that stopped after writing (and looking up) frame `last`; counts the
-/// walk's lookups in `cache`.
-#[inline(always)]
-pub(crate) fn stopped<C: Copy>(
-    cache: &mut crate::cache::Cache<C>,
-    last: usize,
-    stop: StopReason,
-) -> UnwindResult {
-    let frames = last + 1;
-    cache.count_lookups(frames as u64);
-    UnwindResult { frames, stop }
-}
-
 /// The outcome of one unwind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnwindResult {
@@ -101,6 +93,120 @@ pub struct UnwindResult {
     pub frames: usize,
     /// Why the walk ended.
     pub stop: StopReason,
+}
+
+/// Unwinds from `regs`, writing each frame's PC into `pcs` (frame 0 first: the interrupted
+/// instruction; then return addresses as found on the stack, not adjusted).
+///
+/// Rules are looked up through `cache` at [`Arch::lookup_address`]: the PC for frame 0 and
+/// after signal frames, inside the call instruction for callers. A frame no rule describes goes
+/// to the architecture's fallbacks ([`Arch::step_without_rule`]). A caller whose return address
+/// is 0 or whose stack pointer does not increase ([`Arch::sp_increases`]) ends the walk. Every
+/// memory read goes through `mem`. If `trust` is given, its element `i` receives how frame `i`
+/// was found. Never allocates, locks or panics; the loop runs at most `pcs.len()` times.
+pub fn unwind<A: Arch, M: Memory + ?Sized>(
+    table: &RuleTable<A::Rule>,
+    cache: &mut Cache<A>,
+    regs: A::Regs,
+    mem: &M,
+    pcs: &mut [u64],
+    trust: Option<&mut [Trust]>,
+) -> UnwindResult {
+    // Two instantiations: without a trust slice the loop has fewer live values.
+    match trust {
+        None => walk::<A, M, false>(table, cache, regs, mem, pcs, &mut []),
+        Some(trust) => walk::<A, M, true>(table, cache, regs, mem, pcs, trust),
+    }
+}
+
+/// Applies what the cache holds for a frame that is not a simple rule: a rule from the table,
+/// the fallbacks, or the end of the walk. Out of line: rare after warm-up.
+#[cold]
+#[inline(never)]
+fn step_slow<A: Arch, M: Memory + ?Sized>(
+    table: &RuleTable<A::Rule>,
+    cached: Cached<A::Simple>,
+    regs: A::Regs,
+    frame: usize,
+    mem: &M,
+) -> Result<Step<A::Regs>, StopReason> {
+    match cached {
+        Cached::Table(at) => {
+            let rule = table.rule(at.module, at.index).ok_or(StopReason::BadRule)?;
+            A::step_rule(table, at.module, rule, &regs, mem)
+        }
+        Cached::NoRule => A::step_without_rule(&regs, frame, mem),
+        Cached::Stop(stop) => Err(stop),
+        // Simple rules are applied inline by the caller.
+        Cached::Simple(s) => A::step_simple(&s, &regs, mem).map(|caller| Step {
+            caller,
+            trust: Trust::Cfi,
+            exact: false,
+        }),
+    }
+}
+
+#[inline(always)]
+fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
+    table: &RuleTable<A::Rule>,
+    cache: &mut Cache<A>,
+    regs: A::Regs,
+    mem: &M,
+    pcs: &mut [u64],
+    trust: &mut [Trust],
+) -> UnwindResult {
+    let mut regs = regs;
+    // 0 while the PC is exact (frame 0, the caller of a signal frame), 1 for return addresses.
+    let mut adjust = 0u64;
+    let mut how = Trust::Context;
+    cache.prepare(table);
+    let mut i = 0;
+    while let Some(slot) = pcs.get_mut(i) {
+        *slot = A::pc(&regs);
+        if TRUST {
+            if let Some(t) = trust.get_mut(i) {
+                *t = how;
+            }
+        }
+        let cached = cache.lookup_prepared(table, A::lookup_address(&regs, adjust == 0));
+        let caller = if let Cached::Simple(s) = cached {
+            adjust = 1;
+            how = Trust::Cfi;
+            A::step_simple(s, &regs, mem)
+        } else {
+            step_slow::<A, M>(table, *cached, regs, i, mem).map(|s| {
+                adjust = u64::from(!s.exact);
+                how = s.trust;
+                s.caller
+            })
+        };
+        let caller = match caller {
+            Ok(c) => c,
+            Err(stop) => return stopped(cache, i, stop),
+        };
+        if A::pc(&caller) == 0 {
+            return stopped(cache, i, StopReason::ZeroReturnAddress);
+        }
+        if !A::sp_increases(&caller, &regs, i) {
+            return stopped(cache, i, StopReason::SpNotIncreasing);
+        }
+        regs = caller;
+        i += 1;
+    }
+    cache.count_lookups(pcs.len() as u64);
+    UnwindResult {
+        frames: pcs.len(),
+        stop: StopReason::BufferFull,
+    }
+}
+
+/// The result of a walk that stopped after writing (and looking up) frame `last`; counts the
+/// walk's lookups in `cache`.
+#[inline(always)]
+fn stopped<A: Arch>(cache: &mut Cache<A>, last: usize, stop: StopReason) -> UnwindResult {
+    let frames = last + 1;
+    cache.count_lookups(frames as u64);
+    UnwindResult { frames, stop }
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
-//! x86_64: the tracked registers (PC, SP, FP = rbp), their typed rules, and the unwind loop.
+//! x86_64 ([`X86_64`]): the tracked registers (PC, SP, FP = rbp), their typed rules, their
+//! simple cached forms, and how each applies.
 //!
 //! The caller's stack pointer is the CFA, by the psABI's definition of the CFA as the value of
 //! `rsp` at the call site, so only the CFA, the return address and `rbp` need rules.
 
-use crate::cache::{Cache, CacheRule};
+use crate::arch::{likely, Arch};
 use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
 use crate::table::RuleTable;
-use crate::unwind::{stopped, StopReason, Trust, UnwindResult};
+use crate::unwind::{StopReason, Trust};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,76 +94,69 @@ impl Rule {
     }
 }
 
-/// A rule as the [`Cache`] holds it: the shapes that cover nearly every frame decoded into
-/// flag bits and three offsets, so the unwind loop applies them with one branch on the shape and
-/// no further decoding. All three offsets are from the base register (`rsp`, or `rbp` with
-/// [`CachedRule::CFA_FP`]), so the return address and saved `rbp` are read without waiting for
-/// the CFA. Any other rule (expressions, signal frames, the end-of-stack rule, ...)
-/// is cached as [`CachedRule::OTHER`] with its dictionary index, and applied from the table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CachedRule {
-    shape: u8,
+/// The shape of a [`Simple`] rule: which register the CFA is on and whether `rbp` is saved
+/// (bits [`Shape::CFA_ON_FP`] and [`Shape::FP_SAVED`] of its value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Shape {
+    /// CFA on `rsp`, `rbp` unchanged: the most common rule by far (one comparison in the loop).
+    Sp = 0,
+    /// CFA on `rsp`, `rbp` saved.
+    SpSavedFp = 1,
+    /// CFA on `rbp`, `rbp` unchanged.
+    Fp = 2,
+    /// CFA on `rbp`, `rbp` saved (a frame-pointer function's body).
+    FpSavedFp = 3,
+}
+
+impl Shape {
+    /// Set in the value of the shapes whose CFA is on `rbp`.
+    const CFA_ON_FP: u8 = 2;
+    /// Set in the value of the shapes that restore `rbp` from the stack.
+    const FP_SAVED: u8 = 1;
+}
+
+/// A rule of one of the four [`Shape`]s with the return address saved, decoded for the cache.
+/// All three offsets are from the base register (`rsp`, or `rbp` for the `Fp` shapes), so the
+/// return address and saved `rbp` are read without waiting for the CFA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Simple {
+    shape: Shape,
+    /// The CFA (the caller's `rsp`) is `base + cfa`.
     cfa: i32,
+    /// The return address is at `[base + ra]`.
     ra: i32,
+    /// The caller's `rbp` is at `[base + fp]` (for the `SavedFp` shapes).
     fp: i32,
 }
 
-impl CachedRule {
-    /// The CFA is `rbp + cfa` (else `rsp + cfa`).
-    const CFA_FP: u8 = 1;
-    /// The caller's `rbp` is at `[CFA + fp]` (else unchanged).
-    const FP_SAVED: u8 = 2;
-    /// Not one of the simple shapes: `ra` holds the rule's dictionary index.
-    const OTHER: u8 = 4;
-    /// No rule covers the address: fall back to the frame pointer.
-    const NONE: u8 = 8;
-    /// The end-of-stack rule (return address undefined): the walk is complete.
-    const END: u8 = 16;
-    /// Any of the rare cases: leave the fast path.
-    const SLOW: u8 = CachedRule::OTHER | CachedRule::NONE | CachedRule::END;
-}
-
-impl CacheRule<Rule> for CachedRule {
-    fn cached(rule: &Rule, index: u16) -> Self {
-        if rule.is_end_of_stack() {
-            return CachedRule {
-                shape: CachedRule::END,
-                ..CachedRule::default()
-            };
+impl Simple {
+    fn of(rule: &Rule) -> Option<Simple> {
+        if rule.signal_frame {
+            return None;
         }
-        let (shape, cfa) = match rule.cfa {
-            CfaRule::SpOffset(o) => (0, o),
-            CfaRule::FpOffset(o) => (CachedRule::CFA_FP, o),
-            CfaRule::Expr(_) => (CachedRule::OTHER, 0),
+        let (on_fp, cfa) = match rule.cfa {
+            CfaRule::SpOffset(o) => (false, o),
+            CfaRule::FpOffset(o) => (true, o),
+            CfaRule::Expr(_) => return None,
         };
-        let (shape, fp) = match rule.fp {
-            RegRule::Same => (shape, 0),
-            RegRule::Offset(o) => (shape | CachedRule::FP_SAVED, o),
-            _ => (CachedRule::OTHER, 0),
+        let RegRule::Offset(ra) = rule.ra else {
+            return None;
         };
-        // Offsets from the base register; a sum that overflows takes the slow path.
-        let (ra, fp) = match (rule.ra, cfa.checked_add(fp)) {
-            (RegRule::Offset(ra), Some(fp)) => (cfa.checked_add(ra), fp),
-            _ => (None, 0),
+        // Offsets from the base register; a sum that overflows is applied from the table.
+        let ra = cfa.checked_add(ra)?;
+        let (saved, fp) = match rule.fp {
+            RegRule::Same => (false, 0),
+            RegRule::Offset(o) => (true, cfa.checked_add(o)?),
+            _ => return None,
         };
-        match ra {
-            Some(ra) if shape & CachedRule::OTHER == 0 && !rule.signal_frame => {
-                CachedRule { shape, cfa, ra, fp }
-            }
-            _ => CachedRule {
-                shape: CachedRule::OTHER,
-                cfa: 0,
-                ra: i32::from(index),
-                fp: 0,
-            },
-        }
-    }
-
-    fn none() -> Self {
-        CachedRule {
-            shape: CachedRule::NONE,
-            ..CachedRule::default()
-        }
+        let shape = match (on_fp, saved) {
+            (false, false) => Shape::Sp,
+            (false, true) => Shape::SpSavedFp,
+            (true, false) => Shape::Fp,
+            (true, true) => Shape::FpSavedFp,
+        };
+        Some(Simple { shape, cfa, ra, fp })
     }
 }
 
@@ -186,17 +180,8 @@ pub fn plt_cfa_expression() -> Expr {
     Expr::new(&ops).expect("11 operations fit in an expression")
 }
 
-/// The outcome of one step: the caller's registers, how they were found, and whether the
-/// caller's PC is exact (after a signal frame).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
-    /// The caller's registers; `caller.sp` is the CFA.
-    pub caller: Regs,
-    /// How they were found.
-    pub trust: Trust,
-    /// True after a signal frame: look the caller's rule up at its PC, not at `PC - 1`.
-    pub exact: bool,
-}
+/// The outcome of one step on x86_64.
+pub type Step = crate::arch::Step<Regs>;
 
 #[inline]
 fn add(base: u64, offset: i32) -> u64 {
@@ -290,7 +275,7 @@ pub fn step_cfi<M: Memory + ?Sized>(
 /// Frame-pointer fallback: `[rbp]` is the caller's `rbp`, `[rbp + 8]` the return address.
 /// Accepted only if `rbp` is 8-aligned, not below SP, and both words are readable.
 #[inline(never)]
-pub fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, StopReason> {
+fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, StopReason> {
     let fp = regs.fp;
     if !fp.is_multiple_of(8) || fp < regs.sp {
         return Err(StopReason::NoRule);
@@ -310,140 +295,112 @@ pub fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Ste
     })
 }
 
-/// Unwinds from `regs`, writing each frame's PC into `pcs` (frame 0 first: the interrupted
-/// instruction; then return addresses as found on the stack, not adjusted).
-///
-/// Rules are looked up through `cache` at the PC for frame 0 and after signal frames, at
-/// `return address - 1` for callers. Every memory read goes through `mem`. If `trust` is given,
-/// its element `i` receives how frame `i` was found. Never allocates, locks or panics; the loop
-/// runs at most `pcs.len()` times.
-pub fn unwind<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    cache: &mut Cache<CachedRule>,
-    regs: Regs,
-    mem: &M,
-    pcs: &mut [u64],
-    trust: Option<&mut [Trust]>,
-) -> UnwindResult {
-    // Two instantiations: without a trust slice the loop has fewer live values.
-    match trust {
-        None => walk::<M, false>(table, cache, regs, mem, pcs, &mut []),
-        Some(trust) => walk::<M, true>(table, cache, regs, mem, pcs, trust),
-    }
-}
+/// The x86_64 architecture: 64-bit PC, SP and `rbp`; return addresses looked up at `PC - 1`;
+/// the frame-pointer chain as the fallback.
+#[derive(Clone, Copy, Debug)]
+pub struct X86_64;
 
-/// Applies a simple cached rule: one branch on the shape, at most two bounds-checked reads.
-#[inline(always)]
-fn step_cached<M: Memory + ?Sized>(
-    c: &CachedRule,
-    regs: &Regs,
-    mem: &M,
-) -> Result<Regs, StopReason> {
-    // A branch, not a select: the common case (CFA on rsp) is predicted and its address
-    // arithmetic need not wait for the shape byte to load.
-    let base = if c.shape & CachedRule::CFA_FP == 0 {
+impl Arch for X86_64 {
+    const NAME: &'static str = "x86_64";
+    type Regs = Regs;
+    type Rule = Rule;
+    type Simple = Simple;
+
+    #[inline(always)]
+    fn pc(regs: &Regs) -> u64 {
+        regs.pc
+    }
+
+    #[inline(always)]
+    fn sp(regs: &Regs) -> u64 {
         regs.sp
-    } else {
-        regs.fp
-    };
-    let cfa = add(base, c.cfa);
-    let pc = mem
-        .read_u64(add(base, c.ra))
-        .ok_or(StopReason::ReadFailed)?;
-    let fp = if c.shape & CachedRule::FP_SAVED != 0 {
-        mem.read_u64(add(base, c.fp))
-            .ok_or(StopReason::ReadFailed)?
-    } else {
-        regs.fp
-    };
-    Ok(Regs { pc, sp: cfa, fp })
-}
-
-/// Applies a rule that is not one of the simple shapes, fetched from the table by index.
-#[cold]
-#[inline(never)]
-fn step_other<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    module: u16,
-    index: i32,
-    regs: Regs,
-    mem: &M,
-) -> Result<Step, StopReason> {
-    let index = u16::try_from(index).map_err(|_| StopReason::BadRule)?;
-    let rule = table.rule(module, index).ok_or(StopReason::BadRule)?;
-    step_cfi(table, module, rule, &regs, mem)
-}
-
-#[inline(always)]
-fn walk<M: Memory + ?Sized, const TRUST: bool>(
-    table: &RuleTable<Rule>,
-    cache: &mut Cache<CachedRule>,
-    regs: Regs,
-    mem: &M,
-    pcs: &mut [u64],
-    trust: &mut [Trust],
-) -> UnwindResult {
-    let mut regs = regs;
-    // Subtracted from the PC for the lookup: 0 for frame 0 and after a signal frame (the PC is
-    // the exact instruction), 1 for return addresses (the call is the byte before).
-    let mut adjust = 0u64;
-    let mut how = Trust::Context;
-    cache.prepare(table);
-    let mut i = 0;
-    while let Some(slot) = pcs.get_mut(i) {
-        *slot = regs.pc;
-        if TRUST {
-            if let Some(t) = trust.get_mut(i) {
-                *t = how;
-            }
-        }
-        let Some((module, c)) = cache.lookup_prepared(table, regs.pc.wrapping_sub(adjust)) else {
-            return stopped(cache, i, StopReason::BadRule);
-        };
-        let caller = if c.shape == 0 {
-            // The most common rule by far: CFA on rsp, rbp unchanged. One comparison.
-            adjust = 1;
-            how = Trust::Cfi;
-            let cfa = add(regs.sp, c.cfa);
-            mem.read_u64(add(regs.sp, c.ra))
-                .map(|pc| Regs {
-                    pc,
-                    sp: cfa,
-                    fp: regs.fp,
-                })
-                .ok_or(StopReason::ReadFailed)
-        } else if c.shape & CachedRule::SLOW == 0 {
-            adjust = 1;
-            how = Trust::Cfi;
-            step_cached(c, &regs, mem)
-        } else if c.shape & CachedRule::END != 0 {
-            return stopped(cache, i, StopReason::EndOfStack);
-        } else {
-            let step = if c.shape & CachedRule::NONE == 0 {
-                step_other(table, module, c.ra, regs, mem)
-            } else {
-                step_frame_pointer(regs, mem)
-            };
-            step.map(|s| {
-                adjust = u64::from(!s.exact);
-                how = s.trust;
-                s.caller
-            })
-        };
-        let caller = match caller {
-            Ok(c) => c,
-            Err(stop) => return stopped(cache, i, stop),
-        };
-        if caller.pc == 0 {
-            return stopped(cache, i, StopReason::ZeroReturnAddress);
-        }
-        if caller.sp <= regs.sp {
-            return stopped(cache, i, StopReason::SpNotIncreasing);
-        }
-        regs = caller;
-        i += 1;
     }
-    cache.count_lookups(pcs.len() as u64);
-    let (frames, stop) = (pcs.len(), StopReason::BufferFull);
-    UnwindResult { frames, stop }
+
+    #[inline(always)]
+    fn lookup_address(regs: &Regs, exact: bool) -> u64 {
+        regs.pc.wrapping_sub(u64::from(!exact))
+    }
+
+    fn stop(rule: &Rule) -> Option<StopReason> {
+        rule.is_end_of_stack().then_some(StopReason::EndOfStack)
+    }
+
+    fn simple(rule: &Rule) -> Option<Simple> {
+        Simple::of(rule)
+    }
+
+    /// One comparison for the common shape, at most two bounds-checked reads.
+    #[inline(always)]
+    fn step_simple<M: Memory + ?Sized>(
+        rule: &Simple,
+        regs: &Regs,
+        mem: &M,
+    ) -> Result<Regs, StopReason> {
+        let read = |a| mem.read_u64(a).ok_or(StopReason::ReadFailed);
+        // Bit tests on the shape's value, and the hot shape marked likely: a plain match
+        // becomes a switch that puts the common shape behind several comparisons.
+        let shape = rule.shape as u8;
+        if likely(shape == Shape::Sp as u8) {
+            let pc = read(add(regs.sp, rule.ra))?;
+            return Ok(Regs {
+                pc,
+                sp: add(regs.sp, rule.cfa),
+                fp: regs.fp,
+            });
+        }
+        // A branch, not a select: the common case (CFA on rsp) is predicted and its address
+        // arithmetic need not wait for the shape byte to load.
+        let base = if shape & Shape::CFA_ON_FP != 0 {
+            regs.fp
+        } else {
+            regs.sp
+        };
+        let pc = read(add(base, rule.ra))?;
+        let fp = if shape & Shape::FP_SAVED != 0 {
+            read(add(base, rule.fp))?
+        } else {
+            regs.fp
+        };
+        Ok(Regs {
+            pc,
+            sp: add(base, rule.cfa),
+            fp,
+        })
+    }
+
+    fn step_rule<M: Memory + ?Sized>(
+        table: &RuleTable<Rule>,
+        module: u16,
+        rule: &Rule,
+        regs: &Regs,
+        mem: &M,
+    ) -> Result<Step, StopReason> {
+        step_cfi(table, module, rule, regs, mem)
+    }
+
+    fn step_without_rule<M: Memory + ?Sized>(
+        regs: &Regs,
+        _frame: usize,
+        mem: &M,
+    ) -> Result<Step, StopReason> {
+        step_frame_pointer(*regs, mem)
+    }
+
+    /// Strictly: a call pushes the return address, so even a leaf's CFA is above its SP.
+    #[inline(always)]
+    fn sp_increases(caller: &Regs, callee: &Regs, _frame: usize) -> bool {
+        caller.sp > callee.sp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Cached;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(core::mem::size_of::<Simple>(), 16);
+        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 16);
+    }
 }

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use unwind_core::expr::{Expr, Op};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder};
-use unwind_core::x86_64::{unwind, CfaRule, RegRule, Regs, Rule};
-use unwind_core::{Cache, StackImage, StopReason, Trust, UnwindResult};
+use unwind_core::x86_64::{CfaRule, RegRule, Regs, Rule};
+use unwind_core::{
+    unwind, Arch, Cache, Cached, StackImage, StopReason, Trust, UnwindResult, X86_64,
+};
 
 /// Where the hand-built module is loaded: runtime = file address + BIAS.
 const BIAS: u64 = 0x5555_0000_0000;
@@ -67,7 +69,7 @@ fn run(
     bytes: &[u8],
     n: usize,
 ) -> (UnwindResult, Vec<u64>, Vec<Trust>) {
-    let mut cache = Cache::new();
+    let mut cache = Cache::<X86_64>::new();
     let mut pcs = vec![0u64; n];
     let mut trust = vec![Trust::Context; n];
     let mem = StackImage::new(STACK, bytes);
@@ -406,7 +408,7 @@ fn buffers_of_length_zero_and_one() {
     assert_eq!(pcs, [BIAS + 0x3010]);
 
     // A trust slice shorter than the PC buffer is filled as far as it goes.
-    let mut cache = Cache::new();
+    let mut cache = Cache::<X86_64>::new();
     let mem = StackImage::new(STACK, &bytes);
     let (regs, _) = three_frame_stack();
     let mut pcs = [0u64; 8];
@@ -543,8 +545,17 @@ fn cache_follows_table_generations_and_collisions() {
     // Two addresses in one cache slot; two tables with different rules for the same
     // address share a cache. Every answer must come from the current table.
     let a = BIAS + 0x1000;
+    // An address in a's slot, found by eviction (the slot function is the cache's own).
+    let probe = table_with(ModuleRulesBuilder::new().build().unwrap(), 9);
+    let mut c = Cache::<X86_64>::new();
     let b = (a + 1..)
-        .find(|&b| unwind_core::cache::slot_of(b) == unwind_core::cache::slot_of(a))
+        .find(|&b| {
+            c.lookup(&probe, a);
+            c.lookup(&probe, b);
+            let misses = c.misses();
+            c.lookup(&probe, a);
+            c.misses() > misses
+        })
         .unwrap();
     let r1 = rule(CfaRule::SpOffset(8), RegRule::Offset(-8), RegRule::Same);
     let r2 = rule(CfaRule::SpOffset(24), RegRule::Offset(-8), RegRule::Same);
@@ -555,13 +566,14 @@ fn cache_follows_table_generations_and_collisions() {
     let mut m2 = ModuleRulesBuilder::new();
     m2.push(0x1000, 0x1001, r2).unwrap();
     let t2 = table_with(m2.build().unwrap(), 2);
-    let mut cache = Cache::<Rule>::new();
+    let cached = |r: &Rule| Cached::Simple(X86_64::simple(r).unwrap());
+    let mut cache = Cache::<X86_64>::new();
     for _ in 0..3 {
-        assert_eq!(cache.lookup(&t1, a).map(|f| *f.1), Some(r1));
-        assert_eq!(cache.lookup(&t1, b).map(|f| *f.1), Some(r2));
-        assert_eq!(cache.lookup(&t2, a).map(|f| *f.1), Some(r2));
-        assert_eq!(cache.lookup(&t2, b), None);
-        assert_eq!(cache.lookup(&t1, a - 1), None);
+        assert_eq!(cache.lookup(&t1, a), cached(&r1));
+        assert_eq!(cache.lookup(&t1, b), cached(&r2));
+        assert_eq!(cache.lookup(&t2, a), cached(&r2));
+        assert_eq!(cache.lookup(&t2, b), Cached::NoRule);
+        assert_eq!(cache.lookup(&t1, a - 1), Cached::NoRule);
     }
 }
 
@@ -699,7 +711,7 @@ proptest! {
         let mem = StackImage::new(STACK, &bytes);
         let regs = Regs { pc, sp, fp };
 
-        let mut cache = Cache::new();
+        let mut cache = Cache::<X86_64>::new();
         let mut pcs = vec![0u64; len];
         let mut trust = vec![Trust::Context; trust_len];
         let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, Some(&mut trust));

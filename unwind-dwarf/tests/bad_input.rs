@@ -79,7 +79,7 @@ fn exercise(rules: ModuleRules<Rule>) {
     let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
     b.add(0, u64::MAX, 0, "m".into(), Arc::new(rules));
     let table = b.build().unwrap();
-    let mut cache = Cache::new();
+    let mut cache = Cache::<unwind_core::X86_64>::new();
     let mut pcs = [0u64; 16];
     for (i, &pc) in starts.iter().enumerate().step_by(starts.len() / 512 + 1) {
         let regs = Regs {
@@ -90,7 +90,7 @@ fn exercise(rules: ModuleRules<Rule>) {
         if let Some((m, rule)) = table.lookup(pc) {
             let _ = step_cfi(&table, m, &rule, &regs, &image);
         }
-        let r = unwind_core::x86_64::unwind(&table, &mut cache, regs, &image, &mut pcs, None);
+        let r = unwind_core::unwind(&table, &mut cache, regs, &image, &mut pcs, None);
         assert!(r.frames >= 1 && r.frames <= pcs.len());
     }
 }

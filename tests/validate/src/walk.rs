@@ -14,7 +14,7 @@ use minidump::Minidump;
 use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
-use unwind_core::{arm, x86_64, Cache, StackImage, StopReason, Trust, UnwindResult};
+use unwind_core::{arm, x86_64, Arm, Cache, StackImage, StopReason, Trust, UnwindResult, X86_64};
 
 use crate::programs::host_path;
 use crate::sample::{Sample, SampleModule};
@@ -193,7 +193,14 @@ impl Tables {
             let pc = Op::Reg(x86_64::Reg::Pc as u8);
             walk_frames(
                 |pcs, trust| {
-                    x86_64::unwind(&table, &mut Cache::new(), regs, &image, pcs, Some(trust))
+                    unwind_core::unwind(
+                        &table,
+                        &mut Cache::<X86_64>::new(),
+                        regs,
+                        &image,
+                        pcs,
+                        Some(trust),
+                    )
                 },
                 |at| {
                     table
@@ -218,7 +225,16 @@ impl Tables {
                 unwind_dwarf::load_elf_file_arm(p).ok().map(|l| l.rules)
             })?;
             walk_frames(
-                |pcs, trust| arm::unwind(&table, &mut Cache::new(), regs, &image, pcs, Some(trust)),
+                |pcs, trust| {
+                    unwind_core::unwind(
+                        &table,
+                        &mut Cache::<Arm>::new(),
+                        regs,
+                        &image,
+                        pcs,
+                        Some(trust),
+                    )
+                },
                 |at| {
                     table
                         .lookup(at)

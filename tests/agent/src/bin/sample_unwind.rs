@@ -9,19 +9,19 @@ use std::num::NonZeroU32;
 use std::path::Path;
 
 use unwind::offline::{arm_table_from_files, ArmSample};
-use unwind_core::arm::{CachedRule, Rule};
-use unwind_core::{Cache, RuleTable, StackImage};
+use unwind_core::arm::Rule;
+use unwind_core::{Arm, Cache, RuleTable, StackImage};
 
 /// One unwind; never inlined, so its instructions can be told apart in a trace.
 #[inline(never)]
 fn unwind_once(
     table: &RuleTable<Rule>,
-    cache: &mut Cache<CachedRule>,
+    cache: &mut Cache<Arm>,
     sample: &ArmSample,
     image: &StackImage<'_>,
     pcs: &mut [u64],
 ) -> usize {
-    unwind_core::arm::unwind(table, cache, sample.regs, image, pcs, None).frames
+    unwind_core::unwind(table, cache, sample.regs, image, pcs, None).frames
 }
 
 fn main() {

@@ -1,0 +1,118 @@
+//! What an architecture supplies to the generic unwind loop ([`crate::unwind()`]) and cache.
+//!
+//! The loop is written once; an architecture is a zero-sized type implementing [`Arch`] with
+//! only what truly differs: its register set, its rule type and the rule's compact cached form,
+//! how a frame's PC becomes the address its rule is looked up at, how rules apply, the
+//! fallbacks when no rule covers a PC, and the stack-pointer check. Implementations:
+//! [`crate::x86_64::X86_64`] and [`crate::arm::Arm`].
+//!
+//! Adding an architecture to this crate means one module like [`crate::x86_64`] that defines
+//! its `Regs`, `Rule` and `Simple` types and implements every item of [`Arch`].
+
+use core::fmt::Debug;
+
+use crate::memory::Memory;
+use crate::table::RuleTable;
+use crate::unwind::{StopReason, Trust};
+
+/// An architecture the unwinder supports (see the [module docs](self)).
+///
+/// Every function here runs on the unwind path: it must not allocate, lock, panic or loop
+/// without bound, and must read memory only through the given [`Memory`].
+pub trait Arch: Sized + 'static {
+    /// The architecture's name as the tools print it (`"x86_64"`, `"arm"`).
+    const NAME: &'static str;
+
+    /// The registers the unwinder tracks, with their values in one frame.
+    type Regs: Copy + Default + Debug + PartialEq;
+
+    /// How to recover the caller's tracked registers at one address: what the rule tables hold.
+    type Rule: Copy + Ord + Debug;
+
+    /// The compact forms of [`Arch::Rule`] that cover nearly every frame, decoded so that
+    /// [`Arch::step_simple`] applies them with no further decoding; the rule cache holds them
+    /// inline ([`crate::cache::Cached::Simple`]). Any other rule is applied from the table by
+    /// [`Arch::step_rule`].
+    type Simple: Copy + Debug + PartialEq;
+
+    /// The frame's PC as written to the caller's array (on ARM with the Thumb bit).
+    fn pc(regs: &Self::Regs) -> u64;
+
+    /// The frame's stack pointer.
+    fn sp(regs: &Self::Regs) -> u64;
+
+    /// The address whose rule describes the frame with these registers: the PC itself when it
+    /// is `exact` (frame 0, and the caller of a signal frame), else an address inside the call
+    /// instruction that the return address follows. Mode bits (ARM's Thumb bit) are cleared
+    /// here, and so would be pointer-authentication bits on an architecture that signs return
+    /// addresses.
+    fn lookup_address(regs: &Self::Regs, exact: bool) -> u64;
+
+    /// Why a walk ends at a frame described by `rule`, if it does (an undefined return address:
+    /// [`StopReason::EndOfStack`], or [`StopReason::CantUnwind`] for ARM's EXIDX marker).
+    fn stop(rule: &Self::Rule) -> Option<StopReason>;
+
+    /// The simple form of `rule`, if it has one.
+    fn simple(rule: &Self::Rule) -> Option<Self::Simple>;
+
+    /// Applies a simple rule to the callee's registers: the caller's registers (found by CFI),
+    /// or [`StopReason::ReadFailed`]. The hot path: always inlined into the loop.
+    fn step_simple<M: Memory + ?Sized>(
+        rule: &Self::Simple,
+        regs: &Self::Regs,
+        mem: &M,
+    ) -> Result<Self::Regs, StopReason>;
+
+    /// Applies any rule, found in module `module` of `table` (which holds the expressions it
+    /// refers to), to the callee's registers. A rule with a [`stop`](Arch::stop) gives that
+    /// stop.
+    fn step_rule<M: Memory + ?Sized>(
+        table: &RuleTable<Self::Rule>,
+        module: u16,
+        rule: &Self::Rule,
+        regs: &Self::Regs,
+        mem: &M,
+    ) -> Result<Step<Self::Regs>, StopReason>;
+
+    /// The fallbacks for a frame that no rule describes (`frame` is its index, 0 for the
+    /// interrupted one): the link register of a leaf, the frame-pointer chain. Each validates
+    /// its candidate before returning it; [`StopReason::NoRule`] if none applies.
+    fn step_without_rule<M: Memory + ?Sized>(
+        regs: &Self::Regs,
+        frame: usize,
+        mem: &M,
+    ) -> Result<Step<Self::Regs>, StopReason>;
+
+    /// True if the caller's stack pointer is acceptable after the callee's: it must increase
+    /// (architectures whose frame 0 may be a leaf that has not moved SP allow equality there).
+    fn sp_increases(caller: &Self::Regs, callee: &Self::Regs, frame: usize) -> bool;
+}
+
+/// The outcome of one step that is not a simple cached rule: the caller's registers, how they
+/// were found, and whether the caller's PC is exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step<R> {
+    /// The caller's registers.
+    pub caller: R,
+    /// How they were found.
+    pub trust: Trust,
+    /// True after a signal frame: the caller's PC is the interrupted instruction itself, so
+    /// its rule is looked up at the PC, not inside a call instruction.
+    pub exact: bool,
+}
+
+/// Marks the path that calls it as unlikely (branch weights, on stable Rust: the hashbrown
+/// idiom). Inlined to nothing.
+#[cold]
+#[inline(always)]
+fn cold() {}
+
+/// `b`, telling the compiler that it is usually true: the hot shape of a rule is then tested
+/// first, not behind a switch over every shape.
+#[inline(always)]
+pub(crate) fn likely(b: bool) -> bool {
+    if !b {
+        cold();
+    }
+    b
+}
