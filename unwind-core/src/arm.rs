@@ -195,7 +195,7 @@ impl Rule {
 /// A rule as the [`Cache`] holds it: the common shapes (CFA on SP, r7 or r11 plus an offset;
 /// PC, LR, r7 and r11 each saved at an offset or unchanged; r12 and SP as usual) decoded into
 /// flag bits and offsets from the CFA's base register. Any other rule is cached as
-/// [`CachedRule::OTHER`] with its dictionary index and applied from the table.
+/// `CachedRule::OTHER` with its dictionary index and applied from the table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CachedRule {
     shape: u16,

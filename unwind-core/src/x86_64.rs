@@ -96,9 +96,9 @@ impl Rule {
 /// A rule as the [`Cache`] holds it: the shapes that cover nearly every frame decoded into
 /// flag bits and three offsets, so the unwind loop applies them with one branch on the shape and
 /// no further decoding. All three offsets are from the base register (`rsp`, or `rbp` with
-/// [`CachedRule::CFA_FP`]), so the return address and saved `rbp` are read without waiting for
+/// `CachedRule::CFA_FP`), so the return address and saved `rbp` are read without waiting for
 /// the CFA. Any other rule (expressions, signal frames, the end-of-stack rule, ...)
-/// is cached as [`CachedRule::OTHER`] with its dictionary index, and applied from the table.
+/// is cached as `CachedRule::OTHER` with its dictionary index, and applied from the table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CachedRule {
     shape: u8,
