@@ -4,7 +4,7 @@
 //! one, Breakpad's `minidump_stackwalk`) can walk the same sample and be compared frame by frame.
 //!
 //! Capture happens in the signal handler ([`crate::capture_signal`] returns the [`Context`] with
-//! the stack copy); writing happens later, outside it ([`write`] allocates).
+//! the stack copy); writing happens later, outside it ([`write()`] allocates).
 
 use minidump_common::format as md;
 use scroll::ctx::{SizeWith, TryIntoCtx};

@@ -14,11 +14,22 @@
 //! which is why rules say where they came from.
 //!
 //! Design decisions:
-//! - `EXIDX_CANTUNWIND` entries give no row: their range is a gap (the unwinder falls back to
-//!   the frame pointer there).
+//! - `EXIDX_CANTUNWIND` entries are not gaps: like any other entry, each covers its range with
+//!   a row, whose rule is [`Rule::cant_unwind`] (PC undefined, source EXIDX): a walk that
+//!   reaches it stops with `StopReason::CantUnwind`. They are counted in
+//!   [`ExidxStats::cant_unwind`], not in [`ExidxStats::rows`].
+//! - Consecutive entries leave no gap between them (each runs to the next one's start). The
+//!   only addresses without a row are those of dropped entries ([`ExidxDropReason`], counted in
+//!   [`ExidxStats::dropped`]), those before the first entry and those after the last row. What
+//!   covers them is the consumer's choice: `unwind-dwarf` lets DWARF CFI and PLT rows win
+//!   wherever they have one and clips these rows to the addresses left; where no rule covers a PC,
+//!   `unwind-core`'s ARM loop takes the return address from LR in the innermost frame and
+//!   otherwise falls back to the frame pointer (`StopReason::NoRule` if that fails its checks).
 //! - The last entry runs to `text_end`; without it (or if `text_end` is not above the start)
-//!   the last entry is dropped ([`ExidxDropReason::NoEnd`]). Linkers end the index with a
-//!   `CANTUNWIND` sentinel at the end of the code, so this rarely loses a function.
+//!   the last entry is dropped ([`ExidxDropReason::NoEnd`]), except a last `CANTUNWIND` entry,
+//!   which is then skipped without a row or a drop (it is usually the linker's sentinel).
+//!   Linkers end the index with a `CANTUNWIND` sentinel at the end of the code, so this rarely
+//!   loses a function.
 //! - Function starts should have bit 0 clear (the assembler refers to section offsets, not to
 //!   Thumb symbols); a set bit 0 is cleared (counted in [`ExidxStats::odd_starts`]), because
 //!   lookups clear the Thumb bit of PCs.
@@ -29,6 +40,66 @@
 //! - `vsp = r[n]` is representable if `r[n]` is tracked (r7, r11, r12 or r14) and no tracked
 //!   register has been popped before it (their slots are relative to the previous base):
 //!   [`ExidxDropReason::VspFromUntrackedRegister`], [`ExidxDropReason::BaseSwitchAfterSave`].
+//!
+//! # Example
+//!
+//! A hand-built `.ARM.exidx` with four entries, all in the index itself (no `.ARM.extab`), read
+//! into rows; then the rule for a PC is looked up.
+//!
+//! ```
+//! use unwind_arm_exidx::{rows, ExidxDropReason, ExidxSections, EXIDX_CANTUNWIND};
+//! use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
+//!
+//! // Each 8-byte entry: the function start as a prel31 offset from the word's own address,
+//! // then `EXIDX_CANTUNWIND` or an inline compact-model entry (0x80, then 3 opcode bytes).
+//! const EXIDX: u64 = 0x1_0000; // the section's file address
+//! let entries: [(u64, u32); 4] = [
+//!     (0x8000, 0x80a8_b0b0),      // pop {r4, lr}; finish; finish
+//!     (0x8100, EXIDX_CANTUNWIND), // a function that cannot be unwound through
+//!     (0x8200, 0x8080_00b0),      // "refuse to unwind" opcode: dropped
+//!     (0x8300, 0x8003_b0b0),      // vsp += 16; finish; finish
+//! ];
+//! let mut exidx = Vec::new();
+//! for (i, &(start, word)) in entries.iter().enumerate() {
+//!     let place = EXIDX + 8 * i as u64;
+//!     let prel31 = (start.wrapping_sub(place) as u32) & 0x7fff_ffff;
+//!     exidx.extend_from_slice(&prel31.to_le_bytes());
+//!     exidx.extend_from_slice(&word.to_le_bytes());
+//! }
+//! let sections = ExidxSections {
+//!     exidx: &exidx,
+//!     exidx_svma: EXIDX,
+//!     extab: None,
+//!     extab_svma: 0,
+//!     text_end: Some(0x8400), // where the last function ends
+//! };
+//! let (table, stats) = rows(&sections)?;
+//! assert_eq!((stats.entries, stats.rows, stats.cant_unwind), (4, 2, 1));
+//! assert_eq!(stats.dropped_for(ExidxDropReason::RefuseToUnwind), 1);
+//! assert_eq!(table.len(), 3); // two rules and the CANTUNWIND row
+//!
+//! // Rows are sorted and do not overlap: the PC's row is the last one starting at or below it.
+//! let lookup = |pc: u64| -> Option<Rule> {
+//!     let i = table.partition_point(|&(start, _, _)| start <= pc);
+//!     let (_, end, rule) = *table.get(i.checked_sub(1)?)?;
+//!     (pc < end).then_some(rule)
+//! };
+//! let rule = lookup(0x8042).unwrap();
+//! assert_eq!(rule.source, Source::Exidx);
+//! assert_eq!(rule.cfa, CfaRule::RegOffset(Reg::Sp, 8)); // CFA = SP + 8
+//! assert_eq!(rule.pc, RegRule::Offset(-4)); // return address saved at CFA - 4
+//! assert_eq!(rule.lr, RegRule::Offset(-4));
+//! let rule = lookup(0x83f0).unwrap();
+//! assert_eq!(rule.cfa, CfaRule::RegOffset(Reg::Sp, 16));
+//! assert_eq!(rule.pc, RegRule::Register(Reg::Lr)); // return address still in LR
+//! // The CANTUNWIND function has a row whose rule stops a walk (`StopReason::CantUnwind`).
+//! assert_eq!(lookup(0x8100), Some(Rule::cant_unwind()));
+//! // No row: the dropped entry's function, and outside [0x8000, text_end).
+//! assert_eq!(lookup(0x8200), None);
+//! assert_eq!(lookup(0x7ffe), None);
+//! assert_eq!(lookup(0x8400), None);
+//! # Ok::<(), unwind_arm_exidx::ExidxError>(())
+//! ```
 
 #![warn(missing_docs)]
 // Input is untrusted (a crafted file must give an error, never a panic): no unchecked
@@ -73,8 +144,8 @@ pub struct ExidxSections<'a> {
     pub text_end: Option<u64>,
 }
 
-/// Why an index entry gave no row. Dropped entries leave a gap, where the unwinder falls back
-/// to the frame pointer.
+/// Why an index entry gave no row. Dropped entries leave a gap (no row; see the crate
+/// documentation for what covers it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExidxDropReason {
     /// The instructions start with (or reach) "refuse to unwind" (`0x80 0x00`).
@@ -155,7 +226,8 @@ impl fmt::Display for ExidxDropReason {
 pub struct ExidxStats {
     /// Index entries.
     pub entries: u64,
-    /// `EXIDX_CANTUNWIND` entries (no row).
+    /// `EXIDX_CANTUNWIND` entries (each gives a [`Rule::cant_unwind`] row, not counted in
+    /// `rows`).
     pub cant_unwind: u64,
     /// Compact-model entries inline in the index.
     pub inline: u64,
@@ -167,7 +239,7 @@ pub struct ExidxStats {
     pub empty: u64,
     /// Function starts with bit 0 set (cleared).
     pub odd_starts: u64,
-    /// Rows produced.
+    /// Rows produced with a rule to unwind by (`CANTUNWIND` rows not included).
     pub rows: u64,
     /// Entries dropped, by reason (indexed like [`ExidxDropReason::ALL`]).
     pub dropped: [u64; ExidxDropReason::ALL.len()],
