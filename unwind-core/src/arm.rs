@@ -210,17 +210,17 @@ pub enum Base {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Simple {
     base: Base,
-    /// Which registers are saved ([`Simple::PC_SAVED`], ...).
+    /// Which registers are saved (`PC_SAVED`, ...).
     saved: u8,
     /// The CFA (the caller's SP) is `base + cfa`.
     cfa: i32,
-    /// The return address is at `[base + pc]` (with [`Simple::PC_SAVED`]; else it is in LR).
+    /// The return address is at `[base + pc]` (with `PC_SAVED`; else it is in LR).
     pc: i32,
-    /// The caller's LR is at `[base + lr]` (with [`Simple::LR_SAVED`]).
+    /// The caller's LR is at `[base + lr]` (with `LR_SAVED`).
     lr: i32,
-    /// The caller's r7 is at `[base + r7]` (with [`Simple::R7_SAVED`]).
+    /// The caller's r7 is at `[base + r7]` (with `R7_SAVED`).
     r7: i32,
-    /// The caller's r11 is at `[base + r11]` (with [`Simple::R11_SAVED`]).
+    /// The caller's r11 is at `[base + r11]` (with `R11_SAVED`).
     r11: i32,
 }
 

@@ -1,13 +1,14 @@
 //! The direct-mapped rule cache: 509 slots keyed by lookup address, stamped with the generation
 //! of the table the rule came from.
 //!
-//! A slot holds a copy of the rule (never a pointer into a table) in the architecture's compact
-//! cached form ([`CacheRule`]), and the index of the module it belongs to, or a negative entry
-//! ("no rule here"). An entry whose generation differs from the current table's is treated as
-//! empty, so publishing a new table invalidates every cache without touching it.
+//! A slot holds what the loop does at its address ([`Cached`]): a copy of a simple rule in the
+//! architecture's decoded form ([`crate::Arch::Simple`], never a pointer into a table), where a
+//! rarer rule is in the table ([`RuleRef`]), a stop, or "no rule here". An entry whose
+//! generation differs from the current table's is treated as empty, so publishing a new table
+//! invalidates every cache without touching it.
 //!
 //! 509 slots is the size Valgrind, LUL and framehop settled on. They index with `addr % 509`;
-//! here [`slot_of`] uses one multiply (Fibonacci hashing) instead of the two a modulo by a
+//! here the slot function uses one multiply (Fibonacci hashing) instead of the two a modulo by a
 //! constant compiles to, because the slot computation sits on the unwind loop's chain of
 //! dependent loads. A cheaper xor-fold was tried and dropped: it made structured sets of return
 //! addresses collide (two misses per unwind on a 32-frame recursion).

@@ -95,7 +95,7 @@ impl Rule {
 }
 
 /// The shape of a [`Simple`] rule: which register the CFA is on and whether `rbp` is saved
-/// (bits [`Shape::CFA_ON_FP`] and [`Shape::FP_SAVED`] of its value).
+/// (bits `CFA_ON_FP` and `FP_SAVED` of its value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Shape {
