@@ -276,6 +276,14 @@ mod tests {
         b.build().unwrap()
     }
 
+    proptest::proptest! {
+        /// The bound the unchecked indexing in `lookup_prepared` relies on.
+        #[test]
+        fn every_address_has_a_slot_in_range(addr in proptest::prelude::any::<u64>()) {
+            proptest::prop_assert!(slot_of(addr) < CACHE_SLOTS);
+        }
+    }
+
     #[test]
     fn slots_are_in_range_and_spread() {
         let mut used = [0u32; CACHE_SLOTS];

@@ -1,4 +1,4 @@
-//! The unwind loop (`unwind_core::x86_64::unwind`) on hand-built tables and stacks: complete
+//! The unwind loop (`unwind_core::unwind` for x86_64) on hand-built tables and stacks: complete
 //! CFI chains, the frame-pointer fallback, every stop reason, tiny buffers, signal frames,
 //! expression rules, the cache across tables, and random tables and stacks.
 
