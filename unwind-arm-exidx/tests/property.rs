@@ -1,7 +1,7 @@
 //! Property test: random EHABI instruction sequences, run by a reference interpreter on a
 //! concrete register file and stack exactly as the EHABI describes, must give the same caller
 //! registers (PC, LR, SP, r7, r11, r12) as the translated rule applied by
-//! `unwind_core::arm::step_cfi`; entries the translation drops must be exactly those whose
+//! `Arm::step_rule`; entries the translation drops must be exactly those whose
 //! result the rules cannot express, for the stated reason.
 
 use std::cell::RefCell;
@@ -13,7 +13,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use unwind_arm_exidx::{rows, ExidxDropReason, ExidxSections};
-use unwind_core::arm::{step_cfi, Regs};
+use unwind_core::arm::Regs;
+use unwind_core::{Arch, Arm};
 use unwind_core::{ModuleRulesBuilder, RuleTableBuilder, StackImage};
 
 /// One unwinding instruction, as the generator chooses it.
@@ -452,7 +453,7 @@ fn translation_matches_reference_interpreter() {
             let (module, found) = table.lookup(FUNC + 0x10).unwrap();
             prop_assert_eq!(found, rule);
             let image = StackImage::new(u64::from(STACK_BASE), &stack.bytes);
-            let step = step_cfi(&table, module, &found, &callee, &image);
+            let step = Arm::step_rule(&table, module, &found, &callee, &image);
             let want = Regs {
                 pc: caller[15],
                 lr: caller[14],

@@ -347,39 +347,6 @@ fn recover<M: Memory + ?Sized>(
     })
 }
 
-/// Applies `rule` (found in module `module` of `table`) to the callee's `regs`: the caller's
-/// registers, or why there are none (`EndOfStack` for the end-of-stack rule).
-pub fn step_cfi<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    module: u16,
-    rule: &Rule,
-    regs: &Regs,
-    mem: &M,
-) -> Result<Step, StopReason> {
-    let regs = *regs;
-    let cfa = match rule.cfa {
-        CfaRule::RegOffset(r, o) => add(regs.get(r), o),
-        CfaRule::Expr(i) => eval(table, module, i, regs, mem, None)?,
-    };
-    if let Some(stop) = rule.stop() {
-        return Err(stop);
-    }
-    let r = |rule: RegRule, same: u32| recover(rule, same, cfa, table, module, regs, mem);
-    let caller = Regs {
-        pc: r(rule.pc, regs.pc)?,
-        lr: r(rule.lr, regs.lr)?,
-        sp: r(rule.sp, regs.sp)?,
-        r12: r(rule.r12, regs.r12)?,
-        r11: r(rule.r11, regs.r11)?,
-        r7: r(rule.r7, regs.r7)?,
-    };
-    Ok(Step {
-        caller,
-        trust: Trust::Cfi,
-        exact: rule.signal_frame,
-    })
-}
-
 /// Frame-pointer fallback with the AAPCS frame record: `[fp]` is the caller's frame pointer,
 /// `[fp + 4]` its return address; `fp` is r7 in Thumb code (PC bit 0 set), r11 in ARM code.
 /// Accepted only if `fp` is 4-aligned, not below SP, and both words are readable.
@@ -407,54 +374,6 @@ fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, S
         caller,
         trust: Trust::FramePointer,
         exact: false,
-    })
-}
-
-/// Applies a simple rule.
-#[inline(always)]
-fn step_simple<M: Memory + ?Sized>(c: &Simple, regs: &Regs, mem: &M) -> Result<Regs, StopReason> {
-    if c.saved & !Simple::R11_SAVED == Simple::PC_SAVED | Simple::LR_IS_PC && c.base == Base::Sp {
-        // The most common rule of a non-leaf function: CFA on SP, the return address
-        // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
-        let r11 = if c.saved & Simple::R11_SAVED != 0 {
-            read(mem, add(regs.sp, c.r11))?
-        } else {
-            regs.r11
-        };
-        let pc = read(mem, add(regs.sp, c.pc))?;
-        return Ok(Regs {
-            pc,
-            lr: pc,
-            sp: add(regs.sp, c.cfa),
-            r11,
-            ..*regs
-        });
-    }
-    let base = match c.base {
-        Base::Sp => regs.sp,
-        Base::R7 => regs.r7,
-        Base::R11 => regs.r11,
-    };
-    let saved = |flag: u8, off: i32, same: u32| {
-        if c.saved & flag != 0 {
-            read(mem, add(base, off))
-        } else {
-            Ok(same)
-        }
-    };
-    let pc = saved(Simple::PC_SAVED, c.pc, regs.lr)?;
-    let lr = if c.saved & Simple::LR_IS_PC != 0 {
-        pc
-    } else {
-        saved(Simple::LR_SAVED, c.lr, regs.lr)?
-    };
-    Ok(Regs {
-        pc,
-        lr,
-        sp: add(base, c.cfa),
-        r12: regs.r12,
-        r11: saved(Simple::R11_SAVED, c.r11, regs.r11)?,
-        r7: saved(Simple::R7_SAVED, c.r7, regs.r7)?,
     })
 }
 
@@ -500,9 +419,55 @@ impl Arch for Arm {
         regs: &Regs,
         mem: &M,
     ) -> Result<Regs, StopReason> {
-        step_simple(rule, regs, mem)
+        if rule.saved & !Simple::R11_SAVED == Simple::PC_SAVED | Simple::LR_IS_PC
+            && rule.base == Base::Sp
+        {
+            // The most common rule of a non-leaf function: CFA on SP, the return address
+            // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
+            let r11 = if rule.saved & Simple::R11_SAVED != 0 {
+                read(mem, add(regs.sp, rule.r11))?
+            } else {
+                regs.r11
+            };
+            let pc = read(mem, add(regs.sp, rule.pc))?;
+            return Ok(Regs {
+                pc,
+                lr: pc,
+                sp: add(regs.sp, rule.cfa),
+                r11,
+                ..*regs
+            });
+        }
+        let base = match rule.base {
+            Base::Sp => regs.sp,
+            Base::R7 => regs.r7,
+            Base::R11 => regs.r11,
+        };
+        let saved = |flag: u8, off: i32, same: u32| {
+            if rule.saved & flag != 0 {
+                read(mem, add(base, off))
+            } else {
+                Ok(same)
+            }
+        };
+        let pc = saved(Simple::PC_SAVED, rule.pc, regs.lr)?;
+        let lr = if rule.saved & Simple::LR_IS_PC != 0 {
+            pc
+        } else {
+            saved(Simple::LR_SAVED, rule.lr, regs.lr)?
+        };
+        Ok(Regs {
+            pc,
+            lr,
+            sp: add(base, rule.cfa),
+            r12: regs.r12,
+            r11: saved(Simple::R11_SAVED, rule.r11, regs.r11)?,
+            r7: saved(Simple::R7_SAVED, rule.r7, regs.r7)?,
+        })
     }
 
+    /// Applies `rule` (found in module `module` of `table`) to the callee's `regs`: the caller's
+    /// registers, or why there are none (`EndOfStack` for the end-of-stack rule).
     fn step_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         module: u16,
@@ -510,7 +475,28 @@ impl Arch for Arm {
         regs: &Regs,
         mem: &M,
     ) -> Result<Step, StopReason> {
-        step_cfi(table, module, rule, regs, mem)
+        let regs = *regs;
+        let cfa = match rule.cfa {
+            CfaRule::RegOffset(r, o) => add(regs.get(r), o),
+            CfaRule::Expr(i) => eval(table, module, i, regs, mem, None)?,
+        };
+        if let Some(stop) = rule.stop() {
+            return Err(stop);
+        }
+        let r = |rule: RegRule, same: u32| recover(rule, same, cfa, table, module, regs, mem);
+        let caller = Regs {
+            pc: r(rule.pc, regs.pc)?,
+            lr: r(rule.lr, regs.lr)?,
+            sp: r(rule.sp, regs.sp)?,
+            r12: r(rule.r12, regs.r12)?,
+            r11: r(rule.r11, regs.r11)?,
+            r7: r(rule.r7, regs.r7)?,
+        };
+        Ok(Step {
+            caller,
+            trust: Trust::Cfi,
+            exact: rule.signal_frame,
+        })
     }
 
     /// A frame 0 without a rule is first assumed to be a leaf whose return address is still in

@@ -237,41 +237,6 @@ fn recover_rare<M: Memory + ?Sized>(
     })
 }
 
-/// Applies `rule` (found in module `module` of `table`, which holds its expressions) to the
-/// callee's `regs`: the caller's registers, or why there are none (`EndOfStack` for the
-/// end-of-stack rule). The common rules (CFA on SP or FP, return address and FP saved at
-/// `CFA + offset` or unchanged) are handled inline; the rest out of line.
-#[inline(always)]
-pub fn step_cfi<M: Memory + ?Sized>(
-    table: &RuleTable<Rule>,
-    module: u16,
-    rule: &Rule,
-    regs: &Regs,
-    mem: &M,
-) -> Result<Step, StopReason> {
-    let cfa = match rule.cfa {
-        CfaRule::SpOffset(o) => add(regs.sp, o),
-        CfaRule::FpOffset(o) => add(regs.fp, o),
-        CfaRule::Expr(i) => eval(table, module, i, *regs, mem, None)?,
-    };
-    let pc = match rule.ra {
-        RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
-        RegRule::Undefined => return Err(StopReason::EndOfStack),
-        RegRule::Same => return Err(StopReason::BadRule),
-        ra => recover_rare(ra, regs.pc, cfa, table, module, *regs, mem)?,
-    };
-    let fp = match rule.fp {
-        RegRule::Same => regs.fp,
-        RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
-        fp => recover_rare(fp, regs.fp, cfa, table, module, *regs, mem)?,
-    };
-    Ok(Step {
-        caller: Regs { pc, sp: cfa, fp },
-        trust: Trust::Cfi,
-        exact: rule.signal_frame,
-    })
-}
-
 /// Frame-pointer fallback: `[rbp]` is the caller's `rbp`, `[rbp + 8]` the return address.
 /// Accepted only if `rbp` is 8-aligned, not below SP, and both words are readable.
 #[inline(never)]
@@ -368,6 +333,11 @@ impl Arch for X86_64 {
         })
     }
 
+    /// Applies `rule` (found in module `module` of `table`, which holds its expressions) to the
+    /// callee's `regs`: the caller's registers, or why there are none (`EndOfStack` for the
+    /// end-of-stack rule). The common rules (CFA on SP or FP, return address and FP saved at
+    /// `CFA + offset` or unchanged) are handled inline; the rest out of line.
+    #[inline(always)]
     fn step_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         module: u16,
@@ -375,7 +345,27 @@ impl Arch for X86_64 {
         regs: &Regs,
         mem: &M,
     ) -> Result<Step, StopReason> {
-        step_cfi(table, module, rule, regs, mem)
+        let cfa = match rule.cfa {
+            CfaRule::SpOffset(o) => add(regs.sp, o),
+            CfaRule::FpOffset(o) => add(regs.fp, o),
+            CfaRule::Expr(i) => eval(table, module, i, *regs, mem, None)?,
+        };
+        let pc = match rule.ra {
+            RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
+            RegRule::Undefined => return Err(StopReason::EndOfStack),
+            RegRule::Same => return Err(StopReason::BadRule),
+            ra => recover_rare(ra, regs.pc, cfa, table, module, *regs, mem)?,
+        };
+        let fp = match rule.fp {
+            RegRule::Same => regs.fp,
+            RegRule::Offset(o) => mem.read_u64(add(cfa, o)).ok_or(StopReason::ReadFailed)?,
+            fp => recover_rare(fp, regs.fp, cfa, table, module, *regs, mem)?,
+        };
+        Ok(Step {
+            caller: Regs { pc, sp: cfa, fp },
+            trust: Trust::Cfi,
+            exact: rule.signal_frame,
+        })
     }
 
     fn step_without_rule<M: Memory + ?Sized>(

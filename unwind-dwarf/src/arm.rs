@@ -302,7 +302,8 @@ mod tests {
     use super::*;
     use std::num::NonZeroU32;
     use std::sync::Arc;
-    use unwind_core::arm::{step_cfi, Regs};
+    use unwind_core::arm::Regs;
+    use unwind_core::{Arch, Arm};
     use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
 
     /// A `.debug_frame` (32-bit) with GCC's ARM CIE (code alignment 2, data alignment -4,
@@ -408,14 +409,14 @@ mod tests {
             r7: 7,
         };
         let (m, rule) = t.lookup(0x1002).unwrap();
-        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(step.caller.sp, 0x810c);
         assert_eq!(step.caller.pc, 0x8108 + 1);
         assert_eq!(step.caller.lr, 0x8108 + 1);
         assert_eq!(step.caller.r7, 0x8104 + 1);
         assert_eq!(step.caller.r11, 11);
         let (m, rule) = t.lookup(0x1000).unwrap();
-        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(
             (step.caller.pc, step.caller.lr, step.caller.sp),
             (0x77, 0x77, 0x8100)
@@ -484,7 +485,7 @@ mod tests {
             r7: 7,
         };
         let (m, rule) = t.lookup(0x3000).unwrap();
-        let step = step_cfi(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(step.caller.pc, 0x8204 + 1);
         assert_eq!(step.caller.sp, 0x8110);
     }
@@ -525,7 +526,7 @@ mod tests {
             (0x458, 0x4321, 0x8100),
         ] {
             let (m, rule) = t.lookup(pc).unwrap();
-            let step = step_cfi(
+            let step = Arm::step_rule(
                 &t,
                 m,
                 &rule,

@@ -86,7 +86,8 @@ mod tests {
 
     #[test]
     fn synthesized_plt_rules_unwind_every_stub_offset() {
-        use unwind_core::x86_64::{step_cfi, Regs};
+        use unwind_core::x86_64::Regs;
+        use unwind_core::{Arch, X86_64};
         use unwind_core::{RuleTableBuilder, StackImage};
         let plt = [
             PltSection {
@@ -132,7 +133,7 @@ mod tests {
                 .lookup(pc)
                 .unwrap_or_else(|| panic!("no rule at {pc:#x}"));
             let regs = Regs { pc, sp, fp: 7 };
-            let step = step_cfi(&table, module, &rule, &regs, &mem).unwrap();
+            let step = X86_64::step_rule(&table, module, &rule, &regs, &mem).unwrap();
             let ra_slot = sp + 8 * pushed;
             assert_eq!(step.caller.pc, ra_slot + 1, "pc {pc:#x}");
             assert_eq!(step.caller.sp, ra_slot + 8, "pc {pc:#x}");

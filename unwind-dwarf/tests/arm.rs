@@ -4,7 +4,7 @@
 //!   with and without frame pointers, with and without `-g`) and loaded with the ARM loader:
 //!   every function has a rule at every instruction, and DWARF wins where an FDE exists.
 //! - A gimli differential: every row of their `.debug_frame` (and of random CFI), unwound once
-//!   with our rule (`unwind_core::arm::step_cfi`) and once by evaluating gimli's row, on a
+//!   with our rule (`Arm::step_rule`) and once by evaluating gimli's row, on a
 //!   synthetic stack, must give the same caller registers, or our table must have dropped it.
 //! - Debian's armhf `libc.so.6` and `libstdc++.so.6` load without errors (statistics printed).
 //!
@@ -23,9 +23,10 @@ use gimli::{
     RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-use unwind_core::arm::{step_cfi, Regs, Rule, Source, Step};
+use unwind_core::arm::{Regs, Rule, Source, Step};
 use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
+use unwind_core::{Arch, Arm};
 use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
 use unwind_dwarf::{rules_from_sections_arm, ArmStats, CfiSections, LoadedRulesArm};
 use unwind_test_support::missing;
@@ -660,7 +661,7 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
                 if i == 0 {
                     s.compared += 1;
                 }
-                let ours = step_cfi(table, module, &rule, &regs, &image);
+                let ours = Arm::step_rule(table, module, &rule, &regs, &image);
                 if agrees(&expected, &ours) {
                     if i == 0 {
                         s.identical += 1;
@@ -1149,7 +1150,7 @@ fn corrupted_arm_files_never_panic() {
                     let t = table(loaded.rules);
                     for m in t.modules() {
                         for (start, _, rule) in m.rules.extents().take(2000) {
-                            let _ = step_cfi(&t, 0, &rule, &regs_at(start as u32), &image);
+                            let _ = Arm::step_rule(&t, 0, &rule, &regs_at(start as u32), &image);
                         }
                     }
                 }

@@ -15,7 +15,8 @@ use gimli::{BaseAddresses, EhFrame, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection};
 use proptest::prelude::*;
 use unwind_core::table::ModuleRules;
-use unwind_core::x86_64::{step_cfi, Regs, Rule};
+use unwind_core::x86_64::{Regs, Rule};
+use unwind_core::{Arch, X86_64};
 use unwind_core::{Cache, RuleTableBuilder, StackImage};
 use unwind_dwarf::plt::{PltKind, PltSection};
 use unwind_dwarf::{
@@ -88,7 +89,7 @@ fn exercise(rules: ModuleRules<Rule>) {
             fp: 0x7000_0000_0200 + (i as u64 % 8),
         };
         if let Some((m, rule)) = table.lookup(pc) {
-            let _ = step_cfi(&table, m, &rule, &regs, &image);
+            let _ = X86_64::step_rule(&table, m, &rule, &regs, &image);
         }
         let r = unwind_core::unwind(&table, &mut cache, regs, &image, &mut pcs, None);
         assert!(r.frames >= 1 && r.frames <= pcs.len());

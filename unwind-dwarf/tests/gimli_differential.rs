@@ -1,5 +1,5 @@
 //! Differential test: every row boundary of every FDE in real system libraries, unwound once
-//! with our compiled rules (`unwind_dwarf` + `unwind_core::x86_64::step_cfi`) and once by
+//! with our compiled rules (`unwind_dwarf` + `X86_64::step_rule`) and once by
 //! evaluating gimli's own unwind row directly, on a synthetic stack. The two must agree on the
 //! caller's SP (the CFA), PC (the return address) and FP (`rbp`), or our table must have dropped
 //! the row.
@@ -20,7 +20,8 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 use unwind_core::memory::Memory;
-use unwind_core::x86_64::{step_cfi, Regs, Rule};
+use unwind_core::x86_64::{Regs, Rule};
+use unwind_core::{Arch, X86_64};
 use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -384,7 +385,7 @@ fn compare_section(
                 }
                 Some((module, rule)) => {
                     s.compared += 1;
-                    let ours = step_cfi(table, module, &rule, &regs, &image);
+                    let ours = X86_64::step_rule(table, module, &rule, &regs, &image);
                     if agrees(&expected, &ours) {
                         s.identical += 1;
                         if has_expr && matches!(expected, Expected::Caller { .. }) {
@@ -422,7 +423,7 @@ fn compare_section(
                 let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
                 let ours = table
                     .lookup(last)
-                    .map(|(m, rule)| (rule, step_cfi(table, m, &rule, &regs, &image)));
+                    .map(|(m, rule)| (rule, X86_64::step_rule(table, m, &rule, &regs, &image)));
                 let ok = match &ours {
                     None => table.lookup(start).is_none(),
                     Some((_, o)) => agrees(&expected, o),

@@ -402,9 +402,9 @@ fn x86_export_means_the_same_to_breakpad() {
             sp: 0x7fff_0000,
             fp: 0x7fff_0100,
         };
-        let ours = t
-            .lookup(pc)
-            .map(|(m, rule)| x86_64::step_cfi(&t, m, &rule, &regs, &Words(8)));
+        let ours = t.lookup(pc).map(|(m, rule)| {
+            <unwind_core::X86_64 as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(8))
+        });
         let mut w = Walker {
             pc,
             regs: HashMap::from([("rip", pc), ("rsp", regs.sp), ("rbp", regs.fp)]),
@@ -501,9 +501,9 @@ fn arm_export_means_the_same_to_breakpad() {
             r11: 0x7000_0080,
             r7: 0x7000_00c0,
         };
-        let ours = t
-            .lookup(u64::from(pc))
-            .map(|(m, rule)| arm::step_cfi(&t, m, &rule, &regs, &Words(4)));
+        let ours = t.lookup(u64::from(pc)).map(|(m, rule)| {
+            <unwind_core::Arm as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(4))
+        });
         let mut w = Walker {
             pc: u64::from(pc),
             regs: HashMap::from([
