@@ -24,20 +24,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use unwind_test_support::run;
+
 const SECONDS: &str = "1.5";
 const HZ: &str = "1000";
 const MIN_SAMPLES: usize = 300;
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Builds the agent (cdylib) and the Rust workload in release mode, in a target directory of
 /// their own so that this nested cargo never waits on the outer one's lock.

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use machine_code::{closure, Isa};
-use unwind_test_support::Checks;
+use unwind_test_support::{run, Checks};
 
 const SECONDS: &str = "10";
 const HZ: &str = "5000";
@@ -30,16 +30,6 @@ const ARM: &str = "armv7-unknown-linux-gnueabihf";
 const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 /// A run that takes longer than this has hung (a deadlock in a handler, say).
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Runs `cmd` to completion or kills it after [`TIMEOUT`]; returns (exited in time with status
 /// 0, stdout, stderr).
@@ -302,6 +292,23 @@ fn machine_code_checks(name: &str, agent: &Path, isa: Isa, checks: &mut Checks) 
     );
 }
 
+/// Builds the guard program and the TLS-using library with compiler `cc` into `out` (names
+/// ending in `suffix`): `(guard, libtls.so)`.
+fn build_c_programs(cc: &str, src: &Path, out: &Path, suffix: &str) -> (PathBuf, PathBuf) {
+    let guard = out.join(format!("guard{suffix}"));
+    run(Command::new(cc)
+        .args(["-O2", "-g", "-Wall", "-o"])
+        .arg(&guard)
+        .arg(src.join("guard.c"))
+        .args(["-ldl", "-lpthread"]));
+    let tls = out.join(format!("libtls{suffix}.so"));
+    run(Command::new(cc)
+        .args(["-O2", "-fPIC", "-shared", "-o"])
+        .arg(&tls)
+        .arg(src.join("tlslib.c")));
+    (guard, tls)
+}
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = root.join("target").join("test-shared-object");
@@ -311,17 +318,7 @@ fn main() {
     let mut checks = Checks::new();
 
     let agent = build_agent(&root, &target, None);
-    let guard = out.join("guard");
-    run(Command::new("gcc")
-        .args(["-O2", "-g", "-Wall", "-o"])
-        .arg(&guard)
-        .arg(src.join("guard.c"))
-        .args(["-ldl", "-lpthread"]));
-    let tls = out.join("libtls.so");
-    run(Command::new("gcc")
-        .args(["-O2", "-fPIC", "-shared", "-o"])
-        .arg(&tls)
-        .arg(src.join("tlslib.c")));
+    let (guard, tls) = build_c_programs("gcc", &src, &out, "");
     let native = Platform {
         name: "x86_64",
         launcher: vec![],
@@ -346,17 +343,7 @@ fn main() {
         unwind_test_support::missing(&format!("{t}, for the armv7 shared-object tests"));
     } else {
         let agent = build_agent(&root, &target, Some(ARM));
-        let guard = out.join("guard-arm");
-        run(Command::new("arm-linux-gnueabihf-gcc")
-            .args(["-O2", "-g", "-Wall", "-o"])
-            .arg(&guard)
-            .arg(src.join("guard.c"))
-            .args(["-ldl", "-lpthread"]));
-        let tls = out.join("libtls-arm.so");
-        run(Command::new("arm-linux-gnueabihf-gcc")
-            .args(["-O2", "-fPIC", "-shared", "-o"])
-            .arg(&tls)
-            .arg(src.join("tlslib.c")));
+        let (guard, tls) = build_c_programs("arm-linux-gnueabihf-gcc", &src, &out, "-arm");
         let arm = Platform {
             name: "armv7",
             launcher: vec!["qemu-arm", "-L", ARM_SYSROOT],

@@ -74,6 +74,20 @@ fn missing_in(what: &str, ci: bool, stderr: &mut dyn Write) {
     let _ = writeln!(stderr, "{line}");
 }
 
+/// Runs `cmd` to completion and panics, with its status, stdout and stderr, unless it succeeds
+/// (building a test program, say).
+#[track_caller]
+pub fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The checks of a `harness = false` test: each prints an `ok`/`FAIL` line as it is made, and
 /// [`Checks::finish`] exits non-zero naming every failure.
 #[derive(Debug, Default)]
