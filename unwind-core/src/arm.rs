@@ -183,6 +183,7 @@ impl Rule {
 
     /// Why a walk stops at this rule, if it does: `CantUnwind` for an EXIDX rule, `EndOfStack`
     /// for DWARF's undefined return address.
+    #[inline]
     fn stop(&self) -> Option<StopReason> {
         match (self.pc, self.source) {
             (RegRule::Undefined, Source::Exidx) => Some(StopReason::CantUnwind),
@@ -236,6 +237,7 @@ impl Simple {
     /// The caller's LR is its PC (both restored from the same slot): one read, not two.
     const LR_IS_PC: u8 = 16;
 
+    #[inline]
     fn of(rule: &Rule) -> Option<Simple> {
         let CfaRule::RegOffset(base, cfa) = rule.cfa else {
             return None;
@@ -405,10 +407,12 @@ impl Arch for Arm {
         u64::from((regs.pc & !1).wrapping_sub(u32::from(!exact)))
     }
 
+    #[inline]
     fn stop(rule: &Rule) -> Option<StopReason> {
         rule.stop()
     }
 
+    #[inline]
     fn simple(rule: &Rule) -> Option<Simple> {
         Simple::of(rule)
     }

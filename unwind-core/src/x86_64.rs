@@ -131,6 +131,7 @@ pub struct Simple {
 }
 
 impl Simple {
+    #[inline]
     fn of(rule: &Rule) -> Option<Simple> {
         if rule.signal_frame {
             return None;
@@ -286,10 +287,12 @@ impl Arch for X86_64 {
         regs.pc.wrapping_sub(u64::from(!exact))
     }
 
+    #[inline]
     fn stop(rule: &Rule) -> Option<StopReason> {
         rule.is_end_of_stack().then_some(StopReason::EndOfStack)
     }
 
+    #[inline]
     fn simple(rule: &Rule) -> Option<Simple> {
         Simple::of(rule)
     }
