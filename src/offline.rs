@@ -44,7 +44,7 @@ pub fn table_from_files(
     generation: NonZeroU32,
 ) -> Result<(RuleTable<Rule>, FileErrors), crate::Error> {
     build(modules, generation, |p| {
-        unwind_dwarf::load_elf_file(p).map(|l| l.rules)
+        unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p).map(|l| l.rules)
     })
 }
 
@@ -55,7 +55,7 @@ pub fn arm_table_from_files(
     generation: NonZeroU32,
 ) -> Result<(RuleTable<unwind_core::arm::Rule>, FileErrors), crate::Error> {
     build(modules, generation, |p| {
-        unwind_dwarf::load_elf_file_arm(p).map(|l| l.rules)
+        unwind_dwarf::load_elf_file::<unwind_dwarf::Arm>(p).map(|l| l.rules)
     })
 }
 

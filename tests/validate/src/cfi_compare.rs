@@ -602,8 +602,8 @@ fn evaluate(sym: &breakpad_symbols::SymbolFile, covered: bool, arch: Arch, addr:
 
 /// Our rules, for classifying intervals.
 enum OurRules {
-    X86_64(Box<unwind_dwarf::LoadedRules>),
-    Arm(Box<unwind_dwarf::LoadedRulesArm>),
+    X86_64(Box<unwind_dwarf::LoadedRules<unwind_dwarf::X86_64>>),
+    Arm(Box<unwind_dwarf::LoadedRules<unwind_dwarf::Arm>>),
 }
 
 /// What our table says about one file address.
@@ -697,7 +697,7 @@ impl OurRules {
 
     fn cfi_stats(&self) -> &CfiStats {
         match self {
-            OurRules::X86_64(l) => &l.stats,
+            OurRules::X86_64(l) => &l.stats.cfi,
             OurRules::Arm(l) => &l.stats.cfi,
         }
     }
@@ -774,16 +774,16 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
     let base = image_base_svma(&file);
     let plt = unwind_dwarf::plt::plt_sections_of_file(elf).map_err(|e| e.to_string())?;
     let (arch, rules) = match ours.arch {
-        unwind_dwarf::breakpad::BreakpadArch::X86_64 => (
+        unwind_dwarf::Architecture::X86_64 => (
             Arch::X86_64,
             OurRules::X86_64(Box::new(
                 unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
             )),
         ),
-        unwind_dwarf::breakpad::BreakpadArch::Arm => (
+        unwind_dwarf::Architecture::Arm => (
             Arch::Arm,
             OurRules::Arm(Box::new(
-                unwind_dwarf::rules_from_elf_arm(&data).map_err(|e| e.to_string())?,
+                unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
             )),
         ),
     };
