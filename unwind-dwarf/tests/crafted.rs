@@ -187,7 +187,7 @@ fn arm_debug_frame(fdes: &[(u32, u32)]) -> Vec<u8> {
     out
 }
 
-/// Before the fix, `rules_from_elf_arm` on this file overflowed `i64` in the prel31
+/// Before the fix, `rules_from_elf::<Arm>` on this file overflowed `i64` in the prel31
 /// arithmetic (a panic in debug builds): ELF64 with `EM_ARM` lets section addresses exceed
 /// 32 bits, and the entry's place plus a positive prel31 offset passes `i64::MAX`.
 #[test]
@@ -355,7 +355,7 @@ fn break_header(sections: &mut [Sec], name: &str) {
     s.offset = Some(0x10_0000);
 }
 
-/// `rules_from_elf_arm` keeps what is valid when one section's header is corrupt: before,
+/// `rules_from_elf::<Arm>` keeps what is valid when one section's header is corrupt: before,
 /// any unreadable section (or a malformed index) failed the whole file.
 #[test]
 fn arm_file_with_an_unreadable_section_keeps_the_rest() {
