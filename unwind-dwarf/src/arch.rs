@@ -260,3 +260,65 @@ impl std::fmt::Display for Architecture {
         f.write_str(self.name())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The architecture a visitor is run for.
+    struct Which;
+
+    impl ArchVisitor for Which {
+        type Output = Architecture;
+        fn visit<A: DwarfArch>(self) -> Architecture {
+            A::ARCHITECTURE
+        }
+    }
+
+    #[test]
+    fn every_variant_dispatches_to_its_own_type() {
+        for a in Architecture::ALL {
+            assert_eq!(a.dispatch(Which), a);
+            assert_eq!(Architecture::from_elf_machine(a.elf_machine()), Some(a));
+        }
+        assert_eq!(
+            Architecture::from_elf_machine(object::elf::EM_AARCH64),
+            None
+        );
+        let x86 = Architecture::X86_64;
+        assert_eq!(
+            (x86.name(), x86.breakpad_name(), x86.word_size()),
+            ("x86_64", "x86_64", 8)
+        );
+        let arm = Architecture::Arm;
+        assert_eq!(
+            (arm.name(), arm.breakpad_name(), arm.word_size()),
+            ("arm", "arm", 4)
+        );
+    }
+
+    #[test]
+    fn the_running_program_is_of_its_target_architecture() {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let expected = if cfg!(target_arch = "arm") {
+            Architecture::Arm
+        } else {
+            Architecture::X86_64
+        };
+        assert_eq!(Architecture::of_elf(&file).unwrap(), expected);
+    }
+
+    /// The Breakpad register tables agree with the rule types' expression registers.
+    #[test]
+    fn breakpad_registers_name_every_expression_register() {
+        fn check<A: DwarfArch>(pc: &str, sp: &str) {
+            let (p, s) = A::EXPRESSION_PC_SP;
+            let name = |r: u8| A::BREAKPAD_REGISTERS[usize::from(r)];
+            assert_eq!((name(p), name(s)), (pc, sp), "{}", A::NAME);
+        }
+        check::<crate::X86_64>("$rip", "$rsp");
+        check::<crate::Arm>("pc", "sp");
+    }
+}
