@@ -597,12 +597,12 @@ struct Read {
 impl Read {
     /// 32-bit ARM: the rules with everything the reader found.
     #[cfg(target_arch = "arm")]
-    fn arm(rules: ModuleRules<Rule>, stats: unwind_dwarf::ArmStats) -> Self {
+    fn arm(rules: ModuleRules<Rule>, stats: unwind_dwarf::LoadStats<unwind_dwarf::Arm>) -> Self {
         Read {
             rules,
             cfi: stats.cfi,
-            exidx: stats.exidx,
-            exidx_error: stats.exidx_error,
+            exidx: stats.arch.exidx,
+            exidx_error: stats.arch.exidx_error,
         }
     }
 }
@@ -617,10 +617,12 @@ fn rules_from_image(
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<Read, DwarfError> {
-    let (rules, cfi) = unwind_dwarf::rules_from_sections(&cfi_sections(image, hdr, plt, code)?)?;
+    let sections = cfi_sections(image, hdr, plt, code)?;
+    let (rules, stats) =
+        unwind_dwarf::rules_from_sections::<unwind_dwarf::X86_64>(&sections, None)?;
     Ok(Read {
         rules,
-        cfi,
+        cfi: stats.cfi,
         exidx: None,
         exidx_error: None,
     })
@@ -639,7 +641,7 @@ fn rules_from_image(
     plt: &[unwind_dwarf::plt::PltSection],
     code: (u64, u64),
 ) -> Result<Read, DwarfError> {
-    if let Some(Ok(loaded)) = file.map(unwind_dwarf::rules_from_elf_arm) {
+    if let Some(Ok(loaded)) = file.map(unwind_dwarf::rules_from_elf::<unwind_dwarf::Arm>) {
         return Ok(Read::arm(loaded.rules, loaded.stats));
     }
     let sections = cfi_sections(image, hdr, plt, code)?;
@@ -661,7 +663,7 @@ fn rules_from_image(
             text_end: Some(code.1),
         });
     }
-    unwind_dwarf::rules_from_sections_arm(&sections, exidx_sections.as_ref())
+    unwind_dwarf::rules_from_sections::<unwind_dwarf::Arm>(&sections, exidx_sections.as_ref())
         .map(|(rules, stats)| Read::arm(rules, stats))
 }
 

@@ -200,7 +200,7 @@ impl fmt::Display for PreloadReport {
 /// Loads an ELF file's CFI the way preload would and reports it, with the time taken.
 pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwarf::DwarfError> {
     let started = Instant::now();
-    let loaded = unwind_dwarf::load_elf_file(path)?;
+    let loaded = unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path)?;
     let elapsed = started.elapsed();
     Ok((
         ModuleReport {
@@ -208,7 +208,7 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             rows: loaded.rules.rows(),
             distinct_rules: loaded.rules.dictionary().len(),
             bytes: loaded.rules.bytes(),
-            stats: Some(loaded.stats),
+            stats: Some(loaded.stats.cfi),
             exidx: None,
             exidx_error: None,
             error: None,

@@ -583,9 +583,11 @@ fn cross_unwind(name: &str, dir: &Path, passed: &mut usize, failed: &mut Vec<Str
         failed.push(format!("{name} cross-unwind"));
         return;
     };
-    let (table, errors) =
-        unwind::offline::arm_table_from_files(&first.modules, std::num::NonZeroU32::MIN)
-            .expect("ARM table");
+    let (table, errors) = unwind::offline::table_from_files::<unwind::dwarf::Arm>(
+        &first.modules,
+        std::num::NonZeroU32::MIN,
+    )
+    .expect("ARM table");
     let mut cache = unwind_core::Cache::<unwind_core::Arm>::new();
     let (mut same, mut diffs) = (0usize, Vec::new());
     for s in &samples {

@@ -25,8 +25,11 @@ pub struct Ours {
 impl Ours {
     /// Builds the table for `sample`'s modules.
     pub fn new(sample: &Sample) -> Self {
-        let (table, _) =
-            unwind::offline::table_from_files(&sample.modules, NonZeroU32::MIN).expect("table");
+        let (table, _) = unwind::offline::table_from_files::<unwind::dwarf::X86_64>(
+            &sample.modules,
+            NonZeroU32::MIN,
+        )
+        .expect("table");
         Ours {
             table,
             cache: Box::new(Cache::new()),

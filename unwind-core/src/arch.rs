@@ -19,7 +19,9 @@ use crate::unwind::{StopReason, Trust};
 ///
 /// Every function here runs on the unwind path: it must not allocate, lock, panic or loop
 /// without bound, and must read memory only through the given [`Memory`].
-pub trait Arch: Sized + 'static {
+pub trait Arch:
+    Copy + Debug + Default + PartialEq + Eq + core::hash::Hash + Send + Sync + 'static
+{
     /// The architecture's name as the tools print it (`"x86_64"`, `"arm"`).
     const NAME: &'static str;
 
@@ -27,7 +29,7 @@ pub trait Arch: Sized + 'static {
     type Regs: Copy + Default + Debug + PartialEq;
 
     /// How to recover the caller's tracked registers at one address: what the rule tables hold.
-    type Rule: Copy + Ord + Debug;
+    type Rule: Copy + Ord + Debug + Send + Sync + 'static;
 
     /// The compact forms of [`Arch::Rule`] that cover nearly every frame, decoded so that
     /// [`Arch::step_simple`] applies them with no further decoding; the rule cache holds them

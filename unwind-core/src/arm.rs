@@ -382,7 +382,7 @@ fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, S
 /// The 32-bit ARM architecture (ARM and Thumb-2 code): rules from DWARF CFI or EXIDX; the
 /// Thumb bit cleared for lookups; a leaf's return address in LR, then the frame record of r7
 /// (Thumb) or r11 (ARM) as fallbacks.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Arm;
 
 impl Arch for Arm {

@@ -218,6 +218,7 @@ mod tests {
 
     /// An architecture whose rules are bytes: 0 ends the walk, odd ones are simple, even ones
     /// are applied from the table.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     struct Bytes;
 
     impl Arch for Bytes {

@@ -263,7 +263,7 @@ fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, S
 
 /// The x86_64 architecture: 64-bit PC, SP and `rbp`; return addresses looked up at `PC - 1`;
 /// the frame-pointer chain as the fallback.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct X86_64;
 
 impl Arch for X86_64 {

@@ -12,9 +12,9 @@ fn main() {
     }
     for path in paths {
         let t = Instant::now();
-        match unwind_dwarf::load_elf_file(path.as_ref()) {
+        match unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path.as_ref()) {
             Ok(loaded) => {
-                let s = &loaded.stats;
+                let s = &loaded.stats.cfi;
                 let rows = loaded.rules.rows().max(1);
                 println!(
                     "{path}: {} FDEs, {} rows read, {} extents kept, {} merged, {} dropped, {} distinct rules, {} expressions, {:.2} bytes/row, {:.1} ms",

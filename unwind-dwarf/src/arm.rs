@@ -1,5 +1,6 @@
-//! 32-bit ARM rows to [`unwind_core::arm::Rule`], rules for the ARM PLT, and the merge of DWARF
-//! CFI with EHABI unwind tables (`.ARM.exidx`).
+//! 32-bit ARM: rows to [`unwind_core::arm::Rule`], rules for the ARM PLT, the merge of DWARF
+//! CFI with EHABI unwind tables (`.ARM.exidx`), and how its rules are written as Breakpad
+//! `STACK CFI` text.
 //!
 //! DWARF register numbers are the core registers' numbers (r0..r15 = 0..15); r7, r11, r12,
 //! r13 (SP), r14 (LR) and r15 (PC) are tracked.
@@ -15,28 +16,40 @@
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
+use object::read::elf::SectionHeader as _;
+use object::Object as _;
 use unwind_arm_exidx::{ExidxError, ExidxSections, ExidxStats};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
-use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
+use unwind_core::table::ModuleRulesBuilder;
+use unwind_core::Arm;
 
+use crate::arch::{sealed::Sealed, Architecture, DwarfArch};
+use crate::breakpad::rule::{StackCfiCfa, StackCfiReg, StackCfiRule};
+use crate::breakpad::SkipReason;
 use crate::cfi::{
-    collect_rows, common_rule, expression, offset, Bad, CfiSections, CfiStats, Collected,
-    CommonRule, DropReason, RowSource, Translate,
+    common_rule, expression, offset, Bad, CfiSections, Collected, CommonRule, DropReason, RowSource,
 };
+use crate::elf::{section_data, section_named};
 use crate::plt::{uncovered, PltKind, PltSection};
-use crate::DwarfError;
+use crate::{DwarfError, UnreadableSection};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
-/// DWARF register number of r13 (SP).
-const SP: u16 = 13;
+impl Sealed for Arm {}
 
-/// The expression register number (`Reg as u8`) of a tracked register.
-fn tracked(r: Register) -> Option<u8> {
-    Reg::from_number(r.0).map(|r| r as u8)
+/// The tracked register that is DWARF register `r`, if tracked.
+fn reg(r: Register) -> Option<Reg> {
+    use gimli::Arm as G;
+    Some(match r {
+        G::R7 => Reg::R7,
+        G::R11 => Reg::R11,
+        G::R12 => Reg::R12,
+        G::SP => Reg::Sp,
+        G::LR => Reg::Lr,
+        G::PC => Reg::Pc,
+        _ => return None,
+    })
 }
-
-pub(crate) struct Arm;
 
 fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     rule: RegisterRule<usize>,
@@ -44,12 +57,12 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     section: &S,
     builder: &mut ModuleRulesBuilder<Rule>,
 ) -> Result<RegRule, Bad> {
-    Ok(match common_rule(rule, cie, section, builder, tracked)? {
+    Ok(match common_rule::<Arm, S>(rule, cie, section, builder)? {
         CommonRule::Undefined => RegRule::Undefined,
         CommonRule::Same => RegRule::Same,
         CommonRule::Offset(o) => RegRule::Offset(o),
         CommonRule::ValOffset(o) => RegRule::ValOffset(o),
-        CommonRule::Register(r) => RegRule::Register(Reg::from_number(r).ok_or(Bad::Rule)?),
+        CommonRule::Register(r) => RegRule::Register(reg(r).ok_or(Bad::Rule)?),
         CommonRule::Expr(i) => RegRule::Expr(i),
         CommonRule::ValExpr(i) => RegRule::ValExpr(i),
     })
@@ -74,9 +87,33 @@ fn plt_rule() -> Rule {
     Rule::default()
 }
 
-impl Translate for Arm {
-    type Rule = Rule;
+/// A register rule as a `STACK CFI` record states it.
+fn stack_cfi_reg(r: RegRule) -> StackCfiReg {
+    match r {
+        RegRule::Offset(o) => StackCfiReg::Offset(o),
+        RegRule::Undefined => StackCfiReg::Undefined,
+        RegRule::Same => StackCfiReg::Same,
+        RegRule::ValOffset(o) => StackCfiReg::ValOffset(o),
+        RegRule::Register(r) => StackCfiReg::Register(r as u8),
+        RegRule::Expr(i) => StackCfiReg::Expr(i),
+        RegRule::ValExpr(i) => StackCfiReg::ValExpr(i),
+    }
+}
+
+impl DwarfArch for Arm {
+    const ARCHITECTURE: Architecture = Architecture::Arm;
+    const ELF_MACHINE: object::elf::Machine = object::elf::EM_ARM;
     const ADDRESS_SIZE: u8 = 4;
+
+    type ArchStats = ArmStats;
+    type ExtraSections<'a> = ExidxSections<'a>;
+
+    fn tracked(register: Register) -> Option<u8> {
+        reg(register).map(|r| r as u8)
+    }
+
+    /// `.plt` (GNU ld and lld).
+    const PLT_SECTIONS: &'static [(&'static str, PltKind)] = &[(".plt", PltKind::Lazy)];
 
     /// ARM PLT entries (`add ip, pc, ...; add ip, ip, ...; ldr pc, [ip, ...]!`, with an
     /// optional Thumb `bx pc; nop` prefix) use only ip and never touch the stack: the return
@@ -118,15 +155,15 @@ impl Translate for Arm {
             gimli::CfaRule::RegisterAndOffset {
                 register,
                 offset: o,
-            } => match Reg::from_number(register.0) {
+            } => match reg(*register) {
                 Some(r @ (Reg::Sp | Reg::R11 | Reg::R7 | Reg::R12)) => {
                     CfaRule::RegOffset(r, offset(*o)?)
                 }
                 _ => return Err(DropReason::CfaUntrackedRegister),
             },
             gimli::CfaRule::Expression(e) => {
-                let compiled =
-                    expression(e, cie, section, false, tracked).ok_or(DropReason::CfaExpression)?;
+                let compiled = expression::<Arm, S>(e, cie, section, false)
+                    .ok_or(DropReason::CfaExpression)?;
                 CfaRule::Expr(
                     builder
                         .add_expr(compiled)
@@ -136,7 +173,7 @@ impl Translate for Arm {
         };
         let ra_column = cie.return_address_register();
         // "Unchanged": the return address is still in the RA column's register.
-        let unchanged = match Reg::from_number(ra_column.0) {
+        let unchanged = match reg(ra_column) {
             Some(r @ (Reg::Lr | Reg::R12 | Reg::R11 | Reg::R7)) => Some(RegRule::Register(r)),
             _ => None,
         };
@@ -155,7 +192,7 @@ impl Translate for Arm {
             RegRule::Register(Reg::Lr) => RegRule::Same,
             other => other,
         };
-        let sp = match row.register(Register(SP)) {
+        let sp = match row.register(gimli::Arm::SP) {
             None => RegRule::ValOffset(0),
             r => other_reg(
                 r,
@@ -176,9 +213,9 @@ impl Translate for Arm {
             DropReason::FramePointerRule,
             DropReason::FramePointerExpression,
         );
-        let r12 = other_reg(row.register(Register(12)), cie, section, builder, others)?;
-        let r11 = other_reg(row.register(Register(11)), cie, section, builder, fp)?;
-        let r7 = other_reg(row.register(Register(7)), cie, section, builder, fp)?;
+        let r12 = other_reg(row.register(gimli::Arm::R12), cie, section, builder, others)?;
+        let r11 = other_reg(row.register(gimli::Arm::R11), cie, section, builder, fp)?;
+        let r7 = other_reg(row.register(gimli::Arm::R7), cie, section, builder, fp)?;
         Ok(Rule {
             cfa,
             pc,
@@ -191,14 +228,135 @@ impl Translate for Arm {
             signal_frame,
         })
     }
+
+    /// The index: the section of type `SHT_ARM_EXIDX` (by name if the type is not found), and
+    /// `.ARM.extab`, which its entries point into.
+    fn with_extra_sections<T>(
+        elf: &object::File<'_>,
+        code_range: Option<(u64, u64)>,
+        unreadable: &mut Vec<UnreadableSection>,
+        with: impl FnOnce(Option<&ExidxSections<'_>>) -> T,
+    ) -> T {
+        let exidx_section = match elf {
+            object::File::Elf32(f) => f
+                .sections()
+                .find(|s| s.elf_section_header().sh_type(f.endian()) == object::elf::SHT_ARM_EXIDX)
+                .map(|s| section_data(&s, ".ARM.exidx", unreadable)),
+            _ => None,
+        };
+        let exidx = match exidx_section {
+            Some(data) => data,
+            None => section_named(elf, ".ARM.exidx", unreadable),
+        };
+        let extab = section_named(elf, ".ARM.extab", unreadable);
+        let exidx = exidx.as_ref().map(|(d, exidx_svma)| ExidxSections {
+            exidx: d,
+            exidx_svma: *exidx_svma,
+            extab: extab.as_ref().map(|(d, _)| &d[..]),
+            extab_svma: extab.as_ref().map_or(0, |(_, a)| *a),
+            text_end: code_range.map(|(_, end)| end),
+        });
+        with(exidx.as_ref())
+    }
+
+    /// An EXIDX row is a whole function (up to the next entry), so it is clipped to the
+    /// addresses no FDE or PLT row covers. A malformed index leaves the DWARF and PLT rows
+    /// ([`ArmStats::exidx_error`]) unless it is the module's only unwind information.
+    fn merge_extra(
+        exidx: &ExidxSections<'_>,
+        sections: &CfiSections<'_>,
+        collected: &mut Collected<Rule>,
+        only_source: bool,
+    ) -> Result<ArmStats, DwarfError> {
+        let mut stats = ArmStats::default();
+        let (rows, exidx_stats) = match unwind_arm_exidx::rows(exidx) {
+            Ok(rows) => rows,
+            // Nothing else to keep: the index's error is the module's.
+            Err(e) if only_source => return Err(DwarfError::Exidx(e)),
+            // Keep the DWARF and PLT rows.
+            Err(e) => {
+                stats.exidx_error = Some(e);
+                return Ok(stats);
+            }
+        };
+        stats.exidx = Some(exidx_stats);
+        let count = |n: &mut u64| *n = n.saturating_add(1);
+        for (start, end, rule) in rows {
+            // Function addresses are even; a Thumb bit left in a bound would misalign it.
+            let (mut start, mut end) = (start & !1, end & !1);
+            if let Some((lo, hi)) = sections.code_range {
+                (start, end) = (start.max(lo), end.min(hi));
+                if end <= start {
+                    count(&mut stats.exidx_rows_outside_code);
+                    continue;
+                }
+            }
+            if end <= start {
+                continue;
+            }
+            let pieces = uncovered(start, end, &collected.covered);
+            match pieces.as_slice() {
+                [] => count(&mut stats.exidx_rows_shadowed),
+                [(s, e)] if (*s, *e) == (start, end) => count(&mut stats.exidx_rows_used),
+                _ => {
+                    count(&mut stats.exidx_rows_used);
+                    count(&mut stats.exidx_rows_partial);
+                }
+            }
+            for (s, e) in pieces {
+                collected.builder.push(s, e, rule)?;
+                collected
+                    .extremes
+                    .note(s, e, RowSource::Exidx { start, end });
+                count(&mut stats.exidx_ranges);
+            }
+        }
+        Ok(stats)
+    }
+
+    const BREAKPAD_NAME: &'static str = "arm";
+    const BREAKPAD_REGISTERS: &'static [&'static str] = &["r7", "r11", "r12", "sp", "lr", "pc"];
+    const EXPRESSION_PC_SP: (u8, u8) = (Reg::Pc as u8, Reg::Sp as u8);
+    /// `sp` unless it is the CFA (EHABI's popped SP), and LR, r7, r11 and r12 unless unchanged.
+    const BREAKPAD_OTHER_REGISTERS: &'static [(&'static str, &'static str)] = &[
+        ("sp", ".cfa"),
+        ("lr", "lr"),
+        ("r7", "r7"),
+        ("r11", "r11"),
+        ("r12", "r12"),
+    ];
+
+    /// `.cfa`, `.ra` (our PC rule: `lr` while the return address is still in LR), then the
+    /// other registers where their rule is not the walker's default. `EXIDX_CANTUNWIND` rows
+    /// are skipped ([`SkipReason::CantUnwind`]); every other EHABI row starts its own record.
+    fn stack_cfi(rule: &Rule) -> Result<StackCfiRule, SkipReason> {
+        if rule.pc == RegRule::Undefined && rule.source == Source::Exidx {
+            return Err(SkipReason::CantUnwind);
+        }
+        let other = |r: RegRule, default: RegRule| (r != default).then(|| stack_cfi_reg(r));
+        Ok(StackCfiRule {
+            cfa: match rule.cfa {
+                CfaRule::RegOffset(r, o) => StackCfiCfa::RegOffset(r as u8, o),
+                CfaRule::Expr(i) => StackCfiCfa::Expr(i),
+            },
+            ra: stack_cfi_reg(rule.pc),
+            others: vec![
+                other(rule.sp, RegRule::ValOffset(0)),
+                other(rule.lr, RegRule::Same),
+                other(rule.r7, RegRule::Same),
+                other(rule.r11, RegRule::Same),
+                other(rule.r12, RegRule::Same),
+            ],
+            signal_frame: rule.signal_frame,
+            own_record: rule.source == Source::Exidx,
+        })
+    }
 }
 
-/// What loading an ARM module's unwind information found.
-#[derive(Clone, Debug, Default)]
+/// What loading a 32-bit ARM module found besides its DWARF CFI ([`crate::LoadStats::arch`]):
+/// the EHABI index and how its rows were merged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArmStats {
-    /// DWARF CFI (and synthesized PLT rows); `cfi.table` is the whole module's table, EXIDX
-    /// rows included.
-    pub cfi: CfiStats,
     /// What reading `.ARM.exidx` found, if the module has it.
     pub exidx: Option<ExidxStats>,
     /// EXIDX rows (one per function) that describe at least part of their range.
@@ -218,91 +376,14 @@ pub struct ArmStats {
     pub exidx_error: Option<ExidxError>,
 }
 
-/// Reads the unwind information of one 32-bit ARM module: DWARF CFI from `sections`, PLT rows
-/// synthesized where no FDE covers `sections.plt`, and EHABI rows from `exidx` where neither
-/// does.
-///
-/// DWARF wins wherever it has an FDE, being exact at every instruction (prologues and
-/// epilogues included), while an EXIDX entry describes its function only after the prologue.
-/// An EXIDX row is a whole function (up to the next entry), so it is clipped to the addresses no
-/// FDE or PLT row covers.
-pub fn rules_from_sections_arm(
-    sections: &CfiSections<'_>,
-    exidx: Option<&ExidxSections<'_>>,
-) -> Result<(ModuleRules<Rule>, ArmStats), DwarfError> {
-    if sections.eh_frame.is_none()
-        && sections.debug_frame.is_none()
-        && sections.plt.is_empty()
-        && exidx.is_none()
-    {
-        return Err(DwarfError::NoCfi);
-    }
-    let Collected {
-        mut builder,
-        stats: cfi,
-        covered,
-        mut extremes,
-    } = collect_rows::<Arm>(sections)?;
-    let mut stats = ArmStats {
-        cfi,
-        ..ArmStats::default()
-    };
-    let only_exidx =
-        sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty();
-    let exidx_rows = match exidx.map(unwind_arm_exidx::rows) {
-        None => None,
-        Some(Ok(rows)) => Some(rows),
-        // Nothing else to keep: the index's error is the module's.
-        Some(Err(e)) if only_exidx => return Err(DwarfError::Exidx(e)),
-        // Keep the DWARF and PLT rows.
-        Some(Err(e)) => {
-            stats.exidx_error = Some(e);
-            None
-        }
-    };
-    if let Some((rows, exidx_stats)) = exidx_rows {
-        stats.exidx = Some(exidx_stats);
-        let count = |n: &mut u64| *n = n.saturating_add(1);
-        for (start, end, rule) in rows {
-            // Function addresses are even; a Thumb bit left in a bound would misalign it.
-            let (mut start, mut end) = (start & !1, end & !1);
-            if let Some((lo, hi)) = sections.code_range {
-                (start, end) = (start.max(lo), end.min(hi));
-                if end <= start {
-                    count(&mut stats.exidx_rows_outside_code);
-                    continue;
-                }
-            }
-            if end <= start {
-                continue;
-            }
-            let pieces = uncovered(start, end, &covered);
-            match pieces.as_slice() {
-                [] => count(&mut stats.exidx_rows_shadowed),
-                [(s, e)] if (*s, *e) == (start, end) => count(&mut stats.exidx_rows_used),
-                _ => {
-                    count(&mut stats.exidx_rows_used);
-                    count(&mut stats.exidx_rows_partial);
-                }
-            }
-            for (s, e) in pieces {
-                builder.push(s, e, rule)?;
-                extremes.note(s, e, RowSource::Exidx { start, end });
-                count(&mut stats.exidx_ranges);
-            }
-        }
-    }
-    let rules = builder.build().map_err(|e| extremes.error(e))?;
-    stats.cfi.table = rules.stats();
-    Ok((rules, stats))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules_from_sections;
     use std::num::NonZeroU32;
     use std::sync::Arc;
     use unwind_core::arm::Regs;
+    use unwind_core::table::ModuleRules;
     use unwind_core::{Arch, Arm};
     use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
 
@@ -366,7 +447,7 @@ mod tests {
             0x07, 14, // undefined r14
         ];
         let data = debug_frame(14, &[(0x1000, 0x20, insns)]);
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&data),
                 ..Default::default()
@@ -435,7 +516,7 @@ mod tests {
             0x41, 0x0c, 15, 0, // CFA on pc: dropped
         ];
         let data = debug_frame(14, &[(0x2000, 0x10, insns)]);
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&data),
                 ..Default::default()
@@ -464,7 +545,7 @@ mod tests {
         // DW_CFA_val_expression r13: breg13 16 (explicit SP rule)
         insns.extend([0x16, 13, 2, 0x7d, 16]);
         let data = debug_frame(14, &[(0x3000, 0x10, &insns)]);
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&data),
                 ..Default::default()
@@ -497,7 +578,7 @@ mod tests {
             size: 0x5c,
             kind: PltKind::Lazy,
         }];
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 plt: &plt,
                 ..Default::default()
@@ -579,7 +660,7 @@ mod tests {
             extab_svma: 0,
             text_end: Some(0x1060),
         };
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&data),
                 ..Default::default()
@@ -602,12 +683,12 @@ mod tests {
         assert_eq!(source(0x1040), Some(Source::Exidx));
         assert_eq!(source(0x105e), Some(Source::Exidx));
         assert_eq!(source(0x1060), None);
-        assert_eq!(stats.exidx.as_ref().map(|s| s.entries), Some(3));
-        assert_eq!(stats.exidx_rows_shadowed, 1);
-        assert_eq!(stats.exidx_rows_used, 2);
-        assert_eq!(stats.exidx_rows_partial, 1);
-        assert_eq!(stats.exidx_ranges, 2);
-        assert_eq!(stats.exidx_rows_outside_code, 0);
+        assert_eq!(stats.arch.exidx.as_ref().map(|s| s.entries), Some(3));
+        assert_eq!(stats.arch.exidx_rows_shadowed, 1);
+        assert_eq!(stats.arch.exidx_rows_used, 2);
+        assert_eq!(stats.arch.exidx_rows_partial, 1);
+        assert_eq!(stats.arch.exidx_ranges, 2);
+        assert_eq!(stats.arch.exidx_rows_outside_code, 0);
 
         // With a code range that ends at 0x1050, the last row is clipped; one entirely
         // outside it is skipped.
@@ -617,7 +698,7 @@ mod tests {
             text_end: Some(0x1080),
             ..ex
         };
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 code_range: Some((0x1000, 0x1050)),
                 ..Default::default()
@@ -627,7 +708,7 @@ mod tests {
         .unwrap();
         assert_eq!(rules.lookup(0x104e).map(|r| r.source), Some(Source::Exidx));
         assert_eq!(rules.lookup(0x1050), None);
-        assert_eq!(stats.exidx_rows_outside_code, 1);
+        assert_eq!(stats.arch.exidx_rows_outside_code, 1);
     }
 
     #[test]
@@ -641,7 +722,7 @@ mod tests {
             text_end: Some(0x1020),
             ..Default::default()
         };
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&data),
                 ..Default::default()
@@ -650,15 +731,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(stats.cfi.bad_entries, 1);
-        assert_eq!(stats.exidx_rows_used, 1);
-        assert_eq!(stats.exidx_rows_partial, 0);
+        assert_eq!(stats.arch.exidx_rows_used, 1);
+        assert_eq!(stats.arch.exidx_rows_partial, 0);
         assert_eq!(rules.lookup(0x1000).map(|r| r.source), Some(Source::Exidx));
     }
 
     #[test]
     fn no_sections_is_an_error() {
         assert!(matches!(
-            rules_from_sections_arm(&CfiSections::default(), None),
+            rules_from_sections::<Arm>(&CfiSections::default(), None),
             Err(DwarfError::NoCfi)
         ));
     }

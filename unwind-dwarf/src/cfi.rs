@@ -3,12 +3,13 @@
 
 use gimli::{
     BaseAddresses, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice, LittleEndian,
-    UnwindContext, UnwindSection, UnwindTableRow,
+    UnwindContext, UnwindSection,
 };
 use std::fmt;
 
 use unwind_core::table::{BuildStats, ModuleRules, ModuleRulesBuilder};
 
+use crate::arch::DwarfArch;
 use crate::plt::{uncovered, PltSection};
 use crate::DwarfError;
 
@@ -272,7 +273,7 @@ impl fmt::Display for RowSource {
 
 /// The rows with the lowest start and the highest end pushed so far.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Extremes {
+pub struct Extremes {
     lowest: Option<(u64, RowSource)>,
     highest: Option<(u64, RowSource)>,
 }
@@ -321,7 +322,7 @@ pub struct CfiStats {
     /// The first bad entries, in the order found (at most [`CfiStats::BAD_ENTRIES_KEPT`]).
     pub first_bad_entries: Vec<BadEntry>,
     /// Sections of the ELF file that could not be read and were left out (filled in by the ELF
-    /// loaders: [`crate::rules_from_elf`], [`crate::rules_from_elf_arm`]).
+    /// loader, [`crate::rules_from_elf`]).
     pub unreadable_sections: Vec<crate::UnreadableSection>,
     /// Rows gimli produced.
     pub rows: u64,
@@ -361,34 +362,12 @@ impl CfiStats {
     }
 }
 
-/// Translates one gimli row into an architecture's rule.
-pub(crate) trait Translate {
-    /// The rule type.
-    type Rule: Copy + Ord;
-    /// Address size in bytes.
-    const ADDRESS_SIZE: u8;
-    /// Translates `row`; expressions are interned in `builder`.
-    fn translate<'a, S: UnwindSection<Slice<'a>>>(
-        row: &UnwindTableRow<usize>,
-        cie: &CommonInformationEntry<Slice<'a>>,
-        section: &S,
-        builder: &mut ModuleRulesBuilder<Self::Rule>,
-        signal_frame: bool,
-    ) -> Result<Self::Rule, DropReason>;
-
-    /// Rules for a PLT section: `(start, end, rule)` rows covering it.
-    fn plt_rows(
-        plt: &PltSection,
-        builder: &mut ModuleRulesBuilder<Self::Rule>,
-    ) -> Result<Vec<(u64, u64, Self::Rule)>, DwarfError>;
-}
-
-struct Collector<'b, T: Translate> {
-    builder: ModuleRulesBuilder<T::Rule>,
+struct Collector<'b, A: DwarfArch> {
+    builder: ModuleRulesBuilder<A::Rule>,
     extremes: Extremes,
     stats: CfiStats,
     ctx: UnwindContext<usize>,
-    rows: Vec<(u64, u64, T::Rule)>,
+    rows: Vec<(u64, u64, A::Rule)>,
     bases: &'b BaseAddresses,
     code_range: Option<(u64, u64)>,
 }
@@ -444,7 +423,7 @@ fn count(n: &mut u64) {
     *n = n.saturating_add(1);
 }
 
-impl<T: Translate> Collector<'_, T> {
+impl<A: DwarfArch> Collector<'_, A> {
     /// Counts a bad entry and keeps it if it is among the first.
     fn bad(&mut self, section: CfiSection, offset: usize, kind: BadEntryKind, error: gimli::Error) {
         count(&mut self.stats.bad_entries);
@@ -549,7 +528,7 @@ impl<T: Translate> Collector<'_, T> {
                         }
                         continue;
                     }
-                    match T::translate(row, fde.cie(), section, &mut self.builder, signal) {
+                    match A::translate(row, fde.cie(), section, &mut self.builder, signal) {
                         Ok(rule) => self.rows.push((rs.max(start), re.min(end), rule)),
                         Err(reason) => {
                             if let Some(n) = self.stats.dropped.get_mut(reason as usize) {
@@ -591,8 +570,9 @@ impl<T: Translate> Collector<'_, T> {
     }
 }
 
-/// A module's DWARF rows (and synthesized PLT rows) in a builder, before it is built.
-pub(crate) struct Collected<R> {
+/// A module's DWARF rows (and synthesized PLT rows) in a builder, before it is built; an
+/// architecture's own unwind tables add theirs ([`DwarfArch::merge_extra`]).
+pub struct Collected<R> {
     /// The rows pushed so far.
     pub builder: ModuleRulesBuilder<R>,
     /// The rows with the lowest start and highest end so far.
@@ -606,14 +586,14 @@ pub(crate) struct Collected<R> {
 
 /// Reads and translates the CFI of one module and synthesizes PLT rows, without building the
 /// table (an empty module gives an empty builder).
-pub(crate) fn collect_rows<T: Translate>(
+fn collect_rows<A: DwarfArch>(
     sections: &CfiSections<'_>,
-) -> Result<Collected<T::Rule>, DwarfError> {
+) -> Result<Collected<A::Rule>, DwarfError> {
     let bases = BaseAddresses::default()
         .set_eh_frame(sections.eh_frame_svma)
         .set_text(sections.text_svma)
         .set_got(sections.got_svma);
-    let mut c = Collector::<T> {
+    let mut c = Collector::<A> {
         builder: ModuleRulesBuilder::new(),
         extremes: Extremes::default(),
         stats: CfiStats::default(),
@@ -625,14 +605,14 @@ pub(crate) fn collect_rows<T: Translate>(
     let mut eh_ranges = Vec::new();
     if let Some(data) = sections.eh_frame {
         let mut s = EhFrame::new(data, LittleEndian);
-        s.set_address_size(T::ADDRESS_SIZE);
+        s.set_address_size(A::ADDRESS_SIZE);
         c.section(CfiSection::EhFrame, data, &s, &mut eh_ranges, |_, _| false)?;
     }
     eh_ranges.sort_unstable();
     let mut debug_ranges = Vec::new();
     if let Some(data) = sections.debug_frame {
         let mut s = DebugFrame::new(data, LittleEndian);
-        s.set_address_size(T::ADDRESS_SIZE);
+        s.set_address_size(A::ADDRESS_SIZE);
         c.section(
             CfiSection::DebugFrame,
             data,
@@ -649,7 +629,7 @@ pub(crate) fn collect_rows<T: Translate>(
     covered.sort_unstable();
     let mut plt_ranges = Vec::new();
     for plt in sections.plt {
-        for (start, end, rule) in T::plt_rows(plt, &mut c.builder)? {
+        for (start, end, rule) in A::plt_rows(plt, &mut c.builder)? {
             for (s, e) in uncovered(start, end, &covered) {
                 c.builder.push(s, e, rule)?;
                 c.extremes.note(
@@ -675,29 +655,46 @@ pub(crate) fn collect_rows<T: Translate>(
     })
 }
 
-/// Reads and translates the CFI of one module.
-pub(crate) fn collect<T: Translate>(
-    sections: &CfiSections<'_>,
-) -> Result<(ModuleRules<T::Rule>, CfiStats), DwarfError> {
-    if sections.eh_frame.is_none() && sections.debug_frame.is_none() && sections.plt.is_empty() {
-        return Err(DwarfError::NoCfi);
-    }
-    let Collected {
-        builder,
-        mut stats,
-        extremes,
-        ..
-    } = collect_rows::<T>(sections)?;
-    let rules = builder.build().map_err(|e| extremes.error(e))?;
-    stats.table = rules.stats();
-    Ok((rules, stats))
+/// What loading one module found: its DWARF CFI and PLT rows, and what its architecture adds
+/// (ARM: the EHABI index).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats<A: DwarfArch> {
+    /// DWARF CFI and synthesized PLT rows; `cfi.table` is the whole module's table (rows from
+    /// the architecture's own unwind tables included).
+    pub cfi: CfiStats,
+    /// What the architecture's own unwind tables gave ([`DwarfArch::ArchStats`]).
+    pub arch: A::ArchStats,
 }
 
-/// Reads and translates the CFI of one x86_64 module.
-pub fn rules_from_sections(
+/// Reads the unwind information of one module: DWARF CFI from `sections`, PLT rows synthesized
+/// where no FDE covers `sections.plt`, and, where neither describes an address, the rows of the
+/// architecture's own unwind tables (`extra`: ARM's `.ARM.exidx`; `None` for none).
+///
+/// DWARF wins wherever it has an FDE, being exact at every instruction (prologues and
+/// epilogues included); an EXIDX entry describes its function only after the prologue.
+pub fn rules_from_sections<A: DwarfArch>(
     sections: &CfiSections<'_>,
-) -> Result<(ModuleRules<unwind_core::x86_64::Rule>, CfiStats), DwarfError> {
-    collect::<crate::x86_64::X86_64>(sections)
+    extra: Option<&A::ExtraSections<'_>>,
+) -> Result<(ModuleRules<A::Rule>, LoadStats<A>), DwarfError> {
+    let dwarf_or_plt =
+        sections.eh_frame.is_some() || sections.debug_frame.is_some() || !sections.plt.is_empty();
+    if !dwarf_or_plt && extra.is_none() {
+        return Err(DwarfError::NoCfi);
+    }
+    let mut collected = collect_rows::<A>(sections)?;
+    let arch = match extra {
+        Some(extra) => A::merge_extra(extra, sections, &mut collected, !dwarf_or_plt)?,
+        None => A::ArchStats::default(),
+    };
+    let Collected {
+        builder,
+        extremes,
+        mut stats,
+        ..
+    } = collected;
+    let rules = builder.build().map_err(|e| extremes.error(e))?;
+    stats.table = rules.stats();
+    Ok((rules, LoadStats { cfi: stats, arch }))
 }
 
 /// A register rule in the form both architectures' typed rules are made from: offsets checked,
@@ -707,8 +704,8 @@ pub(crate) enum CommonRule {
     Same,
     Offset(i32),
     ValOffset(i32),
-    /// Another register (its DWARF number); the architecture decides if it is tracked.
-    Register(u16),
+    /// Another register; the architecture decides if it is tracked.
+    Register(gimli::Register),
     Expr(u16),
     ValExpr(u16),
 }
@@ -731,24 +728,22 @@ impl Bad {
     }
 }
 
-/// Compiles a CFI expression over the registers `tracked` maps to expression numbers.
-pub(crate) fn expression<'a, S: UnwindSection<Slice<'a>>>(
+/// Compiles a CFI expression over the registers `A` tracks ([`DwarfArch::tracked`]).
+pub(crate) fn expression<'a, A: DwarfArch, S: UnwindSection<Slice<'a>>>(
     e: &gimli::UnwindExpression<usize>,
     cie: &CommonInformationEntry<Slice<'a>>,
     section: &S,
     pushes_cfa: bool,
-    tracked: fn(gimli::Register) -> Option<u8>,
 ) -> Option<unwind_core::expr::Expr> {
-    crate::compile::compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, tracked)
+    crate::compile::compile_expression(e.get(section).ok()?, cie.encoding(), pushes_cfa, A::tracked)
 }
 
 /// Translates a gimli register rule into a [`CommonRule`], interning expressions in `builder`.
-pub(crate) fn common_rule<'a, S: UnwindSection<Slice<'a>>, R: Copy + Ord>(
+pub(crate) fn common_rule<'a, A: DwarfArch, S: UnwindSection<Slice<'a>>>(
     rule: gimli::RegisterRule<usize>,
     cie: &CommonInformationEntry<Slice<'a>>,
     section: &S,
-    builder: &mut ModuleRulesBuilder<R>,
-    tracked: fn(gimli::Register) -> Option<u8>,
+    builder: &mut ModuleRulesBuilder<A::Rule>,
 ) -> Result<CommonRule, Bad> {
     use gimli::RegisterRule as G;
     let off = |o: i64| offset(o).map_err(|_| Bad::Offset);
@@ -757,9 +752,9 @@ pub(crate) fn common_rule<'a, S: UnwindSection<Slice<'a>>, R: Copy + Ord>(
         G::SameValue => CommonRule::Same,
         G::Offset(o) => CommonRule::Offset(off(o)?),
         G::ValOffset(o) => CommonRule::ValOffset(off(o)?),
-        G::Register(r) => CommonRule::Register(r.0),
+        G::Register(r) => CommonRule::Register(r),
         G::Expression(e) | G::ValExpression(e) => {
-            let compiled = expression(&e, cie, section, true, tracked).ok_or(Bad::Expression)?;
+            let compiled = expression::<A, S>(&e, cie, section, true).ok_or(Bad::Expression)?;
             let i = builder.add_expr(compiled).map_err(|_| Bad::Expression)?;
             if matches!(rule, G::Expression(_)) {
                 CommonRule::Expr(i)

@@ -1,19 +1,39 @@
 //! DWARF call-frame information (`.eh_frame`, `.debug_frame`) translated into `unwind-core` rule
-//! tables for the fixed registers.
+//! tables for the fixed registers, for every architecture through one trait, [`DwarfArch`]
+//! ([`X86_64`], [`Arm`]).
 //!
-//! Every row of every FDE is evaluated with gimli once, at load time, and translated into a
-//! typed rule ([`unwind_core::x86_64::Rule`]); rows that cannot be expressed (a CFA on an
-//! untracked register, an expression reading other registers) are dropped and counted by
-//! [`DropReason`]. Identical neighbouring rows are merged by the table builder.
-//!
-//! 32-bit ARM modules ([`rules_from_sections_arm`], [`load_elf_file_arm`]) give
-//! [`unwind_core::arm::Rule`]s from DWARF CFI where an FDE describes the address and from the
-//! EHABI tables (`.ARM.exidx`, read by `unwind-arm-exidx`) elsewhere.
+//! Every row of every FDE is evaluated with gimli once, at load time, and translated into the
+//! architecture's typed rule ([`unwind_core::x86_64::Rule`], [`unwind_core::arm::Rule`]); rows
+//! that cannot be expressed (a CFA on an untracked register, an expression reading other
+//! registers) are dropped and counted by [`DropReason`]. Identical neighbouring rows are merged
+//! by the table builder. PLT stubs without CFI get synthesized rows ([`plt`]); 32-bit ARM adds
+//! the rows of its EHABI tables (`.ARM.exidx`, read by `unwind-arm-exidx`) where no FDE
+//! describes an address ([`ArmStats`]).
 //!
 //! Sources: an ELF file ([`load_elf_file`], [`rules_from_elf`]) or the sections of a module
 //! already mapped in memory ([`CfiSections`], found from `PT_GNU_EH_FRAME` with
-//! [`eh_frame_address_from_hdr`]). Malformed input gives a [`DwarfError`] or counted drops,
-//! never a panic.
+//! [`eh_frame_address_from_hdr`], and [`rules_from_sections`]). Malformed input gives a
+//! [`DwarfError`] or counted drops, never a panic. Every loader is generic over the
+//! architecture (`load_elf_file::<X86_64>`, `rules_from_sections::<Arm>`); a tool that learns
+//! the architecture at run time uses [`Architecture`] (from an ELF file's `e_machine`) and
+//! [`Architecture::dispatch`], as [`breakpad::symbol_file_for_elf`] does.
+//!
+//! # Adding an architecture
+//!
+//! One module with a zero-sized type implementing [`DwarfArch`] (and its sealing trait), one
+//! [`Architecture`] variant, listed in [`Architecture::ALL`] and matched in
+//! [`Architecture::dispatch`]. The trait's items:
+//! - identity: `ARCHITECTURE`, `NAME`, `ELF_MACHINE`, `ADDRESS_SIZE`, and `accepts_elf` where
+//!   the default (the machine, little-endian) is not enough;
+//! - `Rule`, its `unwind-core` rule type; `ArchStats`, what loading adds to [`CfiStats`] (`()`
+//!   for nothing);
+//! - DWARF: `tracked` (the DWARF registers it tracks, as expression registers) and `translate`
+//!   (one gimli row to a rule or a [`DropReason`]);
+//! - PLT: `PLT_SECTIONS` (the sections it knows and their [`plt::PltKind`]) and `plt_rows`;
+//! - Breakpad: `BREAKPAD_NAME`, `BREAKPAD_REGISTERS`, `EXPRESSION_PC_SP`,
+//!   `BREAKPAD_OTHER_REGISTERS` and `stack_cfi` (a rule in `STACK CFI` terms);
+//! - an extra rule source, if it has one: `ExtraSections` ([`NoExtraSource`] otherwise), and
+//!   `with_extra_sections` and `merge_extra` (their defaults add nothing).
 
 // Input is untrusted (a crafted file must give an error or counted drops, never a panic): no
 // unchecked arithmetic, indexing or unwrapping in the parsers outside tests.
@@ -27,7 +47,9 @@
         clippy::panic
     )
 )]
+#![warn(missing_docs)]
 
+mod arch;
 mod arm;
 // The exporter writes rule tables already built (not file bytes): its arithmetic is on
 // addresses the table guarantees ordered (extents below the image base are skipped) and on
@@ -40,17 +62,16 @@ mod elf;
 pub mod plt;
 mod x86_64;
 
-pub use arm::{rules_from_sections_arm, ArmStats};
+pub use arch::{ArchVisitor, Architecture, DwarfArch, NoExtraSource};
+pub use arm::ArmStats;
 pub use cfi::{
     rules_from_sections, BadEntry, BadEntryKind, CfiSection, CfiSections, CfiStats, DropReason,
-    FdeOutsideCode, RowSource,
+    FdeOutsideCode, LoadStats, RowSource,
 };
 pub use compile::compile_expression;
-pub use elf::{
-    load_elf_file, load_elf_file_arm, rules_from_elf, rules_from_elf_arm, LoadedRules,
-    LoadedRulesArm,
-};
+pub use elf::{load_elf_file, rules_from_elf, LoadedRules};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
+pub use unwind_core::{Arm, X86_64};
 
 use std::fmt;
 

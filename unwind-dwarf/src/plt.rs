@@ -1,17 +1,24 @@
 //! Rules for PLT stubs that no FDE describes.
 //!
-//! GNU ld writes CFI for `.plt` (the PLT CFA expression); lld, the default linker of Rust on
-//! x86_64 Linux, writes none. A sample whose PC is in a PLT stub then has no rule, and the
-//! frame-pointer fallback would skip the caller. The stubs' behaviour is fixed by the psABI, so
-//! the rules are synthesized from the section headers where no FDE covers them:
-//! - `.plt` (16-byte lazy entries): `PLT0` pushes once more than the others: `CFA = rsp + 16`
-//!   for its first 6 bytes, `rsp + 24` after; entry `n` pushes its index at offset 6 (taking
-//!   effect at 11): `CFA = rsp + 8 + ((rip & 15) >= 11) * 8`, the expression GNU ld emits.
-//! - `.plt.sec`, `.plt.got` (only `endbr64` and an indirect `jmp`): `CFA = rsp + 8`.
-//!
-//! In every case the return address is at `CFA - 8` and `rbp` is untouched.
+//! GNU ld writes CFI for the x86_64 `.plt` (the PLT CFA expression); lld, the default linker of
+//! Rust on x86_64 Linux, writes none, and neither writes any for the 32-bit ARM `.plt`. A sample
+//! whose PC is in a PLT stub then has no rule, and the frame-pointer fallback would skip the
+//! caller. The stubs' behaviour is fixed by each psABI, so the rules are synthesized from the
+//! section headers where no FDE covers them. Each architecture names the PLT sections it knows
+//! and their [`PltKind`] ([`crate::DwarfArch::PLT_SECTIONS`]) and gives their rows
+//! ([`crate::DwarfArch::plt_rows`]):
+//! - x86_64 `.plt` (16-byte lazy entries): `PLT0` pushes once more than the others:
+//!   `CFA = rsp + 16` for its first 6 bytes, `rsp + 24` after; entry `n` pushes its index at
+//!   offset 6 (taking effect at 11): `CFA = rsp + 8 + ((rip & 15) >= 11) * 8`, the expression
+//!   GNU ld emits. `.plt.sec`, `.plt.got` (only `endbr64` and an indirect `jmp`):
+//!   `CFA = rsp + 8`. In every case the return address is at `CFA - 8` and `rbp` is untouched.
+//! - 32-bit ARM `.plt`: the entries use only `ip` and leave the return address in LR; `PLT0`
+//!   pushes LR with its first instruction, so the return address is at `[sp]` from its second
+//!   until it jumps to the resolver with its fourth.
 
 use object::{Object, ObjectSection};
+
+use crate::arch::Architecture;
 
 /// A PLT section of a module, by file address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,24 +31,24 @@ pub struct PltSection {
     pub kind: PltKind,
 }
 
-/// The two shapes of x86_64 PLT stubs.
+/// The two shapes of PLT sections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PltKind {
-    /// `.plt`: `PLT0` and 16-byte entries that push a relocation index before jumping to it.
+    /// `.plt`: the lazy-binding header `PLT0` (which jumps to the resolver), then the entries
+    /// (on x86_64, 16-byte entries that push a relocation index before jumping to `PLT0`).
     Lazy,
-    /// `.plt.sec`, `.plt.got`: entries that only jump.
+    /// (x86_64) `.plt.sec`, `.plt.got`: entries that only jump.
     Jump,
 }
 
-/// The PLT sections named in an ELF file's section headers.
+/// The PLT sections named in an ELF file's section headers: those its architecture knows
+/// ([`crate::DwarfArch::PLT_SECTIONS`]; none for a file of another architecture).
 pub fn plt_sections(elf: &object::File<'_>) -> Vec<PltSection> {
+    let known = Architecture::of_elf(elf).map_or(&[][..], Architecture::plt_sections);
     elf.sections()
         .filter_map(|s| {
-            let kind = match s.name().ok()? {
-                ".plt" => PltKind::Lazy,
-                ".plt.sec" | ".plt.got" => PltKind::Jump,
-                _ => return None,
-            };
+            let name = s.name().ok()?;
+            let &(_, kind) = known.iter().find(|(n, _)| *n == name)?;
             (s.size() > 0).then_some(PltSection {
                 svma: s.address(),
                 size: s.size(),
@@ -101,12 +108,15 @@ mod tests {
                 kind: PltKind::Jump,
             },
         ];
-        let (rules, stats) = crate::rules_from_sections(&crate::CfiSections {
-            plt: &plt,
-            ..Default::default()
-        })
+        let (rules, stats) = crate::rules_from_sections::<crate::X86_64>(
+            &crate::CfiSections {
+                plt: &plt,
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap();
-        assert_eq!(stats.plt_rows, 4);
+        assert_eq!(stats.cfi.plt_rows, 4);
         let mut b = RuleTableBuilder::new(core::num::NonZeroU32::new(1).unwrap());
         b.add(0, u64::MAX, 0, "m".into(), std::sync::Arc::new(rules));
         let table = b.build().unwrap();

@@ -1,32 +1,23 @@
-//! x86_64 rows to [`unwind_core::x86_64::Rule`].
+//! x86_64: rows to [`unwind_core::x86_64::Rule`] (`rip`, `rsp` and `rbp` tracked), its PLT
+//! rows, and how its rules are written as Breakpad `STACK CFI` text.
 
 use gimli::{
     CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
 };
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::x86_64::{CfaRule, Reg, RegRule, Rule};
+use unwind_core::X86_64;
 
-use crate::cfi::{common_rule, expression, offset, Bad, CommonRule, DropReason, Translate};
+use crate::arch::{is_elf_of, sealed::Sealed, Architecture, DwarfArch, NoExtraSource};
+use crate::breakpad::rule::{StackCfiCfa, StackCfiReg, StackCfiRule};
+use crate::breakpad::SkipReason;
+use crate::cfi::{common_rule, expression, offset, Bad, CommonRule, DropReason};
 use crate::plt::{PltKind, PltSection};
 use crate::DwarfError;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
-/// DWARF register numbers (x86_64 psABI, figure 3.36).
-const RSP: u16 = 7;
-const RBP: u16 = 6;
-const RIP: u16 = 16;
-
-fn tracked(r: Register) -> Option<u8> {
-    match r.0 {
-        RIP => Some(Reg::Pc as u8),
-        RSP => Some(Reg::Sp as u8),
-        RBP => Some(Reg::Fp as u8),
-        _ => None,
-    }
-}
-
-pub(crate) struct X86_64;
+impl Sealed for X86_64 {}
 
 fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     rule: RegisterRule<usize>,
@@ -34,20 +25,62 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
     section: &S,
     builder: &mut ModuleRulesBuilder<Rule>,
 ) -> Result<RegRule, Bad> {
-    Ok(match common_rule(rule, cie, section, builder, tracked)? {
-        CommonRule::Undefined => RegRule::Undefined,
-        CommonRule::Same => RegRule::Same,
-        CommonRule::Offset(o) => RegRule::Offset(o),
-        CommonRule::ValOffset(o) => RegRule::ValOffset(o),
-        CommonRule::Register(_) => return Err(Bad::Rule),
-        CommonRule::Expr(i) => RegRule::Expr(i),
-        CommonRule::ValExpr(i) => RegRule::ValExpr(i),
-    })
+    Ok(
+        match common_rule::<X86_64, S>(rule, cie, section, builder)? {
+            CommonRule::Undefined => RegRule::Undefined,
+            CommonRule::Same => RegRule::Same,
+            CommonRule::Offset(o) => RegRule::Offset(o),
+            CommonRule::ValOffset(o) => RegRule::ValOffset(o),
+            CommonRule::Register(_) => return Err(Bad::Rule),
+            CommonRule::Expr(i) => RegRule::Expr(i),
+            CommonRule::ValExpr(i) => RegRule::ValExpr(i),
+        },
+    )
 }
 
-impl Translate for X86_64 {
-    type Rule = Rule;
+/// A register rule as a `STACK CFI` record states it.
+fn stack_cfi_reg(r: RegRule) -> StackCfiReg {
+    match r {
+        RegRule::Offset(o) => StackCfiReg::Offset(o),
+        RegRule::Undefined => StackCfiReg::Undefined,
+        RegRule::Same => StackCfiReg::Same,
+        RegRule::ValOffset(o) => StackCfiReg::ValOffset(o),
+        RegRule::Expr(i) => StackCfiReg::Expr(i),
+        RegRule::ValExpr(i) => StackCfiReg::ValExpr(i),
+    }
+}
+
+impl DwarfArch for X86_64 {
+    const ARCHITECTURE: Architecture = Architecture::X86_64;
+    const ELF_MACHINE: object::elf::Machine = object::elf::EM_X86_64;
     const ADDRESS_SIZE: u8 = 8;
+
+    type ArchStats = ();
+    type ExtraSections<'a> = NoExtraSource;
+
+    /// A little-endian ELF64 file: x32 (ELF32 with `EM_X86_64`) is another ABI, with 4-byte
+    /// pointers.
+    fn accepts_elf(file: &object::File<'_>) -> bool {
+        use object::Object as _;
+        is_elf_of::<Self>(file) && file.is_64()
+    }
+
+    fn tracked(register: Register) -> Option<u8> {
+        match register {
+            gimli::X86_64::RA => Some(Reg::Pc as u8),
+            gimli::X86_64::RSP => Some(Reg::Sp as u8),
+            gimli::X86_64::RBP => Some(Reg::Fp as u8),
+            _ => None,
+        }
+    }
+
+    /// `.plt` (16-byte lazy entries), `.plt.sec` and `.plt.got` (`endbr64` and an indirect
+    /// `jmp`).
+    const PLT_SECTIONS: &'static [(&'static str, PltKind)] = &[
+        (".plt", PltKind::Lazy),
+        (".plt.sec", PltKind::Jump),
+        (".plt.got", PltKind::Jump),
+    ];
 
     fn plt_rows(
         plt: &PltSection,
@@ -99,14 +132,14 @@ impl Translate for X86_64 {
             gimli::CfaRule::RegisterAndOffset {
                 register,
                 offset: o,
-            } => match register.0 {
-                RSP => CfaRule::SpOffset(offset(*o)?),
-                RBP => CfaRule::FpOffset(offset(*o)?),
+            } => match *register {
+                gimli::X86_64::RSP => CfaRule::SpOffset(offset(*o)?),
+                gimli::X86_64::RBP => CfaRule::FpOffset(offset(*o)?),
                 _ => return Err(DropReason::CfaUntrackedRegister),
             },
             gimli::CfaRule::Expression(e) => {
-                let compiled =
-                    expression(e, cie, section, false, tracked).ok_or(DropReason::CfaExpression)?;
+                let compiled = expression::<X86_64, S>(e, cie, section, false)
+                    .ok_or(DropReason::CfaExpression)?;
                 CfaRule::Expr(
                     builder
                         .add_expr(compiled)
@@ -125,7 +158,7 @@ impl Translate for X86_64 {
                 )
             })?,
         };
-        let fp = match row.register(Register(RBP)) {
+        let fp = match row.register(gimli::X86_64::RBP) {
             None => RegRule::Same,
             Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
                 b.reason(
@@ -139,6 +172,28 @@ impl Translate for X86_64 {
             ra,
             fp,
             signal_frame,
+        })
+    }
+
+    const BREAKPAD_NAME: &'static str = "x86_64";
+    const BREAKPAD_REGISTERS: &'static [&'static str] = &["$rip", "$rsp", "$rbp"];
+    const EXPRESSION_PC_SP: (u8, u8) = (Reg::Pc as u8, Reg::Sp as u8);
+    /// `rbp`: the walker keeps callee-saved registers unless told otherwise.
+    const BREAKPAD_OTHER_REGISTERS: &'static [(&'static str, &'static str)] = &[("$rbp", "$rbp")];
+
+    /// `.cfa` (`$rsp k +`, `$rbp k +`, or an expression), `.ra`, and `$rbp` where it is not
+    /// unchanged.
+    fn stack_cfi(rule: &Rule) -> Result<StackCfiRule, SkipReason> {
+        Ok(StackCfiRule {
+            cfa: match rule.cfa {
+                CfaRule::SpOffset(o) => StackCfiCfa::RegOffset(Reg::Sp as u8, o),
+                CfaRule::FpOffset(o) => StackCfiCfa::RegOffset(Reg::Fp as u8, o),
+                CfaRule::Expr(i) => StackCfiCfa::Expr(i),
+            },
+            ra: stack_cfi_reg(rule.ra),
+            others: vec![(rule.fp != RegRule::Same).then(|| stack_cfi_reg(rule.fp))],
+            signal_frame: rule.signal_frame,
+            own_record: false,
         })
     }
 }

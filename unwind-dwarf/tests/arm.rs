@@ -28,7 +28,7 @@ use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{Arch, Arm};
 use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
-use unwind_dwarf::{rules_from_sections_arm, ArmStats, CfiSections, LoadedRulesArm};
+use unwind_dwarf::{rules_from_sections, CfiSections, LoadStats, LoadedRules};
 use unwind_test_support::missing;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -168,8 +168,8 @@ fn functions(elf: &object::File<'_>) -> Vec<(String, u64, u64)> {
     v
 }
 
-fn print_stats(what: &str, loaded: &LoadedRulesArm) {
-    let s: &ArmStats = &loaded.stats;
+fn print_stats(what: &str, loaded: &LoadedRules<Arm>) {
+    let s: &LoadStats<Arm> = &loaded.stats;
     let rows = loaded.rules.rows();
     println!(
         "{what}: {} extents, {} bytes ({:.1} bytes/extent), {} distinct rules",
@@ -191,7 +191,7 @@ fn print_stats(what: &str, loaded: &LoadedRulesArm) {
         s.cfi.plt_rows,
         s.cfi.bad_entries,
     );
-    match &s.exidx {
+    match &s.arch.exidx {
         Some(e) => println!(
             "  EXIDX: {} entries ({} inline, {} in .ARM.extab, {} generic, {} can't-unwind), {} rows, dropped {} {:?}; rows used {} (partly {}), shadowed by DWARF {}, outside code {}, ranges pushed {}",
             e.entries,
@@ -204,11 +204,11 @@ fn print_stats(what: &str, loaded: &LoadedRulesArm) {
             e.drops()
                 .map(|(r, n)| format!("{}={n}", r.name()))
                 .collect::<Vec<_>>(),
-            s.exidx_rows_used,
-            s.exidx_rows_partial,
-            s.exidx_rows_shadowed,
-            s.exidx_rows_outside_code,
-            s.exidx_ranges,
+            s.arch.exidx_rows_used,
+            s.arch.exidx_rows_partial,
+            s.arch.exidx_rows_shadowed,
+            s.arch.exidx_rows_outside_code,
+            s.arch.exidx_ranges,
         ),
         None => println!("  no .ARM.exidx"),
     }
@@ -248,7 +248,7 @@ fn compiled_programs_have_rules_everywhere() {
                 flags.push("-g");
             }
             let path = compile("rules", &flags);
-            let loaded = unwind_dwarf::load_elf_file_arm(&path)
+            let loaded = unwind_dwarf::load_elf_file::<Arm>(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             print_stats(&format!("{flags:?}"), &loaded);
             let data = std::fs::read(&path).unwrap();
@@ -263,19 +263,19 @@ fn compiled_programs_have_rules_everywhere() {
                 "{flags:?}: .debug_frame with -g only"
             );
             let s = &loaded.stats;
-            let exidx = s.exidx.as_ref().expect("gcc emits .ARM.exidx");
+            let exidx = s.arch.exidx.as_ref().expect("gcc emits .ARM.exidx");
             assert!(exidx.entries > 0);
             assert_eq!(s.cfi.bad_entries, 0);
             assert_eq!(s.cfi.dropped_total(), 0, "{flags:?}: {:?}", s.cfi);
             if debug {
                 assert!(
-                    s.exidx_rows_shadowed + s.exidx_rows_partial > 0,
+                    s.arch.exidx_rows_shadowed + s.arch.exidx_rows_partial > 0,
                     "{flags:?}"
                 );
             } else {
                 // Without -g, EXIDX describes every function.
-                assert_eq!(s.exidx_rows_shadowed + s.exidx_rows_partial, 0);
-                assert!(s.exidx_rows_used > 0, "{flags:?}");
+                assert_eq!(s.arch.exidx_rows_shadowed + s.arch.exidx_rows_partial, 0);
+                assert!(s.arch.exidx_rows_used > 0, "{flags:?}");
             }
             assert!(s.cfi.plt_rows > 0, "{flags:?}: .plt rows");
 
@@ -712,7 +712,7 @@ fn compiled_debug_frames_match_gimli() {
         let mut flags = variant.to_vec();
         flags.push("-g");
         let path = compile("differential", &flags);
-        let loaded = unwind_dwarf::load_elf_file_arm(&path).unwrap();
+        let loaded = unwind_dwarf::load_elf_file::<Arm>(&path).unwrap();
         let stats = loaded.stats.clone();
         let table = table(loaded.rules);
         let data = std::fs::read(&path).unwrap();
@@ -938,14 +938,14 @@ fn arb_synthetic() -> impl Strategy<Value = (Vec<u8>, u8, bool)> {
         .prop_map(|(pieces, keep, ra, signal)| (sanitize(pieces, keep), ra, signal))
 }
 
-fn synthetic_case(insns: &[u8], ra: u8, signal: bool) -> (Summary, Vec<String>, ArmStats) {
+fn synthetic_case(insns: &[u8], ra: u8, signal: bool) -> (Summary, Vec<String>, LoadStats<Arm>) {
     let data = synthetic_eh_frame(SYNTHETIC_SVMA, ra, signal, insns);
     let sections = CfiSections {
         eh_frame: Some(&data),
         eh_frame_svma: SYNTHETIC_SVMA,
         ..Default::default()
     };
-    let (rules, stats) = rules_from_sections_arm(&sections, None).unwrap();
+    let (rules, stats) = rules_from_sections::<Arm>(&sections, None).unwrap();
     let table = table(rules);
     let mut section = EhFrame::new(&data, LittleEndian);
     section.set_address_size(4);
@@ -1029,7 +1029,7 @@ fn debian_armhf_libraries_load() {
             continue;
         }
         let t = std::time::Instant::now();
-        let loaded = unwind_dwarf::load_elf_file_arm(&path)
+        let loaded = unwind_dwarf::load_elf_file::<Arm>(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let elapsed = t.elapsed();
         print_stats(
@@ -1040,10 +1040,10 @@ fn debian_armhf_libraries_load() {
         assert_eq!(s.cfi.bad_entries, 0);
         assert!(s.cfi.plt_rows > 0);
         if !has_exidx {
-            assert!(s.exidx.is_none());
+            assert!(s.arch.exidx.is_none());
             continue;
         }
-        let exidx = s.exidx.as_ref().expect(".ARM.exidx");
+        let exidx = s.arch.exidx.as_ref().expect(".ARM.exidx");
         assert!(exidx.entries > 30, "{exidx:?}");
         assert!(exidx.rows > 10 && loaded.rules.rows() > 0, "{exidx:?}");
         // Function coverage (dynamic and static symbols).
@@ -1071,7 +1071,7 @@ fn other_architectures_are_refused() {
     let x86 = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
     if x86.exists() {
         assert!(matches!(
-            unwind_dwarf::load_elf_file_arm(x86),
+            unwind_dwarf::load_elf_file::<Arm>(x86),
             Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
         ));
     } else {
@@ -1080,7 +1080,7 @@ fn other_architectures_are_refused() {
     let arm = Path::new(ARMHF_LIB).join("libc.so.6");
     if arm.exists() {
         assert!(matches!(
-            unwind_dwarf::load_elf_file(&arm),
+            unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(&arm),
             Err(unwind_dwarf::DwarfError::UnsupportedArchitecture(_))
         ));
     } else {
@@ -1144,7 +1144,7 @@ fn corrupted_arm_files_never_panic() {
                     d[off + rng.next() as usize % len] = rng.next() as u8;
                 }
             }
-            match unwind_dwarf::rules_from_elf_arm(&d) {
+            match unwind_dwarf::rules_from_elf::<Arm>(&d) {
                 Ok(loaded) => {
                     ok += 1;
                     let t = table(loaded.rules);

@@ -102,9 +102,9 @@ fn load(sections: &CfiSections<'_>) -> Result<CfiStats, DwarfError> {
 
 /// [`load`], keeping the rules.
 fn load_rules(sections: &CfiSections<'_>) -> Result<(ModuleRules<Rule>, CfiStats), DwarfError> {
-    let (rules, stats) = rules_from_sections(sections)?;
+    let (rules, stats) = rules_from_sections::<X86_64>(sections, None)?;
     exercise(rules.clone());
-    Ok((rules, stats))
+    Ok((rules, stats.cfi))
 }
 
 /// An entry of a CFI section found by walking its length fields (independently of the loader):
@@ -799,7 +799,8 @@ fn cie_and_fde_builder_is_valid() {
     for debug in [false, true] {
         let data = cie_and_fde(&[], &[], 0x10, debug);
         let s = sections_for(&data, debug);
-        let (rules, stats) = rules_from_sections(&s).unwrap();
+        let (rules, stats) = rules_from_sections::<X86_64>(&s, None).unwrap();
+        let stats = stats.cfi;
         assert_eq!((stats.fdes, stats.rows, stats.bad_entries), (1, 1, 0));
         assert_eq!(rules.lookup(0x1000), Some(Rule::default()));
         assert_eq!(rules.lookup(0x100f), Some(Rule::default()));
@@ -853,7 +854,7 @@ enum ElfOutcome {
 /// Classifies `rules_from_elf(d)` against the clean file's rules, checking what each error
 /// names.
 fn classify_elf(d: &[u8], clean: &[(u64, u64, Rule)]) -> ElfOutcome {
-    match rules_from_elf(d) {
+    match rules_from_elf::<X86_64>(d) {
         Err(DwarfError::Elf(e)) => {
             assert!(!e.to_string().is_empty());
             ElfOutcome::BadHeaders
@@ -877,12 +878,12 @@ fn classify_elf(d: &[u8], clean: &[(u64, u64, Rule)]) -> ElfOutcome {
             ElfOutcome::OtherError
         }
         Ok(r) => {
-            for u in &r.stats.unreadable_sections {
+            for u in &r.stats.cfi.unreadable_sections {
                 assert!(matches!(u.name, ".eh_frame" | ".debug_frame"), "{u}");
                 assert!(u.to_string().starts_with(u.name));
             }
             let same = r.rules.extents().eq(clean.iter().copied());
-            let outcome = if !r.stats.unreadable_sections.is_empty() {
+            let outcome = if !r.stats.cfi.unreadable_sections.is_empty() {
                 ElfOutcome::UnreadableLeftOut
             } else if same {
                 ElfOutcome::Same
@@ -902,7 +903,7 @@ fn classify_elf(d: &[u8], clean: &[(u64, u64, Rule)]) -> ElfOutcome {
 #[test]
 fn truncated_and_corrupted_elf() {
     let data = std::fs::read(LS).unwrap();
-    let full = rules_from_elf(&data).expect("/bin/ls loads");
+    let full = rules_from_elf::<X86_64>(&data).expect("/bin/ls loads");
     assert!(full.rules.rows() > 0);
     let clean: Vec<_> = full.rules.extents().collect();
     // e_shoff, e_shentsize, e_shnum: where the section header table ends.
@@ -1008,7 +1009,7 @@ fn elf_without_cfi_is_no_cfi() {
         status.as_ref().is_ok_and(|s| s.success()),
         "gcc failed: {status:?}"
     );
-    let r = unwind_dwarf::load_elf_file(&exe);
+    let r = unwind_dwarf::load_elf_file::<X86_64>(&exe);
     let _ = std::fs::remove_dir_all(&dir);
     match r {
         Err(DwarfError::NoCfi) => {}
@@ -1021,12 +1022,12 @@ fn elf_without_cfi_is_no_cfi() {
     }
     // No sections at all is also NoCfi.
     assert!(matches!(
-        rules_from_sections(&CfiSections::default()),
+        rules_from_sections::<X86_64>(&CfiSections::default(), None),
         Err(DwarfError::NoCfi)
     ));
     // A missing file is an I/O error, not a panic.
     assert!(matches!(
-        unwind_dwarf::load_elf_file(Path::new("/nonexistent/libnothing.so")),
+        unwind_dwarf::load_elf_file::<X86_64>(Path::new("/nonexistent/libnothing.so")),
         Err(DwarfError::Io(_))
     ));
 }

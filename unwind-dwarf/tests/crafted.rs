@@ -15,8 +15,8 @@ use unwind_arm_exidx::ExidxError;
 use unwind_core::arm::Source;
 use unwind_core::table::{ModuleRulesBuilder, TableError};
 use unwind_dwarf::{
-    rules_from_elf, rules_from_elf_arm, rules_from_sections_arm, CfiSections, DwarfError,
-    ExidxSections, UnreadableSection,
+    rules_from_elf, rules_from_sections, Arm, CfiSections, DwarfError, ExidxSections,
+    UnreadableSection, X86_64,
 };
 
 /// `EM_ARM`.
@@ -187,7 +187,7 @@ fn arm_debug_frame(fdes: &[(u32, u32)]) -> Vec<u8> {
     out
 }
 
-/// Before the fix, `rules_from_elf_arm` on this file overflowed `i64` in the prel31
+/// Before the fix, `rules_from_elf::<Arm>` on this file overflowed `i64` in the prel31
 /// arithmetic (a panic in debug builds): ELF64 with `EM_ARM` lets section addresses exceed
 /// 32 bits, and the entry's place plus a positive prel31 offset passes `i64::MAX`.
 #[test]
@@ -216,7 +216,7 @@ fn elf64_arm_with_exidx_at_a_huge_address() {
                 ),
             ],
         );
-        let r = rules_from_elf_arm(&file);
+        let r = rules_from_elf::<Arm>(&file);
         // The index is the only unwind information: its error is the file's error, and it names
         // the section and the entry.
         match r {
@@ -237,7 +237,7 @@ fn elf64_arm_with_exidx_at_a_huge_address() {
 /// The DWARF rows of [`arm_debug_frame`] for one FDE at `0x1000..0x1020`, as loaded alone.
 fn dwarf_only() -> unwind_core::table::ModuleRules<unwind_core::arm::Rule> {
     let df = arm_debug_frame(&[(0x1000, 0x20)]);
-    let (rules, stats) = rules_from_sections_arm(
+    let (rules, stats) = rules_from_sections::<Arm>(
         &CfiSections {
             debug_frame: Some(&df),
             ..Default::default()
@@ -290,7 +290,7 @@ fn exidx_error_keeps_the_dwarf_rows() {
             text_end: Some(0x1080),
             ..Default::default()
         };
-        let (rules, stats) = rules_from_sections_arm(
+        let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
                 debug_frame: Some(&df),
                 ..Default::default()
@@ -298,8 +298,8 @@ fn exidx_error_keeps_the_dwarf_rows() {
             Some(&ex),
         )
         .unwrap_or_else(|e| panic!("{what}: the DWARF rows were lost: {e}"));
-        assert_eq!(stats.exidx_error, Some(expected), "{what}");
-        assert!(stats.exidx.is_none(), "{what}");
+        assert_eq!(stats.arch.exidx_error, Some(expected), "{what}");
+        assert!(stats.arch.exidx.is_none(), "{what}");
         let msg = expected.to_string();
         for w in words {
             assert!(msg.contains(w), "{what}: {msg:?} lacks {w:?}");
@@ -311,7 +311,7 @@ fn exidx_error_keeps_the_dwarf_rows() {
         }
         assert_eq!(rules.lookup(0x1002).map(|r| r.source), Some(Source::Dwarf));
         // The index alone: nothing else to keep.
-        match rules_from_sections_arm(&CfiSections::default(), Some(&ex)) {
+        match rules_from_sections::<Arm>(&CfiSections::default(), Some(&ex)) {
             Err(DwarfError::Exidx(e)) => assert_eq!(e, expected, "{what}"),
             other => panic!("{what}: expected the EXIDX error, got {other:?}"),
         }
@@ -355,14 +355,14 @@ fn break_header(sections: &mut [Sec], name: &str) {
     s.offset = Some(0x10_0000);
 }
 
-/// `rules_from_elf_arm` keeps what is valid when one section's header is corrupt: before,
+/// `rules_from_elf::<Arm>` keeps what is valid when one section's header is corrupt: before,
 /// any unreadable section (or a malformed index) failed the whole file.
 #[test]
 fn arm_file_with_an_unreadable_section_keeps_the_rest() {
-    let source = |r: &unwind_dwarf::LoadedRulesArm, a: u64| r.rules.lookup(a).map(|r| r.source);
-    let clean = rules_from_elf_arm(&elf(false, EM_ARM, &arm_file_sections())).unwrap();
+    let source = |r: &unwind_dwarf::LoadedRules<Arm>, a: u64| r.rules.lookup(a).map(|r| r.source);
+    let clean = rules_from_elf::<Arm>(&elf(false, EM_ARM, &arm_file_sections())).unwrap();
     assert!(clean.stats.cfi.unreadable_sections.is_empty());
-    assert_eq!(clean.stats.exidx.as_ref().map(|e| e.rows), Some(3));
+    assert_eq!(clean.stats.arch.exidx.as_ref().map(|e| e.rows), Some(3));
     for (a, expected) in [
         (0x1000, Source::Dwarf),
         (0x1020, Source::Exidx),
@@ -371,7 +371,7 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
     ] {
         assert_eq!(source(&clean, a), Some(expected), "clean {a:#x}");
     }
-    let unreadable = |r: &unwind_dwarf::LoadedRulesArm| -> Vec<&'static str> {
+    let unreadable = |r: &unwind_dwarf::LoadedRules<Arm>| -> Vec<&'static str> {
         r.stats
             .cfi
             .unreadable_sections
@@ -384,7 +384,7 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
     // `.ARM.extab` is dropped with a reason.
     let mut secs = arm_file_sections();
     break_header(&mut secs, ".ARM.extab");
-    let r = rules_from_elf_arm(&elf(false, EM_ARM, &secs)).unwrap();
+    let r = rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)).unwrap();
     assert_eq!(unreadable(&r), [".ARM.extab"]);
     let msg = r.stats.cfi.unreadable_sections[0].to_string();
     assert!(
@@ -392,7 +392,7 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
         "{msg}"
     );
     println!("unreadable .ARM.extab: {msg}");
-    let exidx = r.stats.exidx.as_ref().unwrap();
+    let exidx = r.stats.arch.exidx.as_ref().unwrap();
     assert_eq!(
         exidx.dropped_for(unwind_arm_exidx::ExidxDropReason::ExtabOutOfRange),
         1
@@ -405,7 +405,7 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
     // `.debug_frame` unreadable: EXIDX describes the first function instead.
     let mut secs = arm_file_sections();
     break_header(&mut secs, ".debug_frame");
-    let r = rules_from_elf_arm(&elf(false, EM_ARM, &secs)).unwrap();
+    let r = rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)).unwrap();
     assert_eq!(unreadable(&r), [".debug_frame"]);
     assert_eq!(r.stats.cfi.fdes, 0);
     assert_eq!(source(&r, 0x1000), Some(Source::Exidx));
@@ -414,17 +414,20 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
     // `.ARM.exidx` unreadable: the DWARF rows stay.
     let mut secs = arm_file_sections();
     break_header(&mut secs, ".ARM.exidx");
-    let r = rules_from_elf_arm(&elf(false, EM_ARM, &secs)).unwrap();
+    let r = rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)).unwrap();
     assert_eq!(unreadable(&r), [".ARM.exidx"]);
-    assert!(r.stats.exidx.is_none());
+    assert!(r.stats.arch.exidx.is_none());
     assert_eq!(source(&r, 0x1000), Some(Source::Dwarf));
     assert_eq!(source(&r, 0x1040), None);
 
     // A malformed index (20 bytes): the DWARF rows stay, the error is reported.
     let mut secs = arm_file_sections();
     secs[2].data.truncate(20);
-    let r = rules_from_elf_arm(&elf(false, EM_ARM, &secs)).unwrap();
-    assert_eq!(r.stats.exidx_error, Some(ExidxError::BadLength { len: 20 }));
+    let r = rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)).unwrap();
+    assert_eq!(
+        r.stats.arch.exidx_error,
+        Some(ExidxError::BadLength { len: 20 })
+    );
     assert_eq!(source(&r, 0x1000), Some(Source::Dwarf));
     assert_eq!(source(&r, 0x1080), None);
 
@@ -432,13 +435,13 @@ fn arm_file_with_an_unreadable_section_keeps_the_rest() {
     let mut secs = arm_file_sections();
     break_header(&mut secs, ".debug_frame");
     break_header(&mut secs, ".ARM.exidx");
-    match rules_from_elf_arm(&elf(false, EM_ARM, &secs)) {
+    match rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)) {
         Err(DwarfError::UnreadableSection(UnreadableSection { name, .. })) => {
             assert_eq!(name, ".debug_frame")
         }
         other => panic!("expected an unreadable section, got {other:?}"),
     }
-    let e = rules_from_elf_arm(&elf(false, EM_ARM, &secs)).unwrap_err();
+    let e = rules_from_elf::<Arm>(&elf(false, EM_ARM, &secs)).unwrap_err();
     println!("nothing readable: {e}");
     assert!(e.to_string().contains(".debug_frame"), "{e}");
 }
@@ -472,15 +475,15 @@ fn x86_64_file_with_an_unreadable_eh_frame_keeps_debug_frame() {
             sec(".debug_frame", SHT_PROGBITS, 0, x86_debug_frame()),
         ]
     };
-    let clean = rules_from_elf(&elf(true, EM_X86_64, &secs())).unwrap();
-    assert_eq!(clean.stats.fdes, 1);
+    let clean = rules_from_elf::<X86_64>(&elf(true, EM_X86_64, &secs())).unwrap();
+    assert_eq!(clean.stats.cfi.fdes, 1);
     let mut broken = secs();
     broken[1].size = Some(u64::MAX / 2);
-    let r = rules_from_elf(&elf(true, EM_X86_64, &broken)).unwrap();
-    assert_eq!(r.stats.fdes, 1);
-    assert_eq!(r.stats.unreadable_sections.len(), 1);
-    assert_eq!(r.stats.unreadable_sections[0].name, ".eh_frame");
-    println!("{}", r.stats.unreadable_sections[0]);
+    let r = rules_from_elf::<X86_64>(&elf(true, EM_X86_64, &broken)).unwrap();
+    assert_eq!(r.stats.cfi.fdes, 1);
+    assert_eq!(r.stats.cfi.unreadable_sections.len(), 1);
+    assert_eq!(r.stats.cfi.unreadable_sections[0].name, ".eh_frame");
+    println!("{}", r.stats.cfi.unreadable_sections[0]);
     for a in 0xff0..0x1020 {
         assert_eq!(r.rules.lookup(a), clean.rules.lookup(a), "{a:#x}");
     }
@@ -564,7 +567,7 @@ proptest! {
             secs.push(x);
         }
         let file = elf(class64, EM_ARM, &secs);
-        match rules_from_elf_arm(&file) {
+        match rules_from_elf::<Arm>(&file) {
             Ok(r) => {
                 let named: BTreeSet<&str> =
                     r.stats.cfi.unreadable_sections.iter().map(|u| u.name).collect();
@@ -573,9 +576,9 @@ proptest! {
                 let readable_index = sections[1].is_some() && !broken.contains(".ARM.exidx");
                 prop_assert_eq!(
                     readable_index,
-                    r.stats.exidx.is_some() || r.stats.exidx_error.is_some()
+                    r.stats.arch.exidx.is_some() || r.stats.arch.exidx_error.is_some()
                 );
-                prop_assert!(!(r.stats.exidx.is_some() && r.stats.exidx_error.is_some()));
+                prop_assert!(!(r.stats.arch.exidx.is_some() && r.stats.arch.exidx_error.is_some()));
                 for b in &r.stats.cfi.first_bad_entries {
                     prop_assert!(b.to_string().contains(b.section.name()));
                 }
@@ -620,13 +623,13 @@ proptest! {
             1 | 2 if d.len() >= 64 => d[..64].copy_from_slice(&valid[..64]),
             _ => {}
         }
-        let _ = rules_from_elf_arm(&d);
+        let _ = rules_from_elf::<Arm>(&d);
         let mut v = valid;
         for (i, b) in flips {
             let n = v.len();
             v[i % n] = b;
         }
-        if let Ok(r) = rules_from_elf_arm(&v) {
+        if let Ok(r) = rules_from_elf::<Arm>(&v) {
             for (s, e, _) in r.rules.extents() {
                 prop_assert!(s < e);
             }
@@ -652,10 +655,10 @@ proptest! {
             text_end,
         };
         let sections = CfiSections { debug_frame: Some(&df), ..Default::default() };
-        match rules_from_sections_arm(&sections, Some(&ex)) {
+        match rules_from_sections::<Arm>(&sections, Some(&ex)) {
             Ok((rules, stats)) => {
                 prop_assert_eq!(rules.lookup(0x1002).map(|r| r.source), Some(Source::Dwarf));
-                prop_assert!(stats.exidx.is_some() != stats.exidx_error.is_some());
+                prop_assert!(stats.arch.exidx.is_some() != stats.arch.exidx_error.is_some());
             }
             // EXIDX rows spread over more than 4 GiB cannot be encoded.
             Err(e @ DwarfError::RangeTooLarge { .. }) => {

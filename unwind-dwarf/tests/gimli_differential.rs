@@ -451,10 +451,10 @@ fn compare_section(
 
 fn differential(path: &Path) -> Summary {
     let t0 = Instant::now();
-    let loaded = unwind_dwarf::load_elf_file(path)
+    let loaded = unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path)
         .unwrap_or_else(|e| panic!("{}: load_elf_file: {e}", path.display()));
     let load_time = t0.elapsed();
-    let stats = loaded.stats.clone();
+    let stats = loaded.stats.cfi.clone();
     let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
     tb.add(
         0,
@@ -820,13 +820,14 @@ fn synthetic_case(
         eh_frame_svma: SYNTHETIC_SVMA,
         ..Default::default()
     };
-    let (rules, stats) = unwind_dwarf::rules_from_sections(&sections).unwrap();
+    let (rules, stats) =
+        unwind_dwarf::rules_from_sections::<unwind_dwarf::X86_64>(&sections, None).unwrap();
     let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
     tb.add(0, u64::MAX, 0, "synthetic".into(), Arc::new(rules));
     let table = tb.build().unwrap();
     let mut mismatches = Vec::new();
     let (s, _) = compare_section(&data, SYNTHETIC_SVMA, 0, &table, &mut mismatches);
-    (s, mismatches, stats)
+    (s, mismatches, stats.cfi)
 }
 
 /// The random CFI below must actually reach the interesting paths: print what 1000 fixed

@@ -157,7 +157,7 @@ fn main() {
             // A full rebuild: parse every module again (refresh would reuse them).
             let t = Instant::now();
             for p in &paths {
-                black_box(unwind_dwarf::load_elf_file(p.as_ref()).ok());
+                black_box(unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p.as_ref()).ok());
             }
             build.push(t.elapsed());
             let t = Instant::now();
@@ -183,7 +183,8 @@ fn main() {
         let mut kept = None;
         for _ in 0..RUNS {
             let t = Instant::now();
-            let loaded = unwind_dwarf::load_elf_file(path.as_ref()).expect("load");
+            let loaded =
+                unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path.as_ref()).expect("load");
             build.push(t.elapsed());
             let t = Instant::now();
             black_box(gimli_floor(path));

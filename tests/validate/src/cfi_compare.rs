@@ -35,7 +35,7 @@ use std::process::Command;
 use breakpad_symbols::{FrameWalker, SimpleModule};
 use unwind_dwarf::breakpad::{image_base_svma, symbol_file_for_elf, ExportStats};
 use unwind_dwarf::plt::PltSection;
-use unwind_dwarf::{CfiStats, DropReason};
+use unwind_dwarf::{Architecture, CfiStats, DropReason};
 
 /// A number of intervals and the bytes they cover.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -365,39 +365,43 @@ fn reads_pc(m: &BTreeMap<String, String>) -> bool {
     })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Arch {
-    X86_64,
-    Arm,
+/// What the synthetic walk needs to know about an architecture's registers, by their Breakpad
+/// names.
+trait WalkerArch: Copy {
+    /// Register names and the callee's values.
+    fn callee_registers(self, pc: u64) -> Vec<(&'static str, u64)>;
+    /// Registers a Breakpad walker carries into the caller unless a rule says otherwise (as
+    /// rust-minidump's walkers do).
+    fn callee_saved(self) -> &'static [&'static str];
+    /// The name a register is compared by (`$` and aliases removed).
+    fn canonical(self, name: &str) -> String;
+    /// Registers our tables have rules for, besides the PC and SP.
+    fn tracked(self) -> &'static [&'static str];
+    /// The stack pointer's name.
+    fn sp(self) -> &'static str;
+    /// `v` if it fits in a word.
+    fn word(self, v: u64) -> Option<u64>;
 }
 
-impl Arch {
-    fn name(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "x86_64",
-            Arch::Arm => "arm",
-        }
-    }
-
-    /// Register names and the callee's values.
+impl WalkerArch for Architecture {
     fn callee_registers(self, pc: u64) -> Vec<(&'static str, u64)> {
         let names: &[&str] = match self {
-            Arch::X86_64 => &[
+            Architecture::X86_64 => &[
                 "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
                 "r12", "r13", "r14", "r15",
             ],
-            Arch::Arm => &[
+            Architecture::Arm => &[
                 "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12",
                 "sp", "lr",
             ],
         };
         let (base, step) = match self {
-            Arch::X86_64 => (0x7ffd_1234_0000u64, 0x1_0000u64),
-            Arch::Arm => (0x7e00_0000u64, 0x1_0000u64),
+            Architecture::X86_64 => (0x7ffd_1234_0000u64, 0x1_0000u64),
+            Architecture::Arm => (0x7e00_0000u64, 0x1_0000u64),
         };
         let pc_name = match self {
-            Arch::X86_64 => "rip",
-            Arch::Arm => "pc",
+            Architecture::X86_64 => "rip",
+            Architecture::Arm => "pc",
         };
         let mut v: Vec<(&str, u64)> = names
             .iter()
@@ -408,65 +412,59 @@ impl Arch {
         v
     }
 
-    /// Registers a Breakpad walker carries into the caller unless a rule says otherwise (as
-    /// rust-minidump's walkers do).
     fn callee_saved(self) -> &'static [&'static str] {
         match self {
-            Arch::X86_64 => &["rbx", "rbp", "r12", "r13", "r14", "r15"],
-            Arch::Arm => &["r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11"],
+            Architecture::X86_64 => &["rbx", "rbp", "r12", "r13", "r14", "r15"],
+            Architecture::Arm => &["r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11"],
         }
     }
 
     fn canonical(self, name: &str) -> String {
         let n = name.trim_start_matches('$');
         match (self, n) {
-            (Arch::Arm, "fp") => "r11".into(),
-            (Arch::Arm, "ip") => "r12".into(),
-            (Arch::Arm, "r13") => "sp".into(),
-            (Arch::Arm, "r14") => "lr".into(),
-            (Arch::Arm, "r15") => "pc".into(),
+            (Architecture::Arm, "fp") => "r11".into(),
+            (Architecture::Arm, "ip") => "r12".into(),
+            (Architecture::Arm, "r13") => "sp".into(),
+            (Architecture::Arm, "r14") => "lr".into(),
+            (Architecture::Arm, "r15") => "pc".into(),
             _ => n.to_string(),
         }
     }
 
-    /// Registers our tables have rules for, besides the PC and SP.
     fn tracked(self) -> &'static [&'static str] {
         match self {
-            Arch::X86_64 => &["rbp"],
-            Arch::Arm => &["lr", "r7", "r11", "r12"],
+            Architecture::X86_64 => &["rbp"],
+            Architecture::Arm => &["lr", "r7", "r11", "r12"],
         }
     }
 
     fn sp(self) -> &'static str {
         match self {
-            Arch::X86_64 => "rsp",
-            Arch::Arm => "sp",
+            Architecture::X86_64 => "rsp",
+            Architecture::Arm => "sp",
         }
     }
 
     fn word(self, v: u64) -> Option<u64> {
-        match self {
-            Arch::X86_64 => Some(v),
-            Arch::Arm => (v <= u64::from(u32::MAX)).then_some(v),
-        }
+        (self.word_size() == 8 || v <= u64::from(u32::MAX)).then_some(v)
     }
 }
 
 /// A word of the synthetic stack: a hash of its address.
-fn memory_word(arch: Arch, a: u64) -> u64 {
+fn memory_word(arch: Architecture, a: u64) -> u64 {
     let mut x = a.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^= x >> 31;
-    match arch {
-        Arch::X86_64 => x,
-        Arch::Arm => x & 0xffff_ffff,
+    match arch.word_size() {
+        8 => x,
+        _ => x & 0xffff_ffff,
     }
 }
 
 /// The synthetic callee state and what a walk sets for the caller.
 struct Walker {
-    arch: Arch,
+    arch: Architecture,
     pc: u64,
     callee: BTreeMap<String, u64>,
     caller: BTreeMap<String, u64>,
@@ -561,7 +559,12 @@ impl Outcome {
     }
 }
 
-fn evaluate(sym: &breakpad_symbols::SymbolFile, covered: bool, arch: Arch, addr: u64) -> Outcome {
+fn evaluate(
+    sym: &breakpad_symbols::SymbolFile,
+    covered: bool,
+    arch: Architecture,
+    addr: u64,
+) -> Outcome {
     if !covered {
         return Outcome::NoRule;
     }
@@ -602,8 +605,8 @@ fn evaluate(sym: &breakpad_symbols::SymbolFile, covered: bool, arch: Arch, addr:
 
 /// Our rules, for classifying intervals.
 enum OurRules {
-    X86_64(Box<unwind_dwarf::LoadedRules>),
-    Arm(Box<unwind_dwarf::LoadedRulesArm>),
+    X86_64(Box<unwind_dwarf::LoadedRules<unwind_dwarf::X86_64>>),
+    Arm(Box<unwind_dwarf::LoadedRules<unwind_dwarf::Arm>>),
 }
 
 /// What our table says about one file address.
@@ -697,7 +700,7 @@ impl OurRules {
 
     fn cfi_stats(&self) -> &CfiStats {
         match self {
-            OurRules::X86_64(l) => &l.stats,
+            OurRules::X86_64(l) => &l.stats.cfi,
             OurRules::Arm(l) => &l.stats.cfi,
         }
     }
@@ -705,10 +708,14 @@ impl OurRules {
 
 /// Why our loader dropped a row that dump_syms wrote as `rules`: the reason its text shows,
 /// if our loader counted drops for that reason.
-fn drop_reason(arch: Arch, rules: &BTreeMap<String, String>, stats: &CfiStats) -> Option<String> {
+fn drop_reason(
+    arch: Architecture,
+    rules: &BTreeMap<String, String>,
+    stats: &CfiStats,
+) -> Option<String> {
     let tracked_cfa: &[&str] = match arch {
-        Arch::X86_64 => &["rsp", "rbp"],
-        Arch::Arm => &["sp", "r7", "r11", "r12"],
+        Architecture::X86_64 => &["rsp", "rbp"],
+        Architecture::Arm => &["sp", "r7", "r11", "r12"],
     };
     let is_register = |e: &str| {
         let mut t = e.split_ascii_whitespace();
@@ -725,7 +732,7 @@ fn drop_reason(arch: Arch, rules: &BTreeMap<String, String>, stats: &CfiStats) -
     if let Some(ra) = rules.get(".ra") {
         let untracked_arm =
             |r: &str| !matches!(arch.canonical(r).as_str(), "lr" | "r12" | "r11" | "r7");
-        if is_register(ra) && (arch == Arch::X86_64 || untracked_arm(ra)) {
+        if is_register(ra) && (arch == Architecture::X86_64 || untracked_arm(ra)) {
             candidates.push(DropReason::ReturnAddressRule);
         }
     }
@@ -734,10 +741,10 @@ fn drop_reason(arch: Arch, rules: &BTreeMap<String, String>, stats: &CfiStats) -
             continue;
         }
         match (arch, arch.canonical(reg).as_str()) {
-            (Arch::X86_64, "rbp") | (Arch::Arm, "r7" | "r11") => {
+            (Architecture::X86_64, "rbp") | (Architecture::Arm, "r7" | "r11") => {
                 candidates.push(DropReason::FramePointerRule)
             }
-            (Arch::Arm, "sp" | "r12") => candidates.push(DropReason::OtherRegisterRule),
+            (Architecture::Arm, "sp" | "r12") => candidates.push(DropReason::OtherRegisterRule),
             _ => {}
         }
     }
@@ -773,19 +780,14 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
     let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", elf.display()))?;
     let base = image_base_svma(&file);
     let plt = unwind_dwarf::plt::plt_sections_of_file(elf).map_err(|e| e.to_string())?;
-    let (arch, rules) = match ours.arch {
-        unwind_dwarf::breakpad::BreakpadArch::X86_64 => (
-            Arch::X86_64,
-            OurRules::X86_64(Box::new(
-                unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
-            )),
-        ),
-        unwind_dwarf::breakpad::BreakpadArch::Arm => (
-            Arch::Arm,
-            OurRules::Arm(Box::new(
-                unwind_dwarf::rules_from_elf_arm(&data).map_err(|e| e.to_string())?,
-            )),
-        ),
+    let arch = ours.arch;
+    let rules = match arch {
+        Architecture::X86_64 => OurRules::X86_64(Box::new(
+            unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
+        )),
+        Architecture::Arm => OurRules::Arm(Box::new(
+            unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
+        )),
     };
     let pc_extents = rules.pc_dependent_extents();
     let sym_ours = breakpad_symbols::SymbolFile::from_bytes(ours.text.as_bytes())
@@ -891,7 +893,7 @@ struct Interval<'a> {
     skipped: Option<unwind_dwarf::breakpad::SkipReason>,
 }
 
-fn classify(c: &mut TableComparison, iv: Interval<'_>, arch: Arch, rules: &OurRules) {
+fn classify(c: &mut TableComparison, iv: Interval<'_>, arch: Architecture, rules: &OurRules) {
     let bytes = iv.end - iv.start;
     c.domain.add(bytes);
     if iv.theirs != Outcome::NoRule {
@@ -1049,8 +1051,8 @@ mod tests {
         assert!(find(&records, 0x1c).is_some());
         // breakpad-symbols agrees: 0x1c is under the first record (CFA rsp + 8).
         let s = sym(text);
-        let a = evaluate(&s, true, Arch::X86_64, 0x1c);
-        let rsp = Arch::X86_64
+        let a = evaluate(&s, true, Architecture::X86_64, 0x1c);
+        let rsp = Architecture::X86_64
             .callee_registers(0)
             .into_iter()
             .find(|r| r.0 == "rsp")
@@ -1068,7 +1070,7 @@ mod tests {
         let other_ra = sym("STACK CFI INIT 10 10 .cfa: $rsp 16 + .ra: .cfa -16 + ^\n");
         let no_ra = sym("STACK CFI INIT 10 10 .cfa: $rsp 16 +\n");
         let undef = sym("STACK CFI INIT 10 10 .cfa: $rsp 16 + .ra: .undef\n");
-        let at = |s: &breakpad_symbols::SymbolFile| evaluate(s, true, Arch::X86_64, 0x14);
+        let at = |s: &breakpad_symbols::SymbolFile| evaluate(s, true, Architecture::X86_64, 0x14);
         let o = at(&ours);
         assert!(o.same_caller(&at(&same)));
         assert_ne!(o, at(&same), "rbx differs");
@@ -1077,7 +1079,10 @@ mod tests {
         assert_eq!(at(&no_ra), Outcome::NoCaller);
         assert_eq!(at(&undef), Outcome::NoCaller);
         assert!(at(&no_ra).same_caller(&at(&undef)));
-        assert_eq!(evaluate(&ours, false, Arch::X86_64, 0x14), Outcome::NoRule);
+        assert_eq!(
+            evaluate(&ours, false, Architecture::X86_64, 0x14),
+            Outcome::NoRule
+        );
         // An explicit caller SP is compared too.
         let sp = sym("STACK CFI INIT 10 10 .cfa: $rsp 16 + .ra: .cfa -8 + ^ $rsp: .cfa 8 +\n");
         assert!(!o.same_caller(&at(&sp)));
@@ -1088,22 +1093,22 @@ mod tests {
         let text = "STACK CFI INIT 400 10 .cfa: sp 0 + .ra: lr\n\
                     STACK CFI 404 .cfa: r7 8 + .ra: .cfa -4 + ^ r11: .cfa -8 + ^\n";
         let s = sym(text);
-        let regs = Arch::Arm.callee_registers(0x400);
+        let regs = Architecture::Arm.callee_registers(0x400);
         let get = |n: &str| regs.iter().find(|r| r.0 == n).unwrap().1;
-        match evaluate(&s, true, Arch::Arm, 0x400) {
+        match evaluate(&s, true, Architecture::Arm, 0x400) {
             Outcome::Caller { cfa, ra, sp, .. } => {
                 assert_eq!((cfa, ra, sp), (get("sp"), get("lr"), get("sp")))
             }
             o => panic!("{o:?}"),
         }
-        match evaluate(&s, true, Arch::Arm, 0x408) {
+        match evaluate(&s, true, Architecture::Arm, 0x408) {
             Outcome::Caller {
                 cfa, ra, others, ..
             } => {
                 assert_eq!(cfa, get("r7") + 8);
-                assert_eq!(ra, memory_word(Arch::Arm, cfa - 4));
+                assert_eq!(ra, memory_word(Architecture::Arm, cfa - 4));
                 assert!(ra <= u64::from(u32::MAX));
-                assert_eq!(others["r11"], memory_word(Arch::Arm, cfa - 8));
+                assert_eq!(others["r11"], memory_word(Architecture::Arm, cfa - 8));
             }
             o => panic!("{o:?}"),
         }
@@ -1115,22 +1120,22 @@ mod tests {
         let rules = |t: &str| pairs(t).into_iter().collect::<BTreeMap<_, _>>();
         let setcontext = rules(".cfa: $rdx 0 + .ra: .cfa 168 + ^ $rsp: .cfa 160 + ^");
         let register_ra = rules(".cfa: $rsp 8 + .ra: $rdx $rbp: $r9");
-        assert_eq!(drop_reason(Arch::X86_64, &setcontext, &stats), None);
+        assert_eq!(drop_reason(Architecture::X86_64, &setcontext, &stats), None);
         stats.dropped[DropReason::CfaUntrackedRegister as usize] = 1;
         stats.dropped[DropReason::ReturnAddressRule as usize] = 1;
         assert_eq!(
-            drop_reason(Arch::X86_64, &setcontext, &stats).as_deref(),
+            drop_reason(Architecture::X86_64, &setcontext, &stats).as_deref(),
             Some("dropped by our loader: cfa-untracked-register")
         );
         assert_eq!(
-            drop_reason(Arch::X86_64, &register_ra, &stats).as_deref(),
+            drop_reason(Architecture::X86_64, &register_ra, &stats).as_deref(),
             Some("dropped by our loader: ra-rule")
         );
         let fine = rules(".cfa: $rsp 8 + .ra: .cfa -8 + ^");
-        assert_eq!(drop_reason(Arch::X86_64, &fine, &stats), None);
+        assert_eq!(drop_reason(Architecture::X86_64, &fine, &stats), None);
         let arm_lr = rules(".cfa: sp 0 + .ra: lr");
-        assert_eq!(drop_reason(Arch::Arm, &arm_lr, &stats), None);
+        assert_eq!(drop_reason(Architecture::Arm, &arm_lr, &stats), None);
         let arm_r3 = rules(".cfa: r3 0 + .ra: lr");
-        assert!(drop_reason(Arch::Arm, &arm_r3, &stats).is_some());
+        assert!(drop_reason(Architecture::Arm, &arm_r3, &stats).is_some());
     }
 }

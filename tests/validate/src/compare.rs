@@ -10,6 +10,7 @@ use std::fmt;
 
 use minidump_unwind::FrameTrust;
 use unwind_core::{StopReason, Trust};
+use unwind_dwarf::Architecture;
 
 use crate::sample::Sample;
 use crate::stores::SymbolSource;
@@ -195,8 +196,8 @@ impl Tally {
 /// The address as compared: ARM's Thumb bit dropped.
 fn norm(sample: &Sample, a: u64) -> u64 {
     match sample.arch {
-        crate::programs::Arch::Arm => a & !1,
-        crate::programs::Arch::X86_64 => a,
+        Architecture::Arm => a & !1,
+        Architecture::X86_64 => a,
     }
 }
 
@@ -365,7 +366,6 @@ fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::programs::Arch;
     use crate::sample::SampleModule;
     use crate::walk::RuleFacts;
 
@@ -373,7 +373,7 @@ mod tests {
         Sample {
             path: "dir/0000.dmp".into(),
             bytes: Vec::new(),
-            arch: Arch::X86_64,
+            arch: Architecture::X86_64,
             context: unwind::minidump::Context::X86_64 {
                 regs: [0; 17],
                 eflags: 0,

@@ -9,32 +9,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use unwind_dwarf::Architecture;
+
 use crate::tools::workspace_root;
 
-/// The architectures validated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Arch {
-    /// Native.
-    X86_64,
-    /// armv7 (ARM and Thumb-2), run under qemu-arm.
-    Arm,
-}
-
-impl Arch {
-    /// The name used in reports (`x86_64`, `arm`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "x86_64",
-            Arch::Arm => "arm",
-        }
-    }
-
-    /// Where the sampled process's library paths are found on this host.
-    pub fn sysroot(self) -> Option<&'static Path> {
-        match self {
-            Arch::X86_64 => None,
-            Arch::Arm => Some(Path::new(ARM_SYSROOT)),
-        }
+/// Where the sampled process's library paths are found on this host, for `arch`'s programs
+/// (x86_64 runs natively; armv7 under `qemu-arm -L` [`ARM_SYSROOT`]).
+pub fn sysroot(arch: Architecture) -> Option<&'static Path> {
+    match arch {
+        Architecture::X86_64 => None,
+        Architecture::Arm => Some(Path::new(ARM_SYSROOT)),
     }
 }
 
@@ -47,7 +31,7 @@ pub const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 #[derive(Clone, Debug)]
 pub struct ProgramRun {
     /// Architecture.
-    pub arch: Arch,
+    pub arch: Architecture,
     /// A short name (`C -O2`, `Rust release`, ...).
     pub name: String,
     /// The directory holding its `NNNN.dmp` files.
@@ -107,25 +91,25 @@ pub fn arm_available() -> bool {
 /// Builds the agent and the Rust workload in release mode for `arch`, in a target directory of
 /// their own (shared with the programs test) so that a nested cargo never waits on an outer
 /// one's lock; returns the directory holding them.
-fn build_agent(arch: Arch, target: &Path) -> Result<PathBuf, String> {
+fn build_agent(arch: Architecture, target: &Path) -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root())
         .args(["build", "--release", "-p", "unwind-test-agent"]);
-    if arch == Arch::Arm {
+    if arch == Architecture::Arm {
         cmd.args(["--target", ARM_TARGET]);
     }
     run(cmd.arg("--target-dir").arg(target))?;
     Ok(match arch {
-        Arch::X86_64 => target.join("release"),
-        Arch::Arm => target.join(ARM_TARGET).join("release"),
+        Architecture::X86_64 => target.join("release"),
+        Architecture::Arm => target.join(ARM_TARGET).join("release"),
     })
 }
 
 /// Builds the C workload (tests/programs: workload.c, its shared library, and on x86_64 the
 /// hand-written CFI of frames.S) with `flags`; returns the executable.
 fn build_c(
-    arch: Arch,
+    arch: Architecture,
     flags: &[&str],
     tag: &str,
     agent: &Path,
@@ -133,8 +117,8 @@ fn build_c(
 ) -> Result<PathBuf, String> {
     let src = workspace_root().join("tests").join("programs");
     let gcc = match arch {
-        Arch::X86_64 => "gcc",
-        Arch::Arm => "arm-linux-gnueabihf-gcc",
+        Architecture::X86_64 => "gcc",
+        Architecture::Arm => "arm-linux-gnueabihf-gcc",
     };
     let lib = format!("validate-{tag}");
     run(Command::new(gcc)
@@ -148,7 +132,7 @@ fn build_c(
         .arg("-o")
         .arg(&exe)
         .arg(src.join("workload.c"));
-    if arch == Arch::X86_64 {
+    if arch == Architecture::X86_64 {
         cmd.arg(src.join("frames.S"));
     }
     run(cmd
@@ -166,11 +150,11 @@ fn build_c(
 
 /// Builds the C++ workload (tests/programs/workload.cpp: std::thread, std::sort, std::function,
 /// iostreams, exceptions) at -O2 with -fomit-frame-pointer; returns the executable.
-fn build_cpp(arch: Arch, agent: &Path, out: &Path) -> Result<PathBuf, String> {
+fn build_cpp(arch: Architecture, agent: &Path, out: &Path) -> Result<PathBuf, String> {
     let src = workspace_root().join("tests").join("programs");
     let gxx = match arch {
-        Arch::X86_64 => "g++",
-        Arch::Arm => "arm-linux-gnueabihf-g++",
+        Architecture::X86_64 => "g++",
+        Architecture::Arm => "arm-linux-gnueabihf-g++",
     };
     let exe = out.join("validate-workload-cpp");
     run(Command::new(gxx)
@@ -186,12 +170,12 @@ fn build_cpp(arch: Arch, agent: &Path, out: &Path) -> Result<PathBuf, String> {
 }
 
 /// Runs `exe` (under qemu-arm for armv7) with the agent capturing minidumps into `samples`.
-fn sample(arch: Arch, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), String> {
+fn sample(arch: Architecture, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(samples);
     std::fs::create_dir_all(samples).map_err(|e| format!("{}: {e}", samples.display()))?;
     let mut cmd = match arch {
-        Arch::X86_64 => Command::new(exe),
-        Arch::Arm => {
+        Architecture::X86_64 => Command::new(exe),
+        Architecture::Arm => {
             let mut c = Command::new("qemu-arm");
             c.args(["-L", ARM_SYSROOT]).arg(exe);
             c
@@ -219,18 +203,18 @@ const VDSO: &str = "linux-vdso.so.1";
 /// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
 /// ARM and as Thumb code), the C++ workload at -O2, all with -fomit-frame-pointer, and the Rust
 /// release workload.
-pub fn sample_programs(arch: Arch, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
+pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
     let root = workspace_root();
     let target = root.join("target").join("test-programs");
     let agent = build_agent(arch, &target)?;
     let out = arch_dir(arch);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let variants: &[(&str, &[&str])] = match arch {
-        Arch::X86_64 => &[
+        Architecture::X86_64 => &[
             ("O0", &["-O0", "-g", "-fomit-frame-pointer"]),
             ("O2", &["-O2", "-g", "-fomit-frame-pointer"]),
         ],
-        Arch::Arm => &[
+        Architecture::Arm => &[
             (
                 "arm-O2",
                 &[
@@ -299,12 +283,12 @@ pub fn minidumps(dir: &Path) -> Vec<PathBuf> {
 /// The file on this host for a module path recorded by the sampled process: under the
 /// sysroot first (a process under `qemu-arm -L` names its libraries as the guest sees them);
 /// for the vdso (a name, not a path), the image the agent saved with the samples.
-pub fn host_path(recorded: &str, arch: Arch) -> PathBuf {
+pub fn host_path(recorded: &str, arch: Architecture) -> PathBuf {
     if !recorded.contains('/') {
         return arch_dir(arch).join(recorded);
     }
     let recorded = PathBuf::from(recorded);
-    if let Some(root) = arch.sysroot() {
+    if let Some(root) = sysroot(arch) {
         let p = root.join(recorded.strip_prefix("/").unwrap_or(&recorded));
         if p.exists() {
             return p;
@@ -320,7 +304,7 @@ pub fn host_path(recorded: &str, arch: Arch) -> PathBuf {
 }
 
 /// Where `arch`'s programs and samples go.
-pub fn arch_dir(arch: Arch) -> PathBuf {
+pub fn arch_dir(arch: Architecture) -> PathBuf {
     workspace_root()
         .join("target")
         .join("validation")

@@ -8,7 +8,9 @@ use std::path::Path;
 use minidump_unwind::Symbolizer;
 
 use crate::compare::{compare, Tally};
-use crate::programs::{minidumps, sample_programs, Arch, ProgramRun, Sampling};
+use unwind_dwarf::Architecture;
+
+use crate::programs::{minidumps, sample_programs, ProgramRun, Sampling};
 use crate::sample::Sample;
 use crate::stores::{Stores, Symbols};
 use crate::walk::{breakpad_walk, Tables};
@@ -26,7 +28,7 @@ pub struct ProgramResult {
 #[derive(Debug)]
 pub struct ArchResult {
     /// The architecture.
-    pub arch: Arch,
+    pub arch: Architecture,
     /// Per program.
     pub programs: Vec<ProgramResult>,
     /// The symbol stores used.
@@ -48,7 +50,7 @@ impl ArchResult {
 
 /// Samples `arch`'s programs and validates every sample.
 pub fn validate_arch(
-    arch: Arch,
+    arch: Architecture,
     sampling: &Sampling,
     dump_syms: &Path,
 ) -> Result<ArchResult, String> {
@@ -59,7 +61,7 @@ pub fn validate_arch(
 /// Validates the minidumps of `runs` (all of architecture `arch`), however they were taken:
 /// each must hold the frames its process unwound (`unwind::minidump::UNWOUND_STREAM`).
 pub fn validate_runs(
-    arch: Arch,
+    arch: Architecture,
     runs: Vec<ProgramRun>,
     dump_syms: &Path,
 ) -> Result<ArchResult, String> {

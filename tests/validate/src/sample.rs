@@ -10,8 +10,7 @@ use minidump::{
 };
 use unwind::minidump::Context;
 use unwind::StopReason;
-
-use crate::programs::Arch;
+use unwind_dwarf::Architecture;
 
 /// A module of the sampled process.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,7 +44,7 @@ pub struct Sample {
     /// Its bytes (kept for the Breakpad walker).
     pub bytes: Vec<u8>,
     /// Architecture (from the context).
-    pub arch: Arch,
+    pub arch: Architecture,
     /// Registers.
     pub context: Context,
     /// Address of `stack[0]`.
@@ -81,9 +80,9 @@ impl Sample {
             .context(&system, None)
             .ok_or_else(|| err("context", &"missing"))?;
         let (arch, context) = match &context.raw {
-            MinidumpRawContext::Amd64(c) => (Arch::X86_64, amd64(c)),
+            MinidumpRawContext::Amd64(c) => (Architecture::X86_64, amd64(c)),
             MinidumpRawContext::Arm(c) => (
-                Arch::Arm,
+                Architecture::Arm,
                 Context::Arm {
                     iregs: c.iregs,
                     cpsr: c.cpsr,

@@ -11,6 +11,8 @@ use minidump_unwind::{
     FileError, FileKind, LocateSymbolsResult, SymbolError, SymbolFile, SymbolSupplier,
 };
 
+use unwind_dwarf::Architecture;
+
 use crate::sample::SampleModule;
 
 /// Which symbol files the Breakpad walker reads.
@@ -74,7 +76,7 @@ impl Stores {
     pub fn build(
         root: &Path,
         modules: &[SampleModule],
-        arch: crate::programs::Arch,
+        arch: Architecture,
         dump_syms: &Path,
     ) -> Stores {
         let mut stores = Stores {

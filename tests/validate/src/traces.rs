@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use unwind::symbolize::Symbolizer;
 use unwind::LoadedModule;
+use unwind_dwarf::Architecture;
 
 use crate::programs::host_path;
 use crate::sample::{Sample, SampleModule};
@@ -55,7 +56,7 @@ impl Traces {
         let bp: Vec<u64> = theirs.iter().map(|f| f.address).collect();
         // Frame 0 as the context holds it: an ARM PC has no Thumb bit (CPSR.T says Thumb).
         let mut our_frames = s.ours.clone();
-        if let (crate::programs::Arch::Arm, Some(pc)) = (s.arch, our_frames.first_mut()) {
+        if let (Architecture::Arm, Some(pc)) = (s.arch, our_frames.first_mut()) {
             *pc &= !1;
         }
         let ours = unwind::trace::machine_readable(&system, &modules, &[&our_frames], &lookup);

@@ -188,7 +188,9 @@ impl Tables {
         let image = StackImage::new(sample.stack_base, &sample.stack);
         if let Some(regs) = sample.context.x86_64_regs() {
             let table = self.x86.table(&mut self.bases, sample, |p| {
-                unwind_dwarf::load_elf_file(p).ok().map(|l| l.rules)
+                unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p)
+                    .ok()
+                    .map(|l| l.rules)
             })?;
             let pc = Op::Reg(x86_64::Reg::Pc as u8);
             walk_frames(
@@ -222,7 +224,9 @@ impl Tables {
         } else {
             let regs = sample.context.arm_regs()?;
             let table = self.arm.table(&mut self.bases, sample, |p| {
-                unwind_dwarf::load_elf_file_arm(p).ok().map(|l| l.rules)
+                unwind_dwarf::load_elf_file::<unwind_dwarf::Arm>(p)
+                    .ok()
+                    .map(|l| l.rules)
             })?;
             walk_frames(
                 |pcs, trust| {

@@ -5,13 +5,14 @@
 //! be identical to ours (with dump_syms's files, PLT stubs whose rule dump_syms cannot write
 //! are explained differences).
 
-use unwind_validate::programs::{arm_available, Arch, Sampling};
+use unwind_dwarf::Architecture;
+use unwind_validate::programs::{arm_available, Sampling};
 use unwind_validate::report::{agreement_line, meets_target};
 use unwind_validate::run::validate_arch;
 use unwind_validate::stores::Symbols;
 use unwind_validate::tools::dump_syms;
 
-fn check(arch: Arch) {
+fn check(arch: Architecture) {
     let dump_syms = dump_syms();
     assert!(
         std::process::Command::new(&dump_syms)
@@ -49,7 +50,7 @@ fn check(arch: Arch) {
 
 #[test]
 fn x86_64_samples_agree_with_breakpad() {
-    check(Arch::X86_64);
+    check(Architecture::X86_64);
 }
 
 #[test]
@@ -60,5 +61,5 @@ fn armv7_samples_agree_with_breakpad() {
         );
         return;
     }
-    check(Arch::Arm);
+    check(Architecture::Arm);
 }

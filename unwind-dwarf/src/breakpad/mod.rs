@@ -9,7 +9,9 @@
 //! `FILE`, `FUNC` or `PUBLIC` records: it describes unwinding only (names come from `dump_syms`'s
 //! file or the module's symbol table).
 //!
-//! How our rules are written, and what they mean to a Breakpad walker (rust-minidump's
+//! Each architecture states its rules in Breakpad's terms ([`crate::DwarfArch::stack_cfi`], with
+//! its register names); this module names the registers and writes the records. How our rules
+//! are written, and what they mean to a Breakpad walker (rust-minidump's
 //! `breakpad-symbols` evaluates `.cfa` first, then `.ra` and every other register with `.cfa`
 //! available; the caller's SP is the CFA unless an explicit SP rule overrides it, and the
 //! caller's PC is `.ra`):
@@ -41,6 +43,7 @@
 //! because Breakpad walkers scan a record's changes linearly.
 
 mod postfix;
+pub(crate) mod rule;
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -48,11 +51,12 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment};
 use unwind_core::table::ModuleRules;
-use unwind_core::{arm, x86_64};
 
+use crate::arch::{ArchVisitor, Architecture, DwarfArch};
 use crate::DwarfError;
 
 use postfix::{expand_cfa, reads, translate, ExpandError, Target};
+use rule::{StackCfiCfa, StackCfiReg};
 
 /// The identifiers Breakpad files and minidumps name a module by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -129,32 +133,13 @@ pub fn image_base_svma(file: &object::File<'_>) -> u64 {
         .map_or(0, |a| a & !4095)
 }
 
-/// The two architectures a symbol file can be written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BreakpadArch {
-    /// x86_64 (`MODULE Linux x86_64`).
-    X86_64,
-    /// 32-bit ARM (`MODULE Linux arm`).
-    Arm,
-}
-
-impl BreakpadArch {
-    /// The architecture's name on the `MODULE` line.
-    pub fn name(self) -> &'static str {
-        match self {
-            BreakpadArch::X86_64 => "x86_64",
-            BreakpadArch::Arm => "arm",
-        }
-    }
-}
-
 /// A symbol file for one ELF file.
 #[derive(Clone, Debug)]
 pub struct SymbolFile {
     /// The module's file name (the last component of its path), as on the `MODULE` line.
     pub name: String,
-    /// Its architecture.
-    pub arch: BreakpadArch,
+    /// Its architecture (its [`Architecture::breakpad_name`] is on the `MODULE` line).
+    pub arch: Architecture,
     /// Its identifiers.
     pub id: BreakpadId,
     /// The symbol file's text.
@@ -163,8 +148,24 @@ pub struct SymbolFile {
     pub stats: ExportStats,
 }
 
-/// Reads the ELF file at `path` (x86_64 or little-endian 32-bit ARM, chosen by its `e_machine`),
-/// loads its rules as the unwinder does (`.eh_frame`, `.debug_frame`, PLT rules; for ARM also
+/// Loads the rules of an ELF image of architecture `A` and writes their `STACK CFI` records.
+struct StackCfiOf<'d> {
+    data: &'d [u8],
+    image_base_svma: u64,
+}
+
+impl ArchVisitor for StackCfiOf<'_> {
+    type Output = Result<(String, ExportStats), DwarfError>;
+    fn visit<A: DwarfArch>(self) -> Self::Output {
+        let loaded = crate::rules_from_elf::<A>(self.data)?;
+        let mut body = String::new();
+        let stats = write_stack_cfi::<A>(&loaded.rules, self.image_base_svma, &mut body);
+        Ok((body, stats))
+    }
+}
+
+/// Reads the ELF file at `path` (of any [`Architecture`], found from its `e_machine`), loads its
+/// rules as the unwinder does (`.eh_frame`, `.debug_frame`, PLT rules; for ARM also
 /// `.ARM.exidx`) and writes its Breakpad symbol file (`MODULE`, `INFO` and `STACK CFI` records).
 pub fn symbol_file_for_elf(path: &Path) -> Result<SymbolFile, DwarfError> {
     let data = std::fs::read(path).map_err(DwarfError::Io)?;
@@ -175,23 +176,18 @@ pub fn symbol_file_for_elf(path: &Path) -> Result<SymbolFile, DwarfError> {
         .into_owned();
     let id = breakpad_id_for_elf(&file);
     let base = image_base_svma(&file);
-    let (arch, body, stats) = match file.architecture() {
-        object::Architecture::X86_64 => {
-            let loaded = crate::rules_from_elf(&data)?;
-            let mut body = String::new();
-            let stats = write_stack_cfi_x86_64(&loaded.rules, base, &mut body);
-            (BreakpadArch::X86_64, body, stats)
-        }
-        object::Architecture::Arm => {
-            let loaded = crate::rules_from_elf_arm(&data)?;
-            let mut body = String::new();
-            let stats = write_stack_cfi_arm(&loaded.rules, base, &mut body);
-            (BreakpadArch::Arm, body, stats)
-        }
-        other => return Err(DwarfError::UnsupportedArchitecture(other)),
-    };
+    let arch = Architecture::of_elf(&file)?;
+    let (body, stats) = arch.dispatch(StackCfiOf {
+        data: &data,
+        image_base_svma: base,
+    })?;
     let mut text = String::with_capacity(body.len() + 256);
-    let _ = writeln!(text, "MODULE Linux {} {} {name}", arch.name(), id.debug_id);
+    let _ = writeln!(
+        text,
+        "MODULE Linux {} {} {name}",
+        arch.breakpad_name(),
+        id.debug_id
+    );
     if !id.code_id.is_empty() {
         let _ = writeln!(text, "INFO CODE_ID {}", id.code_id);
     }
@@ -402,9 +398,25 @@ struct Piece {
 /// How one architecture's rows are written.
 struct Layout {
     /// Names of the register slots as written (`.cfa`, `.ra`, then the others).
-    names: &'static [&'static str],
+    names: Vec<&'static str>,
     /// The explicit text of the default ("unchanged") rule for each slot (unused for 0 and 1).
-    defaults: &'static [&'static str],
+    defaults: Vec<&'static str>,
+}
+
+impl Layout {
+    fn of<A: DwarfArch>() -> Layout {
+        let others = A::BREAKPAD_OTHER_REGISTERS;
+        Layout {
+            names: [".cfa", ".ra"]
+                .into_iter()
+                .chain(others.iter().map(|&(name, _)| name))
+                .collect(),
+            defaults: ["", ""]
+                .into_iter()
+                .chain(others.iter().map(|&(_, default)| default))
+                .collect(),
+        }
+    }
 }
 
 /// A record being collected: its first piece and its changes.
@@ -455,7 +467,7 @@ impl Writer<'_> {
         let Some(run) = self.run.take() else {
             return;
         };
-        let names = self.layout.names;
+        let names = &self.layout.names;
         let _ = write!(
             self.out,
             "STACK CFI INIT {:x} {:x}",
@@ -571,7 +583,7 @@ fn cfa_expression(
             Ok(rows) => {
                 stats.expanded_extents += 1;
                 stats.expanded_rows += rows.len() as u64;
-                let sp_name = t.names.get(usize::from(sp)).copied().unwrap_or("?");
+                let sp_name = t.name(sp);
                 return Ok(rows
                     .into_iter()
                     .map(|(s, e, k)| (s, e, format!("{sp_name} {k} +")))
@@ -593,182 +605,84 @@ fn cfa_expression(
         .ok_or(SkipReason::CfaExpression)
 }
 
-const X86_TARGET: Target = Target {
-    names: &["$rip", "$rsp", "$rbp"],
-    word_size: 8,
-};
-
-const X86_LAYOUT: Layout = Layout {
-    names: &[".cfa", ".ra", "$rbp"],
-    defaults: &["", "", "$rbp"],
-};
-
-/// A register rule's text (`None` for an expression Breakpad cannot write).
-fn x86_reg(
-    r: x86_64::RegRule,
-    rules: &ModuleRules<x86_64::Rule>,
-) -> Result<Option<String>, SkipReason> {
-    use x86_64::RegRule as R;
-    let expr = |i: u16| rules.expr(i).ok_or(SkipReason::BadExpressionIndex);
-    Ok(match r {
-        R::Offset(o) => Some(format!(".cfa {o} + ^")),
-        R::ValOffset(o) => Some(format!(".cfa {o} +")),
-        R::Undefined => Some(".undef".into()),
-        R::Same => Some("$rbp".into()),
-        R::Expr(i) => translate(expr(i)?, &X86_TARGET, true).map(|t| format!("{t} ^")),
-        R::ValExpr(i) => translate(expr(i)?, &X86_TARGET, true),
-    })
-}
-
-/// Writes the `STACK CFI` records of an x86_64 module's rules, with addresses relative to
-/// `image_base_svma` (see [`image_base_svma`]), appending to `out`.
-pub fn write_stack_cfi_x86_64(
-    rules: &ModuleRules<x86_64::Rule>,
-    image_base_svma: u64,
-    out: &mut String,
-) -> ExportStats {
-    write_records(
-        rules,
-        image_base_svma,
-        &X86_LAYOUT,
-        out,
-        |start, end, rule, stats| {
-            use x86_64::{CfaRule, Reg, RegRule};
-            let cfa = match rule.cfa {
-                CfaRule::SpOffset(o) => vec![(start, end, format!("$rsp {o} +"))],
-                CfaRule::FpOffset(o) => vec![(start, end, format!("$rbp {o} +"))],
-                CfaRule::Expr(i) => {
-                    let e = rules.expr(i).ok_or(SkipReason::BadExpressionIndex)?;
-                    cfa_expression(
-                        e,
-                        &X86_TARGET,
-                        Reg::Pc as u8,
-                        Reg::Sp as u8,
-                        start,
-                        end,
-                        stats,
-                    )?
-                }
-            };
-            let ra = match rule.ra {
-                RegRule::Undefined => None,
-                RegRule::Same => return Err(SkipReason::ReturnAddressRule),
-                r => Some(x86_reg(r, rules)?.ok_or(SkipReason::ReturnAddressExpression)?),
-            };
-            let fp = match rule.fp {
-                RegRule::Same => None,
-                r => Some(x86_reg(r, rules)?.unwrap_or_else(|| {
-                    stats.registers_undefined += 1;
-                    ".undef".into()
-                })),
-            };
-            if rule.signal_frame {
-                stats.signal_frame_extents += 1;
-            }
-            Ok(pieces(start, end, cfa, vec![ra, fp], false))
-        },
-    )
-}
-
-/// Breakpad names of ARM's tracked registers, by expression register number (`arm::Reg`).
-const ARM_TARGET: Target = Target {
-    names: &["r7", "r11", "r12", "sp", "lr", "pc"],
-    word_size: 4,
-};
-
-const ARM_LAYOUT: Layout = Layout {
-    names: &[".cfa", ".ra", "sp", "lr", "r7", "r11", "r12"],
-    defaults: &["", "", ".cfa", "lr", "r7", "r11", "r12"],
-};
-
-fn arm_name(r: arm::Reg) -> &'static str {
-    ARM_TARGET.names.get(r as usize).copied().unwrap_or("?")
-}
-
-/// A register rule's text (`None` for an expression Breakpad cannot write).
-fn arm_reg(
-    r: arm::RegRule,
+/// A register rule's text (`None` for an expression Breakpad cannot write); `same` is the text of
+/// "unchanged" for this register.
+fn reg_text<R: Copy>(
+    r: StackCfiReg,
     same: &str,
-    rules: &ModuleRules<arm::Rule>,
+    t: &Target,
+    rules: &ModuleRules<R>,
 ) -> Result<Option<String>, SkipReason> {
-    use arm::RegRule as R;
+    use StackCfiReg as S;
     let expr = |i: u16| rules.expr(i).ok_or(SkipReason::BadExpressionIndex);
     Ok(match r {
-        R::Offset(o) => Some(format!(".cfa {o} + ^")),
-        R::ValOffset(o) => Some(format!(".cfa {o} +")),
-        R::Undefined => Some(".undef".into()),
-        R::Same => Some(same.into()),
-        R::Register(reg) => Some(arm_name(reg).into()),
-        R::Expr(i) => translate(expr(i)?, &ARM_TARGET, true).map(|t| format!("{t} ^")),
-        R::ValExpr(i) => translate(expr(i)?, &ARM_TARGET, true),
+        S::Offset(o) => Some(format!(".cfa {o} + ^")),
+        S::ValOffset(o) => Some(format!(".cfa {o} +")),
+        S::Undefined => Some(".undef".into()),
+        S::Same => Some(same.into()),
+        S::Register(reg) => Some(t.name(reg).into()),
+        S::Expr(i) => translate(expr(i)?, t, true).map(|t| format!("{t} ^")),
+        S::ValExpr(i) => translate(expr(i)?, t, true),
     })
 }
 
-/// Writes the `STACK CFI` records of a 32-bit ARM module's rules, with addresses relative to
-/// `image_base_svma` (see [`image_base_svma`]), appending to `out`. `EXIDX_CANTUNWIND` rows are
-/// skipped ([`SkipReason::CantUnwind`]); every other EHABI row starts its own record.
-pub fn write_stack_cfi_arm(
-    rules: &ModuleRules<arm::Rule>,
+/// Writes the `STACK CFI` records of a module's rules (architecture `A`), with addresses relative
+/// to `image_base_svma` (see [`image_base_svma`]), appending to `out`. Rules the architecture
+/// does not write (ARM's `EXIDX_CANTUNWIND` rows: [`SkipReason::CantUnwind`]) are skipped.
+pub fn write_stack_cfi<A: DwarfArch>(
+    rules: &ModuleRules<A::Rule>,
     image_base_svma: u64,
     out: &mut String,
 ) -> ExportStats {
+    let target = Target {
+        names: A::BREAKPAD_REGISTERS,
+        word_size: A::ADDRESS_SIZE,
+    };
+    let layout = Layout::of::<A>();
+    let (pc, sp) = A::EXPRESSION_PC_SP;
     write_records(
         rules,
         image_base_svma,
-        &ARM_LAYOUT,
+        &layout,
         out,
         |start, end, rule, stats| {
-            use arm::{CfaRule, Reg, RegRule, Source};
-            if rule.pc == RegRule::Undefined && rule.source == Source::Exidx {
-                return Err(SkipReason::CantUnwind);
-            }
-            let cfa = match rule.cfa {
-                CfaRule::RegOffset(r, o) => vec![(start, end, format!("{} {o} +", arm_name(r)))],
-                CfaRule::Expr(i) => {
+            let r = A::stack_cfi(rule)?;
+            let cfa = match r.cfa {
+                StackCfiCfa::RegOffset(reg, o) => {
+                    vec![(start, end, format!("{} {o} +", target.name(reg)))]
+                }
+                StackCfiCfa::Expr(i) => {
                     let e = rules.expr(i).ok_or(SkipReason::BadExpressionIndex)?;
-                    cfa_expression(
-                        e,
-                        &ARM_TARGET,
-                        Reg::Pc as u8,
-                        Reg::Sp as u8,
-                        start,
-                        end,
-                        stats,
-                    )?
+                    cfa_expression(e, &target, pc, sp, start, end, stats)?
                 }
             };
-            let ra = match rule.pc {
-                RegRule::Undefined => None,
-                RegRule::Same => return Err(SkipReason::ReturnAddressRule),
-                r => Some(arm_reg(r, "pc", rules)?.ok_or(SkipReason::ReturnAddressExpression)?),
+            let ra = match r.ra {
+                StackCfiReg::Undefined => None,
+                StackCfiReg::Same => return Err(SkipReason::ReturnAddressRule),
+                reg => Some(
+                    reg_text(reg, "", &target, rules)?
+                        .ok_or(SkipReason::ReturnAddressExpression)?,
+                ),
             };
-            // Another register: `None` where the rule is the walker's default.
+            debug_assert_eq!(r.others.len(), A::BREAKPAD_OTHER_REGISTERS.len());
+            let mut cells = Vec::with_capacity(r.others.len() + 1);
+            cells.push(ra);
+            // Counted once every register is written (a rule skipped later counts none).
             let mut undefined = 0;
-            let mut other = |r: RegRule, default: RegRule, same: &str| {
-                if r == default {
-                    return Ok(None);
-                }
-                Ok::<_, SkipReason>(Some(arm_reg(r, same, rules)?.unwrap_or_else(|| {
-                    undefined += 1;
-                    ".undef".into()
-                })))
-            };
-            let sp = other(rule.sp, RegRule::ValOffset(0), ".cfa")?;
-            let lr = other(rule.lr, RegRule::Same, "lr")?;
-            let r7 = other(rule.r7, RegRule::Same, "r7")?;
-            let r11 = other(rule.r11, RegRule::Same, "r11")?;
-            let r12 = other(rule.r12, RegRule::Same, "r12")?;
+            for (reg, &(_, same)) in r.others.into_iter().zip(A::BREAKPAD_OTHER_REGISTERS) {
+                cells.push(match reg {
+                    None => None,
+                    Some(reg) => Some(reg_text(reg, same, &target, rules)?.unwrap_or_else(|| {
+                        undefined += 1;
+                        ".undef".into()
+                    })),
+                });
+            }
             stats.registers_undefined += undefined;
-            if rule.signal_frame {
+            if r.signal_frame {
                 stats.signal_frame_extents += 1;
             }
-            Ok(pieces(
-                start,
-                end,
-                cfa,
-                vec![ra, sp, lr, r7, r11, r12],
-                rule.source == Source::Exidx,
-            ))
+            Ok(pieces(start, end, cfa, cells, r.own_record))
         },
     )
 }

@@ -22,6 +22,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The Breakpad name of expression register `reg` (`?` if it has none).
+    pub(crate) fn name(&self, reg: u8) -> &'static str {
+        self.names.get(usize::from(reg)).copied().unwrap_or("?")
+    }
+
     fn mask(&self, v: u64) -> u64 {
         if self.word_size == 4 {
             v & u64::from(u32::MAX)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use breakpad_symbols::{FrameWalker, SimpleModule};
 use unwind_core::expr::{Expr, Op};
 use unwind_core::table::ModuleRulesBuilder;
+use unwind_core::{arm, x86_64};
 use unwind_core::{RuleTable, RuleTableBuilder};
 
 fn stack_cfi_lines(text: &str) -> Vec<&str> {
@@ -90,7 +91,7 @@ fn x86_function() -> ModuleRules<x86_64::Rule> {
 #[test]
 fn x86_records_name_only_changes() {
     let mut out = String::new();
-    let stats = write_stack_cfi_x86_64(&x86_function(), 0x1000, &mut out);
+    let stats = write_stack_cfi::<crate::X86_64>(&x86_function(), 0x1000, &mut out);
     assert_eq!(
         stack_cfi_lines(&out),
         [
@@ -151,7 +152,7 @@ fn x86_signal_frame_and_unwritable_rules() {
         .unwrap();
     let rules = b.build().unwrap();
     let mut out = String::new();
-    let stats = write_stack_cfi_x86_64(&rules, 0, &mut out);
+    let stats = write_stack_cfi::<crate::X86_64>(&rules, 0, &mut out);
     assert_eq!(
         stack_cfi_lines(&out),
         [
@@ -184,13 +185,16 @@ fn plt_rules_are_expanded() {
         size: 0x30,
         kind: PltKind::Lazy,
     }];
-    let (rules, _) = crate::rules_from_sections(&crate::CfiSections {
-        plt: &plt,
-        ..Default::default()
-    })
+    let (rules, _) = crate::rules_from_sections::<crate::X86_64>(
+        &crate::CfiSections {
+            plt: &plt,
+            ..Default::default()
+        },
+        None,
+    )
     .unwrap();
     let mut out = String::new();
-    let stats = write_stack_cfi_x86_64(&rules, 0, &mut out);
+    let stats = write_stack_cfi::<crate::X86_64>(&rules, 0, &mut out);
     assert_eq!(
         stack_cfi_lines(&out),
         [
@@ -253,7 +257,7 @@ fn arm_records() {
     b.push(0x440, 0x460, exidx).unwrap();
     let rules = b.build().unwrap();
     let mut out = String::new();
-    let stats = write_stack_cfi_arm(&rules, 0, &mut out);
+    let stats = write_stack_cfi::<crate::Arm>(&rules, 0, &mut out);
     assert_eq!(
         stack_cfi_lines(&out),
         [
@@ -391,7 +395,7 @@ fn x86_export_means_the_same_to_breakpad() {
     .unwrap();
     let rules = b.build().unwrap();
     let mut text = String::new();
-    let stats = write_stack_cfi_x86_64(&rules, 0, &mut text);
+    let stats = write_stack_cfi::<crate::X86_64>(&rules, 0, &mut text);
     assert_eq!(stats.skipped_total(), 0);
     let sym = symbols(&text);
     let t = table(rules);
@@ -489,7 +493,7 @@ fn arm_export_means_the_same_to_breakpad() {
     }
     let rules = b.build().unwrap();
     let mut text = String::new();
-    write_stack_cfi_arm(&rules, 0, &mut text);
+    write_stack_cfi::<crate::Arm>(&rules, 0, &mut text);
     let sym = symbols(&text);
     let t = table(rules);
     for pc in 0x400u32..0x440 {

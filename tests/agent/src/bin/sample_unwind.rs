@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use unwind::offline::{arm_table_from_files, ArmSample};
+use unwind::offline::{table_from_files, ArmSample};
 use unwind_core::arm::Rule;
 use unwind_core::{Arm, Cache, RuleTable, StackImage};
 
@@ -33,7 +33,8 @@ fn main() {
     let k: u64 = k.parse().expect("K");
     let sysroot = (sysroot != "-").then(|| Path::new(sysroot));
     let sample = ArmSample::load(Path::new(path), sysroot).expect("sample");
-    let (table, _) = arm_table_from_files(&sample.modules, NonZeroU32::MIN).expect("table");
+    let (table, _) =
+        table_from_files::<unwind::dwarf::Arm>(&sample.modules, NonZeroU32::MIN).expect("table");
     let mut cache = Box::new(Cache::new());
     let image = StackImage::new(sample.base, &sample.bytes);
     let mut pcs = [0u64; 256];

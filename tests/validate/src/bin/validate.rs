@@ -15,7 +15,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use unwind_validate::programs::{arm_available, Arch, Sampling, ARM_SYSROOT};
+use unwind_dwarf::Architecture;
+use unwind_validate::programs::{arm_available, Sampling, ARM_SYSROOT};
 use unwind_validate::{cfi_compare, report, run, tools};
 
 fn main() -> ExitCode {
@@ -47,9 +48,9 @@ fn main() -> ExitCode {
     if let Some(dir) = dir {
         return minidumps_only(dir, &dump_syms);
     }
-    let mut archs = vec![Arch::X86_64];
+    let mut archs = vec![Architecture::X86_64];
     if arm && arm_available() {
-        archs.push(Arch::Arm);
+        archs.push(Architecture::Arm);
     } else {
         eprintln!(
             "validate: armv7 skipped (scripts/setup installs the cross compiler and qemu-arm)"
@@ -100,18 +101,18 @@ fn main() -> ExitCode {
 
 /// The files whose tables are compared with dump_syms's: libc, libstdc++ and a program built
 /// by the sampling step, per architecture.
-fn table_files(archs: &[Arch]) -> Vec<PathBuf> {
+fn table_files(archs: &[Architecture]) -> Vec<PathBuf> {
     let built = tools::workspace_root().join("target").join("validation");
     let mut v = Vec::new();
     for arch in archs {
         match arch {
-            Arch::X86_64 => {
+            Architecture::X86_64 => {
                 v.push(PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"));
                 v.push(PathBuf::from("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
                 v.push(built.join("x86_64").join("validate-workload-O2"));
                 v.push(built.join("x86_64").join("libvalidate-O2.so"));
             }
-            Arch::Arm => {
+            Architecture::Arm => {
                 v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libc.so.6")));
                 v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libstdc++.so.6")));
                 v.push(built.join("arm").join("validate-workload-thumb-O2"));
