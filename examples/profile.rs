@@ -3,12 +3,16 @@
 //! storage, and at the end the stacks are symbolized and printed (hottest first, in the folded
 //! format flame-graph tools read), with the preload report and cache hit rate.
 //!
-//! `cargo run --release --example profile [-- SECONDS] [--minidumps DIR [--every N] [--max M]]`
+//! `cargo run --release --example profile [-- SECONDS] [--preload FILE] [--minidumps DIR [--every N] [--max M]]`
+//!
+//! With `--preload FILE`, the unwind tables of that ELF file are loaded too and the cost
+//! reported (`scripts/demo` passes the Rust toolchain's `librustc_driver`, the largest binary at
+//! hand).
 //!
 //! With `--minidumps DIR`, every `N`-th sample (default 100) is also captured in the handler (the
 //! full register context and up to 64 KiB of stack, into buffers allocated before sampling, at
 //! most `M` of them, default 256) and written after sampling as `DIR/NNNN.dmp`, a minidump
-//! holding the frames the handler found (`unwind::minidump::UNWOUND_STREAM`), for other stack
+//! holding the frames the handler found (`unwind_samples::minidump::UNWOUND_STREAM`), for other stack
 //! walkers to compare with.
 
 use std::hint::black_box;
@@ -20,16 +24,16 @@ const MAX_FRAMES: usize = 128;
 const MAX_SAMPLES: usize = 1 << 16;
 
 /// The samples, allocated before sampling starts.
-static SAMPLES: std::sync::OnceLock<unwind::Samples> = std::sync::OnceLock::new();
+static SAMPLES: std::sync::OnceLock<unwind_in_process::Samples> = std::sync::OnceLock::new();
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 
-const STOPS: [unwind::StopReason; 9] = unwind::StopReason::ALL;
+const STOPS: [unwind_in_process::StopReason; 9] = unwind_in_process::StopReason::ALL;
 
 /// Stack bytes copied per minidump capture.
 const CAPTURE_BYTES: usize = 64 * 1024;
 
 /// Samples saved as minidumps (`--minidumps`), allocated before sampling starts.
-static CAPTURES: std::sync::OnceLock<unwind::Captures> = std::sync::OnceLock::new();
+static CAPTURES: std::sync::OnceLock<unwind_in_process::Captures> = std::sync::OnceLock::new();
 
 /// Command-line options.
 struct Options {
@@ -37,6 +41,8 @@ struct Options {
     minidumps: Option<std::path::PathBuf>,
     every: usize,
     max: usize,
+    /// An ELF file whose unwind tables are also loaded, to report what preloading it costs.
+    preload: Option<std::path::PathBuf>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -45,6 +51,7 @@ fn parse_options() -> Result<Options, String> {
         minidumps: None,
         every: 100,
         max: 256,
+        preload: None,
     };
     let mut args = std::env::args().skip(1);
     let positive = |flag: &str, v: Option<String>| -> Result<usize, String> {
@@ -58,6 +65,7 @@ fn parse_options() -> Result<Options, String> {
             "--minidumps" => {
                 o.minidumps = Some(args.next().ok_or("--minidumps needs a directory")?.into())
             }
+            "--preload" => o.preload = Some(args.next().ok_or("--preload needs a file")?.into()),
             "--every" => o.every = positive("--every", args.next())?,
             "--max" => o.max = positive("--max", args.next())?,
             s => {
@@ -75,7 +83,7 @@ fn parse_options() -> Result<Options, String> {
 extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let mut pcs = [0u64; MAX_FRAMES];
     // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler.
-    let Ok(r) = (unsafe { unwind::unwind_signal(uc, &mut pcs, None) }) else {
+    let Ok(r) = (unsafe { unwind_in_process::unwind_signal(uc, &mut pcs, None) }) else {
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -150,16 +158,16 @@ fn main() {
     let seconds = options.seconds;
     if options.minidumps.is_some() {
         CAPTURES.get_or_init(|| {
-            unwind::Captures::new(options.max, options.every, CAPTURE_BYTES, MAX_FRAMES)
+            unwind_in_process::Captures::new(options.max, options.every, CAPTURE_BYTES, MAX_FRAMES)
         });
     }
-    SAMPLES.get_or_init(|| unwind::Samples::new(MAX_SAMPLES, MAX_FRAMES));
-    let report = unwind::init().expect("preload");
+    SAMPLES.get_or_init(|| unwind_in_process::Samples::new(MAX_SAMPLES, MAX_FRAMES));
+    let report = unwind_in_process::init().expect("preload");
     print!("{report}");
-    if let Some(driver) = unwind::rustc_driver_path() {
-        match unwind::preload_file(&driver) {
+    if let Some(file) = &options.preload {
+        match unwind_in_process::preload_file(file) {
             Ok((m, t)) => println!("preload {m}, {:.1} ms", t.as_secs_f64() * 1e3),
-            Err(e) => println!("preload {}: {e}", driver.display()),
+            Err(e) => println!("preload {}: {e}", file.display()),
         }
     }
 
@@ -183,16 +191,16 @@ fn main() {
             std::thread::Builder::new()
                 .name(format!("worker-{kind}"))
                 .spawn(move || {
-                    unwind::register_thread().expect("register");
+                    unwind_in_process::register_thread().expect("register");
                     // SAFETY: gettid has no preconditions.
                     tids[kind].store(unsafe { libc::gettid() }, Ordering::Release);
                     let r = worker(kind, until);
                     tids[kind].store(0, Ordering::Release);
-                    if let Some((h, m)) = unwind::cache_stats() {
+                    if let Some((h, m)) = unwind_in_process::cache_stats() {
                         hits.fetch_add(h, Ordering::Relaxed);
                         misses.fetch_add(m, Ordering::Relaxed);
                     }
-                    unwind::unregister_thread();
+                    unwind_in_process::unregister_thread();
                     r
                 })
                 .expect("spawn")
@@ -217,7 +225,7 @@ fn main() {
         black_box(w.join().expect("worker"));
     }
 
-    let sym = unwind::symbolize::Symbolizer::for_current_process();
+    let sym = unwind_in_process::symbolizer();
     let samples = SAMPLES.get().expect("samples");
     let taken = samples.pushed().min(MAX_SAMPLES);
     let mut folded: std::collections::HashMap<String, usize> = Default::default();

@@ -2,8 +2,10 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::arch::{self, Regs};
-use crate::minidump::Context;
+use unwind_core::Arch as _;
+use unwind_samples::Context;
+
+use crate::arch::{self, Native, Regs};
 
 use crate::threads;
 use crate::SampleError;
@@ -33,7 +35,7 @@ pub struct CapturedStack {
 #[inline(never)]
 pub fn capture_here(buf: &mut [u8]) -> Result<CapturedStack, SampleError> {
     let regs = arch::current_regs();
-    copy_stack(regs, Context::from_regs(&regs), buf)
+    copy_stack(regs, Context::from(regs), buf)
 }
 
 /// Copies the interrupted thread's registers (those the unwinder uses and the whole register
@@ -59,7 +61,7 @@ fn copy_stack(regs: Regs, context: Context, buf: &mut [u8]) -> Result<CapturedSt
     let lo = guard.slot.stack_lo.load(Ordering::Relaxed);
     let hi = guard.slot.stack_hi.load(Ordering::Relaxed);
     let thread_id = guard.slot.tid.load(Ordering::Relaxed) as u32;
-    let sp = arch::sp(&regs);
+    let sp = Native::sp(&regs);
     if !(lo <= sp && sp < hi) {
         return Ok(CapturedStack {
             regs,

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::capture::{capture_signal, CapturedStack};
-use crate::minidump::{self, DumpModule, SampleDump, Unwound};
 use crate::StopReason;
+use unwind_samples::minidump::{self, DumpModule, SampleDump, SystemInfo, Unwound};
 
 /// One slot: written once by the handler that took its index, then marked `ready`.
 struct Slot {
@@ -60,10 +60,11 @@ pub struct Captured<'a> {
 }
 
 impl Captured<'_> {
-    /// The sample as a minidump with `modules` (see [`minidump::current_modules`]), its frames
-    /// in [`minidump::UNWOUND_STREAM`].
-    pub fn minidump(&self, modules: &[DumpModule]) -> Vec<u8> {
+    /// The sample as a minidump taken on the machine `system` (see [`crate::system_info`]) with
+    /// `modules` (see [`crate::dump_modules`]), its frames in [`minidump::UNWOUND_STREAM`].
+    pub fn minidump(&self, system: &SystemInfo, modules: &[DumpModule]) -> Vec<u8> {
         minidump::write(&SampleDump {
+            system,
             context: self.stack.context,
             thread_id: self.thread_id,
             stack_base: self.stack.base,
@@ -167,12 +168,13 @@ impl Captures {
     /// modules loaded now; returns how many were written. Not async-signal-safe.
     pub fn write_minidumps(&self, dir: &Path) -> std::io::Result<usize> {
         std::fs::create_dir_all(dir)?;
-        let modules = minidump::current_modules();
+        let modules = crate::dump_modules();
+        let system = crate::system_info();
         let mut written = 0;
         for c in self.captured() {
             std::fs::write(
                 dir.join(format!("{:04}.dmp", c.index)),
-                c.minidump(&modules),
+                c.minidump(&system, &modules),
             )?;
             written += 1;
         }

@@ -9,7 +9,7 @@
 //! extern "C" fn on_sigprof(_sig: i32, _info: *mut libc::siginfo_t, ucontext: *mut libc::c_void) {
 //!     let mut pcs = [0u64; 128];
 //!     // SAFETY: `ucontext` is the context the kernel passed to this handler.
-//!     if let Ok(r) = unsafe { unwind::unwind_signal(ucontext, &mut pcs, None) } {
+//!     if let Ok(r) = unsafe { unwind_in_process::unwind_signal(ucontext, &mut pcs, None) } {
 //!         let _stack = &pcs[..r.frames];
 //!         // ... store it in a preallocated ring buffer ...
 //!     }
@@ -29,14 +29,11 @@ compile_error!("the `unwind` runtime supports Linux");
 mod arch;
 mod capture;
 mod captures;
-pub mod minidump;
 mod modules;
-pub mod offline;
 mod publish;
 mod report;
-pub mod symbolize;
+mod system;
 mod threads;
-pub mod trace;
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -49,14 +46,14 @@ pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
 pub use captures::{Captured, Captures, Samples, StoredSample};
 pub use modules::LoadedModule;
-pub use report::{preload_file, rustc_driver_path, ModuleReport, PreloadReport};
-pub use unwind_core::{self as core, StopReason, Trust, UnwindResult};
-pub use unwind_dwarf as dwarf;
+pub use report::{preload_file, ModuleReport, PreloadReport};
+pub use system::{dump_modules, symbolizer, system_info};
+pub use unwind_core::{StopReason, Trust, UnwindResult};
 
 use arch::Native;
 pub(crate) use publish::Published;
 use publish::{with_table, Quarantine};
-use unwind_core::{LiveStack, Memory, RuleTableBuilder, StackImage};
+use unwind_core::{Arch as _, LiveStack, RuleTableBuilder, StackImage};
 
 #[cfg(feature = "poison-freed-tables")]
 #[doc(hidden)]
@@ -76,7 +73,7 @@ pub enum SampleError {
 impl fmt::Display for SampleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SampleError::NotInitialized => "no rule table: call unwind::init() first",
+            SampleError::NotInitialized => "no rule table: call unwind_in_process::init() first",
             SampleError::ThreadNotRegistered => "this thread is not registered",
             SampleError::Busy => "this thread is already unwinding",
         })
@@ -181,7 +178,7 @@ fn lock_state() -> Option<StateGuard> {
         // (glibc unregisters them if the library is unloaded).
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
     });
-    let me = threads::thread_pointer();
+    let me = arch::thread_pointer();
     let mut spins = 0u32;
     loop {
         match STATE
@@ -387,7 +384,7 @@ fn unwind_live(
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, slot| {
-        let mem = live_stack(slot, arch::sp(&regs));
+        let mem = live_stack(slot, Native::sp(&regs));
         unwind_core::unwind(table, cache, regs, &mem, pcs, trust)
     })
 }
@@ -430,16 +427,4 @@ pub fn unwind_copy(
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, _| unwind_core::unwind(table, cache, regs, stack, pcs, trust))
-}
-
-/// Unwinds with any [`Memory`] and a caller-owned cache against the published table; for
-/// offline tools and benchmarks. Async-signal-safe if `mem` is.
-pub fn unwind_with<M: Memory + ?Sized>(
-    regs: Regs,
-    mem: &M,
-    cache: &mut unwind_core::Cache<Native>,
-    pcs: &mut [u64],
-    trust: Option<&mut [Trust]>,
-) -> Result<UnwindResult, SampleError> {
-    with_table(|table, _, _| unwind_core::unwind(table, cache, regs, mem, pcs, trust))
 }

@@ -10,9 +10,9 @@ use std::ffi::CStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::arch::{Phdr, Rule};
+use crate::arch::{self, Native, Phdr, Rule};
 use unwind_core::table::ModuleRules;
-use unwind_dwarf::{CfiSections, CfiStats, DwarfError, ExidxError, ExidxStats};
+use unwind_dwarf::{CfiSections, CfiStats, DwarfError, ExidxError, ExidxStats, LoadStats};
 
 /// One loaded module as the dynamic loader reports it.
 #[derive(Clone, Debug)]
@@ -35,6 +35,28 @@ pub struct LoadedModule {
     pub image_end: u64,
     /// The ELF build id (`NT_GNU_BUILD_ID`, read from the mapped `PT_NOTE` segments), if any.
     pub build_id: Option<Vec<u8>>,
+}
+
+impl From<&LoadedModule> for unwind_samples::minidump::DumpModule {
+    fn from(m: &LoadedModule) -> Self {
+        unwind_samples::minidump::DumpModule {
+            base: m.image_start,
+            size: m.image_end.saturating_sub(m.image_start),
+            name: m.name.clone(),
+            build_id: m.build_id.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&LoadedModule> for unwind_samples::offline::ModuleFile {
+    fn from(m: &LoadedModule) -> Self {
+        unwind_samples::offline::ModuleFile {
+            path: m.name.clone().into(),
+            start: m.start,
+            end: m.end,
+            bias: m.bias,
+        }
+    }
 }
 
 /// The identity of a parsed module, so that a refresh reuses what is already parsed.
@@ -110,14 +132,12 @@ struct Walk<'a> {
     out: Vec<Seen>,
 }
 
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
-const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
-const PF_X: u32 = 1;
-const NT_GNU_BUILD_ID: u32 = 3;
-/// `PT_ARM_EXIDX`: the segment holding `.ARM.exidx`.
-#[cfg(target_arch = "arm")]
-const PT_ARM_EXIDX: u32 = 0x7000_0001;
+// The `p_type`, `p_flags` and note type values of the libc program headers (plain integers).
+const PT_LOAD: u32 = object::elf::PT_LOAD.0;
+const PT_NOTE: u32 = object::elf::PT_NOTE.0;
+const PT_GNU_EH_FRAME: u32 = object::elf::PT_GNU_EH_FRAME.0;
+const PF_X: u32 = object::elf::PF_X.0;
+const NT_GNU_BUILD_ID: u32 = object::elf::NT_GNU_BUILD_ID.0;
 
 /// Every loaded module, each with its rules: reused from `cache` when the same module (name,
 /// bias, `.eh_frame_hdr`) was parsed before, otherwise parsed from its image.
@@ -302,7 +322,7 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
 }
 
 /// Bytes of a module's image by file address: the mapped module itself, or copies of parts of it.
-trait Image {
+pub(crate) trait Image {
     /// The bytes from file address `svma` to the end of the file-backed part of the `PT_LOAD`
     /// segment that contains it, with that segment's file-address range.
     fn from(&self, svma: u64) -> Option<(&[u8], (u64, u64))>;
@@ -344,7 +364,7 @@ impl Image for Mapped<'_> {
 /// Copies of the parts of a module's segments that its unwind tables are read from: in each
 /// segment that holds one of them, from the lowest such address to the segment's end.
 #[derive(Default)]
-struct ImageCopy {
+pub(crate) struct ImageCopy {
     /// `(segment range, first copied address, bytes)`.
     regions: Vec<((u64, u64), u64, Vec<u8>)>,
 }
@@ -360,7 +380,7 @@ impl Image for ImageCopy {
     }
 }
 
-/// Copies what [`rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
+/// Copies what [`arch::rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
 /// to the end of their segments and, on ARM, the whole segment holding `.ARM.exidx` (its
 /// `.ARM.extab` entries lie in it).
 fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
@@ -371,8 +391,11 @@ fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
             wanted.push(eh_svma);
         }
     }
-    #[cfg(target_arch = "arm")]
-    if let Some(x) = mapped.phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX) {
+    for x in mapped
+        .phdrs
+        .iter()
+        .filter(|p| arch::UNWIND_SEGMENTS.contains(&p.p_type))
+    {
         if let Some((_, (seg_lo, _))) = mapped.from(u64::from(x.p_vaddr)) {
             wanted.push(seg_lo);
         }
@@ -509,7 +532,7 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
     };
     let file_note = file.as_ref().err().cloned();
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
-    match rules_from_image(image, map, hdr, phdrs, &plt, code) {
+    match arch::rules_from_image(image, map, hdr, phdrs, &plt, code) {
         Ok(read) => Parsed {
             rules: Arc::new(read.rules),
             stats: Some(read.cfi),
@@ -567,7 +590,7 @@ fn eh_frame_of<'a>(image: &'a impl Image, hdr: &Phdr) -> Result<(&'a [u8], u64),
 
 /// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
 /// and code range.
-fn cfi_sections<'a>(
+pub(crate) fn cfi_sections<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
     plt: &'a [unwind_dwarf::plt::PltSection],
@@ -586,8 +609,8 @@ fn cfi_sections<'a>(
     Ok(sections)
 }
 
-/// What [`rules_from_image`] read.
-struct Read {
+/// What [`arch::rules_from_image`] read.
+pub(crate) struct Read {
     rules: ModuleRules<Rule>,
     cfi: CfiStats,
     exidx: Option<ExidxStats>,
@@ -595,76 +618,16 @@ struct Read {
 }
 
 impl Read {
-    /// 32-bit ARM: the rules with everything the reader found.
-    #[cfg(target_arch = "arm")]
-    fn arm(rules: ModuleRules<Rule>, stats: unwind_dwarf::LoadStats<unwind_dwarf::Arm>) -> Self {
+    /// The rules with what the loader found.
+    pub(crate) fn new(rules: ModuleRules<Rule>, stats: LoadStats<Native>) -> Self {
+        let (exidx, exidx_error) = arch::report_extra(&stats.arch);
         Read {
             rules,
             cfi: stats.cfi,
-            exidx: stats.arch.exidx,
-            exidx_error: stats.arch.exidx_error,
+            exidx,
+            exidx_error,
         }
     }
-}
-
-/// Reads the unwind tables of a module (x86_64: `.eh_frame` from the image).
-#[cfg(target_arch = "x86_64")]
-fn rules_from_image(
-    image: &ImageCopy,
-    _file: Option<&[u8]>,
-    hdr: Option<&Phdr>,
-    _phdrs: &[Phdr],
-    plt: &[unwind_dwarf::plt::PltSection],
-    code: (u64, u64),
-) -> Result<Read, DwarfError> {
-    let sections = cfi_sections(image, hdr, plt, code)?;
-    let (rules, stats) =
-        unwind_dwarf::rules_from_sections::<unwind_dwarf::X86_64>(&sections, None)?;
-    Ok(Read {
-        rules,
-        cfi: stats.cfi,
-        exidx: None,
-        exidx_error: None,
-    })
-}
-
-/// Reads the unwind tables of a module (32-bit ARM: `.ARM.exidx` with the `.ARM.extab` entries
-/// it points to, and `.eh_frame` where present, which wins where both describe code; or, when
-/// the file on disk is the mapped image, the file, whose `.debug_frame` is exact in prologues
-/// and epilogues where EXIDX is not).
-#[cfg(target_arch = "arm")]
-fn rules_from_image(
-    image: &ImageCopy,
-    file: Option<&[u8]>,
-    hdr: Option<&Phdr>,
-    phdrs: &[Phdr],
-    plt: &[unwind_dwarf::plt::PltSection],
-    code: (u64, u64),
-) -> Result<Read, DwarfError> {
-    if let Some(Ok(loaded)) = file.map(unwind_dwarf::rules_from_elf::<unwind_dwarf::Arm>) {
-        return Ok(Read::arm(loaded.rules, loaded.stats));
-    }
-    let sections = cfi_sections(image, hdr, plt, code)?;
-    let mut exidx_sections = None;
-    if let Some(x) = phdrs.iter().find(|p| p.p_type == PT_ARM_EXIDX) {
-        let svma = u64::from(x.p_vaddr);
-        let (bytes, (seg_lo, _)) = image.from(svma).ok_or(DwarfError::NoCfi)?;
-        let len = usize::try_from(u64::from(x.p_memsz))
-            .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        // `.ARM.extab` is not a segment: its entries lie in the same segment, which is handed
-        // over whole (prel31 pointers into it are resolved against its range).
-        let (segment, _) = image.from(seg_lo).ok_or(DwarfError::NoCfi)?;
-        exidx_sections = Some(unwind_arm_exidx::ExidxSections {
-            exidx: bytes.get(..len).unwrap_or(bytes),
-            exidx_svma: svma,
-            extab: Some(segment),
-            extab_svma: seg_lo,
-            text_end: Some(code.1),
-        });
-    }
-    unwind_dwarf::rules_from_sections::<unwind_dwarf::Arm>(&sections, exidx_sections.as_ref())
-        .map(|(rules, stats)| Read::arm(rules, stats))
 }
 
 /// Keys of the parsed modules, for the next refresh's cache.

@@ -197,11 +197,13 @@ impl fmt::Display for PreloadReport {
     }
 }
 
-/// Loads an ELF file's CFI the way preload would and reports it, with the time taken.
+/// Loads the unwind tables of an ELF file of this architecture the way preload would and
+/// reports them, with the time taken.
 pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwarf::DwarfError> {
     let started = Instant::now();
-    let loaded = unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path)?;
+    let loaded = unwind_dwarf::load_elf_file::<crate::arch::Native>(path)?;
     let elapsed = started.elapsed();
+    let (exidx, exidx_error) = crate::arch::report_extra(&loaded.stats.arch);
     Ok((
         ModuleReport {
             name: path.display().to_string(),
@@ -209,8 +211,8 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             distinct_rules: loaded.rules.dictionary().len(),
             bytes: loaded.rules.bytes(),
             stats: Some(loaded.stats.cfi),
-            exidx: None,
-            exidx_error: None,
+            exidx,
+            exidx_error,
             error: None,
             file_note: None,
             overlaps: None,
@@ -218,25 +220,6 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
         },
         elapsed,
     ))
-}
-
-/// The Rust toolchain's `librustc_driver-*.so` (the largest binary on a Rust machine, used to
-/// report preload cost), found through `rustc --print sysroot`.
-pub fn rustc_driver_path() -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let lib = std::path::Path::new(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
-    std::fs::read_dir(lib)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
-        })
 }
 
 #[cfg(test)]

@@ -76,33 +76,6 @@ impl Drop for ExitGuard {
     }
 }
 
-/// The calling thread's thread pointer. Async-signal-safe: one register (or `%fs:0`) read.
-#[inline(always)]
-pub(crate) fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: the x86_64 TLS ABI (as glibc and musl implement it) stores the thread pointer at
-    // offset 0 of the thread control block `%fs` points to; the load has no side effect.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        std::arch::asm!(
-            "mov {}, qword ptr fs:[0]",
-            out(reg) tp,
-            options(nostack, readonly, preserves_flags, pure)
-        );
-    }
-    // SAFETY: reads TPIDRURO, the user read-only thread ID register the kernel loads with the
-    // thread pointer (ARMv6K and later; armv7 has it); no memory is touched.
-    #[cfg(target_arch = "arm")]
-    unsafe {
-        std::arch::asm!(
-            "mrc p15, 0, {}, c13, c0, 3",
-            out(reg) tp,
-            options(nomem, nostack, preserves_flags, pure)
-        );
-    }
-    tp
-}
-
 /// The bucket of thread pointer `tp`: Fibonacci hashing of its bits (thread control blocks sit
 /// at similar offsets of stacks a few MiB apart, so the low bits alone would collide).
 #[inline(always)]
@@ -137,7 +110,7 @@ fn chain(
 /// walk of one bucket chain (finite: chains only grow by registrations).
 #[inline]
 fn current() -> Option<&'static ThreadSlot> {
-    let tp = thread_pointer();
+    let tp = crate::arch::thread_pointer();
     let mut p = bucket_of(tp).load(Ordering::Acquire) as *const ThreadSlot;
     // SAFETY: as in `chain`.
     while let Some(s) = unsafe { p.as_ref() } {
@@ -175,7 +148,7 @@ fn stack_bounds() -> std::io::Result<(u64, u64)> {
 /// Registers the current thread (idempotent: a second call refreshes its stack bounds).
 pub(crate) fn register() -> std::io::Result<()> {
     let (lo, hi) = stack_bounds()?;
-    let tp = thread_pointer();
+    let tp = crate::arch::thread_pointer();
     // A slot this thread pointer already owns: this thread's (registered before), or one left by
     // an exited thread whose control block this thread reuses (its exit guard did not run).
     let slot = match current() {
@@ -250,7 +223,7 @@ pub(crate) fn unregister() {
 /// not exist here; one may have been interrupted mid-unwind, leaving its slot busy and its
 /// hazard set), keeping the calling thread's.
 pub(crate) fn after_fork_in_child() {
-    let me = thread_pointer();
+    let me = crate::arch::thread_pointer();
     for s in slots() {
         if s.owner.load(Ordering::Relaxed) != me {
             s.hazard.store(ptr::null_mut(), Ordering::Relaxed);
@@ -305,12 +278,12 @@ mod tests {
     fn threads_have_distinct_thread_pointers_and_find_their_slots() {
         register().unwrap();
         let mine = current().expect("registered") as *const ThreadSlot;
-        let tp = thread_pointer();
+        let tp = crate::arch::thread_pointer();
         let (other_tp, other_slot) = std::thread::spawn(|| {
             assert!(current().is_none(), "a new thread is not registered");
             register().unwrap();
             let s = current().expect("registered") as *const ThreadSlot as usize;
-            (thread_pointer(), s)
+            (crate::arch::thread_pointer(), s)
         })
         .join()
         .unwrap();

@@ -18,22 +18,22 @@ const FORKS: usize = 200;
 
 /// What a child checks; its exit status is the first failed step (0: all passed).
 fn child() -> i32 {
-    if unwind::refresh().is_err() {
+    if unwind_in_process::refresh().is_err() {
         return 10;
     }
-    if unwind::register_thread().is_err() {
+    if unwind_in_process::register_thread().is_err() {
         return 11;
     }
     let mut pcs = [0u64; 64];
-    match unwind::unwind_here(&mut pcs, None) {
+    match unwind_in_process::unwind_here(&mut pcs, None) {
         Ok(r) if r.frames >= 3 && r.stop.is_complete() => {}
         Ok(_) => return 12,
         Err(_) => return 13,
     }
-    if unwind::registered_threads() != 1 {
+    if unwind_in_process::registered_threads() != 1 {
         return 14;
     }
-    if unwind::collect_retired() != 0 {
+    if unwind_in_process::collect_retired() != 0 {
         return 15;
     }
     0
@@ -66,7 +66,7 @@ fn wait_bounded(pid: libc::pid_t) -> Option<i32> {
 }
 
 fn main() {
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     let stop = Arc::new(AtomicBool::new(false));
     let refreshes = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
@@ -74,7 +74,7 @@ fn main() {
         let (stop, refreshes) = (stop.clone(), refreshes.clone());
         threads.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                unwind::refresh().expect("refresh");
+                unwind_in_process::refresh().expect("refresh");
                 refreshes.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -82,14 +82,14 @@ fn main() {
     for _ in 0..2 {
         let stop = stop.clone();
         threads.push(std::thread::spawn(move || {
-            unwind::register_thread().expect("register");
+            unwind_in_process::register_thread().expect("register");
             let mut pcs = [0u64; 64];
             while !stop.load(Ordering::Relaxed) {
-                let _ = unwind::unwind_here(&mut pcs, None);
+                let _ = unwind_in_process::unwind_here(&mut pcs, None);
             }
         }));
     }
-    while unwind::registered_threads() < 3 {
+    while unwind_in_process::registered_threads() < 3 {
         std::thread::yield_now();
     }
     let mut failures: Vec<String> = Vec::new();

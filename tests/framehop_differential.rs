@@ -2,8 +2,8 @@
 //!
 //! Three registered worker threads run distinct workloads while the main thread sends each of
 //! them `SIGPROF` about once a millisecond. The `SIGPROF` handler copies the interrupted thread's
-//! registers and stack into a preallocated slot with [`unwind::capture_signal`] (no allocation in
-//! the handler). After sampling, every copy is unwound twice, by [`unwind::unwind_copy`] and by
+//! registers and stack into a preallocated slot with [`unwind_in_process::capture_signal`] (no allocation in
+//! the handler). After sampling, every copy is unwound twice, by [`unwind_in_process::unwind_copy`] and by
 //! framehop's `UnwinderX86_64` (built from the `.eh_frame`/`.eh_frame_hdr` of every loaded
 //! module, read from the files on disk, the vdso from memory), and the frames are compared.
 //!
@@ -68,9 +68,9 @@ use framehop::{
 };
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection};
-use unwind::symbolize::Symbolizer;
-use unwind::{LoadedModule, Regs, StopReason, Trust};
 use unwind_core::StackImage;
+use unwind_in_process::{LoadedModule, Regs, StopReason, Trust};
+use unwind_samples::symbolize::Symbolizer;
 
 const WORKLOADS: [&str; 3] = ["rust-recursion", "libc-qsort", "sigusr1-handler"];
 const RECURSION: usize = 0;
@@ -161,7 +161,7 @@ extern "C" fn on_sigprof(_: c_int, _: *mut libc::siginfo_t, uc: *mut c_void) {
     // index hands them to this handler invocation alone, and they are read only after sampling.
     let buf = unsafe { std::slice::from_raw_parts_mut(stacks.add(i * STACK_BYTES), STACK_BYTES) };
     // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler, on this thread.
-    match unsafe { unwind::capture_signal(uc, buf) } {
+    match unsafe { unwind_in_process::capture_signal(uc, buf) } {
         Ok(c) => {
             slot.kind.store(kind, Ordering::Relaxed);
             slot.in_usr1.store(in_usr1, Ordering::Relaxed);
@@ -435,7 +435,7 @@ impl CfiModule {
 
 fn cfi_module(m: &LoadedModule) -> CfiModule {
     let image = if m.name.contains("linux-vdso") {
-        unwind::vdso_image()
+        unwind_in_process::vdso_image()
     } else {
         std::fs::read(&m.name).ok()
     };
@@ -804,7 +804,7 @@ impl Context<'_> {
 fn unwind_ours(s: &Sample) -> Ours {
     let mut pcs = [0u64; MAX_FRAMES];
     let mut trust = [Trust::Context; MAX_FRAMES];
-    let r = unwind::unwind_copy(
+    let r = unwind_in_process::unwind_copy(
         s.regs,
         &StackImage::new(s.base, s.bytes),
         &mut pcs,
@@ -903,10 +903,10 @@ struct Tally {
 
 fn main() {
     let started = Instant::now();
-    let report = unwind::init().expect("unwind::init");
+    let report = unwind_in_process::init().expect("unwind_in_process::init");
     println!(
         "preloaded {} modules, table generation {}",
-        unwind::loaded_modules().len(),
+        unwind_in_process::loaded_modules().len(),
         report.generation
     );
 
@@ -932,7 +932,7 @@ fn main() {
             std::thread::Builder::new()
                 .name(WORKLOADS[kind].to_string())
                 .spawn(move || {
-                    unwind::register_thread().expect("register_thread");
+                    unwind_in_process::register_thread().expect("register_thread");
                     KIND.with(|k| k.set(kind));
                     // SAFETY: gettid has no preconditions.
                     tids[kind].store(unsafe { libc::gettid() }, Ordering::Release);
@@ -942,7 +942,7 @@ fn main() {
                         _ => signal_worker(),
                     };
                     KIND.with(|k| k.set(usize::MAX));
-                    unwind::unregister_thread();
+                    unwind_in_process::unregister_thread();
                     r
                 })
                 .expect("spawn")
@@ -1007,7 +1007,7 @@ fn main() {
         .collect();
 
     // framehop, with a module per loaded module.
-    let modules = unwind::loaded_modules();
+    let modules = unwind_in_process::loaded_modules();
     let cfi: Vec<CfiModule> = modules.iter().map(cfi_module).collect();
     let mut unwinder: UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind> = UnwinderX86_64::new();
     for m in &cfi {
@@ -1026,7 +1026,7 @@ fn main() {
         unwinder.add_module(m.framehop_module());
     }
     let mut cache = CacheX86_64::<MustNotAllocateDuringUnwind>::new_in();
-    let sym = Symbolizer::for_current_process();
+    let sym = unwind_in_process::symbolizer();
     let cx = Context {
         sym: &sym,
         cfi: &cfi,

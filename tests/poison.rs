@@ -23,31 +23,31 @@ const SECONDS: u64 = 3;
 const MESSAGE: &str = "unwind: rule table used after free";
 
 fn child(ignore: bool) {
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     let stop = Arc::new(AtomicBool::new(false));
     let walks = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..2)
         .map(|_| {
             let (stop, walks) = (stop.clone(), walks.clone());
             std::thread::spawn(move || {
-                unwind::register_thread().expect("register");
+                unwind_in_process::register_thread().expect("register");
                 let mut pcs = [0u64; 64];
                 while !stop.load(Ordering::Relaxed) {
-                    if unwind::unwind_here(&mut pcs, None).is_ok() {
+                    if unwind_in_process::unwind_here(&mut pcs, None).is_ok() {
                         walks.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             })
         })
         .collect();
-    while unwind::registered_threads() < 3 {
+    while unwind_in_process::registered_threads() < 3 {
         std::thread::yield_now();
     }
-    unwind::testing_ignore_hazards(ignore);
+    unwind_in_process::testing_ignore_hazards(ignore);
     let started = Instant::now();
     let mut refreshes = 0u64;
     while started.elapsed() < Duration::from_secs(SECONDS) {
-        unwind::refresh().expect("refresh");
+        unwind_in_process::refresh().expect("refresh");
         refreshes += 1;
     }
     stop.store(true, Ordering::Relaxed);
@@ -57,7 +57,7 @@ fn child(ignore: bool) {
     println!(
         "{refreshes} refreshes, {} walks, {} tables still retired",
         walks.load(Ordering::Relaxed),
-        unwind::collect_retired()
+        unwind_in_process::collect_retired()
     );
 }
 

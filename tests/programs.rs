@@ -574,16 +574,16 @@ fn cross_unwind(name: &str, dir: &Path, passed: &mut usize, failed: &mut Vec<Str
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     files.sort();
-    let samples: Vec<unwind::offline::ArmSample> = files
+    let samples: Vec<unwind_samples::offline::ArmSample> = files
         .iter()
-        .filter_map(|f| unwind::offline::ArmSample::load(f, Some(Path::new(ARM_SYSROOT))))
+        .filter_map(|f| unwind_samples::offline::ArmSample::load(f, Some(Path::new(ARM_SYSROOT))))
         .collect();
     let Some(first) = samples.first() else {
         println!("{name} cross-unwind: FAIL no samples in {}", dir.display());
         failed.push(format!("{name} cross-unwind"));
         return;
     };
-    let (table, errors) = unwind::offline::table_from_files::<unwind::dwarf::Arm>(
+    let (table, errors) = unwind_samples::offline::table_from_files::<unwind_dwarf::Arm>(
         &first.modules,
         std::num::NonZeroU32::MIN,
     )

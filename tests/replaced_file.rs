@@ -30,7 +30,10 @@ fn build(dir: &Path, file: &str, body: &str) -> PathBuf {
     out
 }
 
-fn module_line(report: &unwind::PreloadReport, path: &Path) -> unwind::ModuleReport {
+fn module_line(
+    report: &unwind_in_process::PreloadReport,
+    path: &Path,
+) -> unwind_in_process::ModuleReport {
     report
         .modules
         .iter()
@@ -62,7 +65,7 @@ fn a_library_replaced_on_disk_is_not_read_from_its_file() {
     );
     // Another library, left alone: its file is read.
     let kept = build(&dir, "libkept.so", "int kept_f(int x) { return x ^ 5; }\n");
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     for p in [&path, &kept] {
         let c = CString::new(p.to_str().expect("utf-8")).expect("path");
         // SAFETY: loads a library with no constructors.
@@ -77,7 +80,7 @@ fn a_library_replaced_on_disk_is_not_read_from_its_file() {
         "int replaced_f(int x) { return x * 7 - 2; }\nint added(void) { return 1; }\n",
     );
     std::fs::rename(&new, &path).expect("rename over");
-    let after = unwind::refresh().expect("refresh");
+    let after = unwind_in_process::refresh().expect("refresh");
     let replaced = module_line(&after, &path);
     let note = replaced.file_note.clone().unwrap_or_default();
     assert!(
@@ -100,7 +103,7 @@ fn a_library_replaced_on_disk_is_not_read_from_its_file() {
     // On ARM a file's `.debug_frame` gives DWARF rows; the image alone has none (no
     // `.eh_frame`), so the replaced library's rules come from EXIDX only.
     if cfg!(target_arch = "arm") {
-        let fdes = |m: &unwind::ModuleReport| m.stats.as_ref().map_or(0, |s| s.fdes);
+        let fdes = |m: &unwind_in_process::ModuleReport| m.stats.as_ref().map_or(0, |s| s.fdes);
         assert!(fdes(&kept) > 0, "{kept}");
         assert_eq!(fdes(&replaced), 0, "{replaced}");
     }

@@ -1,7 +1,7 @@
 //! Stress test: four registered threads sampled with SIGPROF at 2.5 kHz each for
 //! `STRESS_SECONDS` (default 10) while one of them, and a fifth unsampled thread, keep
 //! `dlopen`ing / `dlclose`ing a C plugin (built here with gcc, no frame pointers) and calling
-//! `unwind::refresh()` after each, so that table publication and reclamation race with sampling.
+//! `unwind_in_process::refresh()` after each, so that table publication and reclamation race with sampling.
 //!
 //! Checked: nothing allocates inside the handler (a counting global allocator), the handler
 //! almost never gets `Busy`/`NotInitialized`, enough samples arrive, stacks interrupted inside the
@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use unwind::symbolize::Symbolizer;
-use unwind::{SampleError, StopReason};
+use unwind_in_process::{SampleError, StopReason};
+use unwind_samples::offline::ModuleFile;
+use unwind_samples::symbolize::Symbolizer;
 use unwind_test_support::Checks;
 
 // ---------------------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
     HANDLED.fetch_add(1, Ordering::Relaxed);
     let mut pcs = [0u64; MAX_FRAMES];
     // SAFETY: `uc` is the context the kernel passed to this SA_SIGINFO handler, on this thread.
-    match unsafe { unwind::unwind_signal(uc, &mut pcs, None) } {
+    match unsafe { unwind_in_process::unwind_signal(uc, &mut pcs, None) } {
         Ok(r) => {
             let worker = WORKER_ID.get();
             let epoch = if worker == PLUGIN_WORKER {
@@ -195,7 +196,7 @@ fn problem(msg: String) {
 }
 
 fn refresh() {
-    match unwind::refresh() {
+    match unwind_in_process::refresh() {
         Ok(_) => {
             REFRESHES.fetch_add(1, Ordering::Relaxed);
         }
@@ -310,7 +311,7 @@ fn plugin_worker(path: &CStr) -> u64 {
         let hole = reserve(1 + round % 13 * 5);
         let h = dlopen(path);
         refresh();
-        let module = unwind::loaded_modules()
+        let module = unwind_in_process::loaded_modules()
             .into_iter()
             .find(|m| m.name.ends_with(PLUGIN_FILE));
         // SAFETY: `h` is a live handle and `name` is NUL-terminated.
@@ -334,7 +335,7 @@ fn plugin_worker(path: &CStr) -> u64 {
                 module.start, module.end
             ));
         }
-        let sym = Symbolizer::new(std::slice::from_ref(&module));
+        let sym = Symbolizer::new(&[ModuleFile::from(&module)], None);
         match sym.lookup(a) {
             Some(s) if s.function == Some("plugin_spin") && s.offset == 0 => {}
             other => problem(format!("plugin_spin at {a:#x} symbolizes as {other:?}")),
@@ -757,7 +758,7 @@ fn main() {
     });
     let plugin_path = build_plugin();
     let plugin_c = CString::new(plugin_path.clone()).expect("path");
-    let report = unwind::init().expect("unwind::init");
+    let report = unwind_in_process::init().expect("unwind_in_process::init");
     println!(
         "stress: {seconds} s, plugin {plugin_path}; initial table: {} modules, {:.1} ms",
         report.modules.len(),
@@ -783,7 +784,7 @@ fn main() {
             std::thread::Builder::new()
                 .name(format!("worker-{w}"))
                 .spawn(move || {
-                    unwind::register_thread().expect("register_thread");
+                    unwind_in_process::register_thread().expect("register_thread");
                     WORKER_ID.set(w);
                     // SAFETY: gettid has no preconditions.
                     tids[w].store(unsafe { libc::gettid() }, Ordering::Release);
@@ -793,14 +794,14 @@ fn main() {
                     } else {
                         rust_worker(w)
                     };
-                    match unwind::cache_stats() {
+                    match unwind_in_process::cache_stats() {
                         Some((h, m)) => {
                             cache.0.fetch_add(h, Ordering::Relaxed);
                             cache.1.fetch_add(m, Ordering::Relaxed);
                         }
                         None => problem(format!("worker {w}: cache_stats() is None")),
                     }
-                    unwind::unregister_thread();
+                    unwind_in_process::unregister_thread();
                     r
                 })
                 .expect("spawn a worker")
@@ -870,7 +871,7 @@ fn main() {
         ts_ns(&ts) as f64 / 1e9
     };
     black_box(sink);
-    let retired = unwind::collect_retired();
+    let retired = unwind_in_process::collect_retired();
 
     // ----- Analysis (everything below runs after sampling has stopped) -----
     let secs = run.elapsed.as_secs_f64();
@@ -891,7 +892,7 @@ fn main() {
         })
         .collect();
     let epochs = std::mem::take(&mut *EPOCHS.lock().unwrap_or_else(|e| e.into_inner()));
-    let sym = Symbolizer::for_current_process();
+    let sym = unwind_in_process::symbolizer();
     let mut names = Names {
         sym: &sym,
         memo: HashMap::new(),

@@ -8,19 +8,19 @@ use std::hint::black_box;
 // argument keeps the compiler from specialising a call for a known slice.
 
 #[inline(never)]
-fn here_leaf(out: &mut [u64]) -> unwind::UnwindResult {
-    let r = unwind::unwind_here(black_box(out), None).expect("unwind_here");
+fn here_leaf(out: &mut [u64]) -> unwind_in_process::UnwindResult {
+    let r = unwind_in_process::unwind_here(black_box(out), None).expect("unwind_here");
     black_box(r)
 }
 
 #[inline(never)]
-fn here_middle(out: &mut [u64]) -> unwind::UnwindResult {
+fn here_middle(out: &mut [u64]) -> unwind_in_process::UnwindResult {
     let r = here_leaf(black_box(out));
     black_box(r)
 }
 
 #[inline(never)]
-fn here_outer(out: &mut [u64]) -> unwind::UnwindResult {
+fn here_outer(out: &mut [u64]) -> unwind_in_process::UnwindResult {
     let r = here_middle(black_box(out));
     black_box(r)
 }
@@ -28,22 +28,22 @@ fn here_outer(out: &mut [u64]) -> unwind::UnwindResult {
 /// The outermost frame checked. (Not the test function itself: release builds inline it into
 /// the harness's closure.)
 #[inline(never)]
-fn here_root(out: &mut [u64]) -> unwind::UnwindResult {
+fn here_root(out: &mut [u64]) -> unwind_in_process::UnwindResult {
     let r = here_outer(black_box(out));
     black_box(r)
 }
 
 #[test]
 fn unwinds_the_current_thread_to_its_start() {
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     let mut pcs = [0u64; 256];
-    let mut trust = [unwind::Trust::Context; 256];
+    let mut trust = [unwind_in_process::Trust::Context; 256];
     let r = here_root(&mut pcs);
-    let sym = unwind::symbolize::Symbolizer::for_current_process();
+    let sym = unwind_in_process::symbolizer();
     let names = sym.stack(&pcs[..r.frames]);
     // On ARM, glibc's thread entry (`start_thread`) is EXIDX_CANTUNWIND: the walk ends there.
     let thread_entry_cant_unwind = cfg!(target_arch = "arm")
-        && r.stop == unwind::StopReason::CantUnwind
+        && r.stop == unwind_in_process::StopReason::CantUnwind
         && r.frames > 0
         && sym
             .lookup_return_address(pcs[r.frames - 1])
@@ -55,7 +55,7 @@ fn unwinds_the_current_thread_to_its_start() {
     // Exactly these frames, in this order, at the top of the stack: a frame skipped or invented
     // in between shifts the others.
     let expected = [
-        "unwind::unwind_here",
+        "unwind_in_process::unwind_here",
         "unwind_here::here_leaf",
         "unwind_here::here_middle",
         "unwind_here::here_outer",
@@ -64,9 +64,11 @@ fn unwinds_the_current_thread_to_its_start() {
     assert!(names.len() > expected.len(), "{names:#?}");
     assert_eq!(names[..expected.len()], expected, "{names:#?}");
     // Every frame above the first came from CFI (the test binary and libc have it all).
-    let r2 = unwind::unwind_here(&mut pcs, Some(&mut trust)).expect("unwind_here");
+    let r2 = unwind_in_process::unwind_here(&mut pcs, Some(&mut trust)).expect("unwind_here");
     assert!(
-        trust[1..r2.frames].iter().all(|&t| t == unwind::Trust::Cfi),
+        trust[1..r2.frames]
+            .iter()
+            .all(|&t| t == unwind_in_process::Trust::Cfi),
         "{:?}",
         &trust[..r2.frames]
     );
@@ -74,12 +76,12 @@ fn unwinds_the_current_thread_to_its_start() {
 
 #[test]
 fn unregistered_threads_are_refused() {
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     std::thread::spawn(|| {
         let mut pcs = [0u64; 8];
         assert_eq!(
-            unwind::unwind_here(&mut pcs, None),
-            Err(unwind::SampleError::ThreadNotRegistered)
+            unwind_in_process::unwind_here(&mut pcs, None),
+            Err(unwind_in_process::SampleError::ThreadNotRegistered)
         );
     })
     .join()
@@ -88,20 +90,20 @@ fn unregistered_threads_are_refused() {
 
 #[test]
 fn exiting_threads_release_their_slots() {
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     // Threads that register and exit without unregistering: their slots must be reused, so the
     // registry does not grow with every short-lived thread.
     for _ in 0..50 {
         std::thread::spawn(|| {
-            unwind::register_thread().expect("register");
-            assert!(unwind::is_thread_registered());
+            unwind_in_process::register_thread().expect("register");
+            assert!(unwind_in_process::is_thread_registered());
         })
         .join()
         .expect("thread");
     }
     assert!(
-        unwind::registered_slots() < 10,
+        unwind_in_process::registered_slots() < 10,
         "{} slots for 50 sequential threads",
-        unwind::registered_slots()
+        unwind_in_process::registered_slots()
     );
 }

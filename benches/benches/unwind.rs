@@ -19,7 +19,7 @@ fn sample(name: &str) -> Sample {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-samples-criterion");
     std::fs::create_dir_all(&dir).expect("sample directory");
     let dir = std::fs::canonicalize(&dir).expect("sample directory");
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     match name {
         "rec200" => capture::recursion(&dir, 200),
         "profile" => capture::profile(&dir),

@@ -6,26 +6,26 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use unwind::offline::ModuleFile;
+use unwind_samples::offline::ModuleFile;
 
 use crate::sample::Sample;
 
 const STACK_COPY: usize = 512 * 1024;
 
 thread_local! {
-    static CAPTURED: RefCell<Option<(unwind::CapturedStack, Vec<u8>)>> = const { RefCell::new(None) };
+    static CAPTURED: RefCell<Option<(unwind_in_process::CapturedStack, Vec<u8>)>> = const { RefCell::new(None) };
 }
 
-/// Copies the calling thread's stack (frame 0 inside `unwind::capture_here`) into `CAPTURED`.
+/// Copies the calling thread's stack (frame 0 inside `unwind_in_process::capture_here`) into `CAPTURED`.
 #[inline(never)]
 fn capture_now() {
     let mut buf = vec![0u8; STACK_COPY];
-    let c = unwind::capture_here(&mut buf).expect("capture (thread registered?)");
+    let c = unwind_in_process::capture_here(&mut buf).expect("capture (thread registered?)");
     buf.truncate(c.len);
     CAPTURED.with(|s| *s.borrow_mut() = Some((c, buf)));
 }
 
-fn take_captured() -> (unwind::CapturedStack, Vec<u8>) {
+fn take_captured() -> (unwind_in_process::CapturedStack, Vec<u8>) {
     CAPTURED
         .with(|s| s.borrow_mut().take())
         .expect("nothing captured")
@@ -90,7 +90,7 @@ fn rec_d(depth: u32, x: u64, a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> 
 /// disagree with its stack.
 fn module_files(dir: &Path) -> Vec<ModuleFile> {
     let exe = std::env::current_exe().ok();
-    unwind::loaded_modules()
+    unwind_in_process::loaded_modules()
         .iter()
         .map(|m| {
             let mut f = ModuleFile::from(m);
@@ -101,7 +101,7 @@ fn module_files(dir: &Path) -> Vec<ModuleFile> {
                 }
             } else if !m.name.starts_with('/') {
                 let path = dir.join("vdso.so");
-                if let Some(image) = unwind::vdso_image() {
+                if let Some(image) = unwind_in_process::vdso_image() {
                     let _ = std::fs::write(&path, image);
                 }
                 f.path = path;
@@ -111,10 +111,10 @@ fn module_files(dir: &Path) -> Vec<ModuleFile> {
         .collect()
 }
 
-fn sample(dir: &Path, name: &str, c: unwind::CapturedStack, stack: Vec<u8>) -> Sample {
+fn sample(dir: &Path, name: &str, c: unwind_in_process::CapturedStack, stack: Vec<u8>) -> Sample {
     let mut pcs = vec![0u64; 1024];
     let image = unwind_core::StackImage::new(c.base, &stack);
-    let expect = unwind::unwind_copy(c.regs, &image, &mut pcs, None)
+    let expect = unwind_in_process::unwind_copy(c.regs, &image, &mut pcs, None)
         .map(|r| r.frames)
         .unwrap_or(0);
     Sample {
@@ -183,7 +183,7 @@ fn fib(n: u64) -> u64 {
 
 struct SignalCapture {
     done: AtomicBool,
-    stack: Mutex<Option<(unwind::CapturedStack, Vec<u8>)>>,
+    stack: Mutex<Option<(unwind_in_process::CapturedStack, Vec<u8>)>>,
 }
 
 static SIGNAL_CAPTURE: SignalCapture = SignalCapture {
@@ -200,7 +200,7 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
     // buffer until the main thread reads it after the flag is set and sampling has stopped.
     let buf = unsafe { &mut *std::ptr::addr_of_mut!(SIGNAL_BUFFER) };
     // SAFETY: `uc` is this handler's context.
-    if let Ok(c) = unsafe { unwind::capture_signal(uc, buf) } {
+    if let Ok(c) = unsafe { unwind_in_process::capture_signal(uc, buf) } {
         // try_lock: never block in a handler (nothing else holds it while sampling).
         if let Ok(mut s) = SIGNAL_CAPTURE.stack.try_lock() {
             *s = Some((c, Vec::new()));
@@ -276,7 +276,7 @@ pub fn fp_chain(dir: &Path, depth: i32) -> std::io::Result<Sample> {
         }
         std::mem::transmute::<*mut libc::c_void, _>(f)
     };
-    unwind::refresh().map_err(std::io::Error::other)?;
+    unwind_in_process::refresh().map_err(std::io::Error::other)?;
     black_box(chain(depth, fp_callback));
     let (mut c, stack) = take_captured();
     c.regs.fp = *FP_FRAME.lock().unwrap_or_else(|e| e.into_inner());

@@ -17,8 +17,8 @@ use std::fmt::Write as _;
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
-use unwind::offline::ModuleFile;
-use unwind::Regs;
+use unwind_in_process::Regs;
+use unwind_samples::offline::ModuleFile;
 
 /// One captured sample.
 #[derive(Clone, Debug)]

@@ -25,7 +25,7 @@ pub struct Ours {
 impl Ours {
     /// Builds the table for `sample`'s modules.
     pub fn new(sample: &Sample) -> Self {
-        let (table, _) = unwind::offline::table_from_files::<unwind::dwarf::X86_64>(
+        let (table, _) = unwind_samples::offline::table_from_files::<unwind_dwarf::X86_64>(
             &sample.modules,
             NonZeroU32::MIN,
         )

@@ -234,12 +234,20 @@ impl Expr {
     }
 }
 
-/// Shift amounts of 64 or more (and negative ones) shift everything out.
-/// Binary operation `op` on `a` and `b` (`a op b`, comparisons signed at `word_size` bytes), as
-/// [`Expr::eval`] computes it, before masking to the word size; `None` for an operation that is
-/// not binary.
+impl Op {
+    /// This binary operation on `a` and `b` (`a op b`, comparisons signed at `word_size`
+    /// bytes; shift amounts of 64 or more, and negative ones, shift everything out), as
+    /// [`Expr::eval`] computes it, before masking to the word size; `None` for an operation
+    /// that is not binary. For tools that fold constants the way the evaluator would.
+    #[inline]
+    pub fn apply(self, a: u64, b: u64, word_size: u8) -> Option<u64> {
+        apply_binary(self, a, b, word_size)
+    }
+}
+
+/// [`Op::apply`], a free function for the evaluator's loop.
 #[inline]
-pub fn apply_binary(op: Op, a: u64, b: u64, word_size: u8) -> Option<u64> {
+fn apply_binary(op: Op, a: u64, b: u64, word_size: u8) -> Option<u64> {
     let (sa, sb) = signed(a, b, word_size);
     Some(match op {
         Op::Add => a.wrapping_add(b),

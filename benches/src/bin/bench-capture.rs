@@ -11,7 +11,7 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create sample directory");
     // Samples name module files by absolute path: benchmarks run from other directories.
     let dir = std::fs::canonicalize(&dir).expect("sample directory");
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     let mut samples = vec![
         unwind_benches::capture::recursion(&dir, 20),
         unwind_benches::capture::recursion(&dir, 60),

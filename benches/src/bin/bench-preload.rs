@@ -1,10 +1,10 @@
 //! Preload cost: `bench-preload FILE...` builds the rule table of each ELF file and, in the same
 //! run, the floor: gimli iterating every row of the same `.eh_frame` without building anything.
 //! `bench-preload --process` does the same for every module loaded in this process (the table
-//! built by `unwind::refresh`, the floor over the modules' files). Prints one line per input:
+//! built by `unwind_in_process::refresh`, the floor over the modules' files). Prints one line per input:
 //! `preload NAME: build S s, floor S s, ratio R x, rows N, distinct D, bytes/row B, rss BYTES`.
 //!
-//! `bench-preload --dlopen FILE` loads FILE into this process and times the `unwind::refresh`
+//! `bench-preload --dlopen FILE` loads FILE into this process and times the `unwind_in_process::refresh`
 //! that parses it, while another thread calls `dl_iterate_phdr` in a loop (as C++ exception
 //! unwinding does): how long refresh held the dynamic loader's lock, and the longest that thread
 //! waited for it. Prints `dlopen NAME: refresh S s, loader lock held S s, longest wait S s (N
@@ -100,7 +100,7 @@ unsafe extern "C" fn nothing(
 /// `--dlopen FILE`: see the module docs.
 fn dlopen_refresh(path: &str) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    unwind::init().expect("init");
+    unwind_in_process::init().expect("init");
     let c = std::ffi::CString::new(path).expect("path");
     // SAFETY: loads a shared library whose constructors are the toolchain's own.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
@@ -121,7 +121,7 @@ fn dlopen_refresh(path: &str) {
         })
     };
     std::thread::sleep(Duration::from_millis(20));
-    let report = unwind::refresh().expect("refresh");
+    let report = unwind_in_process::refresh().expect("refresh");
     stop.store(true, Ordering::Relaxed);
     let (longest, calls) = prober.join().expect("prober");
     let name = std::path::Path::new(path)
@@ -145,9 +145,9 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("--process") {
         let rss0 = rss();
-        let first = unwind::init().expect("init");
+        let first = unwind_in_process::init().expect("init");
         let rss1 = rss();
-        let paths: Vec<String> = unwind::loaded_modules()
+        let paths: Vec<String> = unwind_in_process::loaded_modules()
             .iter()
             .filter(|m| m.name.starts_with('/'))
             .map(|m| m.name.clone())

@@ -304,7 +304,7 @@ fn real_main() -> Result<(), String> {
         ));
     }
     let preload = run(Command::new(bin_dir.join("bench-preload")).arg("--process"))?.0;
-    let driver = unwind::rustc_driver_path().map(|p| p.to_string_lossy().into_owned());
+    let driver = unwind_test_support::rustc_driver_path().map(|p| p.to_string_lossy().into_owned());
     let preload_driver = match &driver {
         Some(d) => run(Command::new(bin_dir.join("bench-preload")).arg(d))?.0,
         None => String::new(),
@@ -390,7 +390,7 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter_map(|p| {
-            let s = unwind::offline::ArmSample::load(&p, Some(Path::new(ARM_SYSROOT)))?;
+            let s = unwind_samples::offline::ArmSample::load(&p, Some(Path::new(ARM_SYSROOT)))?;
             Some((s.pcs.len(), p))
         })
         .collect();

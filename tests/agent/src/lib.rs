@@ -3,7 +3,7 @@
 //! Rust workload uses [`start`], [`register_thread`], [`unregister_thread`] and [`stop`].
 //!
 //! A sampler thread sends SIGPROF to every registered thread at the requested rate; the handler
-//! unwinds with `unwind::unwind_signal` into preallocated slots. `stop` symbolizes every sample
+//! unwinds with `unwind_in_process::unwind_signal` into preallocated slots. `stop` symbolizes every sample
 //! and writes one line per sample:
 //!
 //! ```text
@@ -24,18 +24,18 @@ const MAX_FRAMES: usize = 256;
 const MAX_SAMPLES: usize = 1 << 15;
 const MAX_THREADS: usize = 64;
 
-static SAMPLES: OnceLock<unwind::Samples> = OnceLock::new();
+static SAMPLES: OnceLock<unwind_in_process::Samples> = OnceLock::new();
 
 /// With `AGENT_SAMPLES_DIR` set, samples are also captured (the full register context and a
 /// copy of the stack) and written there with the PCs found in the handler, so that they can be
 /// unwound again elsewhere (armv7 samples on the x86_64 host) and compared: every
 /// `AGENT_SAMPLES_EVERY`-th unwound sample (default 1), up to `AGENT_SAMPLES_MAX` of them
 /// (default 200), each as `NNNN.sample` (text header, `---`, stack bytes) and `NNNN.dmp` (a
-/// minidump with the frames in `unwind::minidump::UNWOUND_STREAM`).
+/// minidump with the frames in `unwind_samples::minidump::UNWOUND_STREAM`).
 const DEFAULT_CAPTURE_SAMPLES: usize = 200;
 const CAPTURE_BYTES: usize = 64 * 1024;
 
-static CAPTURES: OnceLock<unwind::Captures> = OnceLock::new();
+static CAPTURES: OnceLock<unwind_in_process::Captures> = OnceLock::new();
 
 /// A positive count from the environment variable `name`, or `default` (with a warning when the
 /// variable is set but not a positive integer).
@@ -53,7 +53,7 @@ fn env_count(name: &str, default: usize) -> usize {
 }
 
 #[cfg(target_arch = "arm")]
-fn regs_line(r: &unwind::Regs) -> String {
+fn regs_line(r: &unwind_in_process::Regs) -> String {
     format!(
         "regs arm {:#x} {:#x} {:#x} {:#x} {:#x} {:#x}",
         r.pc, r.lr, r.sp, r.r12, r.r11, r.r7
@@ -61,7 +61,7 @@ fn regs_line(r: &unwind::Regs) -> String {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn regs_line(r: &unwind::Regs) -> String {
+fn regs_line(r: &unwind_in_process::Regs) -> String {
     format!("regs x86_64 {:#x} {:#x} {:#x}", r.pc, r.sp, r.fp)
 }
 
@@ -70,9 +70,9 @@ fn regs_line(r: &unwind::Regs) -> String {
 fn write_captures(dir: &str) {
     let Some(caps) = CAPTURES.get() else { return };
     let _ = std::fs::create_dir_all(dir);
-    let modules = unwind::loaded_modules();
+    let modules = unwind_in_process::loaded_modules();
     // The vdso has no file: its image goes with the samples, for symbol files and offline walks.
-    if let Some(image) = unwind::vdso_image() {
+    if let Some(image) = unwind_in_process::vdso_image() {
         let _ = std::fs::write(format!("{dir}/linux-vdso.so.1"), image);
     }
     for c in caps.captured() {
@@ -118,7 +118,7 @@ pub unsafe extern "C" fn agent_handle_signal(
 ) {
     let mut pcs = [0u64; MAX_FRAMES];
     // SAFETY: `uc` is the running handler's context (the caller's contract).
-    let Ok(r) = (unsafe { unwind::unwind_signal(uc, &mut pcs, None) }) else {
+    let Ok(r) = (unsafe { unwind_in_process::unwind_signal(uc, &mut pcs, None) }) else {
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -136,13 +136,15 @@ pub unsafe extern "C" fn agent_handle_signal(
 /// Preallocates the sample slots and preloads the rule table (registering the calling thread),
 /// without installing a handler or starting a sampler.
 pub fn init() -> Result<(), String> {
-    SAMPLES.get_or_init(|| unwind::Samples::new(MAX_SAMPLES, MAX_FRAMES));
+    SAMPLES.get_or_init(|| unwind_in_process::Samples::new(MAX_SAMPLES, MAX_FRAMES));
     if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
         let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
         let every = env_count("AGENT_SAMPLES_EVERY", 1);
-        CAPTURES.get_or_init(|| unwind::Captures::new(max, every, CAPTURE_BYTES, MAX_FRAMES));
+        CAPTURES.get_or_init(|| {
+            unwind_in_process::Captures::new(max, every, CAPTURE_BYTES, MAX_FRAMES)
+        });
     }
-    let report = unwind::init().map_err(|e| e.to_string())?;
+    let report = unwind_in_process::init().map_err(|e| e.to_string())?;
     eprintln!(
         "agent: preloaded {} modules, {} rows",
         report.modules.len(),
@@ -190,7 +192,7 @@ pub fn start(hz: u32) -> Result<(), String> {
 
 /// Registers the calling thread with the unwinder and adds it to the sampled threads.
 pub fn register_thread() -> Result<(), String> {
-    unwind::register_thread().map_err(|e| e.to_string())?;
+    unwind_in_process::register_thread().map_err(|e| e.to_string())?;
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     TIDS.iter()
@@ -211,7 +213,7 @@ pub fn unregister_thread() {
     }
     // A signal already sent may still arrive; the handler then finds the thread unregistered
     // and counts a failure rather than touching freed state.
-    unwind::unregister_thread();
+    unwind_in_process::unregister_thread();
 }
 
 /// Stops the sampler and returns the report: one line per sample, then a summary line.
@@ -228,7 +230,7 @@ pub fn stop() -> String {
     if let Ok(dir) = std::env::var("AGENT_SAMPLES_DIR") {
         write_captures(&dir);
     }
-    let sym = unwind::symbolize::Symbolizer::for_current_process();
+    let sym = unwind_in_process::symbolizer();
     let mut out = String::new();
     let Some(samples) = SAMPLES.get() else {
         return out;
@@ -280,7 +282,7 @@ pub extern "C" fn agent_init() -> c_int {
 /// C: rebuilds the rule table after `dlopen`/`dlclose`; returns 0 on success.
 #[no_mangle]
 pub extern "C" fn agent_refresh() -> c_int {
-    match unwind::refresh() {
+    match unwind_in_process::refresh() {
         Ok(_) => 0,
         Err(e) => {
             eprintln!("agent_refresh: {e}");

@@ -130,6 +130,25 @@ impl Checks {
     }
 }
 
+/// The Rust toolchain's `librustc_driver-*.so` (the largest binary on a Rust machine, used to
+/// report preload cost), found through `rustc --print sysroot`.
+pub fn rustc_driver_path() -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let lib = std::path::Path::new(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

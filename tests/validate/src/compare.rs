@@ -374,7 +374,7 @@ mod tests {
             path: "dir/0000.dmp".into(),
             bytes: Vec::new(),
             arch: Architecture::X86_64,
-            context: unwind::minidump::Context::X86_64 {
+            context: unwind_samples::Context::X86_64 {
                 regs: [0; 17],
                 eflags: 0,
             },
@@ -388,7 +388,7 @@ mod tests {
             }],
             ours: ours.to_vec(),
             stop: StopReason::EndOfStack,
-            system: unwind::trace::System {
+            system: unwind_samples::trace::System {
                 os: "Linux".into(),
                 os_version: String::new(),
                 cpu: "amd64".into(),

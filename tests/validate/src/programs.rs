@@ -4,7 +4,7 @@
 //! The agent (tests/agent) unwinds every sample in its SIGPROF handler; with
 //! `AGENT_SAMPLES_DIR` it also copies the registers and stack of every `AGENT_SAMPLES_EVERY`-th
 //! sample, up to `AGENT_SAMPLES_MAX`, and writes each as a minidump holding the frames it
-//! found (`unwind::minidump::UNWOUND_STREAM`).
+//! found (`unwind_samples::minidump::UNWOUND_STREAM`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -59,7 +59,7 @@ pub fn validate_arch(
 }
 
 /// Validates the minidumps of `runs` (all of architecture `arch`), however they were taken:
-/// each must hold the frames its process unwound (`unwind::minidump::UNWOUND_STREAM`).
+/// each must hold the frames its process unwound (`unwind_samples::minidump::UNWOUND_STREAM`).
 pub fn validate_runs(
     arch: Architecture,
     runs: Vec<ProgramRun>,

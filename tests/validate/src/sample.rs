@@ -1,5 +1,5 @@
 //! A sample read back from its minidump: the registers, the stack copy, the modules, and the
-//! frames our unwinder found in the signal handler (`unwind::minidump::UNWOUND_STREAM`).
+//! frames our unwinder found in the signal handler (`unwind_samples::minidump::UNWOUND_STREAM`).
 
 use std::path::{Path, PathBuf};
 
@@ -8,9 +8,9 @@ use minidump::{
     Minidump, MinidumpMemoryList, MinidumpModuleList, MinidumpRawContext, MinidumpSystemInfo,
     MinidumpThreadList, Module,
 };
-use unwind::minidump::Context;
-use unwind::StopReason;
 use unwind_dwarf::Architecture;
+use unwind_in_process::StopReason;
+use unwind_samples::Context;
 
 /// A module of the sampled process.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,7 +58,7 @@ pub struct Sample {
     /// Why our walk stopped.
     pub stop: StopReason,
     /// OS and CPU, as the trace header prints them.
-    pub system: unwind::trace::System,
+    pub system: unwind_samples::trace::System,
 }
 
 impl Sample {
@@ -70,7 +70,8 @@ impl Sample {
         let dump = Minidump::read(&bytes[..]).map_err(|e| err("minidump", &e))?;
         let system: MinidumpSystemInfo = dump.get_stream().map_err(|e| err("system info", &e))?;
         let csd = system.csd_version();
-        let trace_system = unwind::trace::System::from_minidump(&system.raw, csd.as_deref());
+        let trace_system =
+            unwind_samples::trace::System::from_minidump(&system.raw, csd.as_deref());
         let threads: MinidumpThreadList = dump.get_stream().map_err(|e| err("threads", &e))?;
         let thread = threads
             .threads
@@ -110,9 +111,9 @@ impl Sample {
             })
             .collect();
         let raw = dump
-            .get_raw_stream(unwind::minidump::UNWOUND_STREAM)
+            .get_raw_stream(unwind_samples::minidump::UNWOUND_STREAM)
             .map_err(|e| err("unwound stream", &e))?;
-        let (ours, stop) = unwind::minidump::parse_unwound(raw)
+        let (ours, stop) = unwind_samples::minidump::parse_unwound(raw)
             .ok_or_else(|| err("unwound stream", &"malformed"))?;
         drop(dump);
         Ok(Sample {
@@ -130,10 +131,10 @@ impl Sample {
     }
 
     /// The modules as trace lines name them (the main program first, as in the minidump).
-    pub fn trace_modules(&self) -> Vec<unwind::trace::TraceModule> {
+    pub fn trace_modules(&self) -> Vec<unwind_samples::trace::TraceModule> {
         self.modules
             .iter()
-            .map(|m| unwind::trace::TraceModule {
+            .map(|m| unwind_samples::trace::TraceModule {
                 code_file: m.code_file.clone(),
                 version: String::new(),
                 debug_file: m.code_file.clone(),

@@ -1,13 +1,13 @@
 //! Both walks of a sample printed in the shape of Breakpad's `minidump_stackwalk -m`
-//! (`unwind::trace`), named by the same symbolizer, so that they can be diffed as text:
+//! (`unwind_samples::trace`), named by the same symbolizer, so that they can be diffed as text:
 //! `NNNN.ours.trace` and `NNNN.breakpad.trace` next to `NNNN.dmp`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use unwind::symbolize::Symbolizer;
-use unwind::LoadedModule;
 use unwind_dwarf::Architecture;
+use unwind_samples::offline::ModuleFile;
+use unwind_samples::symbolize::Symbolizer;
 
 use crate::programs::host_path;
 use crate::sample::{Sample, SampleModule};
@@ -24,26 +24,23 @@ impl Traces {
         self.symbolizers
             .entry(s.modules.clone())
             .or_insert_with(|| {
-                let modules: Vec<LoadedModule> = s
+                let modules: Vec<ModuleFile> = s
                     .modules
                     .iter()
                     .map(|m| {
                         let path = host_path(&m.code_file, s.arch);
                         let svma = crate::walk::image_base_svma(&path);
-                        let end = m.base.saturating_add(m.size);
-                        LoadedModule {
-                            name: path.display().to_string(),
+                        ModuleFile {
                             bias: m.base.wrapping_sub(svma.unwrap_or(0)),
                             start: m.base,
-                            end,
-                            eh_frame_hdr: None,
-                            image_start: m.base,
-                            image_end: end,
-                            build_id: None,
+                            end: m.base.saturating_add(m.size),
+                            path,
                         }
                     })
                     .collect();
-                Symbolizer::new(&modules)
+                // The vdso has no file: its symbols come from this process's copy (the same
+                // kernel took the samples).
+                Symbolizer::new(&modules, unwind_in_process::vdso_image().as_deref())
             })
     }
 
@@ -52,15 +49,16 @@ impl Traces {
         let modules = s.trace_modules();
         let system = s.system.clone();
         let sym = self.symbolizer(s);
-        let lookup = unwind::trace::symbolizer_lookup(sym);
+        let lookup = unwind_samples::trace::symbolizer_lookup(sym);
         let bp: Vec<u64> = theirs.iter().map(|f| f.address).collect();
         // Frame 0 as the context holds it: an ARM PC has no Thumb bit (CPSR.T says Thumb).
         let mut our_frames = s.ours.clone();
         if let (Architecture::Arm, Some(pc)) = (s.arch, our_frames.first_mut()) {
             *pc &= !1;
         }
-        let ours = unwind::trace::machine_readable(&system, &modules, &[&our_frames], &lookup);
-        let breakpad = unwind::trace::machine_readable(&system, &modules, &[&bp], &lookup);
+        let ours =
+            unwind_samples::trace::machine_readable(&system, &modules, &[&our_frames], &lookup);
+        let breakpad = unwind_samples::trace::machine_readable(&system, &modules, &[&bp], &lookup);
         let path = |kind: &str| -> PathBuf { s.path.with_extension(format!("{kind}.trace")) };
         let _ = std::fs::write(path("ours"), &ours);
         let _ = std::fs::write(path("breakpad"), &breakpad);

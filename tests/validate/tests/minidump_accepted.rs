@@ -1,6 +1,6 @@
-//! Minidumps written by `unwind::minidump` are read back by the `minidump` crate and processed
+//! Minidumps written by `unwind_samples::minidump` are read back by the `minidump` crate and processed
 //! by `minidump_processor::process_minidump` (rust-minidump's Breakpad-compatible walker), and
-//! `unwind::trace` prints `minidump_stackwalk -m` lines exactly.
+//! `unwind_samples::trace` prints `minidump_stackwalk -m` lines exactly.
 
 use breakpad_symbols::{SimpleSymbolSupplier, Symbolizer as BreakpadSymbolizer};
 use minidump::{
@@ -8,9 +8,10 @@ use minidump::{
     MinidumpSystemInfo, MinidumpThreadList, Module,
 };
 use minidump_common::format::{ContextFlagsAmd64, ContextFlagsArm};
-use unwind::minidump::{self as dump, Context, DumpModule, SampleDump, Unwound};
-use unwind::trace::{self, System, TraceModule};
-use unwind::StopReason;
+use unwind_in_process::StopReason;
+use unwind_samples::minidump::{self as dump, DumpModule, SampleDump, SystemInfo, Unwound};
+use unwind_samples::trace::{self, System, TraceModule};
+use unwind_samples::Context;
 
 /// Breakpad's debug identifier of an ELF build id, as our exporter computes it.
 fn breakpad_debug_id(build_id: &[u8]) -> String {
@@ -18,9 +19,9 @@ fn breakpad_debug_id(build_id: &[u8]) -> String {
 }
 
 #[inline(never)]
-fn capture_deep(depth: u32, buf: &mut [u8]) -> unwind::CapturedStack {
+fn capture_deep(depth: u32, buf: &mut [u8]) -> unwind_in_process::CapturedStack {
     if depth == 0 {
-        return unwind::capture_here(buf).expect("capture (thread registered?)");
+        return unwind_in_process::capture_here(buf).expect("capture (thread registered?)");
     }
     let c = capture_deep(depth - 1, std::hint::black_box(buf));
     std::hint::black_box(c)
@@ -29,8 +30,8 @@ fn capture_deep(depth: u32, buf: &mut [u8]) -> unwind::CapturedStack {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
-    unwind::init().expect("init");
-    unwind::register_thread().expect("register");
+    unwind_in_process::init().expect("init");
+    unwind_in_process::register_thread().expect("register");
     let mut buf = vec![0u8; 256 * 1024];
     let c = capture_deep(3, &mut buf);
     let stack = &buf[..c.len];
@@ -38,18 +39,21 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
     assert_eq!(c.context.pc(), c.regs.pc);
     assert_eq!(c.context.sp(), c.regs.sp);
 
-    let image = unwind::core::StackImage::new(c.base, stack);
+    let image = unwind_core::StackImage::new(c.base, stack);
     let mut pcs = [0u64; 128];
-    let r = unwind::unwind_copy(c.regs, &image, &mut pcs, None).expect("unwind the copy");
+    let r =
+        unwind_in_process::unwind_copy(c.regs, &image, &mut pcs, None).expect("unwind the copy");
     let pcs = &pcs[..r.frames];
     assert!(pcs.len() >= 4, "our unwinder found {} frames", pcs.len());
 
-    let modules = dump::current_modules();
+    let modules = unwind_in_process::dump_modules();
+    let machine = unwind_in_process::system_info();
     assert!(modules.iter().all(|m| m.size > 0 && m.base % 4096 == 0));
     assert!(modules.iter().any(|m| m.name.contains("libc.so")));
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     let bytes = dump::write(&SampleDump {
+        system: &machine,
         context: c.context,
         thread_id: tid,
         stack_base: c.base,
@@ -137,7 +141,7 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
     // Breakpad's system lines, from the stream as read back, agree with rust-minidump's parts
     // and with what the writer records for this machine.
     let system = System::from_minidump(&sys.raw, sys.csd_version().as_deref());
-    assert_eq!(system, System::of_this_machine(&c.context));
+    assert_eq!(system, System::from_system_info(&machine));
     assert_eq!(system.cpu, "amd64");
     assert_eq!(Some(system.cpu_info.as_str()), sys.cpu_info().as_deref());
     assert_eq!(
@@ -157,7 +161,7 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
             assert_eq!(t.debug_id, breakpad_debug_id(&m.build_id), "{}", m.name);
         }
     }
-    let sym = unwind::symbolize::Symbolizer::new(&unwind::loaded_modules());
+    let sym = unwind_in_process::symbolizer();
     let ours = trace::machine_readable(
         &system,
         &trace_modules,
@@ -178,7 +182,7 @@ fn current_thread_minidump_is_read_and_walked_by_rust_minidump() {
         .find(|l| l.starts_with("0|0|"))
         .expect("frame 0");
     assert!(
-        frame0.contains("|unwind::capture::capture_here|"),
+        frame0.contains("|unwind_in_process::capture::capture_here|"),
         "{frame0}"
     );
     assert!(
@@ -222,6 +226,7 @@ fn synthetic_arm_minidump_reads_back_as_arm() {
         },
     ];
     let bytes = dump::write(&SampleDump {
+        system: &SystemInfo::unknown(&context),
         context,
         thread_id: 4242,
         stack_base: 0xbe00_0100,

@@ -10,7 +10,7 @@
 //! `x & -2^k` is `x 2^k @`, `-x` is `x -1 *`, `!x` is `x -1 * -1 +`). Anything else (comparisons
 //! or bitwise operations on register values, arithmetic shifts) has no Breakpad form.
 
-use unwind_core::expr::{apply_binary, EvalContext, Expr, Op};
+use unwind_core::expr::{EvalContext, Expr, Op};
 use unwind_core::Memory;
 
 /// How one architecture's expressions are written.
@@ -73,7 +73,7 @@ fn log2(v: u64) -> Option<u32> {
 
 /// Folds a binary operation on constants as [`Expr::eval`] does.
 fn fold(op: Op, a: u64, b: u64, t: &Target) -> Option<u64> {
-    apply_binary(op, a, b, t.word_size).map(|v| t.mask(v))
+    op.apply(a, b, t.word_size).map(|v| t.mask(v))
 }
 
 /// A binary operation with at least one non-constant operand, if Breakpad can write it.

@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use unwind::offline::{table_from_files, ArmSample};
 use unwind_core::arm::Rule;
 use unwind_core::{Arm, Cache, RuleTable, StackImage};
+use unwind_samples::offline::{table_from_files, ArmSample};
 
 /// One unwind; never inlined, so its instructions can be told apart in a trace.
 #[inline(never)]
@@ -33,8 +33,7 @@ fn main() {
     let k: u64 = k.parse().expect("K");
     let sysroot = (sysroot != "-").then(|| Path::new(sysroot));
     let sample = ArmSample::load(Path::new(path), sysroot).expect("sample");
-    let (table, _) =
-        table_from_files::<unwind::dwarf::Arm>(&sample.modules, NonZeroU32::MIN).expect("table");
+    let (table, _) = table_from_files::<Arm>(&sample.modules, NonZeroU32::MIN).expect("table");
     let mut cache = Box::new(Cache::new());
     let image = StackImage::new(sample.base, &sample.bytes);
     let mut pcs = [0u64; 256];

@@ -3,114 +3,17 @@
 //! found in the signal handler, so that another walker (rust-minidump's Breakpad-compatible
 //! one, Breakpad's `minidump_stackwalk`) can walk the same sample and be compared frame by frame.
 //!
-//! Capture happens in the signal handler ([`crate::capture_signal`] returns the [`Context`] with
-//! the stack copy); writing happens later, outside it ([`write()`] allocates).
+//! The sampled process captures the context and the stack copy in its signal handler and
+//! describes the machine ([`SystemInfo`]); writing happens later, outside the handler
+//! ([`write()`] allocates), in that process or anywhere else.
 
 use minidump_common::format as md;
 use scroll::ctx::{SizeWith, TryIntoCtx};
 use scroll::{Endian, Pwrite, LE};
 
-use crate::{LoadedModule, StopReason};
+use unwind_core::StopReason;
 
-/// The register names of [`Context::X86_64`]'s `regs`, in `CONTEXT_AMD64` order.
-pub const X86_64_REGISTERS: [&str; 17] = [
-    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
-    "r14", "r15", "rip",
-];
-
-/// Index of `rsp` in [`Context::X86_64`]'s `regs`.
-pub const X86_64_RSP: usize = 4;
-/// Index of `rbp` in [`Context::X86_64`]'s `regs`.
-pub const X86_64_RBP: usize = 5;
-/// Index of `rip` in [`Context::X86_64`]'s `regs`.
-pub const X86_64_RIP: usize = 16;
-
-/// CPSR bit 5: the thread executes Thumb code.
-pub const ARM_CPSR_THUMB: u32 = 1 << 5;
-
-/// A thread's whole integer register file, as a minidump stores it. Architecture-independent, so
-/// that an armv7 sample can be written or read on an x86_64 host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Context {
-    /// x86_64.
-    X86_64 {
-        /// rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip ([`X86_64_REGISTERS`], `CONTEXT_AMD64`
-        /// order).
-        regs: [u64; 17],
-        /// The flags register.
-        eflags: u32,
-    },
-    /// 32-bit ARM.
-    Arm {
-        /// r0..r15; r15 is the PC without the Thumb bit (which is [`ARM_CPSR_THUMB`] in `cpsr`).
-        iregs: [u32; 16],
-        /// The program status register.
-        cpsr: u32,
-    },
-}
-
-impl Context {
-    /// The full context of registers captured by the unwinder ([`crate::capture_here`]): the
-    /// registers [`crate::Regs`] tracks, every other register 0. On ARM, a PC with bit 0 set
-    /// (Thumb) becomes a PC without it and the Thumb bit in CPSR.
-    pub fn from_regs(regs: &crate::Regs) -> Context {
-        crate::arch::context_from_regs(regs)
-    }
-
-    /// The instruction pointer (ARM: without the Thumb bit).
-    pub fn pc(&self) -> u64 {
-        match self {
-            Context::X86_64 { regs, .. } => regs[X86_64_RIP],
-            Context::Arm { iregs, .. } => u64::from(iregs[15]),
-        }
-    }
-
-    /// The stack pointer.
-    pub fn sp(&self) -> u64 {
-        match self {
-            Context::X86_64 { regs, .. } => regs[X86_64_RSP],
-            Context::Arm { iregs, .. } => u64::from(iregs[13]),
-        }
-    }
-
-    /// The registers our x86_64 unwinder starts from, if this is an x86_64 context.
-    pub fn x86_64_regs(&self) -> Option<unwind_core::x86_64::Regs> {
-        match self {
-            Context::X86_64 { regs, .. } => Some(unwind_core::x86_64::Regs {
-                pc: regs[X86_64_RIP],
-                sp: regs[X86_64_RSP],
-                fp: regs[X86_64_RBP],
-            }),
-            Context::Arm { .. } => None,
-        }
-    }
-
-    /// The registers our ARM unwinder starts from (the PC with bit 0 set for Thumb code), if
-    /// this is an ARM context.
-    pub fn arm_regs(&self) -> Option<unwind_core::arm::Regs> {
-        match self {
-            Context::Arm { iregs, cpsr } => Some(unwind_core::arm::Regs {
-                pc: iregs[15] | u32::from(cpsr & ARM_CPSR_THUMB != 0),
-                lr: iregs[14],
-                sp: iregs[13],
-                r12: iregs[12],
-                r11: iregs[11],
-                r7: iregs[7],
-            }),
-            Context::X86_64 { .. } => None,
-        }
-    }
-
-    /// Breakpad's name of this context's CPU: `amd64` or `arm`.
-    pub fn cpu_name(&self) -> &'static str {
-        match self {
-            Context::X86_64 { .. } => "amd64",
-            Context::Arm { .. } => "arm",
-        }
-    }
-}
-
-pub use crate::arch::context_from_ucontext;
+use crate::context::Context;
 
 /// A loaded module as a minidump module.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,18 +35,6 @@ impl DumpModule {
         hex(&self.build_id)
     }
 }
-
-impl From<&LoadedModule> for DumpModule {
-    fn from(m: &LoadedModule) -> Self {
-        DumpModule {
-            base: m.image_start,
-            size: m.image_end.saturating_sub(m.image_start),
-            name: m.name.clone(),
-            build_id: m.build_id.clone().unwrap_or_default(),
-        }
-    }
-}
-
 /// Lowercase hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -162,9 +53,51 @@ pub struct Unwound<'a> {
     pub stop: StopReason,
 }
 
+/// The machine a sample was taken on, as a minidump's SystemInfo stream records it.
+#[derive(Clone, Debug)]
+pub struct SystemInfo {
+    /// The stream (its `csd_version_rva` is filled when written).
+    pub raw: md::MINIDUMP_SYSTEM_INFO,
+    /// The CSD version string: the kernel's `uname -srvm` on Linux.
+    pub csd_version: String,
+}
+
+impl SystemInfo {
+    /// A Linux machine of `context`'s architecture about which nothing else is known (one
+    /// processor, no kernel version, no CPU identification): for samples made up or moved
+    /// between machines. The sampled process describes its own machine with the runtime's
+    /// `system_info`.
+    pub fn unknown(context: &Context) -> SystemInfo {
+        let (architecture, level) = match context {
+            Context::X86_64 { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64, 0),
+            Context::Arm { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM, 7),
+        };
+        SystemInfo {
+            raw: md::MINIDUMP_SYSTEM_INFO {
+                processor_architecture: architecture as u16,
+                processor_level: level,
+                processor_revision: 0,
+                number_of_processors: 1,
+                product_type: 0,
+                major_version: 0,
+                minor_version: 0,
+                build_number: 0,
+                platform_id: md::PlatformId::Linux as u32,
+                csd_version_rva: 0,
+                suite_mask: 0,
+                reserved2: 0,
+                cpu: md::CPU_INFORMATION { data: [0; 24] },
+            },
+            csd_version: String::new(),
+        }
+    }
+}
+
 /// One sample to be written as a minidump.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleDump<'a> {
+    /// The machine the sample was taken on.
+    pub system: &'a SystemInfo,
     /// The sampled thread's registers.
     pub context: Context,
     /// The sampled thread's id (`gettid`).
@@ -200,161 +133,6 @@ pub fn parse_unwound(stream: &[u8]) -> Option<(Vec<u64>, StopReason)> {
         })
         .collect();
     Some((pcs, stop))
-}
-
-/// The modules of the current process as minidump modules, in `dl_iterate_phdr` order (the
-/// main program first). Not async-signal-safe: call it outside signal handlers.
-pub fn current_modules() -> Vec<DumpModule> {
-    crate::modules::loaded_now()
-        .iter()
-        .map(DumpModule::from)
-        .collect()
-}
-
-/// What the SystemInfo stream of a minidump written here holds: the raw stream and its CSD
-/// version string (`uname -srvm`), for a sample of `context`'s architecture taken on this
-/// machine. The CPU's identification (x86_64: cpuid family/model/stepping; ARM: the hardware
-/// capabilities) is filled only when `context` is of the architecture this code runs on.
-pub fn system_info(context: &Context) -> (md::MINIDUMP_SYSTEM_INFO, String) {
-    let uts = uname();
-    let mut version = uts
-        .release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|n| n.parse().unwrap_or(0));
-    let (major, minor, build) = (
-        version.next().unwrap_or(0),
-        version.next().unwrap_or(0),
-        version.next().unwrap_or(0),
-    );
-    let csd = [&uts.sysname, &uts.release, &uts.version, &uts.machine]
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
-    // SAFETY: sysconf has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let cpus = u8::try_from(cpus.max(1)).unwrap_or(u8::MAX);
-    let (architecture, level, revision, cpu) = match context {
-        Context::X86_64 { .. } => {
-            let (level, revision, cpu) = x86_64_cpu();
-            (
-                md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64,
-                level,
-                revision,
-                cpu,
-            )
-        }
-        Context::Arm { .. } => (
-            md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM,
-            7,
-            0,
-            arm_cpu(),
-        ),
-    };
-    let info = md::MINIDUMP_SYSTEM_INFO {
-        processor_architecture: architecture as u16,
-        processor_level: level,
-        processor_revision: revision,
-        number_of_processors: cpus,
-        product_type: 0,
-        major_version: major,
-        minor_version: minor,
-        build_number: build,
-        platform_id: md::PlatformId::Linux as u32,
-        csd_version_rva: 0,
-        suite_mask: 0,
-        reserved2: 0,
-        cpu: md::CPU_INFORMATION { data: cpu },
-    };
-    (info, csd)
-}
-
-struct Uname {
-    sysname: String,
-    release: String,
-    version: String,
-    machine: String,
-}
-
-fn uname() -> Uname {
-    // SAFETY: utsname is plain data; uname fills it (or fails, leaving zeros).
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `uts` is a valid utsname to write.
-    let ok = unsafe { libc::uname(&mut uts) } == 0;
-    let text = |field: &[libc::c_char]| -> String {
-        if !ok {
-            return String::new();
-        }
-        let bytes: Vec<u8> = field
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c.to_ne_bytes()[0])
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    Uname {
-        sysname: text(&uts.sysname),
-        release: text(&uts.release),
-        version: text(&uts.version),
-        machine: text(&uts.machine),
-    }
-}
-
-/// `(processor_level, processor_revision, CPU_INFORMATION)` of this x86_64 CPU: family, model
-/// and stepping as Breakpad's Linux writer records them, and the cpuid vendor and features.
-#[cfg(target_arch = "x86_64")]
-fn x86_64_cpu() -> (u16, u16, [u8; 24]) {
-    use std::arch::x86_64::__cpuid;
-    // SAFETY: cpuid exists on every x86_64 CPU; leaves 0 and 1 are always valid.
-    #[allow(unused_unsafe)]
-    let (l0, l1) = unsafe { (__cpuid(0), __cpuid(1)) };
-    let eax = l1.eax;
-    let stepping = eax & 0xf;
-    let mut model = (eax >> 4) & 0xf;
-    let mut family = (eax >> 8) & 0xf;
-    if family == 0xf {
-        family += (eax >> 20) & 0xff;
-    }
-    if family == 0x6 || family >= 0xf {
-        model += ((eax >> 16) & 0xf) << 4;
-    }
-    let info = md::X86CpuInfo {
-        vendor_id: [l0.ebx, l0.edx, l0.ecx],
-        version_information: eax,
-        feature_information: l1.edx,
-        amd_extended_cpu_features: 0,
-    };
-    let mut data = [0u8; 24];
-    let _ = data.pwrite_with(info, 0, LE);
-    (
-        u16::try_from(family).unwrap_or(u16::MAX),
-        u16::try_from((model << 8) | stepping).unwrap_or(u16::MAX),
-        data,
-    )
-}
-
-/// No x86_64 CPU to identify (an x86_64 sample written on another architecture).
-#[cfg(not(target_arch = "x86_64"))]
-fn x86_64_cpu() -> (u16, u16, [u8; 24]) {
-    (0, 0, [0; 24])
-}
-
-/// The ARM `CPU_INFORMATION`: no cpuid (user space cannot read MIDR), this CPU's hardware
-/// capabilities when running on ARM.
-fn arm_cpu() -> [u8; 24] {
-    #[cfg(target_arch = "arm")]
-    // SAFETY: getauxval has no preconditions.
-    let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
-    #[cfg(not(target_arch = "arm"))]
-    let hwcaps = 0u32;
-    let info = md::ARMCpuInfo {
-        cpuid: 0,
-        elf_hwcaps: hwcaps,
-    };
-    let mut data = [0u8; 24];
-    let _ = data.pwrite_with(info, 0, LE);
-    data
 }
 
 /// A minidump being assembled: blobs appended at 8-byte-aligned offsets.
@@ -495,9 +273,9 @@ pub fn write(dump: &SampleDump<'_>) -> Vec<u8> {
     let mut directory = Vec::with_capacity(stream_count);
 
     // SystemInfo, then its CSD version string.
-    let (mut info, csd) = system_info(&dump.context);
+    let mut info = dump.system.raw.clone();
     let info_at = w.push(info.clone());
-    info.csd_version_rva = w.string(&csd);
+    info.csd_version_rva = w.string(&dump.system.csd_version);
     w.put_at(info_at.rva as usize, info);
     directory.push((md::MINIDUMP_STREAM_TYPE::SystemInfoStream, info_at));
 
@@ -603,7 +381,12 @@ mod tests {
 
     #[test]
     fn unwound_stream_round_trips_and_rejects_bad_input() {
+        let system = SystemInfo::unknown(&Context::Arm {
+            iregs: [0; 16],
+            cpsr: 0,
+        });
         let dump = SampleDump {
+            system: &system,
             context: Context::Arm {
                 iregs: [0; 16],
                 cpsr: 0,
@@ -627,18 +410,5 @@ mod tests {
         assert_eq!(parse_unwound(&[0, 0, 0, 0, 99, 0, 0, 0]), None);
         assert_eq!(parse_unwound(&[255, 255, 255, 255, 0, 0, 0, 0]), None);
         assert_eq!(parse_unwound(&[]), None);
-    }
-
-    #[test]
-    fn arm_regs_carry_the_thumb_bit() {
-        let mut iregs = [0u32; 16];
-        iregs[15] = 0x1000;
-        let c = Context::Arm {
-            iregs,
-            cpsr: ARM_CPSR_THUMB,
-        };
-        assert_eq!(c.arm_regs().map(|r| r.pc), Some(0x1001));
-        assert_eq!(c.pc(), 0x1000);
-        assert_eq!(c.x86_64_regs(), None);
     }
 }

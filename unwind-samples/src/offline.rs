@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
+use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder, TableError};
 
 /// Where a module was loaded in the sampled process, and the file to read its rules from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,17 +21,6 @@ pub struct ModuleFile {
     pub bias: u64,
 }
 
-impl From<&crate::LoadedModule> for ModuleFile {
-    fn from(m: &crate::LoadedModule) -> Self {
-        ModuleFile {
-            path: m.name.clone().into(),
-            start: m.start,
-            end: m.end,
-            bias: m.bias,
-        }
-    }
-}
-
 /// Modules whose file could not be read, with why.
 pub type FileErrors = Vec<(PathBuf, unwind_dwarf::DwarfError)>;
 
@@ -42,7 +31,7 @@ pub type FileErrors = Vec<(PathBuf, unwind_dwarf::DwarfError)>;
 pub fn table_from_files<A: unwind_dwarf::DwarfArch>(
     modules: &[ModuleFile],
     generation: NonZeroU32,
-) -> Result<(RuleTable<A::Rule>, FileErrors), crate::Error> {
+) -> Result<(RuleTable<A::Rule>, FileErrors), TableError> {
     let mut builder = RuleTableBuilder::new(generation);
     let mut errors = Vec::new();
     for m in modules {
@@ -61,7 +50,7 @@ pub fn table_from_files<A: unwind_dwarf::DwarfArch>(
             Arc::new(rules),
         );
     }
-    Ok((builder.build().map_err(crate::Error::Table)?, errors))
+    Ok((builder.build()?, errors))
 }
 
 /// An armv7 sample as the test agent writes it: registers, a copy of the stack, the PCs found

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 
 use minidump_common::format as md;
 
-use crate::minidump::{Context, DumpModule};
+use crate::minidump::{DumpModule, SystemInfo};
 use crate::symbolize::Symbolizer;
 
 /// The system lines (`OS|...` and `CPU|...`) as Breakpad's processor derives them from a
@@ -116,11 +116,9 @@ impl System {
         }
     }
 
-    /// What a minidump written here by [`crate::minidump::write`] for a sample of `context`'s
-    /// architecture says.
-    pub fn of_this_machine(context: &Context) -> System {
-        let (raw, csd) = crate::minidump::system_info(context);
-        System::from_minidump(&raw, Some(&csd))
+    /// What a minidump written with `info` ([`crate::minidump::write`]) says.
+    pub fn from_system_info(info: &SystemInfo) -> System {
+        System::from_minidump(&info.raw, Some(&info.csd_version))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-use crate::LoadedModule;
+use crate::offline::ModuleFile;
 
 /// Where an address is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
 /// Symbols of the file at `path`, completed from its separate debug file
 /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as Debian's `-dbg` packages install them) when
 /// the file itself is stripped.
-fn file_symbols(path: &str) -> Vec<(u64, u64, String)> {
+fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
     let Ok(data) = std::fs::read(path) else {
         return Vec::new();
     };
@@ -89,37 +89,31 @@ fn file_symbols(path: &str) -> Vec<(u64, u64, String)> {
     symbols
 }
 
-fn vdso_symbols() -> Vec<(u64, u64, String)> {
-    crate::vdso_image().map_or_else(Vec::new, |image| read_symbols(&image))
-}
-
 impl Symbolizer {
-    /// Reads the symbol tables of `modules` (files on disk; the vdso from memory).
-    pub fn new(modules: &[LoadedModule]) -> Self {
+    /// Reads the symbol tables of `modules` from their files. The vdso has no file: a module
+    /// named `linux-vdso*` or `linux-gate*` takes its symbols from `vdso_image` (the image
+    /// copied from the sampled process's memory), if given.
+    pub fn new(modules: &[ModuleFile], vdso_image: Option<&[u8]>) -> Self {
         let mut out: Vec<SymModule> = modules
             .iter()
             .map(|m| {
-                let symbols = if m.name.contains("linux-vdso") || m.name.contains("linux-gate") {
-                    vdso_symbols()
+                let name = m.path.display().to_string();
+                let symbols = if name.contains("linux-vdso") || name.contains("linux-gate") {
+                    vdso_image.map_or_else(Vec::new, read_symbols)
                 } else {
-                    file_symbols(&m.name)
+                    file_symbols(&m.path)
                 };
                 SymModule {
                     start: m.start,
                     end: m.end,
                     bias: m.bias,
-                    name: m.name.clone(),
+                    name,
                     symbols,
                 }
             })
             .collect();
         out.sort_by_key(|m| m.start);
         Symbolizer { modules: out }
-    }
-
-    /// A symbolizer for the modules of the published table.
-    pub fn for_current_process() -> Self {
-        Self::new(&crate::loaded_modules())
     }
 
     /// Where `addr` is. For return addresses, pass `addr - 1` to name the call site.

@@ -1,0 +1,104 @@
+//! What samples taken here need from this process and machine once sampling is over: the
+//! modules and machine a minidump lists, and the symbols of the loaded modules. None of it is
+//! async-signal-safe.
+
+use minidump_common::format as md;
+use unwind_samples::minidump::{DumpModule, SystemInfo};
+use unwind_samples::offline::ModuleFile;
+use unwind_samples::symbolize::Symbolizer;
+
+/// A symbolizer for the modules of the published table (the vdso's symbols read from its
+/// image in memory).
+pub fn symbolizer() -> Symbolizer {
+    let modules: Vec<ModuleFile> = crate::loaded_modules()
+        .iter()
+        .map(ModuleFile::from)
+        .collect();
+    Symbolizer::new(&modules, crate::vdso_image().as_deref())
+}
+
+/// The modules of the current process as minidump modules, in `dl_iterate_phdr` order (the
+/// main program first). Not async-signal-safe: call it outside signal handlers.
+pub fn dump_modules() -> Vec<DumpModule> {
+    crate::modules::loaded_now()
+        .iter()
+        .map(DumpModule::from)
+        .collect()
+}
+
+/// This machine as a minidump's SystemInfo stream describes it: the kernel (`uname -srvm` as
+/// the CSD version, its version numbers), the number of processors and the CPU (x86_64: cpuid
+/// family, model and stepping; ARM: the hardware capabilities). Not async-signal-safe (it
+/// allocates): call it when writing minidumps, outside signal handlers.
+pub fn system_info() -> SystemInfo {
+    let uts = uname();
+    let mut version = uts
+        .release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    let (major, minor, build) = (
+        version.next().unwrap_or(0),
+        version.next().unwrap_or(0),
+        version.next().unwrap_or(0),
+    );
+    let csd = [&uts.sysname, &uts.release, &uts.version, &uts.machine]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = u8::try_from(cpus.max(1)).unwrap_or(u8::MAX);
+    let (architecture, level, revision, cpu) = crate::arch::cpu_info();
+    let info = md::MINIDUMP_SYSTEM_INFO {
+        processor_architecture: architecture as u16,
+        processor_level: level,
+        processor_revision: revision,
+        number_of_processors: cpus,
+        product_type: 0,
+        major_version: major,
+        minor_version: minor,
+        build_number: build,
+        platform_id: md::PlatformId::Linux as u32,
+        csd_version_rva: 0,
+        suite_mask: 0,
+        reserved2: 0,
+        cpu: md::CPU_INFORMATION { data: cpu },
+    };
+    SystemInfo {
+        raw: info,
+        csd_version: csd,
+    }
+}
+
+struct Uname {
+    sysname: String,
+    release: String,
+    version: String,
+    machine: String,
+}
+
+fn uname() -> Uname {
+    // SAFETY: utsname is plain data; uname fills it (or fails, leaving zeros).
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid utsname to write.
+    let ok = unsafe { libc::uname(&mut uts) } == 0;
+    let text = |field: &[libc::c_char]| -> String {
+        if !ok {
+            return String::new();
+        }
+        let bytes: Vec<u8> = field
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c.to_ne_bytes()[0])
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Uname {
+        sysname: text(&uts.sysname),
+        release: text(&uts.release),
+        version: text(&uts.version),
+        machine: text(&uts.machine),
+    }
+}

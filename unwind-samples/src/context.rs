@@ -1,0 +1,156 @@
+//! A thread's whole integer register file as a minidump stores it ([`Context`]), for samples of
+//! any architecture on any host, and its conversions to and from the registers the unwinder
+//! tracks.
+
+/// The register names of [`Context::X86_64`]'s `regs`, in `CONTEXT_AMD64` order.
+pub const X86_64_REGISTERS: [&str; 17] = [
+    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rip",
+];
+
+/// Index of `rsp` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RSP: usize = 4;
+/// Index of `rbp` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RBP: usize = 5;
+/// Index of `rip` in [`Context::X86_64`]'s `regs`.
+pub const X86_64_RIP: usize = 16;
+
+/// CPSR bit 5: the thread executes Thumb code.
+pub const ARM_CPSR_THUMB: u32 = 1 << 5;
+
+/// A thread's whole integer register file, as a minidump stores it. Architecture-independent, so
+/// that an armv7 sample can be written or read on an x86_64 host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    /// x86_64.
+    X86_64 {
+        /// rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip ([`X86_64_REGISTERS`], `CONTEXT_AMD64`
+        /// order).
+        regs: [u64; 17],
+        /// The flags register.
+        eflags: u32,
+    },
+    /// 32-bit ARM.
+    Arm {
+        /// r0..r15; r15 is the PC without the Thumb bit (which is [`ARM_CPSR_THUMB`] in `cpsr`).
+        iregs: [u32; 16],
+        /// The program status register.
+        cpsr: u32,
+    },
+}
+
+impl Context {
+    /// The instruction pointer (ARM: without the Thumb bit).
+    pub fn pc(&self) -> u64 {
+        match self {
+            Context::X86_64 { regs, .. } => regs[X86_64_RIP],
+            Context::Arm { iregs, .. } => u64::from(iregs[15]),
+        }
+    }
+
+    /// The stack pointer.
+    pub fn sp(&self) -> u64 {
+        match self {
+            Context::X86_64 { regs, .. } => regs[X86_64_RSP],
+            Context::Arm { iregs, .. } => u64::from(iregs[13]),
+        }
+    }
+
+    /// The registers our x86_64 unwinder starts from, if this is an x86_64 context.
+    pub fn x86_64_regs(&self) -> Option<unwind_core::x86_64::Regs> {
+        match self {
+            Context::X86_64 { regs, .. } => Some(unwind_core::x86_64::Regs {
+                pc: regs[X86_64_RIP],
+                sp: regs[X86_64_RSP],
+                fp: regs[X86_64_RBP],
+            }),
+            Context::Arm { .. } => None,
+        }
+    }
+
+    /// The registers our ARM unwinder starts from (the PC with bit 0 set for Thumb code), if
+    /// this is an ARM context.
+    pub fn arm_regs(&self) -> Option<unwind_core::arm::Regs> {
+        match self {
+            Context::Arm { iregs, cpsr } => Some(unwind_core::arm::Regs {
+                pc: iregs[15] | u32::from(cpsr & ARM_CPSR_THUMB != 0),
+                lr: iregs[14],
+                sp: iregs[13],
+                r12: iregs[12],
+                r11: iregs[11],
+                r7: iregs[7],
+            }),
+            Context::X86_64 { .. } => None,
+        }
+    }
+
+    /// Breakpad's name of this context's CPU: `amd64` or `arm`.
+    pub fn cpu_name(&self) -> &'static str {
+        match self {
+            Context::X86_64 { .. } => "amd64",
+            Context::Arm { .. } => "arm",
+        }
+    }
+}
+
+impl From<unwind_core::x86_64::Regs> for Context {
+    /// The full context of the registers the x86_64 unwinder tracks: rip, rsp and rbp; every
+    /// other register 0.
+    fn from(regs: unwind_core::x86_64::Regs) -> Context {
+        let mut r = [0u64; 17];
+        r[X86_64_RIP] = regs.pc;
+        r[X86_64_RSP] = regs.sp;
+        r[X86_64_RBP] = regs.fp;
+        Context::X86_64 { regs: r, eflags: 0 }
+    }
+}
+
+impl From<unwind_core::arm::Regs> for Context {
+    /// The full context of the registers the ARM unwinder tracks (pc, lr, sp, r12, r11, r7;
+    /// every other register 0). A PC with bit 0 set becomes a PC without it and CPSR's Thumb
+    /// bit.
+    fn from(regs: unwind_core::arm::Regs) -> Context {
+        let mut iregs = [0u32; 16];
+        iregs[15] = regs.pc & !1;
+        iregs[14] = regs.lr;
+        iregs[13] = regs.sp;
+        iregs[12] = regs.r12;
+        iregs[11] = regs.r11;
+        iregs[7] = regs.r7;
+        let cpsr = if regs.pc & 1 != 0 { ARM_CPSR_THUMB } else { 0 };
+        Context::Arm { iregs, cpsr }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm_regs_carry_the_thumb_bit() {
+        let mut iregs = [0u32; 16];
+        iregs[15] = 0x1000;
+        let c = Context::Arm {
+            iregs,
+            cpsr: ARM_CPSR_THUMB,
+        };
+        assert_eq!(c.arm_regs().map(|r| r.pc), Some(0x1001));
+        assert_eq!(c.pc(), 0x1000);
+        assert_eq!(c.x86_64_regs(), None);
+        let regs = c.arm_regs().unwrap();
+        assert_eq!(Context::from(regs), c);
+    }
+
+    #[test]
+    fn x86_64_regs_round_trip() {
+        let regs = unwind_core::x86_64::Regs {
+            pc: 0x401000,
+            sp: 0x7ffe_0000,
+            fp: 0x7ffe_0040,
+        };
+        let c = Context::from(regs);
+        assert_eq!(c.x86_64_regs(), Some(regs));
+        assert_eq!((c.pc(), c.sp()), (0x401000, 0x7ffe_0000));
+        assert_eq!(c.arm_regs(), None);
+    }
+}
