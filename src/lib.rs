@@ -16,6 +16,22 @@
 //! }
 //! ```
 //!
+//! The same walk from ordinary code, with the frames named (symbolization reads files and
+//! allocates: do it after sampling, never in the handler):
+//!
+//! ```
+//! let report = unwind_in_process::init().expect("preload");
+//! assert!(report.rows() > 0);
+//! unwind_in_process::register_thread().expect("register");
+//! let mut pcs = [0u64; 64];
+//! let r = unwind_in_process::unwind_here(&mut pcs, None).expect("unwind");
+//! assert!(r.frames >= 2, "{r:?}");
+//! let symbols = unwind_in_process::symbolizer();
+//! for name in symbols.stack(&pcs[..r.frames]) {
+//!     println!("{name}");
+//! }
+//! ```
+//!
 //! After `dlopen` or `dlclose`, call [`refresh`]: it builds a new table off the signal path
 //! (reusing modules already parsed), publishes it with one atomic store, and frees old tables
 //! once no handler can be reading them (each registered thread publishes the table it reads in a
@@ -24,7 +40,7 @@
 #![warn(missing_docs)]
 
 #[cfg(not(target_os = "linux"))]
-compile_error!("the `unwind` runtime supports Linux");
+compile_error!("unwind-in-process supports Linux");
 
 mod arch;
 mod capture;

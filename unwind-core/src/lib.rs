@@ -14,6 +14,38 @@
 //! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
 //! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
 //! - [`memory`]: bounds-checked reads of a copied stack image or of the live stack.
+//!
+//! A table of two functions, a copied stack, and a walk through it:
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::sync::Arc;
+//! use unwind_core::table::{ModuleRulesBuilder, RuleTableBuilder};
+//! use unwind_core::x86_64::{CfaRule, RegRule, Regs, Rule};
+//! use unwind_core::{unwind, Cache, StackImage, StopReason, X86_64};
+//!
+//! let rule = |cfa, ra| Rule { cfa, ra, fp: RegRule::Same, signal_frame: false };
+//! // `leaf` at [0x1000, 0x1100): CFA = rsp + 16, return address at CFA - 8.
+//! // `start` at [0x2000, 0x2100): return address undefined (the outermost frame).
+//! let mut rules = ModuleRulesBuilder::new();
+//! rules.push(0x1000, 0x1100, rule(CfaRule::SpOffset(16), RegRule::Offset(-8))).unwrap();
+//! rules.push(0x2000, 0x2100, rule(CfaRule::SpOffset(8), RegRule::Undefined)).unwrap();
+//! let mut table = RuleTableBuilder::new(NonZeroU32::MIN);
+//! table.add(0x1000, 0x2100, 0, "demo".into(), Arc::new(rules.build().unwrap()));
+//! let table = table.build().unwrap();
+//!
+//! // The stack: leaf's frame at 0x7000, holding the return address into `start`.
+//! let mut stack = [0u8; 64];
+//! stack[8..16].copy_from_slice(&0x2010u64.to_le_bytes());
+//! let image = StackImage::new(0x7000, &stack);
+//!
+//! let mut cache = Cache::<X86_64>::new(); // per thread, reused across walks
+//! let mut pcs = [0u64; 16];
+//! let regs = Regs { pc: 0x1050, sp: 0x7000, fp: 0 };
+//! let r = unwind(&table, &mut cache, regs, &image, &mut pcs, None);
+//! assert_eq!(r.stop, StopReason::EndOfStack);
+//! assert_eq!(&pcs[..r.frames], &[0x1050, 0x2010]);
+//! ```
 #![no_std]
 #![warn(missing_docs)]
 

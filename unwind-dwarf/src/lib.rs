@@ -18,15 +18,41 @@
 //! the architecture at run time uses [`Architecture`] (from an ELF file's `e_machine`) and
 //! [`Architecture::dispatch`], as [`breakpad::symbol_file_for_elf`] does.
 //!
+//! ```
+//! use unwind_dwarf::{rules_from_sections, CfiSections, X86_64};
+//!
+//! // One CIE and one FDE, as a compiler writes them into `.eh_frame` for a function at 0x1000
+//! // of 16 bytes: CFA = rsp + 8, return address at CFA - 8, then `push rbp` at 0x1001.
+//! let cie = [
+//!     0x14, 0, 0, 0, 0, 0, 0, 0, // length 20, CIE id 0
+//!     1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x1b, // version, "zR", code 1, data -8, RA 16, pcrel sdata4
+//!     0x0c, 7, 8, 0x90, 1, 0, 0, // DW_CFA_def_cfa rsp+8; DW_CFA_offset rip, 1*-8; padding
+//! ];
+//! let mut eh_frame = cie.to_vec();
+//! let fde_at = eh_frame.len() as i32;
+//! let pc_begin = 0x1000 - (fde_at + 8); // pcrel: relative to the field, at section address 0
+//! eh_frame.extend_from_slice(&[0x14, 0, 0, 0]); // length 20
+//! eh_frame.extend_from_slice(&(fde_at + 4).to_le_bytes()); // CIE pointer (back to offset 0)
+//! eh_frame.extend_from_slice(&pc_begin.to_le_bytes());
+//! eh_frame.extend_from_slice(&[16, 0, 0, 0, 0]); // pc_range 16, no augmentation data
+//! eh_frame.extend_from_slice(&[0x41, 0x0e, 16, 0x86, 2, 0, 0]); // advance 1; cfa+16; rbp at cfa-16
+//!
+//! let sections = CfiSections { eh_frame: Some(&eh_frame), ..CfiSections::default() };
+//! let (rules, stats) = rules_from_sections::<X86_64>(&sections, None).unwrap();
+//! assert_eq!(stats.cfi.fdes, 1);
+//! assert_eq!(rules.rows(), 2); // [0x1000, 0x1001) and [0x1001, 0x1010)
+//! ```
+//!
 //! # Adding an architecture
 //!
-//! One module with a zero-sized type implementing [`DwarfArch`] (and its sealing trait), one
-//! [`Architecture`] variant, listed in [`Architecture::ALL`] and matched in
-//! [`Architecture::dispatch`]. The trait's items:
-//! - identity: `ARCHITECTURE`, `NAME`, `ELF_MACHINE`, `ADDRESS_SIZE`, and `accepts_elf` where
-//!   the default (the machine, little-endian) is not enough;
-//! - `Rule`, its `unwind-core` rule type; `ArchStats`, what loading adds to [`CfiStats`] (`()`
-//!   for nothing);
+//! Implement [`DwarfArch`] (and its sealing trait) for the architecture's `unwind-core` type,
+//! in one module; add an [`Architecture`] variant, listed in [`Architecture::ALL`] and matched
+//! in [`Architecture::dispatch`] (the repository's ARCHITECTURE.md lists the other layers). The
+//! trait's items:
+//! - identity: `ARCHITECTURE`, `ELF_MACHINE`, `ADDRESS_SIZE`, and `accepts_elf` where the
+//!   default (the machine, little-endian) is not enough (the name and rule type are
+//!   `unwind_core::Arch`'s `NAME` and `Rule`); `ArchStats`, what loading adds to [`CfiStats`]
+//!   (`()` for nothing);
 //! - DWARF: `tracked` (the DWARF registers it tracks, as expression registers) and `translate`
 //!   (one gimli row to a rule or a [`DropReason`]);
 //! - PLT: `PLT_SECTIONS` (the sections it knows and their [`plt::PltKind`]) and `plt_rows`;
