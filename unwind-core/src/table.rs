@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::num::NonZeroU32;
 
+use crate::cache::RuleRef;
 use crate::expr::Expr;
 
 /// The rule index of an extent that no rule describes.
@@ -292,8 +293,34 @@ pub struct RuleTable<R> {
     modules: Vec<TableModule<R>>,
 }
 
-/// The result of a successful table lookup: which module matched and its rule.
-pub type Found<R> = (u16, R);
+/// The result of [`RuleTable::lookup`]: the rule for an address and the module it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found<R> {
+    /// The index of the module containing the address, in [`RuleTable::modules`] (the
+    /// `module` argument of [`RuleTable::expr`] for the rule's expressions).
+    pub module: u16,
+    /// The rule for the address (a copy of the dictionary entry).
+    pub rule: R,
+}
+
+/// The result of [`RuleTable::lookup_index`]: where the rule for an address is in the table,
+/// and the rule itself, borrowed from its module's dictionary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundRef<'a, R> {
+    /// The rule's module and its index in that module's dictionary.
+    pub at: RuleRef,
+    /// The rule, borrowed from the table.
+    pub rule: &'a R,
+}
+
+/// The result of [`RuleTable::module_for`]: the module containing an address.
+#[derive(Clone, Copy, Debug)]
+pub struct FoundModule<'a, R> {
+    /// The module's index in [`RuleTable::modules`].
+    pub index: u16,
+    /// The module.
+    pub module: &'a TableModule<R>,
+}
 
 impl<R: Copy> RuleTable<R> {
     /// This table's generation: distinct from every other table a cache may have seen.
@@ -309,14 +336,17 @@ impl<R: Copy> RuleTable<R> {
 
     /// The module containing runtime address `addr`, with its index.
     #[inline]
-    pub fn module_for(&self, addr: u64) -> Option<(u16, &TableModule<R>)> {
+    pub fn module_for(&self, addr: u64) -> Option<FoundModule<'_, R>> {
         let i = self
             .modules
             .partition_point(|m| m.start <= addr)
             .checked_sub(1)?;
         let m = self.modules.get(i)?;
         if addr < m.end {
-            Some((i as u16, m))
+            Some(FoundModule {
+                index: i as u16,
+                module: m,
+            })
         } else {
             None
         }
@@ -325,17 +355,27 @@ impl<R: Copy> RuleTable<R> {
     /// The rule for runtime address `addr`, with the index of its module.
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<Found<R>> {
-        let (module, _, rule) = self.lookup_index(addr)?;
-        Some((module, *rule))
+        let found = self.lookup_index(addr)?;
+        Some(Found {
+            module: found.at.module,
+            rule: *found.rule,
+        })
     }
 
-    /// The rule for runtime address `addr`: its module's index, its index in that module's
-    /// dictionary, and the rule.
+    /// The rule for runtime address `addr`, borrowed, with where it is in the table (its
+    /// module's index and its index in that module's dictionary).
     #[inline]
-    pub fn lookup_index(&self, addr: u64) -> Option<(u16, u16, &R)> {
-        let (i, m) = self.module_for(addr)?;
-        let index = m.rules.lookup_index(addr.wrapping_sub(m.bias))?;
-        Some((i, index, m.rules.rule(index)?))
+    pub fn lookup_index(&self, addr: u64) -> Option<FoundRef<'_, R>> {
+        let found = self.module_for(addr)?;
+        let rules = &found.module.rules;
+        let index = rules.lookup_index(addr.wrapping_sub(found.module.bias))?;
+        Some(FoundRef {
+            at: RuleRef {
+                module: found.index,
+                index,
+            },
+            rule: rules.rule(index)?,
+        })
     }
 
     /// Rule `index` of module `module`'s dictionary.
@@ -483,8 +523,22 @@ mod tests {
         b.add(0x5000_1000, 0x5000_2000, 0x5000_0000, "a".into(), rules);
         let t = b.build().unwrap();
         assert_eq!(t.generation(), 3);
-        assert_eq!(t.lookup(0x5000_1010), Some((0, 7)));
-        assert_eq!(t.lookup(0x7000_10ff), Some((1, 7)));
+        assert_eq!(t.lookup(0x5000_1010), Some(Found { module: 0, rule: 7 }));
+        assert_eq!(t.lookup(0x7000_10ff), Some(Found { module: 1, rule: 7 }));
+        let found = t.lookup_index(0x7000_10ff).unwrap();
+        assert_eq!(
+            (found.at, *found.rule),
+            (
+                RuleRef {
+                    module: 1,
+                    index: 0
+                },
+                7
+            )
+        );
+        let placed = t.module_for(0x7000_1fff).unwrap();
+        assert_eq!((placed.index, placed.module.name.as_str()), (1, "b"));
+        assert!(t.module_for(0x7000_2000).is_none());
         assert_eq!(t.lookup(0x7000_1100), None);
         assert_eq!(t.lookup(0x6000_0000), None);
         assert_eq!(t.lookup(0), None);

@@ -27,7 +27,7 @@ use unwind_core::arm::{Regs, Rule, Source, Step};
 use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{Arch, Arm};
-use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
 use unwind_dwarf::{rules_from_sections, CfiSections, LoadStats, LoadedRules};
 use unwind_test_support::missing;
 
@@ -646,7 +646,7 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
                 }
                 let regs = regs_at(at as u32);
                 let expected = gimli_expected(row, fde.cie(), section, &regs, &image, signal);
-                let Some((module, rule)) = table.lookup(at) else {
+                let Some(Found { module, rule }) = table.lookup(at) else {
                     if i == 0 {
                         s.ours_none += 1;
                         if matches!(expected, Expected::MustDrop(_)) {

@@ -22,7 +22,7 @@ use object::{Object, ObjectSection};
 use unwind_core::memory::Memory;
 use unwind_core::x86_64::{Regs, Rule};
 use unwind_core::{Arch, X86_64};
-use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -383,7 +383,7 @@ fn compare_section(
                         s.ours_none_must_drop += 1;
                     }
                 }
-                Some((module, rule)) => {
+                Some(Found { module, rule }) => {
                     s.compared += 1;
                     let ours = X86_64::step_rule(table, module, &rule, &regs, &image);
                     if agrees(&expected, &ours) {
@@ -421,9 +421,9 @@ fn compare_section(
                 s.last_byte_checked += 1;
                 let regs = Regs { pc: last, ..regs };
                 let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
-                let ours = table
-                    .lookup(last)
-                    .map(|(m, rule)| (rule, X86_64::step_rule(table, m, &rule, &regs, &image)));
+                let ours = table.lookup(last).map(|Found { module: m, rule }| {
+                    (rule, X86_64::step_rule(table, m, &rule, &regs, &image))
+                });
                 let ok = match &ours {
                     None => table.lookup(start).is_none(),
                     Some((_, o)) => agrees(&expected, o),
