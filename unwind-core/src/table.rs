@@ -3,8 +3,9 @@
 //! A module's rules ([`ModuleRules`]) are a dictionary of the distinct rules plus two parallel
 //! sorted arrays: extent starts (`u32`, relative to the module's lowest address) and rule indices
 //! (`u16`), 6 bytes per extent. An extent runs to the next start; gaps between described ranges
-//! are extents with [`NO_RULE`]. Real binaries have few distinct rules (hundreds), so the
-//! dictionary is small and rows are found with one binary search.
+//! are extents whose rule index is a reserved value that is never a dictionary index (lookups
+//! there answer `None`). Real binaries have few distinct rules (hundreds), so the dictionary is
+//! small and rows are found with one binary search.
 //!
 //! A [`RuleTable`] is the set of modules of one process (or sample), sorted by load address,
 //! with a generation number that caches use to notice a replaced table. Module rules are shared
@@ -20,8 +21,10 @@ use core::num::NonZeroU32;
 use crate::cache::RuleRef;
 use crate::expr::Expr;
 
-/// The rule index of an extent that no rule describes.
-pub const NO_RULE: u16 = u16::MAX;
+/// The rule index of an extent that no rule describes (a gap). Private: it never leaves this
+/// module, whose lookups answer `None` for it; the builder refuses a dictionary large enough to
+/// give a rule this index.
+const NO_RULE: u16 = u16::MAX;
 
 /// Why a table could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +69,9 @@ pub struct BuildStats {
 #[derive(Clone, Debug)]
 pub struct ModuleRules<R> {
     base: u64,
+    /// Extent starts, relative to `base`; the last one ends the last extent.
     starts: Vec<u32>,
+    /// Each extent's dictionary index, or [`NO_RULE`] for a gap.
     rules: Vec<u16>,
     dict: Vec<R>,
     exprs: Vec<Expr>,
@@ -129,6 +134,7 @@ impl<R: Copy> ModuleRules<R> {
             .windows(2)
             .zip(&self.rules)
             .filter_map(|(w, &r)| {
+                // A gap's NO_RULE is past every dictionary index: `get` answers `None` for it.
                 let rule = self.dict.get(usize::from(r))?;
                 Some((
                     self.base + u64::from(w[0]),
