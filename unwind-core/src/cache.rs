@@ -177,7 +177,7 @@ impl<A: Arch> Cache<A> {
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
         self.misses = self.misses.wrapping_add(1);
         let rule = match table.lookup_index(addr) {
-            Some((module, index, rule)) => Cached::of::<A>(rule, RuleRef { module, index }),
+            Some(found) => Cached::of::<A>(found.rule, found.at),
             None => Cached::NoRule,
         };
         match self.entries.get_mut(slot) {

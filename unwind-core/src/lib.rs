@@ -64,6 +64,6 @@ pub use arch::{Arch, Step};
 pub use arm::Arm;
 pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS};
 pub use memory::{LiveStack, Memory, StackImage};
-pub use table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
+pub use table::{Found, ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
 pub use unwind::{unwind, StopReason, Trust, UnwindResult};
 pub use x86_64::X86_64;

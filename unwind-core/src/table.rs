@@ -3,8 +3,9 @@
 //! A module's rules ([`ModuleRules`]) are a dictionary of the distinct rules plus two parallel
 //! sorted arrays: extent starts (`u32`, relative to the module's lowest address) and rule indices
 //! (`u16`), 6 bytes per extent. An extent runs to the next start; gaps between described ranges
-//! are extents with [`NO_RULE`]. Real binaries have few distinct rules (hundreds), so the
-//! dictionary is small and rows are found with one binary search.
+//! are extents whose rule index is a reserved value that is never a dictionary index (lookups
+//! there answer `None`). Real binaries have few distinct rules (hundreds), so the dictionary is
+//! small and rows are found with one binary search.
 //!
 //! A [`RuleTable`] is the set of modules of one process (or sample), sorted by load address,
 //! with a generation number that caches use to notice a replaced table. Module rules are shared
@@ -17,10 +18,13 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::num::NonZeroU32;
 
+use crate::cache::RuleRef;
 use crate::expr::Expr;
 
-/// The rule index of an extent that no rule describes.
-pub const NO_RULE: u16 = u16::MAX;
+/// The rule index of an extent that no rule describes (a gap). Private: it never leaves this
+/// module, whose lookups answer `None` for it; the builder refuses a dictionary large enough to
+/// give a rule this index.
+const NO_RULE: u16 = u16::MAX;
 
 /// Why a table could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +69,9 @@ pub struct BuildStats {
 #[derive(Clone, Debug)]
 pub struct ModuleRules<R> {
     base: u64,
+    /// Extent starts, relative to `base`; the last one ends the last extent.
     starts: Vec<u32>,
+    /// Each extent's dictionary index, or [`NO_RULE`] for a gap.
     rules: Vec<u16>,
     dict: Vec<R>,
     exprs: Vec<Expr>,
@@ -128,6 +134,7 @@ impl<R: Copy> ModuleRules<R> {
             .windows(2)
             .zip(&self.rules)
             .filter_map(|(w, &r)| {
+                // A gap's NO_RULE is past every dictionary index: `get` answers `None` for it.
                 let rule = self.dict.get(usize::from(r))?;
                 Some((
                     self.base + u64::from(w[0]),
@@ -292,8 +299,34 @@ pub struct RuleTable<R> {
     modules: Vec<TableModule<R>>,
 }
 
-/// The result of a successful table lookup: which module matched and its rule.
-pub type Found<R> = (u16, R);
+/// The result of [`RuleTable::lookup`]: the rule for an address and the module it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found<R> {
+    /// The index of the module containing the address, in [`RuleTable::modules`] (the
+    /// `module` argument of [`RuleTable::expr`] for the rule's expressions).
+    pub module: u16,
+    /// The rule for the address (a copy of the dictionary entry).
+    pub rule: R,
+}
+
+/// The result of [`RuleTable::lookup_index`]: where the rule for an address is in the table,
+/// and the rule itself, borrowed from its module's dictionary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundRef<'a, R> {
+    /// The rule's module and its index in that module's dictionary.
+    pub at: RuleRef,
+    /// The rule, borrowed from the table.
+    pub rule: &'a R,
+}
+
+/// The result of [`RuleTable::module_for`]: the module containing an address.
+#[derive(Clone, Copy, Debug)]
+pub struct FoundModule<'a, R> {
+    /// The module's index in [`RuleTable::modules`].
+    pub index: u16,
+    /// The module.
+    pub module: &'a TableModule<R>,
+}
 
 impl<R: Copy> RuleTable<R> {
     /// This table's generation: distinct from every other table a cache may have seen.
@@ -309,14 +342,17 @@ impl<R: Copy> RuleTable<R> {
 
     /// The module containing runtime address `addr`, with its index.
     #[inline]
-    pub fn module_for(&self, addr: u64) -> Option<(u16, &TableModule<R>)> {
+    pub fn module_for(&self, addr: u64) -> Option<FoundModule<'_, R>> {
         let i = self
             .modules
             .partition_point(|m| m.start <= addr)
             .checked_sub(1)?;
         let m = self.modules.get(i)?;
         if addr < m.end {
-            Some((i as u16, m))
+            Some(FoundModule {
+                index: i as u16,
+                module: m,
+            })
         } else {
             None
         }
@@ -325,17 +361,27 @@ impl<R: Copy> RuleTable<R> {
     /// The rule for runtime address `addr`, with the index of its module.
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<Found<R>> {
-        let (module, _, rule) = self.lookup_index(addr)?;
-        Some((module, *rule))
+        let found = self.lookup_index(addr)?;
+        Some(Found {
+            module: found.at.module,
+            rule: *found.rule,
+        })
     }
 
-    /// The rule for runtime address `addr`: its module's index, its index in that module's
-    /// dictionary, and the rule.
+    /// The rule for runtime address `addr`, borrowed, with where it is in the table (its
+    /// module's index and its index in that module's dictionary).
     #[inline]
-    pub fn lookup_index(&self, addr: u64) -> Option<(u16, u16, &R)> {
-        let (i, m) = self.module_for(addr)?;
-        let index = m.rules.lookup_index(addr.wrapping_sub(m.bias))?;
-        Some((i, index, m.rules.rule(index)?))
+    pub fn lookup_index(&self, addr: u64) -> Option<FoundRef<'_, R>> {
+        let found = self.module_for(addr)?;
+        let rules = &found.module.rules;
+        let index = rules.lookup_index(addr.wrapping_sub(found.module.bias))?;
+        Some(FoundRef {
+            at: RuleRef {
+                module: found.index,
+                index,
+            },
+            rule: rules.rule(index)?,
+        })
     }
 
     /// Rule `index` of module `module`'s dictionary.
@@ -483,8 +529,22 @@ mod tests {
         b.add(0x5000_1000, 0x5000_2000, 0x5000_0000, "a".into(), rules);
         let t = b.build().unwrap();
         assert_eq!(t.generation(), 3);
-        assert_eq!(t.lookup(0x5000_1010), Some((0, 7)));
-        assert_eq!(t.lookup(0x7000_10ff), Some((1, 7)));
+        assert_eq!(t.lookup(0x5000_1010), Some(Found { module: 0, rule: 7 }));
+        assert_eq!(t.lookup(0x7000_10ff), Some(Found { module: 1, rule: 7 }));
+        let found = t.lookup_index(0x7000_10ff).unwrap();
+        assert_eq!(
+            (found.at, *found.rule),
+            (
+                RuleRef {
+                    module: 1,
+                    index: 0
+                },
+                7
+            )
+        );
+        let placed = t.module_for(0x7000_1fff).unwrap();
+        assert_eq!((placed.index, placed.module.name.as_str()), (1, "b"));
+        assert!(t.module_for(0x7000_2000).is_none());
         assert_eq!(t.lookup(0x7000_1100), None);
         assert_eq!(t.lookup(0x6000_0000), None);
         assert_eq!(t.lookup(0), None);

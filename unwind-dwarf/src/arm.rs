@@ -385,7 +385,7 @@ mod tests {
     use unwind_core::arm::Regs;
     use unwind_core::table::ModuleRules;
     use unwind_core::{Arch, Arm};
-    use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
+    use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage};
 
     /// A `.debug_frame` (32-bit) with GCC's ARM CIE (code alignment 2, data alignment -4,
     /// return address column `ra`, `def_cfa r13, 0`) and one FDE per `(start, len, insns)`.
@@ -489,14 +489,14 @@ mod tests {
             r11: 11,
             r7: 7,
         };
-        let (m, rule) = t.lookup(0x1002).unwrap();
+        let Found { module: m, rule } = t.lookup(0x1002).unwrap();
         let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(step.caller.sp, 0x810c);
         assert_eq!(step.caller.pc, 0x8108 + 1);
         assert_eq!(step.caller.lr, 0x8108 + 1);
         assert_eq!(step.caller.r7, 0x8104 + 1);
         assert_eq!(step.caller.r11, 11);
-        let (m, rule) = t.lookup(0x1000).unwrap();
+        let Found { module: m, rule } = t.lookup(0x1000).unwrap();
         let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(
             (step.caller.pc, step.caller.lr, step.caller.sp),
@@ -565,7 +565,7 @@ mod tests {
             r11: 0x8200,
             r7: 7,
         };
-        let (m, rule) = t.lookup(0x3000).unwrap();
+        let Found { module: m, rule } = t.lookup(0x3000).unwrap();
         let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
         assert_eq!(step.caller.pc, 0x8204 + 1);
         assert_eq!(step.caller.sp, 0x8110);
@@ -606,7 +606,7 @@ mod tests {
             (0x414, 0x4321, 0x8100),
             (0x458, 0x4321, 0x8100),
         ] {
-            let (m, rule) = t.lookup(pc).unwrap();
+            let Found { module: m, rule } = t.lookup(pc).unwrap();
             let step = Arm::step_rule(
                 &t,
                 m,

@@ -89,10 +89,11 @@ mod tests {
     };
 
     fn x86(r: Register) -> Option<u8> {
-        match r.0 {
-            16 => Some(0),
-            7 => Some(1),
-            6 => Some(2),
+        use unwind_core::x86_64::Reg;
+        match r {
+            gimli::X86_64::RA => Some(Reg::Pc as u8),
+            gimli::X86_64::RSP => Some(Reg::Sp as u8),
+            gimli::X86_64::RBP => Some(Reg::Fp as u8),
             _ => None,
         }
     }

@@ -95,7 +95,7 @@ mod tests {
     fn synthesized_plt_rules_unwind_every_stub_offset() {
         use unwind_core::x86_64::Regs;
         use unwind_core::{Arch, X86_64};
-        use unwind_core::{RuleTableBuilder, StackImage};
+        use unwind_core::{Found, RuleTableBuilder, StackImage};
         let plt = [
             PltSection {
                 svma: 0x1000,
@@ -139,7 +139,7 @@ mod tests {
             (0x2008, 0), // .plt.sec
         ];
         for (pc, pushed) in cases {
-            let (module, rule) = table
+            let Found { module, rule } = table
                 .lookup(pc)
                 .unwrap_or_else(|| panic!("no rule at {pc:#x}"));
             let regs = Regs { pc, sp, fp: 7 };

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod support;
 
+use gimli::Arm as Dwarf;
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
     RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
@@ -27,7 +28,7 @@ use unwind_core::arm::{Regs, Rule, Source, Step};
 use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{Arch, Arm};
-use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
 use unwind_dwarf::{rules_from_sections, CfiSections, LoadStats, LoadedRules};
 use unwind_test_support::missing;
 
@@ -359,13 +360,13 @@ fn regs_at(pc: u32) -> Regs {
 }
 
 fn reg_value(r: Register, regs: &Regs) -> Option<u32> {
-    Some(match r.0 {
-        7 => regs.r7,
-        11 => regs.r11,
-        12 => regs.r12,
-        13 => regs.sp,
-        14 => regs.lr,
-        15 => regs.pc,
+    Some(match r {
+        Dwarf::R7 => regs.r7,
+        Dwarf::R11 => regs.r11,
+        Dwarf::R12 => regs.r12,
+        Dwarf::SP => regs.sp,
+        Dwarf::LR => regs.lr,
+        Dwarf::PC => regs.pc,
         _ => return None,
     })
 }
@@ -461,8 +462,8 @@ fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
 ) -> Expected {
     let enc = cie.encoding();
     let cfa = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => match register.0 {
-            7 | 11 | 12 | 13 => Val::Ok(
+        CfaRule::RegisterAndOffset { register, offset } => match *register {
+            Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::SP => Val::Ok(
                 reg_value(*register, regs)
                     .unwrap()
                     .wrapping_add(*offset as u32),
@@ -479,8 +480,8 @@ fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
         _ => 0,
     };
     let ra_column = cie.return_address_register();
-    let unchanged = match ra_column.0 {
-        7 | 11 | 12 | 14 => reg_value(ra_column, regs),
+    let unchanged = match ra_column {
+        Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::LR => reg_value(ra_column, regs),
         _ => None,
     };
     let ra_rule = row.register(ra_column);
@@ -488,10 +489,10 @@ fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
     let reg =
         |rule, missing, same| gimli_reg(rule, missing, same, cfa_value, section, enc, regs, image);
     let ra = reg(ra_rule, unchanged, unchanged);
-    let sp = reg(row.register(Register(13)), Some(cfa_value), Some(regs.sp));
-    let r12 = reg(row.register(Register(12)), Some(regs.r12), Some(regs.r12));
-    let r11 = reg(row.register(Register(11)), Some(regs.r11), Some(regs.r11));
-    let r7 = reg(row.register(Register(7)), Some(regs.r7), Some(regs.r7));
+    let sp = reg(row.register(Dwarf::SP), Some(cfa_value), Some(regs.sp));
+    let r12 = reg(row.register(Dwarf::R12), Some(regs.r12), Some(regs.r12));
+    let r11 = reg(row.register(Dwarf::R11), Some(regs.r11), Some(regs.r11));
+    let r7 = reg(row.register(Dwarf::R7), Some(regs.r7), Some(regs.r7));
     let all = [&cfa, &ra, &sp, &r12, &r11, &r7];
     for v in all {
         if let Val::MustDrop(why) = v {
@@ -626,8 +627,8 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
             if row.end_address() <= row.start_address() {
                 continue;
             }
-            if matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if register.0 != 13)
-            {
+            let cfa = row.cfa();
+            if matches!(cfa, CfaRule::RegisterAndOffset { register: r, .. } if *r != Dwarf::SP) {
                 s.cfa_fp += 1;
             }
             let is_expr = |r: &RegisterRule<usize>| {
@@ -646,7 +647,7 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
                 }
                 let regs = regs_at(at as u32);
                 let expected = gimli_expected(row, fde.cie(), section, &regs, &image, signal);
-                let Some((module, rule)) = table.lookup(at) else {
+                let Some(Found { module, rule }) = table.lookup(at) else {
                     if i == 0 {
                         s.ours_none += 1;
                         if matches!(expected, Expected::MustDrop(_)) {

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use unwind_core::table::ModuleRules;
 use unwind_core::x86_64::{Regs, Rule};
 use unwind_core::{Arch, X86_64};
-use unwind_core::{Cache, RuleTableBuilder, StackImage};
+use unwind_core::{Cache, Found, RuleTableBuilder, StackImage};
 use unwind_dwarf::plt::{PltKind, PltSection};
 use unwind_dwarf::{
     eh_frame_address_from_hdr, rules_from_elf, rules_from_sections, BadEntry, BadEntryKind,
@@ -88,7 +88,7 @@ fn exercise(rules: ModuleRules<Rule>) {
             sp: 0x7000_0000_0100,
             fp: 0x7000_0000_0200 + (i as u64 % 8),
         };
-        if let Some((m, rule)) = table.lookup(pc) {
+        if let Some(Found { module: m, rule }) = table.lookup(pc) {
             let _ = X86_64::step_rule(&table, m, &rule, &regs, &image);
         }
         let r = unwind_core::unwind(&table, &mut cache, regs, &image, &mut pcs, None);

@@ -10,6 +10,11 @@
 
 use std::collections::BTreeSet;
 
+use object::elf::{
+    FileClass, Machine, SectionFlags, SectionType, ELFCLASS32, ELFCLASS64, ELFDATA2LSB, ELFMAG,
+    ELFOSABI_NONE, EM_ARM, EM_X86_64, ET_DYN, EV_CURRENT, SHF_ALLOC, SHF_EXECINSTR, SHT_ARM_EXIDX,
+    SHT_NULL, SHT_PROGBITS, SHT_STRTAB,
+};
 use proptest::prelude::*;
 use unwind_arm_exidx::ExidxError;
 use unwind_core::arm::Source;
@@ -19,22 +24,12 @@ use unwind_dwarf::{
     UnreadableSection, X86_64,
 };
 
-/// `EM_ARM`.
-const EM_ARM: u16 = 40;
-/// `EM_X86_64`.
-const EM_X86_64: u16 = 62;
-const SHT_PROGBITS: u32 = 1;
-const SHT_STRTAB: u32 = 3;
-const SHT_ARM_EXIDX: u32 = 0x7000_0001;
-const SHF_ALLOC: u64 = 2;
-const SHF_EXECINSTR: u64 = 4;
-
 /// One section of a crafted file.
 #[derive(Clone, Debug)]
 struct Sec {
     name: String,
-    kind: u32,
-    flags: u64,
+    kind: SectionType,
+    flags: SectionFlags,
     addr: u64,
     data: Vec<u8>,
     /// Replaces the section header's file offset (to point it outside the file).
@@ -43,7 +38,7 @@ struct Sec {
     size: Option<u64>,
 }
 
-fn sec(name: &str, kind: u32, addr: u64, data: Vec<u8>) -> Sec {
+fn sec(name: &str, kind: SectionType, addr: u64, data: Vec<u8>) -> Sec {
     let flags = match name {
         ".text" => SHF_ALLOC | SHF_EXECINSTR,
         _ => SHF_ALLOC,
@@ -61,7 +56,7 @@ fn sec(name: &str, kind: u32, addr: u64, data: Vec<u8>) -> Sec {
 
 /// A little-endian ELF file (ELF64 if `class64`) with no program headers and the given
 /// sections (after the null section; `.shstrtab` last).
-fn elf(class64: bool, machine: u16, sections: &[Sec]) -> Vec<u8> {
+fn elf(class64: bool, machine: Machine, sections: &[Sec]) -> Vec<u8> {
     let mut shstrtab = vec![0u8];
     let mut names = Vec::new();
     for s in sections
@@ -111,27 +106,29 @@ fn elf(class64: bool, machine: u16, sections: &[Sec]) -> Vec<u8> {
         }
         out.extend(h);
     };
-    header(0, 0, 0, 0, 0, 0);
+    header(0, SHT_NULL.0, 0, 0, 0, 0);
     for (i, s) in sections.iter().enumerate() {
         let (off, size) = placed[i];
         header(
             names[i],
-            s.kind,
-            s.flags,
+            s.kind.0,
+            s.flags.0,
             s.addr,
             s.offset.unwrap_or(off),
             s.size.unwrap_or(size),
         );
     }
     let (off, size) = placed[sections.len()];
-    header(names[sections.len()], SHT_STRTAB, 0, 0, off, size);
+    header(names[sections.len()], SHT_STRTAB.0, 0, 0, off, size);
     // The ELF header.
     let mut h = Vec::new();
-    h.extend([0x7f, b'E', b'L', b'F', if class64 { 2 } else { 1 }, 1, 1, 0]);
+    let class: FileClass = if class64 { ELFCLASS64 } else { ELFCLASS32 };
+    h.extend(ELFMAG);
+    h.extend([class.0, ELFDATA2LSB.0, EV_CURRENT.0, ELFOSABI_NONE.0]);
     h.extend([0u8; 8]);
-    h.extend(3u16.to_le_bytes()); // ET_DYN
-    h.extend(machine.to_le_bytes());
-    h.extend(1u32.to_le_bytes());
+    h.extend(ET_DYN.0.to_le_bytes());
+    h.extend(machine.0.to_le_bytes());
+    h.extend(u32::from(EV_CURRENT.0).to_le_bytes());
     if class64 {
         h.extend(0u64.to_le_bytes()); // entry
         h.extend(0u64.to_le_bytes()); // phoff

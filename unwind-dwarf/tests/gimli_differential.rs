@@ -14,6 +14,7 @@ use std::time::Instant;
 
 mod support;
 
+use gimli::X86_64 as Dwarf;
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection, UnwindTableRow,
@@ -22,7 +23,7 @@ use object::{Object, ObjectSection};
 use unwind_core::memory::Memory;
 use unwind_core::x86_64::{Regs, Rule};
 use unwind_core::{Arch, X86_64};
-use unwind_core::{RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -31,10 +32,6 @@ const STACK_LO: u64 = 0x7fff_0000_0000;
 const STACK_HI: u64 = 0x7fff_0001_0000;
 const SP: u64 = 0x7fff_0000_1000;
 const FP: u64 = 0x7fff_0000_1800;
-
-const RBP: u16 = 6;
-const RSP: u16 = 7;
-const RIP: u16 = 16;
 
 /// The value stored in the synthetic stack's word at `a` (8-aligned).
 fn word(a: u64) -> u64 {
@@ -74,10 +71,10 @@ enum Expected {
 }
 
 fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
-    match r.0 {
-        RIP => Some(regs.pc),
-        RSP => Some(regs.sp),
-        RBP => Some(regs.fp),
+    match r {
+        Dwarf::RA => Some(regs.pc),
+        Dwarf::RSP => Some(regs.sp),
+        Dwarf::RBP => Some(regs.fp),
         _ => None,
     }
 }
@@ -156,7 +153,7 @@ fn gimli_expected<'a>(
     let cfa = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => match reg_value(*register, regs) {
             // Our tables have no CFA rule on the PC.
-            Some(v) if register.0 != RIP => Val::Ok(v.wrapping_add(*offset as u64)),
+            Some(v) if *register != Dwarf::RA => Val::Ok(v.wrapping_add(*offset as u64)),
             _ => Val::MustDrop("CFA on an untracked register"),
         },
         CfaRule::Expression(e) => match e.get(section) {
@@ -173,7 +170,7 @@ fn gimli_expected<'a>(
     let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
     let ra = gimli_reg(ra_rule, None, None, cfa_value, section, enc, regs, image);
     let fp = gimli_reg(
-        row.register(Register(RBP)),
+        row.register(Dwarf::RBP),
         Some(regs.fp),
         Some(regs.fp),
         cfa_value,
@@ -357,8 +354,8 @@ fn compare_section(
             };
             let signal = fde.is_signal_trampoline();
             let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
-            if matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if register.0 == RBP)
-            {
+            let cfa = row.cfa();
+            if matches!(cfa, CfaRule::RegisterAndOffset { register: r, .. } if *r == Dwarf::RBP) {
                 s.cfa_fp += 1;
             }
             let is_expr = |r: &RegisterRule<usize>| {
@@ -383,7 +380,7 @@ fn compare_section(
                         s.ours_none_must_drop += 1;
                     }
                 }
-                Some((module, rule)) => {
+                Some(Found { module, rule }) => {
                     s.compared += 1;
                     let ours = X86_64::step_rule(table, module, &rule, &regs, &image);
                     if agrees(&expected, &ours) {
@@ -421,9 +418,9 @@ fn compare_section(
                 s.last_byte_checked += 1;
                 let regs = Regs { pc: last, ..regs };
                 let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
-                let ours = table
-                    .lookup(last)
-                    .map(|(m, rule)| (rule, X86_64::step_rule(table, m, &rule, &regs, &image)));
+                let ours = table.lookup(last).map(|Found { module: m, rule }| {
+                    (rule, X86_64::step_rule(table, m, &rule, &regs, &image))
+                });
                 let ok = match &ours {
                     None => table.lookup(start).is_none(),
                     Some((_, o)) => agrees(&expected, o),
@@ -594,9 +591,9 @@ use support::{sleb, uleb};
 /// Registers the generated CFI talks about: rbp, rsp, rip and (untracked) rbx.
 fn arb_dwarf_reg() -> impl Strategy<Value = u8> {
     prop_oneof![
-        3 => Just(RBP as u8),
-        3 => Just(RSP as u8),
-        2 => Just(RIP as u8),
+        3 => Just(Dwarf::RBP.0 as u8),
+        3 => Just(Dwarf::RSP.0 as u8),
+        2 => Just(Dwarf::RA.0 as u8),
         1 => Just(3u8),
     ]
 }
@@ -802,7 +799,7 @@ fn arb_synthetic() -> impl Strategy<Value = (Vec<u8>, u8, bool)> {
     (
         proptest::collection::vec(arb_cfa_insn(), 0..40),
         prop::bool::weighted(0.1),
-        prop_oneof![8 => Just(RIP as u8), 1 => Just(RBP as u8), 1 => Just(3u8)],
+        prop_oneof![8 => Just(Dwarf::RA.0 as u8), 1 => Just(Dwarf::RBP.0 as u8), 1 => Just(3u8)],
         any::<bool>(),
     )
         .prop_map(|(pieces, keep, ra, signal)| (sanitize(pieces, keep), ra, signal))
@@ -881,7 +878,7 @@ fn expression_deeper_than_the_eval_stack() {
     let deep: Vec<u8> = [0x30u8; 8].iter().copied().chain([0x77, 0x08]).collect();
     let mut cases = Vec::new();
     // DW_CFA_expression rip: the return address is at *(...deep...) = rsp + 8.
-    let mut insns = vec![0x10, RIP as u8, deep.len() as u8];
+    let mut insns = vec![0x10, Dwarf::RA.0 as u8, deep.len() as u8];
     insns.extend(&deep);
     cases.push(("DW_CFA_expression rip", insns));
     // DW_CFA_def_cfa_expression: the CFA is rsp + 8, without the CFA pushed first: 10 words.
@@ -892,7 +889,7 @@ fn expression_deeper_than_the_eval_stack() {
     cases.push(("DW_CFA_def_cfa_expression", insns));
     let mut failures = Vec::new();
     for (what, insns) in cases {
-        let (s, mismatches, stats) = synthetic_case(&insns, RIP as u8, false);
+        let (s, mismatches, stats) = synthetic_case(&insns, Dwarf::RA.0 as u8, false);
         assert_eq!(s.rows, 1, "{what}");
         if !mismatches.is_empty() {
             failures.push(format!(

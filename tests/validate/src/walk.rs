@@ -14,7 +14,9 @@ use minidump::Minidump;
 use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
-use unwind_core::{arm, x86_64, Arm, Cache, StackImage, StopReason, Trust, UnwindResult, X86_64};
+use unwind_core::{
+    arm, x86_64, Arm, Cache, Found, StackImage, StopReason, Trust, UnwindResult, X86_64,
+};
 
 use crate::programs::host_path;
 use crate::sample::{Sample, SampleModule};
@@ -207,7 +209,7 @@ impl Tables {
                 |at| {
                     table
                         .lookup(at)
-                        .map_or_else(RuleFacts::default, |(m, rule)| RuleFacts {
+                        .map_or_else(RuleFacts::default, |Found { module: m, rule }| RuleFacts {
                             found: true,
                             signal_frame: rule.signal_frame,
                             exidx: false,
@@ -242,7 +244,7 @@ impl Tables {
                 |at| {
                     table
                         .lookup(at)
-                        .map_or_else(RuleFacts::default, |(_, rule)| RuleFacts {
+                        .map_or_else(RuleFacts::default, |Found { rule, .. }| RuleFacts {
                             found: true,
                             signal_frame: rule.signal_frame,
                             exidx: rule.source == arm::Source::Exidx,

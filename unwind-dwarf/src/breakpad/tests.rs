@@ -7,7 +7,7 @@ use breakpad_symbols::{FrameWalker, SimpleModule};
 use unwind_core::expr::{Expr, Op};
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::{arm, x86_64};
-use unwind_core::{RuleTable, RuleTableBuilder};
+use unwind_core::{Found, RuleTable, RuleTableBuilder};
 
 fn stack_cfi_lines(text: &str) -> Vec<&str> {
     text.lines()
@@ -406,7 +406,7 @@ fn x86_export_means_the_same_to_breakpad() {
             sp: 0x7fff_0000,
             fp: 0x7fff_0100,
         };
-        let ours = t.lookup(pc).map(|(m, rule)| {
+        let ours = t.lookup(pc).map(|Found { module: m, rule }| {
             <unwind_core::X86_64 as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(8))
         });
         let mut w = Walker {
@@ -505,7 +505,7 @@ fn arm_export_means_the_same_to_breakpad() {
             r11: 0x7000_0080,
             r7: 0x7000_00c0,
         };
-        let ours = t.lookup(u64::from(pc)).map(|(m, rule)| {
+        let ours = t.lookup(u64::from(pc)).map(|Found { module: m, rule }| {
             <unwind_core::Arm as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(4))
         });
         let mut w = Walker {
