@@ -35,7 +35,7 @@ pub enum TableError {
     RangeTooLarge,
     /// Two modules' address ranges overlap.
     OverlappingModules,
-    /// More than 65,535 modules.
+    /// More than 65,536 modules (a module's index is a `u16`).
     TooManyModules,
 }
 
@@ -45,7 +45,7 @@ impl fmt::Display for TableError {
             TableError::TooManyRules => "more than 65535 distinct rules in one module",
             TableError::RangeTooLarge => "a module's unwind ranges span more than 4 GiB",
             TableError::OverlappingModules => "two modules' address ranges overlap",
-            TableError::TooManyModules => "more than 65535 modules",
+            TableError::TooManyModules => "more than 65536 modules",
         })
     }
 }
@@ -444,7 +444,8 @@ impl<R: Copy> RuleTableBuilder<R> {
 
     /// Sorts the modules and checks that they do not overlap.
     pub fn build(mut self) -> Result<RuleTable<R>, TableError> {
-        if self.modules.len() >= usize::from(u16::MAX) {
+        // Indices 0..=u16::MAX: every module's index fits its `u16`.
+        if self.modules.len() > usize::from(u16::MAX) + 1 {
             return Err(TableError::TooManyModules);
         }
         self.modules.sort_by_key(|m| m.start);
@@ -463,6 +464,21 @@ impl<R: Copy> RuleTableBuilder<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every module index fits a `u16`: 65,536 modules build, one more does not.
+    #[test]
+    fn module_count_limit_is_the_index_range() {
+        let build = |n: u64| {
+            let rules = Arc::new(ModuleRules::<u8>::empty());
+            let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+            for i in 0..n {
+                b.add(i * 16, i * 16 + 16, 0, String::new(), rules.clone());
+            }
+            b.build().map(|t| t.modules().len())
+        };
+        assert_eq!(build(65_536), Ok(65_536));
+        assert_eq!(build(65_537).err(), Some(TableError::TooManyModules));
+    }
 
     fn build(rows: &[(u64, u64, u8)]) -> ModuleRules<u8> {
         let mut b = ModuleRulesBuilder::new();
