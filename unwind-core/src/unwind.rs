@@ -104,6 +104,9 @@ pub struct UnwindResult {
 /// is 0 or whose stack pointer does not increase ([`Arch::sp_increases`]) ends the walk. Every
 /// memory read goes through `mem`. If `trust` is given, its element `i` receives how frame `i`
 /// was found. Never allocates, locks or panics; the loop runs at most `pcs.len()` times.
+// `#[inline]`: left out of line (as LLVM chose for callers in other crates once the crate graph
+// grew), the same loop cost 2 more instructions per frame (callgrind, rec200: 39.9 against 37.7).
+#[inline]
 pub fn unwind<A: Arch, M: Memory + ?Sized>(
     table: &RuleTable<A::Rule>,
     cache: &mut Cache<A>,
