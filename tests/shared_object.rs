@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use machine_code::{closure, Isa};
+use machine_code::{closure, register_calls_self_test, Isa};
 use unwind_test_support::{run, Checks};
 
 const SECONDS: &str = "10";
@@ -316,6 +316,15 @@ fn main() {
     let out = target.join("out");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut checks = Checks::new();
+
+    let failures = register_calls_self_test();
+    checks.check(
+        failures.is_empty(),
+        format!(
+            "the machine-code check follows GOT addresses kept in registers, across loops and \
+             only where every path loads them {failures:?}"
+        ),
+    );
 
     let agent = build_agent(&root, &target, None);
     let (guard, tls) = build_c_programs("gcc", &src, &out, "");

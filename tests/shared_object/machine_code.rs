@@ -256,11 +256,13 @@ fn flow(isa: Isa, mnemonic: &str, operands: &str) -> Flow {
     }
 }
 
-/// x86_64: the GOT slot each `call *%reg` of `f` calls through, where a forward pass over the
-/// function's instructions knows it: `mov 0x..(%rip),%reg  # slot` loads it, `mov %a,%b` copies
-/// it, any other write to a register forgets it, a call forgets the caller-saved registers, and
-/// every branch target inside the function forgets everything (another path may arrive there).
-/// The compiler keeps a GOT address it calls several times in a register.
+/// x86_64: the GOT slot each `call *%reg` of `f` calls through, where every path to the call
+/// leaves the same slot's address in the register. A forward must-analysis over the function's
+/// control flow (fallthrough and direct jumps, iterated to a fixpoint): `mov 0x..(%rip),%reg
+/// # slot` loads a slot, `mov %a,%b` copies it, any other write to a register forgets it, a call
+/// forgets the caller-saved registers, and where paths meet only what all of them agree on is
+/// kept; nothing is known at the function's entry. The compiler keeps a GOT address it calls
+/// several times in a register, also across the iterations of a loop.
 fn register_calls(f: &Function) -> HashMap<u64, u64> {
     // The 64-bit register an operand names (`%r15d` and `%ebx` are r15 and rbx).
     let full = |r: &str| -> String {
@@ -283,30 +285,19 @@ fn register_calls(f: &Function) -> HashMap<u64, u64> {
             legacy.to_string()
         }
     };
-    let targets: BTreeSet<u64> = f
-        .insns
-        .iter()
-        .filter(|(_, m, _)| m.starts_with('j'))
-        .filter_map(|(_, _, o)| direct_target(o).map(|(a, _)| a))
-        .collect();
+    type Known = HashMap<String, u64>;
     let caller_saved = ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"];
-    let mut known: HashMap<String, u64> = HashMap::new();
-    let mut out = HashMap::new();
-    for (addr, mnemonic, operands) in &f.insns {
-        if targets.contains(addr) {
-            known.clear();
-        }
+    let insns = &f.insns;
+    let index: HashMap<u64, usize> = insns.iter().enumerate().map(|(i, x)| (x.0, i)).collect();
+    // What each instruction does to the known registers.
+    let transfer = |i: usize, known: &mut Known| {
+        let (_, mnemonic, operands) = &insns[i];
         let ops = operands.split('#').next().unwrap_or("").trim();
         if mnemonic.starts_with("call") {
-            if let Some(reg) = ops.strip_prefix("*%") {
-                if let Some(&slot) = known.get(&full(reg)) {
-                    out.insert(*addr, slot);
-                }
-            }
             for r in caller_saved {
                 known.remove(r);
             }
-            continue;
+            return;
         }
         let dest = match mnemonic.as_str() {
             m if m.starts_with("cmp") || m.starts_with("test") || m.starts_with("push") => None,
@@ -314,7 +305,7 @@ fn register_calls(f: &Function) -> HashMap<u64, u64> {
             "pop" => Some(ops),
             _ => ops.rsplit(',').next().filter(|d| d.starts_with('%')),
         };
-        let Some(dest) = dest else { continue };
+        let Some(dest) = dest else { return };
         let dest = full(dest);
         let value = if mnemonic == "mov" && ops.contains("(%rip)") {
             operands
@@ -332,8 +323,129 @@ fn register_calls(f: &Function) -> HashMap<u64, u64> {
             Some(slot) => known.insert(dest, slot),
             None => known.remove(&dest),
         };
+    };
+    // Successors: the next instruction unless the flow never falls through, and a direct jump's
+    // target inside the function.
+    let successors = |i: usize| -> Vec<usize> {
+        let (_, mnemonic, operands) = &insns[i];
+        let mut out = Vec::new();
+        let ends = mnemonic.starts_with("ret")
+            || mnemonic.starts_with("jmp")
+            || mnemonic.starts_with("ud");
+        if !ends && i + 1 < insns.len() {
+            out.push(i + 1);
+        }
+        if mnemonic.starts_with('j') {
+            if let Some(&t) = direct_target(operands).and_then(|(a, _)| index.get(&a)) {
+                out.push(t);
+            }
+        }
+        out
+    };
+    // `None`: not reached yet (agrees with everything).
+    let mut before: Vec<Option<Known>> = vec![None; insns.len()];
+    if !insns.is_empty() {
+        before[0] = Some(Known::new());
+    }
+    let mut work: Vec<usize> = if insns.is_empty() {
+        Vec::new()
+    } else {
+        vec![0]
+    };
+    loop {
+        while let Some(i) = work.pop() {
+            let Some(mut known) = before[i].clone() else {
+                continue;
+            };
+            transfer(i, &mut known);
+            for s in successors(i) {
+                let merged = match &before[s] {
+                    None => known.clone(),
+                    Some(old) => old
+                        .iter()
+                        .filter(|(r, slot)| known.get(*r) == Some(slot))
+                        .map(|(r, slot)| (r.clone(), *slot))
+                        .collect(),
+                };
+                if before[s].as_ref() != Some(&merged) {
+                    before[s] = Some(merged);
+                    work.push(s);
+                }
+            }
+        }
+        // Code reached only through an indirect jump (a jump table): nothing known there.
+        match before.iter().position(Option::is_none) {
+            Some(i) => {
+                before[i] = Some(Known::new());
+                work.push(i);
+            }
+            None => break,
+        }
+    }
+    let mut out = HashMap::new();
+    for (i, (addr, mnemonic, operands)) in insns.iter().enumerate() {
+        if !mnemonic.starts_with("call") {
+            continue;
+        }
+        let ops = operands.split('#').next().unwrap_or("").trim();
+        let (Some(reg), Some(known)) = (ops.strip_prefix("*%"), &before[i]) else {
+            continue;
+        };
+        if let Some(&slot) = known.get(&full(reg)) {
+            out.insert(*addr, slot);
+        }
     }
     out
+}
+
+/// Cases of [`register_calls`] on hand-written x86_64 code; the failures, if any.
+pub fn register_calls_self_test() -> Vec<String> {
+    let func = |lines: &[(u64, &str, &str)]| Function {
+        name: "t".into(),
+        start: lines[0].0,
+        insns: lines
+            .iter()
+            .map(|&(a, m, o)| (a, m.to_string(), o.to_string()))
+            .collect(),
+    };
+    let load = "0x100(%rip),%r9        # 2000 <x>";
+    let mut failures = Vec::new();
+    // The slot loaded before a loop and reloaded after each call (as rustc keeps `Cache::fill`'s
+    // GOT address): the call at 0x14 goes through slot 0x2000 on every path.
+    let looped = func(&[
+        (0x10, "mov", load),
+        (0x12, "jmp", "18 <t+0x8>"),
+        (0x14, "call", "*%r9"),
+        (0x16, "mov", load),
+        (0x18, "test", "%rax,%rax"),
+        (0x1a, "jne", "14 <t+0x4>"),
+        (0x1c, "ret", ""),
+    ]);
+    if register_calls(&looped).get(&0x14) != Some(&0x2000) {
+        failures.push("a GOT address kept in a register across a loop is not resolved".into());
+    }
+    // One path reaches the call without the load (r9 is an argument there): not resolved.
+    let one_path = func(&[
+        (0x10, "test", "%rdi,%rdi"),
+        (0x12, "je", "18 <t+0x8>"),
+        (0x14, "mov", load),
+        (0x18, "call", "*%r9"),
+        (0x1a, "ret", ""),
+    ]);
+    if register_calls(&one_path).contains_key(&0x18) {
+        failures.push("a register loaded on only one path is taken for a GOT slot".into());
+    }
+    // Overwritten after the load: not resolved.
+    let clobbered = func(&[
+        (0x10, "mov", load),
+        (0x14, "add", "$0x8,%r9"),
+        (0x18, "call", "*%r9"),
+        (0x1a, "ret", ""),
+    ]);
+    if register_calls(&clobbered).contains_key(&0x18) {
+        failures.push("a register changed after its load is taken for a GOT slot".into());
+    }
+    failures
 }
 
 /// The closure of `entry` in the shared object `lib`.
