@@ -78,7 +78,7 @@ fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
         .ok()
         .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
     if let Some(id) = build_id.filter(|id| id.len() > 1) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::minidump::hex(&id);
         let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
         if let Ok(d) = std::fs::read(debug) {
             symbols.extend(read_symbols(&d));
@@ -90,19 +90,20 @@ fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
 }
 
 impl Symbolizer {
-    /// Reads the symbol tables of `modules` from their files. The vdso has no file: a module
-    /// named `linux-vdso*` or `linux-gate*` takes its symbols from `vdso_image` (the image
-    /// copied from the sampled process's memory), if given.
+    /// Reads the symbol tables of `modules` from their files. The vdso of a live process has
+    /// no file: a module named `linux-vdso*` or `linux-gate*` whose file gives no symbols takes
+    /// them from `vdso_image` (the image copied from the sampled process's memory), if given.
     pub fn new(modules: &[ModuleFile], vdso_image: Option<&[u8]>) -> Self {
         let mut out: Vec<SymModule> = modules
             .iter()
             .map(|m| {
                 let name = m.path.display().to_string();
-                let symbols = if name.contains("linux-vdso") || name.contains("linux-gate") {
-                    vdso_image.map_or_else(Vec::new, read_symbols)
-                } else {
-                    file_symbols(&m.path)
-                };
+                let mut symbols = file_symbols(&m.path);
+                if symbols.is_empty()
+                    && (name.contains("linux-vdso") || name.contains("linux-gate"))
+                {
+                    symbols = vdso_image.map_or_else(Vec::new, read_symbols);
+                }
                 SymModule {
                     start: m.start,
                     end: m.end,
@@ -186,5 +187,42 @@ impl Symbolizer {
                 Self::display(s, pc)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(path: &std::path::Path) -> ModuleFile {
+        ModuleFile {
+            path: path.to_path_buf(),
+            start: 0x1000,
+            end: 0x2000,
+            bias: 0,
+        }
+    }
+
+    /// The vdso's symbols come from its file where there is one (a copy saved with the
+    /// samples), else from the image given; other modules never take the image.
+    #[test]
+    fn vdso_symbols_from_its_file_else_from_the_image() {
+        let exe = std::env::current_exe().unwrap();
+        let image = std::fs::read(&exe).unwrap();
+        let count = |m: ModuleFile, image: Option<&[u8]>| {
+            Symbolizer::new(&[m], image).modules[0].symbols.len()
+        };
+        let from_file = count(module(&exe), None);
+        assert!(from_file > 100, "{from_file}");
+        let dir = std::env::temp_dir().join(format!("symbolize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let saved = dir.join("linux-vdso.so.1");
+        std::fs::copy(&exe, &saved).unwrap();
+        assert_eq!(count(module(&saved), None), from_file);
+        std::fs::remove_file(&saved).unwrap();
+        assert_eq!(count(module(&saved), Some(&image)), from_file);
+        assert_eq!(count(module(&saved), None), 0);
+        assert_eq!(count(module(&dir.join("libmissing.so")), Some(&image)), 0);
+        std::fs::remove_dir(&dir).unwrap();
     }
 }

@@ -38,9 +38,8 @@ impl Traces {
                         }
                     })
                     .collect();
-                // The vdso has no file: its symbols come from this process's copy (the same
-                // kernel took the samples).
-                Symbolizer::new(&modules, unwind_in_process::vdso_image().as_deref())
+                // The vdso's path is the image the agent saved with the samples.
+                Symbolizer::new(&modules, None)
             })
     }
 
