@@ -2,7 +2,6 @@
 //! modules and machine a minidump lists, and the symbols of the loaded modules. None of it is
 //! async-signal-safe.
 
-use minidump_common::format as md;
 use unwind_samples::minidump::{DumpModule, SystemInfo};
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::Symbolizer;
@@ -36,11 +35,7 @@ pub fn system_info() -> SystemInfo {
         .release
         .split(|c: char| !c.is_ascii_digit())
         .map(|n| n.parse().unwrap_or(0));
-    let (major, minor, build) = (
-        version.next().unwrap_or(0),
-        version.next().unwrap_or(0),
-        version.next().unwrap_or(0),
-    );
+    let kernel = [0; 3].map(|_| version.next().unwrap_or(0));
     let csd = [&uts.sysname, &uts.release, &uts.version, &uts.machine]
         .iter()
         .filter(|s| !s.is_empty())
@@ -50,26 +45,7 @@ pub fn system_info() -> SystemInfo {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     let cpus = u8::try_from(cpus.max(1)).unwrap_or(u8::MAX);
-    let (architecture, level, revision, cpu) = crate::arch::cpu_info();
-    let info = md::MINIDUMP_SYSTEM_INFO {
-        processor_architecture: architecture as u16,
-        processor_level: level,
-        processor_revision: revision,
-        number_of_processors: cpus,
-        product_type: 0,
-        major_version: major,
-        minor_version: minor,
-        build_number: build,
-        platform_id: md::PlatformId::Linux as u32,
-        csd_version_rva: 0,
-        suite_mask: 0,
-        reserved2: 0,
-        cpu: md::CPU_INFORMATION { data: cpu },
-    };
-    SystemInfo {
-        raw: info,
-        csd_version: csd,
-    }
+    SystemInfo::linux(crate::arch::cpu_info(), cpus, kernel, csd)
 }
 
 struct Uname {

@@ -25,7 +25,7 @@ use std::cell::UnsafeCell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::arch::Native;
+use crate::arch::{thread_pointer, Native};
 use crate::publish::Published;
 use unwind_core::Cache;
 
@@ -110,7 +110,7 @@ fn chain(
 /// walk of one bucket chain (finite: chains only grow by registrations).
 #[inline]
 fn current() -> Option<&'static ThreadSlot> {
-    let tp = crate::arch::thread_pointer();
+    let tp = thread_pointer();
     let mut p = bucket_of(tp).load(Ordering::Acquire) as *const ThreadSlot;
     // SAFETY: as in `chain`.
     while let Some(s) = unsafe { p.as_ref() } {
@@ -148,7 +148,7 @@ fn stack_bounds() -> std::io::Result<(u64, u64)> {
 /// Registers the current thread (idempotent: a second call refreshes its stack bounds).
 pub(crate) fn register() -> std::io::Result<()> {
     let (lo, hi) = stack_bounds()?;
-    let tp = crate::arch::thread_pointer();
+    let tp = thread_pointer();
     // A slot this thread pointer already owns: this thread's (registered before), or one left by
     // an exited thread whose control block this thread reuses (its exit guard did not run).
     let slot = match current() {
@@ -223,7 +223,7 @@ pub(crate) fn unregister() {
 /// not exist here; one may have been interrupted mid-unwind, leaving its slot busy and its
 /// hazard set), keeping the calling thread's.
 pub(crate) fn after_fork_in_child() {
-    let me = crate::arch::thread_pointer();
+    let me = thread_pointer();
     for s in slots() {
         if s.owner.load(Ordering::Relaxed) != me {
             s.hazard.store(ptr::null_mut(), Ordering::Relaxed);
@@ -278,12 +278,12 @@ mod tests {
     fn threads_have_distinct_thread_pointers_and_find_their_slots() {
         register().unwrap();
         let mine = current().expect("registered") as *const ThreadSlot;
-        let tp = crate::arch::thread_pointer();
+        let tp = thread_pointer();
         let (other_tp, other_slot) = std::thread::spawn(|| {
             assert!(current().is_none(), "a new thread is not registered");
             register().unwrap();
             let s = current().expect("registered") as *const ThreadSlot as usize;
-            (crate::arch::thread_pointer(), s)
+            (thread_pointer(), s)
         })
         .join()
         .unwrap();

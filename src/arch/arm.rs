@@ -6,6 +6,7 @@ use minidump_common::format as md;
 use scroll::{Pwrite, LE};
 use unwind_dwarf::plt::PltSection;
 use unwind_dwarf::{ArmStats, DwarfError, ExidxError, ExidxStats};
+use unwind_samples::minidump::Processor;
 
 use crate::modules::{cfi_sections, Image as _, ImageCopy, Read};
 
@@ -160,13 +161,12 @@ pub fn rules_from_image(
 /// What loading found besides the CFI statistics, for the preload report: the EHABI index's
 /// statistics and error.
 pub fn report_extra(stats: &ArmStats) -> (Option<ExidxStats>, Option<ExidxError>) {
-    (stats.exidx.clone(), stats.exidx_error.clone())
+    (stats.exidx.clone(), stats.exidx_error)
 }
 
-/// This CPU for a minidump's SystemInfo stream: `(architecture, processor_level,
-/// processor_revision, CPU_INFORMATION)`. No cpuid (user space cannot read MIDR): level 7
+/// This CPU for a minidump's SystemInfo stream. No cpuid (user space cannot read MIDR): level 7
 /// (ARMv7) and the hardware capabilities.
-pub fn cpu_info() -> (md::ProcessorArchitecture, u16, u16, [u8; 24]) {
+pub fn cpu_info() -> Processor {
     // SAFETY: getauxval has no preconditions.
     let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
     let info = md::ARMCpuInfo {
@@ -175,10 +175,10 @@ pub fn cpu_info() -> (md::ProcessorArchitecture, u16, u16, [u8; 24]) {
     };
     let mut data = [0u8; 24];
     let _ = data.pwrite_with(info, 0, LE);
-    (
-        md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM,
-        7,
-        0,
-        data,
-    )
+    Processor {
+        architecture: md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM,
+        level: 7,
+        revision: 0,
+        cpu: data,
+    }
 }

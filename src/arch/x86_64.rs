@@ -6,6 +6,7 @@ use minidump_common::format as md;
 use scroll::{Pwrite, LE};
 use unwind_dwarf::plt::PltSection;
 use unwind_dwarf::DwarfError;
+use unwind_samples::minidump::Processor;
 
 use crate::modules::{cfi_sections, ImageCopy, Read};
 
@@ -158,10 +159,9 @@ pub fn report_extra(
     (None, None)
 }
 
-/// This CPU for a minidump's SystemInfo stream: `(architecture, processor_level,
-/// processor_revision, CPU_INFORMATION)`, with family, model and stepping as Breakpad's Linux
+/// This CPU for a minidump's SystemInfo stream, with family, model and stepping as Breakpad's Linux
 /// writer records them, and the cpuid vendor and features.
-pub fn cpu_info() -> (md::ProcessorArchitecture, u16, u16, [u8; 24]) {
+pub fn cpu_info() -> Processor {
     use std::arch::x86_64::__cpuid;
     // SAFETY: cpuid exists on every x86_64 CPU; leaves 0 and 1 are always valid.
     #[allow(unused_unsafe)]
@@ -184,10 +184,10 @@ pub fn cpu_info() -> (md::ProcessorArchitecture, u16, u16, [u8; 24]) {
     };
     let mut data = [0u8; 24];
     let _ = data.pwrite_with(info, 0, LE);
-    (
-        md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64,
-        u16::try_from(family).unwrap_or(u16::MAX),
-        u16::try_from((model << 8) | stepping).unwrap_or(u16::MAX),
-        data,
-    )
+    Processor {
+        architecture: md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64,
+        level: u16::try_from(family).unwrap_or(u16::MAX),
+        revision: u16::try_from((model << 8) | stepping).unwrap_or(u16::MAX),
+        cpu: data,
+    }
 }

@@ -62,34 +62,73 @@ pub struct SystemInfo {
     pub csd_version: String,
 }
 
+/// A processor as a minidump's SystemInfo stream describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Processor {
+    /// Its architecture.
+    pub architecture: md::ProcessorArchitecture,
+    /// `processor_level` (x86: the family; ARM: the architecture version, 7 for ARMv7).
+    pub level: u16,
+    /// `processor_revision` (x86: model and stepping).
+    pub revision: u16,
+    /// The architecture's `CPU_INFORMATION` (x86: cpuid vendor and features; ARM: the hardware
+    /// capabilities).
+    pub cpu: [u8; 24],
+}
+
+impl Processor {
+    /// A processor of `context`'s architecture about which nothing else is known.
+    pub fn unknown(context: &Context) -> Processor {
+        let (architecture, level) = match context {
+            Context::X86_64 { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64, 0),
+            Context::Arm { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM, 7),
+        };
+        Processor {
+            architecture,
+            level,
+            revision: 0,
+            cpu: [0; 24],
+        }
+    }
+}
+
 impl SystemInfo {
+    /// A Linux machine: its processor, how many it has, the kernel's version numbers (major,
+    /// minor, patch of its release) and its `uname -srvm` as the CSD version.
+    pub fn linux(
+        processor: Processor,
+        processors: u8,
+        kernel: [u32; 3],
+        csd_version: String,
+    ) -> SystemInfo {
+        SystemInfo {
+            raw: md::MINIDUMP_SYSTEM_INFO {
+                processor_architecture: processor.architecture as u16,
+                processor_level: processor.level,
+                processor_revision: processor.revision,
+                number_of_processors: processors,
+                product_type: 0,
+                major_version: kernel[0],
+                minor_version: kernel[1],
+                build_number: kernel[2],
+                platform_id: md::PlatformId::Linux as u32,
+                csd_version_rva: 0,
+                suite_mask: 0,
+                reserved2: 0,
+                cpu: md::CPU_INFORMATION {
+                    data: processor.cpu,
+                },
+            },
+            csd_version,
+        }
+    }
+
     /// A Linux machine of `context`'s architecture about which nothing else is known (one
     /// processor, no kernel version, no CPU identification): for samples made up or moved
     /// between machines. The sampled process describes its own machine with the runtime's
     /// `system_info`.
     pub fn unknown(context: &Context) -> SystemInfo {
-        let (architecture, level) = match context {
-            Context::X86_64 { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64, 0),
-            Context::Arm { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM, 7),
-        };
-        SystemInfo {
-            raw: md::MINIDUMP_SYSTEM_INFO {
-                processor_architecture: architecture as u16,
-                processor_level: level,
-                processor_revision: 0,
-                number_of_processors: 1,
-                product_type: 0,
-                major_version: 0,
-                minor_version: 0,
-                build_number: 0,
-                platform_id: md::PlatformId::Linux as u32,
-                csd_version_rva: 0,
-                suite_mask: 0,
-                reserved2: 0,
-                cpu: md::CPU_INFORMATION { data: [0; 24] },
-            },
-            csd_version: String::new(),
-        }
+        SystemInfo::linux(Processor::unknown(context), 1, [0; 3], String::new())
     }
 }
 
