@@ -1,0 +1,1 @@
+//! The output formats, each written from a [`crate::profile::Profile`].

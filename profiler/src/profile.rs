@@ -1,0 +1,126 @@
+//! A finished profile: symbolized stacks with the counters of the run. Every output format is
+//! written from this one model (see [`crate::output`]).
+
+use std::time::{Duration, SystemTime};
+
+/// One loaded module (executable, shared library, vdso) seen during the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// The path it was loaded from (or its soname for the vdso).
+    pub path: String,
+    /// First address of its code at run time.
+    pub start: u64,
+    /// One past its last address at run time.
+    pub end: u64,
+    /// Load bias: run-time address minus the address in the file.
+    pub bias: u64,
+    /// Its GNU build id, as lowercase hex (empty if it has none).
+    pub build_id: String,
+}
+
+/// One source-level frame: a function, or a function inlined into another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The demangled function name, or `module+0xOFFSET` when nothing names it.
+    pub function: String,
+    /// The source file, where debug information gives one.
+    pub file: Option<String>,
+    /// The line in `file`, where debug information gives one.
+    pub line: Option<u32>,
+}
+
+/// One distinct code address of the profile, symbolized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The run-time address: the interrupted PC for a leaf, a return address otherwise.
+    pub address: u64,
+    /// Index into [`Profile::modules`], if the address lies in a known module.
+    pub module: Option<usize>,
+    /// The frames at this address, innermost first: the functions inlined there, then the
+    /// function whose code it is. Never empty.
+    pub frames: Vec<Frame>,
+}
+
+/// A thread of the profiled process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    /// Its kernel thread id.
+    pub tid: i32,
+    /// Its name (`/proc/self/task/TID/comm`), if it could be read.
+    pub name: String,
+}
+
+/// One sample: a thread's stack at a timer tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Index into [`Profile::threads`].
+    pub thread: usize,
+    /// When it was taken, from the start of profiling.
+    pub time: Duration,
+    /// Index into [`Profile::stacks`].
+    pub stack: usize,
+}
+
+/// Counters of the whole run, for the summary.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counters {
+    /// Timer signals the handler received.
+    pub signals: u64,
+    /// Samples stored (unwound, possibly only partly).
+    pub stored: u64,
+    /// Signals that produced no sample, by reason, with a count each (every signal is either
+    /// stored or dropped for exactly one reason).
+    pub dropped: Vec<(String, u64)>,
+    /// How the stored samples' walks ended, with a count each.
+    pub stops: Vec<(String, u64)>,
+    /// Frames in all stored samples.
+    pub frames: u64,
+    /// Rule-cache hits and misses of the sampled threads.
+    pub cache_hits: u64,
+    /// See `cache_hits`.
+    pub cache_misses: u64,
+    /// Time spent unwinding in the handler, over all stored samples.
+    pub unwind_time: Duration,
+    /// Time spent storing samples in the handler, over all stored samples.
+    pub store_time: Duration,
+    /// Time spent building the rule tables (at start and at every refresh).
+    pub preload_time: Duration,
+    /// Bytes of the rule tables, as last published.
+    pub table_bytes: usize,
+    /// Rows of the rule tables, as last published.
+    pub table_rows: u64,
+    /// Times the tables were rebuilt because a walk met code in no known module.
+    pub refreshes: u64,
+    /// Threads sampled during the run.
+    pub threads: u64,
+}
+
+/// A finished, symbolized profile.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The profiled program (its executable's path).
+    pub program: String,
+    /// Its process id.
+    pub pid: u32,
+    /// When profiling started (wall clock).
+    pub start: SystemTime,
+    /// How long profiling ran.
+    pub duration: Duration,
+    /// The sampling period: CPU time per sample and thread (or wall time, when sampling wall
+    /// clock).
+    pub interval: Duration,
+    /// Whether the period is wall-clock time rather than CPU time.
+    pub wall_clock: bool,
+    /// Every module seen.
+    pub modules: Vec<Module>,
+    /// Every distinct address in the samples.
+    pub locations: Vec<Location>,
+    /// Every distinct stack, as indices into `locations`, leaf first.
+    pub stacks: Vec<Vec<usize>>,
+    /// Every thread sampled.
+    pub threads: Vec<Thread>,
+    /// Every sample, in time order per thread.
+    pub samples: Vec<Sample>,
+    /// The run's counters.
+    pub counters: Counters,
+}
