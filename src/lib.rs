@@ -54,7 +54,7 @@ mod threads;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::Instant;
 
@@ -401,7 +401,58 @@ fn unwind_live(
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, slot| {
         let mem = live_stack(slot, Native::sp(&regs));
-        unwind_core::unwind(table, cache, regs, &mem, pcs, trust)
+        let outside = cache.outside_modules();
+        let result = unwind_core::unwind(table, cache, regs, &mem, pcs, trust);
+        // Plain stores to this thread's own slot (no shared cache line, no read-modify-write).
+        slot.cache_hits.store(cache.hits(), Ordering::Relaxed);
+        slot.cache_misses.store(cache.misses(), Ordering::Relaxed);
+        if cache.outside_modules() != outside {
+            note_outside_modules(cache.outside_modules().wrapping_sub(outside), cache);
+        }
+        result
+    })
+}
+
+/// Walks that met code in no module of the published table, and the last such address.
+static OUTSIDE_MODULES: AtomicU64 = AtomicU64::new(0);
+static LAST_OUTSIDE_MODULE: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+fn note_outside_modules(new: u64, cache: &unwind_core::Cache<Native>) {
+    OUTSIDE_MODULES.fetch_add(new, Ordering::Relaxed);
+    LAST_OUTSIDE_MODULE.store(cache.last_outside_module(), Ordering::Relaxed);
+}
+
+/// Code the published table does not know, as met by unwinds (see [`outside_modules`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutsideModules {
+    /// Addresses in no known module met by unwinds since the process started (each counted
+    /// once per thread and table generation).
+    pub count: u64,
+    /// The last such address (0 if none).
+    pub last_address: u64,
+}
+
+/// How often unwinds have met a PC in no module of the published table: code `dlopen`ed after
+/// the last [`init`]/[`refresh`], or generated at run time. A profiler's own thread reads this
+/// (a load, no lock) and, when `count` grows, calls [`refresh`] off the signal path, so that it
+/// never has to poll the list of loaded modules. (Code that no module holds, such as a JIT's,
+/// keeps counting after a refresh: back off when a refresh finds no new module.)
+pub fn outside_modules() -> OutsideModules {
+    OutsideModules {
+        count: OUTSIDE_MODULES.load(Ordering::Relaxed),
+        last_address: LAST_OUTSIDE_MODULE.load(Ordering::Relaxed),
+    }
+}
+
+/// Rule-cache `(hits, misses)` summed over every thread that has unwound, as of each thread's
+/// last unwind (a thread's slot, counts included, passes to a later thread when it exits).
+pub fn cache_totals() -> (u64, u64) {
+    threads::slots().fold((0, 0), |(h, m), s| {
+        (
+            h + s.cache_hits.load(Ordering::Relaxed),
+            m + s.cache_misses.load(Ordering::Relaxed),
+        )
     })
 }
 

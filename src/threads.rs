@@ -50,6 +50,10 @@ pub(crate) struct ThreadSlot {
     pub tid: AtomicI32,
     /// Only the owning thread touches it, and only while `busy` is held.
     pub cache: UnsafeCell<Cache<Native>>,
+    /// The cache's hit and miss counts as of its last unwind, for other threads to read.
+    pub cache_hits: AtomicU64,
+    /// See `cache_hits`.
+    pub cache_misses: AtomicU64,
 }
 
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched
@@ -186,6 +190,8 @@ fn claim(tp: usize) -> &'static ThreadSlot {
         stack_hi: AtomicU64::new(0),
         tid: AtomicI32::new(0),
         cache: UnsafeCell::new(Cache::new()),
+        cache_hits: AtomicU64::new(0),
+        cache_misses: AtomicU64::new(0),
     }));
     // Into the list of every slot first: whoever finds the slot through its bucket (only to
     // claim it after its owner released it) has then synchronized with both pushes.

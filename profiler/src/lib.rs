@@ -1,4 +1,212 @@
 //! A sampling profiler for Linux programs, built on `unwind-in-process`.
+//!
+//! Every thread gets its own CPU-time timer (`timer_create` on `CLOCK_THREAD_CPUTIME_ID`,
+//! delivered to that thread with `SIGEV_THREAD_ID`), or a wall-clock one. Its signal handler
+//! unwinds the interrupted stack with [`unwind_in_process::unwind_signal`] into a preallocated
+//! ring of that thread ([`ring`]), counting every signal it could not turn into a sample, by
+//! reason. A collector thread drains the rings every few milliseconds and keeps the unwinder's
+//! rule table current as modules are loaded and unloaded ([`collect`]). At the end, the samples
+//! are symbolized ([`symbolize`]) into a [`Profile`] that every output format is written from
+//! ([`output`]).
+//!
+//! Three ways to use it: the `unwind-profiler record -- PROGRAM ARGS` command; the preload
+//! library (`libunwind_profiler_preload.so`, configured by environment variables, see
+//! [`Config::from_env`]); and this crate's API, for a program that profiles itself:
+//!
+//! ```no_run
+//! let profiler = unwind_profiler::Profiler::start(unwind_profiler::Config::default()).unwrap();
+//! // ... work; threads that should be sampled call unwind_profiler::sample_this_thread() ...
+//! let profile = profiler.stop();
+//! unwind_profiler::output::write_all(&profile, std::path::Path::new("."), "profile").unwrap();
+//! ```
 
+pub mod collect;
+pub mod config;
 pub mod output;
 pub mod profile;
+pub mod ring;
+pub mod sampler;
+pub mod symbolize;
+pub mod threads;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime};
+
+pub use config::{Clock, Config, ConfigError};
+pub use profile::Profile;
+
+/// Why profiling could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The unwinder could not build its tables.
+    Unwinder(unwind_in_process::Error),
+    /// The signal handler could not be installed, or profiling was already started.
+    Signal(std::io::Error),
+    /// The collector thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Unwinder(e) => write!(f, "cannot load the unwind tables: {e}"),
+            StartError::Signal(e) => write!(f, "cannot install the sampling signal handler: {e}"),
+            StartError::Thread(e) => write!(f, "cannot start the collector thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// What the collector thread shares with the [`Profiler`].
+struct Shared {
+    collector: Mutex<collect::Collector>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// A running profiler (one per process).
+pub struct Profiler {
+    config: Config,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    started: Instant,
+    start_time: SystemTime,
+}
+
+/// Set (from a signal handler, say) to ask the collector for a profile written while running.
+static SNAPSHOT: AtomicBool = AtomicBool::new(false);
+
+impl Profiler {
+    /// Loads the unwind tables, installs the signal handler and starts sampling the calling
+    /// thread, and any thread that calls [`sample_this_thread`] or is created through the
+    /// preload library's `pthread_create`.
+    pub fn start(config: Config) -> Result<Profiler, StartError> {
+        let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
+        sampler::install(config.timing()).map_err(StartError::Signal)?;
+        let shared = Arc::new(Shared {
+            collector: Mutex::new(collect::Collector::new(&report)),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let s = shared.clone();
+        let every = config.collect_every;
+        let snapshot_dir = config.output.clone();
+        let stem = config.stem.clone();
+        let started = Instant::now();
+        let start_time = SystemTime::now();
+        let period = config.period();
+        let wall = config.clock == Clock::Wall;
+        let thread = threads::spawn_unsampled("unwind-profiler", move || loop {
+            let stop = {
+                let guard = s.stop.lock().unwrap_or_else(|e| e.into_inner());
+                let (guard, _) = s
+                    .wake
+                    .wait_timeout(guard, every)
+                    .unwrap_or_else(|e| e.into_inner());
+                *guard
+            };
+            let mut c = s.collector.lock().unwrap_or_else(|e| e.into_inner());
+            c.tick();
+            if SNAPSHOT.swap(false, Ordering::Relaxed) {
+                let run = collect::Run {
+                    program: program(),
+                    pid: std::process::id(),
+                    start: start_time,
+                    duration: started.elapsed(),
+                    interval: period,
+                    wall_clock: wall,
+                };
+                let profile = c.finish(&run);
+                drop(c);
+                if let Some(dir) = &snapshot_dir {
+                    match output::write_all(&profile, dir, &stem) {
+                        Ok(_) => {
+                            eprintln!("unwind-profiler: snapshot written to {}", dir.display())
+                        }
+                        Err(e) => eprintln!("unwind-profiler: snapshot: {e}"),
+                    }
+                }
+            }
+            if stop {
+                return;
+            }
+        })
+        .map_err(StartError::Thread)?;
+        sampler::start_thread();
+        Ok(Profiler {
+            config,
+            shared,
+            thread: Some(thread),
+            started,
+            start_time,
+        })
+    }
+
+    /// A profile of everything sampled so far; sampling goes on.
+    pub fn report(&self) -> Profile {
+        let mut c = self
+            .shared
+            .collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        c.tick();
+        c.finish(&self.run())
+    }
+
+    /// Stops sampling and returns the profile.
+    pub fn stop(mut self) -> Profile {
+        sampler::stop();
+        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let mut c = self
+            .shared
+            .collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        c.tick();
+        c.finish(&self.run())
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn run(&self) -> collect::Run {
+        collect::Run {
+            program: program(),
+            pid: std::process::id(),
+            start: self.start_time,
+            duration: self.started.elapsed(),
+            interval: self.config.period(),
+            wall_clock: self.config.clock == Clock::Wall,
+        }
+    }
+}
+
+/// Asks the running profiler's collector to write a profile of everything so far to the
+/// configured output directory, within one collection interval. Async-signal-safe (an atomic
+/// store; the collector does the work).
+pub fn request_snapshot() {
+    SNAPSHOT.store(true, Ordering::Relaxed);
+}
+
+/// Starts sampling the calling thread (idempotent for a thread already sampled is not
+/// guaranteed: call it once per thread). Threads created through the preload library are
+/// sampled without it.
+pub fn sample_this_thread() {
+    threads::sample_this_thread();
+}
+
+/// The running program's path.
+fn program() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| std::env::args().next().unwrap_or_default())
+}

@@ -57,6 +57,10 @@ pub struct Sample {
     pub thread: usize,
     /// When it was taken, from the start of profiling.
     pub time: Duration,
+    /// The sampling periods it stands for: 1, plus timer expirations the kernel merged into
+    /// its signal (CPU-time timers fire at most once per kernel tick, so at rates above the
+    /// tick rate most samples stand for several periods). Counts and shares use it.
+    pub weight: u64,
     /// Index into [`Profile::stacks`].
     pub stack: usize,
 }
@@ -71,6 +75,13 @@ pub struct Counters {
     /// Signals that produced no sample, by reason, with a count each (every signal is either
     /// stored or dropped for exactly one reason).
     pub dropped: Vec<(String, u64)>,
+    /// Timer expirations the kernel merged into a signal still pending (CPU time that went
+    /// unsampled because the thread could not take the signal in time).
+    pub merged_expirations: u64,
+    /// Signals of the profiler's number that no timer of ours sent (the program's own), ignored.
+    pub foreign_signals: u64,
+    /// Threads that were never sampled, by reason, with a count each.
+    pub threads_not_sampled: Vec<(String, u64)>,
     /// How the stored samples' walks ended, with a count each.
     pub stops: Vec<(String, u64)>,
     /// Frames in all stored samples.

@@ -94,6 +94,11 @@ pub struct Cache<A: Arch> {
     entries: [Entry<A::Simple>; CACHE_SLOTS],
     lookups: u64,
     misses: u64,
+    /// Misses at addresses in no module of the table (code loaded after the table was built,
+    /// or generated at run time).
+    outside: u64,
+    /// The last such address.
+    last_outside: u64,
 }
 
 impl<A: Arch> Default for Cache<A> {
@@ -113,6 +118,8 @@ impl<A: Arch> Cache<A> {
             }; CACHE_SLOTS],
             lookups: 0,
             misses: 0,
+            outside: 0,
+            last_outside: 0,
         }
     }
 
@@ -178,7 +185,13 @@ impl<A: Arch> Cache<A> {
         self.misses = self.misses.wrapping_add(1);
         let rule = match table.lookup_index(addr) {
             Some(found) => Cached::of::<A>(found.rule, found.at),
-            None => Cached::NoRule,
+            None => {
+                if table.module_for(addr).is_none() {
+                    self.outside = self.outside.wrapping_add(1);
+                    self.last_outside = addr;
+                }
+                Cached::NoRule
+            }
         };
         match self.entries.get_mut(slot) {
             Some(e) => {
@@ -201,11 +214,26 @@ impl<A: Arch> Cache<A> {
         self.misses
     }
 
+    /// Misses at an address in no module of the table: code the table does not know (loaded
+    /// after it was built, or generated at run time). Each address counts once per table
+    /// generation (the cache then remembers it); a profiler that sees this grow can rebuild
+    /// the table, off the signal path.
+    pub fn outside_modules(&self) -> u64 {
+        self.outside
+    }
+
+    /// The last address counted by [`outside_modules`](Self::outside_modules) (0 if none).
+    pub fn last_outside_module(&self) -> u64 {
+        self.last_outside
+    }
+
     /// Forgets every entry (at the next lookup) and zeroes the counters.
     pub fn clear(&mut self) {
         self.generation = 0;
         self.lookups = 0;
         self.misses = 0;
+        self.outside = 0;
+        self.last_outside = 0;
     }
 }
 
@@ -346,5 +374,25 @@ mod tests {
         assert_eq!((c.hits(), c.misses()), (0, 1));
         let t3 = table(3, 0);
         assert_eq!(c.lookup(&t3, 0x150), Cached::Stop(StopReason::EndOfStack));
+    }
+
+    #[test]
+    fn addresses_outside_every_module_are_counted_once_per_generation() {
+        let t1 = table(1, 5);
+        let mut c = Cache::<Bytes>::new();
+        // In the module, with or without a rule: not outside.
+        c.lookup(&t1, 0x150);
+        c.lookup(&t1, 0x250);
+        assert_eq!((c.outside_modules(), c.last_outside_module()), (0, 0));
+        // Below and above the module's [0x100, 0x1000).
+        c.lookup(&t1, 0x80);
+        c.lookup(&t1, 0x1000);
+        c.lookup(&t1, 0x1000);
+        assert_eq!((c.outside_modules(), c.last_outside_module()), (2, 0x1000));
+        // A new table: seen again.
+        c.lookup(&table(2, 5), 0x80);
+        assert_eq!((c.outside_modules(), c.last_outside_module()), (3, 0x80));
+        c.clear();
+        assert_eq!((c.outside_modules(), c.last_outside_module()), (0, 0));
     }
 }

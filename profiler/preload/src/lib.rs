@@ -1,0 +1,165 @@
+//! The profiler as a preloadable shared object: `LD_PRELOAD=libunwind_profiler_preload.so
+//! PROGRAM` profiles `PROGRAM` from before its `main` to its exit and writes the outputs to
+//! `UNWIND_PROFILER_OUTPUT` (default `./unwind-profile`). Every setting is an environment
+//! variable (see `unwind_profiler::config::OPTIONS`; `unwind-profiler record --help` lists them).
+//!
+//! - **Start**: a constructor in `.init_array`, run by the dynamic loader before `main`, starts
+//!   the profiler on the main thread.
+//! - **Threads**: this library defines `pthread_create`, so that every thread the program
+//!   starts (C, C++ `std::thread`, Rust `std::thread`, thread pools) is sampled from its first
+//!   instruction; the call goes on to the C library's `pthread_create`.
+//! - **Exit**: an `atexit` handler writes the outputs, whichever thread calls `exit` (returning
+//!   from `main` included). A process that ends with `_exit` or a fatal signal writes nothing.
+//! - **Snapshots**: with `UNWIND_PROFILER_SNAPSHOT_SIGNAL`, that signal writes the profile so
+//!   far while the program runs on.
+//! - **Processes**: a `fork`ed child is not profiled (timers are not inherited, the collector
+//!   thread does not exist there, and nothing runs at its exit); a program it `exec`s is (the
+//!   environment carries `LD_PRELOAD`), writing `STEM-COMM-PID.*` beside the first process's
+//!   outputs.
+//!
+//! Nothing here may change what the program does: a setting that cannot be read or a profiler
+//! that cannot start prints one line on stderr and the program runs unprofiled.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use unwind_profiler::{Config, Profiler};
+
+/// The running profiler, taken by the exit handler.
+static PROFILER: Mutex<Option<Profiler>> = Mutex::new(None);
+/// The process that started the profiler (a forked child is another).
+static PID: AtomicU32 = AtomicU32::new(0);
+/// The C library's `pthread_create`.
+static REAL_PTHREAD_CREATE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Marks the first profiled process of a run, so that the processes it starts name their
+/// outputs apart.
+const ROOT_PID: &str = "UNWIND_PROFILER_ROOT_PID";
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = start;
+
+extern "C" fn start() {
+    let mut config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("unwind-profiler: {e}; not profiling");
+            return;
+        }
+    };
+    let pid = std::process::id();
+    match std::env::var(ROOT_PID) {
+        Ok(root) if root != pid.to_string() => {
+            let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+            config.stem = format!("{}-{}-{pid}", config.stem, comm.trim());
+        }
+        Ok(_) => {}
+        // SAFETY: constructors run before `main`, while the process has a single thread, so
+        // no other thread reads the environment concurrently.
+        Err(_) => unsafe { std::env::set_var(ROOT_PID, pid.to_string()) },
+    }
+    let snapshot = config.snapshot_signal;
+    let profiler = match Profiler::start(config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("unwind-profiler: {e}; not profiling");
+            return;
+        }
+    };
+    PID.store(pid, Ordering::Relaxed);
+    *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(profiler);
+    // SAFETY: registers handlers with the right signatures; a zeroed sigaction with an empty
+    // mask is valid.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(in_child));
+        libc::atexit(at_exit);
+        if let Some(sig) = snapshot {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_snapshot_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_snapshot_signal(_: libc::c_int) {
+    unwind_profiler::request_snapshot();
+}
+
+extern "C" fn in_child() {
+    unwind_profiler::sampler::disable_in_child();
+}
+
+extern "C" fn at_exit() {
+    if PID.load(Ordering::Relaxed) != std::process::id() {
+        return;
+    }
+    let Some(profiler) = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let quiet = profiler.config().quiet;
+    let dir = profiler
+        .config()
+        .output
+        .clone()
+        .unwrap_or_else(|| ".".into());
+    let stem = profiler.config().stem.clone();
+    let profile = profiler.stop();
+    if std::env::var_os("UNWIND_PROFILER_DEBUG").is_some() {
+        eprintln!("{:#?}", profile.counters);
+    }
+    match unwind_profiler::output::write_all(&profile, &dir, &stem) {
+        Ok(out) => {
+            if !quiet {
+                eprintln!(
+                    "unwind-profiler: {} samples of {} threads; wrote {}",
+                    profile.samples.len(),
+                    profile.threads.len(),
+                    out.files
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        Err(e) => eprintln!("unwind-profiler: {e}"),
+    }
+}
+
+/// The C library's `pthread_create`, found once with `dlsym(RTLD_NEXT)`.
+fn real_pthread_create() -> Option<unwind_profiler::threads::PthreadCreate> {
+    let mut p = REAL_PTHREAD_CREATE.load(Ordering::Acquire);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) };
+        REAL_PTHREAD_CREATE.store(p, Ordering::Release);
+    }
+    // SAFETY: the symbol `pthread_create` of the next object is the C library's function, of
+    // this type.
+    (!p.is_null()).then(|| unsafe {
+        std::mem::transmute::<*mut c_void, unwind_profiler::threads::PthreadCreate>(p)
+    })
+}
+
+/// Interposes the C library's `pthread_create` so that new threads are sampled (see the crate
+/// docs).
+///
+/// # Safety
+/// The contract of `pthread_create`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> libc::c_int {
+    match real_pthread_create() {
+        // SAFETY: forwarded, with the C library's function.
+        Some(real) => unsafe { unwind_profiler::threads::create(real, thread, attr, routine, arg) },
+        None => libc::EAGAIN,
+    }
+}

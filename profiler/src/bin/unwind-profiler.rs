@@ -1,0 +1,231 @@
+//! `unwind-profiler record [OPTIONS] -- PROGRAM [ARGS...]`: runs a program under the preload
+//! library and, when it exits, prints the summary and the paths of the outputs.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use unwind_profiler::config::{Config, OPTIONS};
+
+const LIBRARY: &str = "libunwind_profiler_preload.so";
+
+fn usage() -> String {
+    let mut s = String::from(
+        "Usage: unwind-profiler record [OPTIONS] -- PROGRAM [ARGS...]\n\n\
+         Runs PROGRAM with the profiler preloaded, samples every thread it starts, and when it\n\
+         exits writes, in the output directory: STEM.folded (folded stacks), STEM.svg (flame\n\
+         graph), STEM.pb.gz (pprof: `go tool pprof`), STEM.firefox.json.gz (profiler.firefox.com)\n\
+         and STEM.summary.txt. Programs it starts with exec are profiled too (STEM-COMM-PID.*).\n\n\
+         Options (each also settable as the environment variable shown, for LD_PRELOAD use):\n",
+    );
+    for o in OPTIONS {
+        let flag = if o.value.is_empty() {
+            o.flag.to_string()
+        } else {
+            format!("{} {}", o.flag, o.value)
+        };
+        s.push_str(&format!(
+            "  {flag:<28} {}\n  {:<28} [{}]\n",
+            o.help, "", o.env
+        ));
+    }
+    s.push_str(&format!(
+        "  {:<28} the preload library (default: {LIBRARY} next to this program)\n",
+        "--library PATH"
+    ));
+    s.push_str(&format!("  {:<28} this help\n", "-h, --help"));
+    s
+}
+
+/// What the command line asks for.
+struct Request {
+    vars: Vec<(String, String)>,
+    library: Option<PathBuf>,
+    program: Vec<OsString>,
+}
+
+fn parse(args: Vec<OsString>) -> Result<Option<Request>, String> {
+    let mut it = args.into_iter();
+    match it.next().as_ref().and_then(|a| a.to_str()) {
+        Some("record") => {}
+        Some("-h" | "--help" | "help") => return Ok(None),
+        Some(other) => return Err(format!("unknown command {other:?} (want `record`)")),
+        None => return Err("missing command `record`".into()),
+    }
+    let mut r = Request {
+        vars: Vec::new(),
+        library: None,
+        program: Vec::new(),
+    };
+    while let Some(a) = it.next() {
+        let Some(s) = a.to_str() else {
+            return Err(format!("option {a:?} is not UTF-8"));
+        };
+        match s {
+            "--" => {
+                r.program = it.collect();
+                break;
+            }
+            "-h" | "--help" => return Ok(None),
+            "--library" => {
+                r.library = Some(it.next().ok_or("--library needs a path")?.into());
+            }
+            _ => {
+                let (flag, inline) = match s.split_once('=') {
+                    Some((f, v)) => (f, Some(v.to_string())),
+                    None => (s, None),
+                };
+                let Some(o) = OPTIONS.iter().find(|o| o.flag == flag) else {
+                    return Err(format!(
+                        "unknown option {s:?} (the program goes after `--`; see --help)"
+                    ));
+                };
+                let value = if o.value.is_empty() {
+                    "1".to_string()
+                } else {
+                    match inline {
+                        Some(v) => v,
+                        None => it
+                            .next()
+                            .and_then(|v| v.into_string().ok())
+                            .ok_or_else(|| format!("{} needs a value ({})", o.flag, o.value))?,
+                    }
+                };
+                r.vars.push((o.env.to_string(), value));
+            }
+        }
+    }
+    if r.program.is_empty() {
+        return Err("no program to run (usage: record [OPTIONS] -- PROGRAM [ARGS...])".into());
+    }
+    Ok(Some(r))
+}
+
+/// The preload library: given, or next to this executable.
+fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let path = match given.or_else(|| std::env::var_os("UNWIND_PROFILER_LIBRARY").map(Into::into)) {
+        Some(p) => p,
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find this program's path: {e}"))?
+            .with_file_name(LIBRARY),
+    };
+    if !path.is_file() {
+        return Err(format!(
+            "the preload library {} does not exist (build it with `cargo build --release -p unwind-profiler-preload`, or pass --library)",
+            path.display()
+        ));
+    }
+    path.canonicalize()
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let request = match parse(args) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            print!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("unwind-profiler: {e}\n\n{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    // Check every value now, with the same parser the library uses at start.
+    let vars = request.vars.clone();
+    let config = match Config::from_vars(|name| {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            let flag = OPTIONS
+                .iter()
+                .find(|o| o.env == e.setting)
+                .map_or(e.setting.as_str(), |o| o.flag);
+            eprintln!(
+                "unwind-profiler: {flag} {:?}: expected {}",
+                e.value, e.expected
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let library = match find_library(request.library) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("unwind-profiler: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // An absolute output directory: the program may change its working directory.
+    let dir = config
+        .output
+        .clone()
+        .unwrap_or_else(|| "unwind-profile".into());
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("unwind-profiler: cannot create {}: {e}", dir.display());
+        return ExitCode::from(2);
+    }
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(p) if !p.is_empty() => {
+            let mut s = library.clone().into_os_string();
+            s.push(":");
+            s.push(p);
+            s
+        }
+        _ => library.clone().into_os_string(),
+    };
+    let mut cmd = Command::new(&request.program[0]);
+    cmd.args(&request.program[1..])
+        .env("LD_PRELOAD", preload)
+        .env("UNWIND_PROFILER_OUTPUT", &dir)
+        .env_remove("UNWIND_PROFILER_ROOT_PID");
+    for (k, v) in &request.vars {
+        if k != "UNWIND_PROFILER_OUTPUT" {
+            cmd.env(k, v);
+        }
+    }
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "unwind-profiler: cannot run {}: {e}",
+                Path::new(&request.program[0]).display()
+            );
+            return ExitCode::from(127);
+        }
+    };
+    let summary = dir.join(format!("{}.summary.txt", config.stem));
+    match std::fs::read_to_string(&summary) {
+        Ok(text) => {
+            eprintln!("{text}");
+            eprintln!("outputs in {}:", dir.display());
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+                .unwrap_or_default();
+            files.sort();
+            for f in files {
+                eprintln!("  {}", f.display());
+            }
+        }
+        Err(_) => eprintln!(
+            "unwind-profiler: the program wrote no profile ({} is missing: it may have ended with _exit or a signal, or is statically linked)",
+            summary.display()
+        ),
+    }
+    match status.code() {
+        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            eprintln!(
+                "unwind-profiler: the program was killed by signal {}",
+                status.signal().unwrap_or(0)
+            );
+            ExitCode::from(128 + status.signal().unwrap_or(0).clamp(0, 127) as u8)
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The collector: the profiler's own thread drains the per-thread rings, keeps the rule table
+//! current as modules come and go, and at the end symbolizes everything into a [`Profile`].
+//!
+//! Module changes are seen two ways, both off the signal path: the unwinder's count of walks
+//! that met a PC in no known module ([`unwind_in_process::outside_modules`]), which catches a
+//! `dlopen` at the first sample in the new code, and the dynamic loader's own counts of loads
+//! and unloads (`dlpi_adds`/`dlpi_subs`), which catch a `dlclose`. Each distinct stack has its
+//! PCs attributed to modules when it is drained, a few milliseconds after it was taken, so a
+//! module unloaded later keeps its samples.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::profile::{Counters, Location, Module, Profile, Sample, Thread};
+use crate::sampler::{self, DropReason};
+use crate::symbolize::Symbolizer;
+use unwind_in_process::StopReason;
+
+/// A drained sample.
+struct Drained {
+    tid: i32,
+    time_ns: u64,
+    weight: u64,
+    stack: usize,
+}
+
+/// What the collector has gathered so far.
+pub struct Collector {
+    /// Every module seen, in order of first sight.
+    modules: Vec<Module>,
+    keys: HashMap<(String, u64, u64), usize>,
+    /// The modules loaded now (indices into `modules`), sorted by start address.
+    current: Vec<usize>,
+    /// Bumped whenever `current` changes; part of a stack's identity.
+    epoch: u32,
+    stack_ids: HashMap<(u32, Vec<u64>), usize>,
+    /// Each distinct stack: its PCs (leaf first) with their modules.
+    stacks: Vec<Vec<(u64, Option<usize>)>>,
+    samples: Vec<Drained>,
+    names: HashMap<i32, String>,
+    outside_seen: u64,
+    /// No refresh for an outside-module PC before this (backs off when refreshes find
+    /// nothing new, as for JIT code).
+    next_outside_refresh: Instant,
+    outside_backoff: Duration,
+    loader_counts: (u64, u64),
+    refreshes: u64,
+    preload_time: Duration,
+    table_bytes: usize,
+    table_rows: u64,
+}
+
+/// The dynamic loader's counts of objects loaded and unloaded so far.
+fn loader_counts() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        let needed = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8;
+        if size >= needed {
+            // SAFETY: the loader passes a valid info of `size` bytes, which covers both
+            // counts, and `out` is the pair below.
+            unsafe { *(out as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
+        }
+        1
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: the callback only reads the info it is given and writes `counts`.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut counts as *mut (u64, u64)).cast()) };
+    counts
+}
+
+impl Collector {
+    /// A collector for the table `init` just built in `preload_time`.
+    pub fn new(report: &unwind_in_process::PreloadReport) -> Collector {
+        let mut c = Collector {
+            modules: Vec::new(),
+            keys: HashMap::new(),
+            current: Vec::new(),
+            epoch: 0,
+            stack_ids: HashMap::new(),
+            stacks: Vec::new(),
+            samples: Vec::new(),
+            names: HashMap::new(),
+            outside_seen: unwind_in_process::outside_modules().count,
+            next_outside_refresh: Instant::now(),
+            outside_backoff: Duration::from_millis(10),
+            loader_counts: loader_counts(),
+            refreshes: 0,
+            preload_time: report.build_time,
+            table_bytes: report.bytes(),
+            table_rows: report.rows(),
+        };
+        c.snapshot_modules();
+        c
+    }
+
+    /// Records the modules of the published table as the current ones.
+    fn snapshot_modules(&mut self) {
+        let mut current = Vec::new();
+        for m in unwind_in_process::loaded_modules() {
+            let key = (m.name.clone(), m.start, m.bias);
+            let next = self.modules.len();
+            let i = *self.keys.entry(key).or_insert(next);
+            if i == next {
+                self.modules.push(Module {
+                    path: m.name.clone(),
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    build_id: m
+                        .build_id
+                        .as_deref()
+                        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+                        .unwrap_or_default(),
+                });
+            }
+            current.push(i);
+        }
+        current.sort_by_key(|&i| self.modules[i].start);
+        if current != self.current {
+            self.current = current;
+            self.epoch += 1;
+        }
+    }
+
+    /// Rebuilds the table if modules were loaded or unloaded since the last look.
+    fn refresh_if_modules_changed(&mut self) {
+        let counts = loader_counts();
+        let outside = unwind_in_process::outside_modules().count;
+        let now = Instant::now();
+        let loader_changed = counts != self.loader_counts;
+        let outside_grew = outside != self.outside_seen && now >= self.next_outside_refresh;
+        if !loader_changed && !outside_grew {
+            return;
+        }
+        self.loader_counts = counts;
+        self.outside_seen = outside;
+        let epoch = self.epoch;
+        if let Ok(report) = unwind_in_process::refresh() {
+            self.refreshes += 1;
+            self.preload_time += report.build_time;
+            self.table_bytes = report.bytes();
+            self.table_rows = report.rows();
+            self.snapshot_modules();
+        }
+        // PCs outside every module that a refresh does not explain (run-time generated code):
+        // wait longer before the next try, up to a second.
+        if outside_grew && !loader_changed && self.epoch == epoch {
+            self.outside_backoff = (self.outside_backoff * 2).min(Duration::from_secs(1));
+        } else {
+            self.outside_backoff = Duration::from_millis(10);
+        }
+        self.next_outside_refresh = now + self.outside_backoff;
+    }
+
+    /// The current module containing `pc` (for a return address, the byte before it).
+    fn module_of(&self, pc: u64, leaf: bool) -> Option<usize> {
+        let probe = if leaf { pc } else { pc.saturating_sub(1) };
+        let i = self
+            .current
+            .partition_point(|&m| self.modules[m].start <= probe)
+            .checked_sub(1)?;
+        let m = self.current[i];
+        (probe < self.modules[m].end).then_some(m)
+    }
+
+    /// One collection step: keeps the table current, then drains every ring.
+    pub fn tick(&mut self) {
+        self.refresh_if_modules_changed();
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        for r in sampler::records() {
+            let exited = r.exited();
+            let tid = r.tid.load(std::sync::atomic::Ordering::Relaxed);
+            let mut new = Vec::new();
+            r.ring.drain(|record| {
+                if let Some(s) = sampler::decode(record) {
+                    new.push((s.time_ns, s.weight, s.pcs.to_vec()));
+                }
+            });
+            for (time_ns, weight, pcs) in new {
+                let stack = self.stack_id(pcs);
+                self.samples.push(Drained {
+                    tid,
+                    time_ns,
+                    weight,
+                    stack,
+                });
+            }
+            if exited {
+                if let Some(n) = r.exit_name() {
+                    self.names.insert(tid, n);
+                }
+                r.release_if_gone();
+            } else if r.active() && !self.names.contains_key(&tid) {
+                if let Ok(n) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
+                    self.names.insert(tid, n.trim_end().to_owned());
+                }
+            }
+        }
+    }
+
+    fn stack_id(&mut self, pcs: Vec<u64>) -> usize {
+        let key = (self.epoch, pcs);
+        if let Some(&id) = self.stack_ids.get(&key) {
+            return id;
+        }
+        let resolved = key
+            .1
+            .iter()
+            .enumerate()
+            .map(|(i, &pc)| (pc, self.module_of(pc, i == 0)))
+            .collect();
+        let id = self.stacks.len();
+        self.stacks.push(resolved);
+        self.stack_ids.insert(key, id);
+        id
+    }
+
+    /// Samples drained so far.
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Symbolizes everything gathered into a profile.
+    pub fn finish(&self, run: &Run) -> Profile {
+        let mut symbolizer =
+            Symbolizer::new(&self.modules, unwind_in_process::vdso_image().as_deref());
+        // Locations: one per (address, module, leaf or return address).
+        let mut location_ids: HashMap<(u64, Option<usize>, bool), usize> = HashMap::new();
+        let mut locations = Vec::new();
+        let stacks: Vec<Vec<usize>> = self
+            .stacks
+            .iter()
+            .map(|stack| {
+                stack
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(pc, module))| {
+                        let leaf = i == 0;
+                        *location_ids.entry((pc, module, leaf)).or_insert_with(|| {
+                            locations.push(Location {
+                                address: pc,
+                                module,
+                                frames: symbolizer.frames(module, pc, leaf),
+                            });
+                            locations.len() - 1
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut thread_ids: HashMap<i32, usize> = HashMap::new();
+        let mut threads = Vec::new();
+        let mut samples: Vec<Sample> = self
+            .samples
+            .iter()
+            .map(|s| {
+                let thread = *thread_ids.entry(s.tid).or_insert_with(|| {
+                    threads.push(Thread {
+                        tid: s.tid,
+                        name: self.names.get(&s.tid).cloned().unwrap_or_default(),
+                    });
+                    threads.len() - 1
+                });
+                Sample {
+                    thread,
+                    time: Duration::from_nanos(s.time_ns),
+                    weight: s.weight,
+                    stack: s.stack,
+                }
+            })
+            .collect();
+        samples.sort_by_key(|s| (s.thread, s.time));
+        Profile {
+            program: run.program.clone(),
+            pid: run.pid,
+            start: run.start,
+            duration: run.duration,
+            interval: run.interval,
+            wall_clock: run.wall_clock,
+            modules: self.modules.clone(),
+            locations,
+            stacks,
+            threads,
+            samples,
+            counters: self.counters(),
+        }
+    }
+
+    /// The counters of every record, summed.
+    fn counters(&self) -> Counters {
+        let mut c = Counters {
+            preload_time: self.preload_time,
+            table_bytes: self.table_bytes,
+            table_rows: self.table_rows,
+            refreshes: self.refreshes,
+            ..Counters::default()
+        };
+        let mut dropped = [0u64; 5];
+        let mut stops = [0u64; 9];
+        let (mut unwind_ns, mut store_ns, mut overruns) = (0u64, 0u64, 0u64);
+        for r in sampler::records() {
+            let t = &r.counters;
+            c.signals += t.signals.get();
+            c.stored += t.stored.get();
+            c.frames += t.frames.get();
+            overruns += t.overruns.get();
+            unwind_ns += t.unwind_ns.get();
+            store_ns += t.store_ns.get();
+            for (d, x) in dropped.iter_mut().zip(&t.dropped) {
+                *d += x.get();
+            }
+            for (s, x) in stops.iter_mut().zip(&t.stops) {
+                *s += x.get();
+            }
+        }
+        c.unwind_time = Duration::from_nanos(unwind_ns);
+        c.store_time = Duration::from_nanos(store_ns);
+        c.dropped = DropReason::ALL
+            .iter()
+            .zip(dropped)
+            .map(|(r, n)| (r.name().to_owned(), n))
+            .collect();
+        let (over_limit, timer_failed, foreign) = sampler::unsampled();
+        c.merged_expirations = overruns;
+        c.foreign_signals = foreign;
+        c.threads_not_sampled = vec![
+            ("thread limit".into(), over_limit),
+            ("timer could not be created".into(), timer_failed),
+        ];
+        c.stops = StopReason::ALL
+            .iter()
+            .zip(stops)
+            .map(|(r, n)| (format!("{r:?}"), n))
+            .collect();
+        let (hits, misses) = unwind_in_process::cache_totals();
+        c.cache_hits = hits;
+        c.cache_misses = misses;
+        c.threads = self
+            .samples
+            .iter()
+            .map(|s| s.tid)
+            .collect::<std::collections::HashSet<_>>()
+            .len() as u64;
+        c
+    }
+}
+
+/// What a profile says about the run itself.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The program's path.
+    pub program: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Wall-clock start.
+    pub start: SystemTime,
+    /// How long it ran.
+    pub duration: Duration,
+    /// The sampling period.
+    pub interval: Duration,
+    /// Wall-clock rather than CPU-time sampling.
+    pub wall_clock: bool,
+}

@@ -1,0 +1,338 @@
+//! The profiler's settings: one table of options, read from environment variables by the
+//! preload library and from flags by the `record` command (which passes them on as the same
+//! variables).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which clock drives the per-thread timers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// The thread's CPU time: a thread is sampled only while it runs (where it spends CPU).
+    Cpu,
+    /// Wall-clock time: every thread is sampled at the rate, running or blocked (where it
+    /// waits too).
+    Wall,
+}
+
+/// The profiler's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Samples per second of each thread's clock.
+    pub frequency: u32,
+    /// The clock the rate is measured in.
+    pub clock: Clock,
+    /// The signal the timers send.
+    pub signal: libc::c_int,
+    /// The deepest stack recorded (deeper walks stop with `BufferFull`).
+    pub max_frames: usize,
+    /// The size of each thread's sample ring, in 8-byte words.
+    pub ring_words: usize,
+    /// How often the collector drains the rings.
+    pub collect_every: Duration,
+    /// Where the preload library writes its outputs (and snapshots go).
+    pub output: Option<PathBuf>,
+    /// The outputs' file name stem (`STEM.folded`, `STEM.svg`, ...).
+    pub stem: String,
+    /// A signal on which the preload library writes a profile of everything so far.
+    pub snapshot_signal: Option<libc::c_int>,
+    /// Whether the preload library stays silent (no summary on stderr at exit).
+    pub quiet: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            frequency: 1000,
+            clock: Clock::Cpu,
+            signal: libc::SIGPROF,
+            max_frames: 128,
+            ring_words: 1 << 14,
+            collect_every: Duration::from_millis(10),
+            output: None,
+            stem: "profile".into(),
+            snapshot_signal: None,
+            quiet: false,
+        }
+    }
+}
+
+/// One setting: its `record` flag, its environment variable, and its help.
+pub struct OptionSpec {
+    /// The `record` command's flag.
+    pub flag: &'static str,
+    /// The value's name in the help, empty for a switch.
+    pub value: &'static str,
+    /// The environment variable the preload library reads.
+    pub env: &'static str,
+    /// What it does.
+    pub help: &'static str,
+}
+
+/// Every setting.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        flag: "--frequency",
+        value: "HZ",
+        env: "UNWIND_PROFILER_FREQUENCY",
+        help: "samples per second of each thread's clock, 1 to 20000 (default 1000)",
+    },
+    OptionSpec {
+        flag: "--clock",
+        value: "cpu|wall",
+        env: "UNWIND_PROFILER_CLOCK",
+        help: "cpu: sample threads while they run (default); wall: sample every thread at the rate, running or not",
+    },
+    OptionSpec {
+        flag: "--output",
+        value: "DIR",
+        env: "UNWIND_PROFILER_OUTPUT",
+        help: "directory for the outputs (default ./unwind-profile)",
+    },
+    OptionSpec {
+        flag: "--stem",
+        value: "NAME",
+        env: "UNWIND_PROFILER_STEM",
+        help: "file name stem of the outputs (default profile; processes started by the profiled one add -COMM-PID)",
+    },
+    OptionSpec {
+        flag: "--signal",
+        value: "SIG",
+        env: "UNWIND_PROFILER_SIGNAL",
+        help: "signal the timers send: PROF (default), a name such as USR1 or RTMIN+3, or a number",
+    },
+    OptionSpec {
+        flag: "--snapshot-signal",
+        value: "SIG",
+        env: "UNWIND_PROFILER_SNAPSHOT_SIGNAL",
+        help: "on this signal (e.g. USR2), write the profile so far while the program runs on",
+    },
+    OptionSpec {
+        flag: "--max-frames",
+        value: "N",
+        env: "UNWIND_PROFILER_MAX_FRAMES",
+        help: "deepest stack recorded, 1 to 256 (default 128)",
+    },
+    OptionSpec {
+        flag: "--quiet",
+        value: "",
+        env: "UNWIND_PROFILER_QUIET",
+        help: "print nothing at exit (the summary is still written)",
+    },
+];
+
+/// A setting with a value it cannot take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The flag or variable.
+    pub setting: String,
+    /// The value given.
+    pub value: String,
+    /// What was expected.
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={:?}: expected {}",
+            self.setting, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A signal number from a name (`PROF`, `SIGUSR2`, `RTMIN+3`) or a number.
+pub fn parse_signal(s: &str) -> Option<libc::c_int> {
+    let s = s.trim();
+    let name = s.strip_prefix("SIG").unwrap_or(s).to_ascii_uppercase();
+    let n = match name.as_str() {
+        "PROF" => libc::SIGPROF,
+        "VTALRM" => libc::SIGVTALRM,
+        "ALRM" => libc::SIGALRM,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "HUP" => libc::SIGHUP,
+        "URG" => libc::SIGURG,
+        _ => {
+            if let Some(off) = name.strip_prefix("RTMIN") {
+                let off: libc::c_int = if off.is_empty() {
+                    0
+                } else {
+                    off.strip_prefix('+')?.parse().ok()?
+                };
+                libc::SIGRTMIN() + off
+            } else {
+                name.parse().ok()?
+            }
+        }
+    };
+    (1..=libc::SIGRTMAX()).contains(&n).then_some(n)
+}
+
+impl Config {
+    /// The settings from the environment variables of [`OPTIONS`] (unset ones keep their
+    /// defaults; the output directory defaults to `./unwind-profile`).
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The settings from `var` (a variable's value by name), as [`from_env`](Self::from_env).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut c = Config {
+            output: Some(PathBuf::from("unwind-profile")),
+            ..Config::default()
+        };
+        let err = |setting: &str, value: &str, expected| ConfigError {
+            setting: setting.into(),
+            value: value.into(),
+            expected,
+        };
+        for o in OPTIONS {
+            let Some(v) = var(o.env) else { continue };
+            match o.env {
+                "UNWIND_PROFILER_FREQUENCY" => {
+                    c.frequency = v
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|f| (1..=20_000).contains(f))
+                        .ok_or_else(|| err(o.env, &v, "a rate from 1 to 20000 Hz"))?
+                }
+                "UNWIND_PROFILER_CLOCK" => {
+                    c.clock = match v.trim() {
+                        "cpu" => Clock::Cpu,
+                        "wall" => Clock::Wall,
+                        _ => return Err(err(o.env, &v, "cpu or wall")),
+                    }
+                }
+                "UNWIND_PROFILER_OUTPUT" => c.output = Some(PathBuf::from(v)),
+                "UNWIND_PROFILER_STEM" => {
+                    if v.is_empty() || v.contains('/') {
+                        return Err(err(o.env, &v, "a file name without '/'"));
+                    }
+                    c.stem = v
+                }
+                "UNWIND_PROFILER_SIGNAL" => {
+                    c.signal = parse_signal(&v).ok_or_else(|| err(o.env, &v, "a signal"))?
+                }
+                "UNWIND_PROFILER_SNAPSHOT_SIGNAL" => {
+                    c.snapshot_signal =
+                        Some(parse_signal(&v).ok_or_else(|| err(o.env, &v, "a signal"))?)
+                }
+                "UNWIND_PROFILER_MAX_FRAMES" => {
+                    c.max_frames = v
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=crate::sampler::MAX_FRAMES).contains(n))
+                        .ok_or_else(|| err(o.env, &v, "a depth from 1 to 256"))?
+                }
+                "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
+                _ => {}
+            }
+        }
+        if c.snapshot_signal == Some(c.signal) {
+            return Err(err(
+                "UNWIND_PROFILER_SNAPSHOT_SIGNAL",
+                &format!("{}", c.signal),
+                "a signal other than the sampling signal",
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The sampling period.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(1_000_000_000 / u64::from(self.frequency.max(1)))
+    }
+
+    /// The sampler's fixed settings.
+    pub(crate) fn timing(&self) -> crate::sampler::Timing {
+        crate::sampler::Timing {
+            clock: match self.clock {
+                Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+                Clock::Wall => libc::CLOCK_MONOTONIC,
+            },
+            period: self.period(),
+            signal: self.signal,
+            max_frames: self.max_frames,
+            ring_words: self.ring_words,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn defaults_and_every_variable() {
+        let c = Config::from_vars(vars(&[])).unwrap();
+        assert_eq!(
+            (c.frequency, c.clock, c.signal),
+            (1000, Clock::Cpu, libc::SIGPROF)
+        );
+        assert_eq!(c.output, Some(PathBuf::from("unwind-profile")));
+        let c = Config::from_vars(vars(&[
+            ("UNWIND_PROFILER_FREQUENCY", "10000"),
+            ("UNWIND_PROFILER_CLOCK", "wall"),
+            ("UNWIND_PROFILER_OUTPUT", "/tmp/x"),
+            ("UNWIND_PROFILER_STEM", "run1"),
+            ("UNWIND_PROFILER_SIGNAL", "RTMIN+2"),
+            ("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "SIGUSR2"),
+            ("UNWIND_PROFILER_MAX_FRAMES", "64"),
+            ("UNWIND_PROFILER_QUIET", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(c.frequency, 10000);
+        assert_eq!(c.period(), Duration::from_micros(100));
+        assert_eq!(c.clock, Clock::Wall);
+        assert_eq!(c.output, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(c.stem, "run1");
+        assert_eq!(c.signal, libc::SIGRTMIN() + 2);
+        assert_eq!(c.snapshot_signal, Some(libc::SIGUSR2));
+        assert_eq!(c.max_frames, 64);
+        assert!(c.quiet);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("UNWIND_PROFILER_FREQUENCY", "0"),
+            ("UNWIND_PROFILER_FREQUENCY", "fast"),
+            ("UNWIND_PROFILER_CLOCK", "cpu-time"),
+            ("UNWIND_PROFILER_SIGNAL", "NOPE"),
+            ("UNWIND_PROFILER_MAX_FRAMES", "1000"),
+            ("UNWIND_PROFILER_STEM", "a/b"),
+        ] {
+            let e = Config::from_vars(vars(&[(k, v)])).unwrap_err();
+            assert_eq!((e.setting.as_str(), e.value.as_str()), (k, v));
+            assert!(e.to_string().starts_with(k), "{e}");
+        }
+        let e =
+            Config::from_vars(vars(&[("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "PROF")])).unwrap_err();
+        assert_eq!(e.setting, "UNWIND_PROFILER_SNAPSHOT_SIGNAL");
+    }
+
+    #[test]
+    fn signals_by_name_and_number() {
+        assert_eq!(parse_signal("PROF"), Some(libc::SIGPROF));
+        assert_eq!(parse_signal("sigusr1"), Some(libc::SIGUSR1));
+        assert_eq!(parse_signal("12"), Some(12));
+        assert_eq!(parse_signal("RTMIN"), Some(libc::SIGRTMIN()));
+        assert_eq!(parse_signal("0"), None);
+        assert_eq!(parse_signal("RTMIN+x"), None);
+    }
+}

@@ -1,0 +1,534 @@
+//! Sampling: a CPU-time (or wall-clock) timer per thread, the signal handler that unwinds into
+//! the thread's ring, and the counters that account for every signal.
+//!
+//! Each sampled thread has a [`ThreadRecord`], found by the handler from the timer's
+//! `sigev_value` (an index into [`RECORDS`], checked against the interrupted thread), so the
+//! handler needs no thread-local storage (which in a shared object can allocate) and no lock.
+//! Records are allocated outside the handler, never freed, and reused by later threads only
+//! once the collector has drained them and their thread is gone.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
+use std::time::Duration;
+
+use crate::ring::Ring;
+use unwind_in_process::{SampleError, StopReason};
+
+/// The most threads sampled at once (records are reused after a thread exits).
+pub const MAX_THREADS: usize = 4096;
+/// The deepest stack a sample holds; deeper walks stop with `BufferFull`.
+pub const MAX_FRAMES: usize = 256;
+
+/// Why a timer signal produced no sample. Every signal the handler accepts as one of ours is
+/// either stored or counted under exactly one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The thread was not registered with the unwinder.
+    ThreadNotRegistered,
+    /// The thread was already unwinding (a signal interrupted an unwind) or the table was
+    /// being replaced at that instant.
+    Busy,
+    /// No rule table was published yet.
+    NotInitialized,
+    /// The thread's ring was full: the collector fell behind.
+    RingFull,
+    /// The signal arrived after profiling stopped.
+    AfterStop,
+}
+
+impl DropReason {
+    /// Every reason, in the order of the counters.
+    pub const ALL: [DropReason; 5] = [
+        DropReason::ThreadNotRegistered,
+        DropReason::Busy,
+        DropReason::NotInitialized,
+        DropReason::RingFull,
+        DropReason::AfterStop,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::ThreadNotRegistered => "thread not registered",
+            DropReason::Busy => "unwinder busy (nested signal or table switch)",
+            DropReason::NotInitialized => "no rule table yet",
+            DropReason::RingFull => "ring full (collector behind)",
+            DropReason::AfterStop => "after stop",
+        }
+    }
+
+    fn of(e: SampleError) -> DropReason {
+        match e {
+            SampleError::NotInitialized => DropReason::NotInitialized,
+            SampleError::ThreadNotRegistered => DropReason::ThreadNotRegistered,
+            SampleError::Busy => DropReason::Busy,
+        }
+    }
+}
+
+/// A record's life: free, owned by a live thread, or left by an exited thread (to be drained).
+const FREE: u8 = 0;
+const ACTIVE: u8 = 1;
+const EXITED: u8 = 2;
+
+/// A counter with one writer (the owning thread's handler, or the thread itself): a load and a
+/// store, no read-modify-write.
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline(always)]
+    fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// What one sampled thread's handler counts. Counters are never reset, so that totals over all
+/// records stay right when a record passes to another thread.
+#[derive(Default)]
+pub struct ThreadCounters {
+    /// Our timer's signals received.
+    pub signals: Counter,
+    /// Expirations the kernel merged into a signal already pending (CPU time not sampled).
+    pub overruns: Counter,
+    /// Samples stored.
+    pub stored: Counter,
+    /// Signals without a sample, by [`DropReason`] (in the order of `DropReason::ALL`).
+    pub dropped: [Counter; 5],
+    /// Stored samples by how their walk ended (in the order of `StopReason::ALL`).
+    pub stops: [Counter; 9],
+    /// Frames in the stored samples.
+    pub frames: Counter,
+    /// Nanoseconds spent unwinding, over stored samples.
+    pub unwind_ns: Counter,
+    /// Nanoseconds spent storing, over stored samples.
+    pub store_ns: Counter,
+}
+
+/// One sampled thread.
+pub struct ThreadRecord {
+    state: AtomicU8,
+    /// The owner's `pthread_t` (the handler checks it: a signal meant for another thread is not
+    /// ours).
+    pthread: AtomicUsize,
+    /// The owner's kernel thread id.
+    pub tid: AtomicI32,
+    /// The owner's timer (`timer_t`), 0 if none.
+    timer: AtomicUsize,
+    /// The samples, written by the handler, read by the collector.
+    pub ring: Ring,
+    /// The handler's counters.
+    pub counters: ThreadCounters,
+    /// The owner's name, as it was when it exited (written by the owner, then read by the
+    /// collector once `state` is EXITED).
+    name: UnsafeCell<[u8; 16]>,
+}
+
+// SAFETY: every field but `name` is atomic; `name` is written by the owning thread before it
+// publishes EXITED (Release) and read by the collector only after seeing EXITED (Acquire).
+unsafe impl Sync for ThreadRecord {}
+
+/// Every record ever allocated, by index (the timer's `sigev_value`).
+static RECORDS: [AtomicPtr<ThreadRecord>; MAX_THREADS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+/// Records allocated so far (indices below it may be non-null).
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// Whether the handler stores samples.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Signals of our number that were not from one of our timers (the program's own, or another
+/// thread's timer after a record was reused): ignored, counted.
+static FOREIGN: AtomicU64 = AtomicU64::new(0);
+/// Threads that could not be sampled because every record was in use.
+static OVER_LIMIT: AtomicU64 = AtomicU64::new(0);
+/// Threads whose timer could not be created.
+static TIMER_FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// How threads are sampled, fixed when sampling starts.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// The clock: `CLOCK_THREAD_CPUTIME_ID` or `CLOCK_MONOTONIC`.
+    pub clock: libc::clockid_t,
+    /// The period.
+    pub period: Duration,
+    /// The signal number.
+    pub signal: libc::c_int,
+    /// Frames per sample, at most [`MAX_FRAMES`].
+    pub max_frames: usize,
+    /// Words per thread ring.
+    pub ring_words: usize,
+}
+
+static TIMING: std::sync::OnceLock<Timing> = std::sync::OnceLock::new();
+/// `Timing::max_frames`, for the handler (read without the OnceLock).
+static MAX_FRAMES_NOW: AtomicUsize = AtomicUsize::new(MAX_FRAMES);
+/// CLOCK_MONOTONIC at start, in ns; sample times are relative to it.
+static EPOCH_NS: AtomicU64 = AtomicU64::new(0);
+
+/// CLOCK_MONOTONIC in nanoseconds (a vDSO call: no system call on x86_64 and ARM Linux).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a valid timespec; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// Installs the handler for `timing.signal` and lets threads register. Call once.
+pub fn install(timing: Timing) -> std::io::Result<()> {
+    if TIMING.set(timing).is_err() {
+        return Err(std::io::Error::other("sampling was already set up"));
+    }
+    MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
+    EPOCH_NS.store(now_ns(), Relaxed);
+    // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(timing.signal, &sa, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    RUNNING.store(true, Release);
+    Ok(())
+}
+
+/// Stops storing samples (signals still pending are counted as [`DropReason::AfterStop`]) and
+/// deletes every live thread's timer.
+pub fn stop() {
+    RUNNING.store(false, Release);
+    for r in records() {
+        if r.state.load(Acquire) == ACTIVE {
+            let t = r.timer.swap(0, Relaxed);
+            if t != 0 {
+                // SAFETY: `t` is a timer this process created and no one else deletes (the
+                // swap took it).
+                unsafe { libc::timer_delete(t as libc::timer_t) };
+            }
+        }
+    }
+}
+
+/// Whether sampling is running.
+pub fn running() -> bool {
+    RUNNING.load(Acquire)
+}
+
+/// In a child after `fork`: the parent's threads and timers do not exist here; sample nothing.
+pub fn disable_in_child() {
+    RUNNING.store(false, Release);
+}
+
+/// Every record allocated so far.
+pub fn records() -> impl Iterator<Item = &'static ThreadRecord> {
+    let n = ALLOCATED.load(Acquire).min(MAX_THREADS);
+    RECORDS[..n].iter().filter_map(|p| {
+        // SAFETY: records are leaked boxes, never freed.
+        unsafe { p.load(Acquire).as_ref() }
+    })
+}
+
+/// Counts of threads that could not be sampled: `(over the thread limit, timer failed)`, and
+/// foreign signals.
+pub fn unsampled() -> (u64, u64, u64) {
+    (
+        OVER_LIMIT.load(Relaxed),
+        TIMER_FAILED.load(Relaxed),
+        FOREIGN.load(Relaxed),
+    )
+}
+
+/// The index of a record for the calling thread: a free one, or a new one.
+fn claim_record(ring_words: usize) -> Option<usize> {
+    for (i, p) in RECORDS[..ALLOCATED.load(Acquire).min(MAX_THREADS)]
+        .iter()
+        .enumerate()
+    {
+        // SAFETY: as in `records`.
+        if let Some(r) = unsafe { p.load(Acquire).as_ref() } {
+            if r.state
+                .compare_exchange(FREE, ACTIVE, Acquire, Relaxed)
+                .is_ok()
+            {
+                return Some(i);
+            }
+        }
+    }
+    let i = ALLOCATED.fetch_add(1, Relaxed);
+    if i >= MAX_THREADS {
+        ALLOCATED.store(MAX_THREADS, Relaxed);
+        return None;
+    }
+    let r = Box::leak(Box::new(ThreadRecord {
+        state: AtomicU8::new(ACTIVE),
+        pthread: AtomicUsize::new(0),
+        tid: AtomicI32::new(0),
+        timer: AtomicUsize::new(0),
+        ring: Ring::new(ring_words),
+        counters: ThreadCounters::default(),
+        name: UnsafeCell::new([0; 16]),
+    }));
+    RECORDS[i].store(r, Release);
+    Some(i)
+}
+
+/// Starts sampling the calling thread: registers it with the unwinder, gives it a record and
+/// starts its timer. Returns the record's index (for [`thread_exiting`]), or `None` if sampling
+/// is not running or the thread cannot be sampled (counted). Not async-signal-safe.
+pub fn start_thread() -> Option<usize> {
+    let timing = *TIMING.get()?;
+    if !running() {
+        return None;
+    }
+    unwind_in_process::register_thread().ok()?;
+    let Some(index) = claim_record(timing.ring_words) else {
+        OVER_LIMIT.fetch_add(1, Relaxed);
+        return None;
+    };
+    // SAFETY: `claim_record` returned the index of a non-null record.
+    let r = unsafe { &*RECORDS[index].load(Acquire) };
+    // SAFETY: gettid and pthread_self have no preconditions.
+    let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
+    r.tid.store(tid, Relaxed);
+    r.pthread.store(me as usize, Release);
+    match create_timer(&timing, index, tid) {
+        Ok(t) => r.timer.store(t as usize, Relaxed),
+        Err(_) => {
+            TIMER_FAILED.fetch_add(1, Relaxed);
+            r.pthread.store(0, Relaxed);
+            r.state.store(FREE, Release);
+            return None;
+        }
+    }
+    Some(index)
+}
+
+fn create_timer(timing: &Timing, index: usize, tid: i32) -> std::io::Result<libc::timer_t> {
+    // SAFETY: a zeroed sigevent is valid; the fields set are those SIGEV_THREAD_ID reads. The
+    // timer id is written by timer_create before use.
+    unsafe {
+        let mut sev: libc::sigevent = std::mem::zeroed();
+        sev.sigev_notify = libc::SIGEV_THREAD_ID;
+        sev.sigev_signo = timing.signal;
+        sev.sigev_value = libc::sigval {
+            sival_ptr: index as *mut libc::c_void,
+        };
+        sev.sigev_notify_thread_id = tid;
+        let mut timer: libc::timer_t = std::mem::zeroed();
+        if libc::timer_create(timing.clock, &mut sev, &mut timer) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let period = libc::timespec {
+            tv_sec: timing.period.as_secs() as libc::time_t,
+            tv_nsec: timing.period.subsec_nanos() as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
+        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::timer_delete(timer);
+            return Err(e);
+        }
+        Ok(timer)
+    }
+}
+
+/// Ends sampling of the calling thread (from its exit path): deletes its timer, records its
+/// name, and hands its record to the collector. A signal still pending finds the record intact.
+pub fn thread_exiting(index: usize) {
+    // SAFETY: as in `records`.
+    let Some(r) = RECORDS
+        .get(index)
+        .and_then(|p| unsafe { p.load(Acquire).as_ref() })
+    else {
+        return;
+    };
+    // SAFETY: pthread_self has no preconditions.
+    if r.pthread.load(Relaxed) != unsafe { libc::pthread_self() } as usize {
+        return;
+    }
+    let t = r.timer.swap(0, Relaxed);
+    if t != 0 {
+        // SAFETY: our own timer, taken by the swap.
+        unsafe { libc::timer_delete(t as libc::timer_t) };
+    }
+    // SAFETY: the name buffer is this thread's to write until it publishes EXITED; PR_GET_NAME
+    // writes at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_GET_NAME, (*r.name.get()).as_mut_ptr()) };
+    r.state.store(EXITED, Release);
+}
+
+impl ThreadRecord {
+    /// Whether the owning thread has exited (its record is waiting for a last drain).
+    pub fn exited(&self) -> bool {
+        self.state.load(Acquire) == EXITED
+    }
+
+    /// Whether a thread owns this record.
+    pub fn active(&self) -> bool {
+        self.state.load(Acquire) == ACTIVE
+    }
+
+    /// The name the owner had when it exited (only once [`exited`](Self::exited)).
+    pub fn exit_name(&self) -> Option<String> {
+        if !self.exited() {
+            return None;
+        }
+        // SAFETY: see the Sync impl: EXITED was seen with Acquire.
+        let name = unsafe { &*self.name.get() };
+        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Some(String::from_utf8_lossy(&name[..len]).into_owned())
+    }
+
+    /// After the last drain of an exited thread's record: lets a new thread take it once the
+    /// old one is gone from the kernel (so that no signal of its can still be handled).
+    pub fn release_if_gone(&self) -> bool {
+        if !self.exited() {
+            return false;
+        }
+        let tid = self.tid.load(Relaxed);
+        // SAFETY: signal 0 only checks that the thread exists.
+        let gone = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } != 0;
+        if gone {
+            self.pthread.store(0, Relaxed);
+            self.state.store(FREE, Release);
+        }
+        gone
+    }
+}
+
+/// The signal handler: checks the signal is one of our timers' for this thread, unwinds, stores.
+extern "C" fn on_signal(_: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: __errno_location returns this thread's errno; it is restored so that the
+    // interrupted code never sees a change.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno };
+    // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
+    unsafe { handle(info, uc) };
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+/// # Safety
+/// `info` and `uc` are the arguments of a running SA_SIGINFO handler.
+#[inline(always)]
+unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: the caller's contract.
+    let info = unsafe { &*info };
+    if info.si_code != libc::SI_TIMER {
+        FOREIGN.fetch_add(1, Relaxed);
+        return;
+    }
+    // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
+    let (index, overrun) = unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) };
+    // SAFETY: as in `records`.
+    let record = RECORDS
+        .get(index)
+        .and_then(|p| unsafe { p.load(Acquire).as_ref() });
+    let Some(r) = record.filter(|r| {
+        // SAFETY: pthread_self only reads the thread pointer.
+        r.pthread.load(Relaxed) == unsafe { libc::pthread_self() } as usize
+    }) else {
+        FOREIGN.fetch_add(1, Relaxed);
+        return;
+    };
+    let c = &r.counters;
+    c.signals.add(1);
+    c.overruns.add(overrun.max(0) as u64);
+    if !RUNNING.load(Acquire) {
+        c.dropped[4].add(1);
+        return;
+    }
+    let mut pcs = [0u64; MAX_FRAMES];
+    let max = MAX_FRAMES_NOW.load(Relaxed).min(MAX_FRAMES);
+    let t0 = now_ns();
+    // SAFETY: `uc` is this handler's context, on the interrupted thread.
+    let result = unsafe { unwind_in_process::unwind_signal(uc, &mut pcs[..max], None) };
+    let t1 = now_ns();
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let reason = DropReason::of(e);
+            if let Some(d) = DropReason::ALL
+                .iter()
+                .position(|&x| x == reason)
+                .and_then(|i| c.dropped.get(i))
+            {
+                d.add(1);
+            }
+            return;
+        }
+    };
+    let frames = result.frames.min(max);
+    let time = t0.wrapping_sub(EPOCH_NS.load(Relaxed));
+    // The kernel checks CPU-time timers at its tick (250 Hz on many kernels), so one signal
+    // may stand for several periods: the sample carries that weight.
+    let weight = 1 + overrun.max(0) as u64;
+    let header = [time, result.stop.index() as u64, weight];
+    if !r.ring.push(&header, &pcs[..frames]) {
+        c.dropped[3].add(1);
+        return;
+    }
+    let t2 = now_ns();
+    c.stored.add(1);
+    if let Some(s) = c.stops.get(result.stop.index()) {
+        s.add(1);
+    }
+    c.frames.add(frames as u64);
+    c.unwind_ns.add(t1.wrapping_sub(t0));
+    c.store_ns.add(t2.wrapping_sub(t1));
+}
+
+/// A decoded ring record.
+pub struct RawSample<'a> {
+    /// Nanoseconds from the start of sampling.
+    pub time_ns: u64,
+    /// How the walk ended.
+    pub stop: StopReason,
+    /// The sampling periods it stands for: 1, plus the expirations the kernel merged into it.
+    pub weight: u64,
+    /// The PCs, leaf first.
+    pub pcs: &'a [u64],
+}
+
+/// Decodes a record written by the handler.
+pub fn decode(record: &[u64]) -> Option<RawSample<'_>> {
+    let (&time_ns, rest) = record.split_first()?;
+    let (&stop, rest) = rest.split_first()?;
+    let (&weight, pcs) = rest.split_first()?;
+    Some(RawSample {
+        time_ns,
+        stop: *StopReason::ALL.get(stop as usize)?,
+        weight,
+        pcs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_reasons_line_up_with_counters() {
+        assert_eq!(
+            DropReason::ALL.len(),
+            ThreadCounters::default().dropped.len()
+        );
+        assert_eq!(DropReason::ALL[3], DropReason::RingFull);
+        assert_eq!(DropReason::ALL[4], DropReason::AfterStop);
+        assert_eq!(StopReason::ALL.len(), ThreadCounters::default().stops.len());
+    }
+}

@@ -1,0 +1,100 @@
+//! Which threads are sampled: every thread started through `pthread_create` (the preload
+//! library interposes it and calls [`create`]), the thread that starts the profiler, and any
+//! thread that calls [`sample_this_thread`]; never the profiler's own threads.
+//!
+//! A sampled thread's timer is deleted, and its record handed back, by a `pthread_key`
+//! destructor when it exits (by returning or by `pthread_exit`).
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use crate::sampler;
+
+/// `pthread_create`'s signature.
+pub type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> libc::c_int;
+
+thread_local! {
+    /// Set while this thread spawns one of the profiler's own threads.
+    static SPAWNING_UNSAMPLED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Spawns one of the profiler's own threads, which is not sampled.
+pub fn spawn_unsampled(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    SPAWNING_UNSAMPLED.with(|s| s.set(true));
+    let t = std::thread::Builder::new().name(name.into()).spawn(f);
+    SPAWNING_UNSAMPLED.with(|s| s.set(false));
+    t
+}
+
+/// The key whose destructor ends a sampled thread's sampling.
+fn exit_key() -> Option<libc::pthread_key_t> {
+    static KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
+    *KEY.get_or_init(|| {
+        extern "C" fn on_exit(v: *mut c_void) {
+            sampler::thread_exiting((v as usize).wrapping_sub(1));
+        }
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: creates a key with a valid destructor.
+        (unsafe { libc::pthread_key_create(&mut key, Some(on_exit)) } == 0).then_some(key)
+    })
+}
+
+/// Starts sampling the calling thread, and stops it when the thread exits. Does nothing if the
+/// profiler is not running.
+pub fn sample_this_thread() {
+    let Some(key) = exit_key() else { return };
+    if let Some(index) = sampler::start_thread() {
+        // SAFETY: a valid key; the value is the record index plus one (never null).
+        unsafe { libc::pthread_setspecific(key, (index + 1) as *const c_void) };
+    }
+}
+
+/// What the trampoline needs to run the program's start routine.
+struct Start {
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+}
+
+extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
+    // SAFETY: `p` is the Box made in `create` for this thread, passed to it alone.
+    let start = unsafe { Box::from_raw(p as *mut Start) };
+    sample_this_thread();
+    (start.routine)(start.arg)
+}
+
+/// `pthread_create` for the preload library's interposer: creates the thread with `real`, the
+/// C library's `pthread_create`, and samples it from its first instruction of the program's
+/// code on, unless the profiler is not running or the thread is one of its own.
+///
+/// # Safety
+/// The arguments are those of `pthread_create`, and `real` is the C library's.
+pub unsafe fn create(
+    real: PthreadCreate,
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> libc::c_int {
+    let ours = SPAWNING_UNSAMPLED.try_with(|s| s.get()).unwrap_or(true);
+    if ours || !sampler::running() {
+        // SAFETY: forwarded.
+        return unsafe { real(thread, attr, routine, arg) };
+    }
+    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    // SAFETY: forwarded, with our trampoline and its argument instead of the program's.
+    let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so the Box is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
