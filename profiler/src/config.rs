@@ -146,9 +146,9 @@ impl std::error::Error for ConfigError {}
 
 /// A signal number from a name (`PROF`, `SIGUSR2`, `RTMIN+3`) or a number.
 pub fn parse_signal(s: &str) -> Option<libc::c_int> {
-    let s = s.trim();
-    let name = s.strip_prefix("SIG").unwrap_or(s).to_ascii_uppercase();
-    let n = match name.as_str() {
+    let upper = s.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let n = match name {
         "PROF" => libc::SIGPROF,
         "VTALRM" => libc::SIGVTALRM,
         "ALRM" => libc::SIGALRM,
