@@ -21,7 +21,7 @@ pub fn write_all(profile: &Profile, dir: &Path, stem: &str) -> std::io::Result<O
                 names.push(&f.function);
             }
         }
-        *lines.entry(names.join(";")).or_default() += 1;
+        *lines.entry(names.join(";")).or_default() += s.weight;
     }
     let mut text = String::new();
     for (k, v) in lines {
