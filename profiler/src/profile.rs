@@ -135,3 +135,43 @@ pub struct Profile {
     /// The run's counters.
     pub counters: Counters,
 }
+
+impl Profile {
+    /// The location at `index`, or `None` if the index is out of range.
+    pub fn location(&self, index: usize) -> Option<&Location> {
+        self.locations.get(index)
+    }
+
+    /// The module of `location`, or `None` if it has none or its index is out of range.
+    pub fn module_of(&self, location: &Location) -> Option<&Module> {
+        location.module.and_then(|m| self.modules.get(m))
+    }
+
+    /// The locations of stack `stack`, leaf first (as stored). A stack index out of range gives
+    /// no locations; location indices out of range are skipped.
+    pub fn stack_locations(&self, stack: usize) -> impl DoubleEndedIterator<Item = &Location> + '_ {
+        self.stacks
+            .get(stack)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|&l| self.locations.get(l))
+    }
+
+    /// The frames of stack `stack`, root first, with inlined frames expanded: at each location
+    /// the function whose code it is comes first, then the functions inlined into it, the
+    /// innermost last. Out-of-range indices are skipped, as in [`Profile::stack_locations`].
+    pub fn stack_frames_root_first(&self, stack: usize) -> impl Iterator<Item = &Frame> + '_ {
+        self.stack_locations(stack)
+            .rev()
+            .flat_map(|location| location.frames.iter().rev())
+    }
+
+    /// The frames of stack `stack`, leaf first (the reverse of
+    /// [`Profile::stack_frames_root_first`]): the innermost inlined function of the leaf comes
+    /// first.
+    pub fn stack_frames_leaf_first(&self, stack: usize) -> impl Iterator<Item = &Frame> + '_ {
+        self.stack_locations(stack)
+            .flat_map(|location| location.frames.iter())
+    }
+}

@@ -108,21 +108,14 @@ extern "C" fn at_exit() {
         .unwrap_or_else(|| ".".into());
     let stem = profiler.config().stem.clone();
     let profile = profiler.stop();
-    if std::env::var_os("UNWIND_PROFILER_DEBUG").is_some() {
-        eprintln!("{:#?}", profile.counters);
-    }
     match unwind_profiler::output::write_all(&profile, &dir, &stem) {
         Ok(out) => {
             if !quiet {
                 eprintln!(
-                    "unwind-profiler: {} samples of {} threads; wrote {}",
+                    "unwind-profiler: {} samples of {} threads; summary in {}",
                     profile.samples.len(),
                     profile.threads.len(),
-                    out.files
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    out.summary.display()
                 );
             }
         }

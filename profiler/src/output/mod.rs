@@ -1,33 +1,117 @@
 //! The output formats, each written from a [`crate::profile::Profile`].
+//!
+//! [`write_all`] writes every format next to each other, as `DIR/STEM.EXT`:
+//!
+//! | file | format | read with |
+//! |------|--------|-----------|
+//! | `STEM.folded` | Brendan Gregg's folded stacks ([`folded`]) | `flamegraph.pl`, `inferno-flamegraph`, speedscope |
+//! | `STEM.svg` | an interactive flame graph ([`flamegraph`]) | a web browser |
+//! | `STEM.pb.gz` | gzipped `profile.proto` ([`pprof`]) | `go tool pprof`, `pprof` |
+//! | `STEM.firefox.json.gz` | gzipped Firefox Profiler processed profile ([`firefox`]) | <https://profiler.firefox.com> (load the file as is) |
+//! | `STEM.summary.txt` | the run's counters and top functions ([`summary`]) | a person |
+//!
+//! Every format names a frame by [`function_name`], so that the functions of one format are
+//! those of the others.
 
+pub mod firefox;
+pub mod flamegraph;
+pub mod folded;
+pub mod pprof;
+pub mod summary;
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::profile::Profile;
+use crate::profile::{Frame, Profile};
 
-/// The files written.
+/// The name given to a frame whose function name is empty.
+pub const UNKNOWN_FUNCTION: &str = "[unknown]";
+
+/// The files [`write_all`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outputs {
-    /// Every file, in the order written.
-    pub files: Vec<PathBuf>,
+    /// `STEM.folded`: folded stacks.
+    pub folded: PathBuf,
+    /// `STEM.svg`: the flame graph.
+    pub flamegraph: PathBuf,
+    /// `STEM.pb.gz`: the pprof profile.
+    pub pprof: PathBuf,
+    /// `STEM.firefox.json.gz`: the Firefox Profiler profile.
+    pub firefox: PathBuf,
+    /// `STEM.summary.txt`: the summary.
+    pub summary: PathBuf,
 }
 
-/// Writes every output as `DIR/STEM.*`.
-pub fn write_all(profile: &Profile, dir: &Path, stem: &str) -> std::io::Result<Outputs> {
-    std::fs::create_dir_all(dir)?;
-    let mut lines = std::collections::HashMap::<String, u64>::new();
-    for s in &profile.samples {
-        let mut names: Vec<&str> = Vec::new();
-        for &l in profile.stacks[s.stack].iter().rev() {
-            for f in profile.locations[l].frames.iter().rev() {
-                names.push(&f.function);
-            }
+impl Outputs {
+    /// The files for `dir` and `stem`, in the order [`write_all`] writes them.
+    pub fn paths(dir: &Path, stem: &str) -> Outputs {
+        let path = |ext: &str| dir.join(format!("{stem}.{ext}"));
+        Outputs {
+            folded: path("folded"),
+            flamegraph: path("svg"),
+            pprof: path("pb.gz"),
+            firefox: path("firefox.json.gz"),
+            summary: path("summary.txt"),
         }
-        *lines.entry(names.join(";")).or_default() += s.weight;
     }
-    let mut text = String::new();
-    for (k, v) in lines {
-        text.push_str(&format!("{k} {v}\n"));
+
+    /// Every path, in the order [`write_all`] writes them.
+    pub fn all(&self) -> [&Path; 5] {
+        [
+            &self.folded,
+            &self.flamegraph,
+            &self.pprof,
+            &self.firefox,
+            &self.summary,
+        ]
     }
-    let p = dir.join(format!("{stem}.folded"));
-    std::fs::write(&p, text)?;
-    Ok(Outputs { files: vec![p] })
+}
+
+/// Writes every format of `profile` as `dir/stem.EXT` (see the [module documentation](self))
+/// and returns the paths. `dir` must exist; existing files are replaced.
+///
+/// An error names the file it concerns.
+pub fn write_all(profile: &Profile, dir: &Path, stem: &str) -> io::Result<Outputs> {
+    let outputs = Outputs::paths(dir, stem);
+    write_file(&outputs.folded, |w| folded::write(profile, w))?;
+    write_file(&outputs.flamegraph, |w| flamegraph::write(profile, w))?;
+    write_file(&outputs.pprof, |w| pprof::write(profile, w))?;
+    write_file(&outputs.firefox, |w| firefox::write(profile, w))?;
+    write_file(&outputs.summary, |w| summary::write(profile, w))?;
+    Ok(outputs)
+}
+
+/// Creates `path`, writes it with `body` and flushes it; an error is prefixed with the path.
+fn write_file(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let result = File::create(path).and_then(|file| {
+        let mut w = BufWriter::new(file);
+        body(&mut w)?;
+        w.flush()
+    });
+    result.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// The name every format gives `frame`: its function name, with line breaks and other control
+/// characters replaced by spaces (every format is line-based or shows names on one line), and
+/// [`UNKNOWN_FUNCTION`] for an empty name.
+pub fn function_name(frame: &Frame) -> Cow<'_, str> {
+    let name = frame.function.as_str();
+    if name.is_empty() {
+        Cow::Borrowed(UNKNOWN_FUNCTION)
+    } else if name.contains(char::is_control) {
+        Cow::Owned(name.replace(char::is_control, " "))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// A path's last component (a program's or module's file name), or the whole text if it has
+/// none.
+pub(crate) fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path)
 }

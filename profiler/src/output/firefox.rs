@@ -1,0 +1,127 @@
+//! The Firefox Profiler's processed profile format, built with `fxprof-processed-profile` and
+//! written as gzipped JSON, which <https://profiler.firefox.com> loads as is ("Load a profile
+//! from file"; it recognizes gzip by its magic bytes).
+//!
+//! The profile has one process (the program, its pid, starting at the profile's start) and one
+//! thread per model thread (its tid and name; the thread whose tid is the pid is the main
+//! thread). Every sample is added with its time, its stack and, for a CPU-time profile, a CPU
+//! delta of one interval (each sample stands for that much CPU time of its thread).
+//!
+//! Frames are string labels holding [`function_name`], root first, with inlined frames
+//! expanded, so the profile is already symbolicated. fxprof-processed-profile 0.8 attaches a
+//! library (a "resource") only to address frames, whose names then come from one symbol per
+//! address without inlined functions; a label frame carries no library, so the profile lists
+//! none.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::time::{Duration, UNIX_EPOCH};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use fxprof_processed_profile::{
+    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
+    Profile as FxProfile, ReferenceTimestamp, SamplingInterval, StackHandle, ThreadHandle,
+    Timestamp,
+};
+
+use super::{file_name, function_name};
+use crate::profile::Profile;
+
+/// The name of the thread that gets the samples whose thread index is not in the model.
+pub const UNKNOWN_THREAD: &str = "[unknown thread]";
+
+fn timestamp(since_start: Duration) -> Timestamp {
+    Timestamp::from_nanos_since_reference(u64::try_from(since_start.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The Firefox Profiler profile of `profile` (see the [module documentation](self)); serialize
+/// it with serde (`serde_json::to_writer`).
+pub fn build(profile: &Profile) -> FxProfile {
+    let name = file_name(&profile.program);
+    let start = profile.start.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let interval = u64::try_from(profile.interval.as_nanos()).unwrap_or(u64::MAX);
+    let mut fx = FxProfile::new(
+        name,
+        ReferenceTimestamp::from_duration_since_unix_epoch(start),
+        SamplingInterval::from_nanos(interval),
+    );
+    fx.set_os_name("Linux");
+    // Every frame is a label: there is nothing for the Firefox Profiler to look up.
+    fx.set_symbolicated(true);
+    let category: CategoryPairHandle = fx.add_category("User", CategoryColor::Yellow).into();
+
+    let process = fx.add_process(name, profile.pid, timestamp(Duration::ZERO));
+    fx.set_process_end_time(process, timestamp(profile.duration));
+    let mut threads: Vec<ThreadHandle> = profile
+        .threads
+        .iter()
+        .map(|t| {
+            let tid = t.tid as u32;
+            let handle = fx.add_thread(process, tid, timestamp(Duration::ZERO), tid == profile.pid);
+            if !t.name.is_empty() {
+                fx.set_thread_name(handle, &t.name);
+            }
+            handle
+        })
+        .collect();
+    let mut unknown_thread = None;
+
+    // CPU time is known only when the timer counts it; a sample stands for `weight` periods.
+    let cpu_delta = |weight: u64| {
+        if profile.wall_clock {
+            CpuDelta::ZERO
+        } else {
+            CpuDelta::from(
+                profile
+                    .interval
+                    .saturating_mul(u32::try_from(weight).unwrap_or(u32::MAX)),
+            )
+        }
+    };
+    let mut stacks: HashMap<(usize, usize), Option<StackHandle>> = HashMap::new();
+    for sample in &profile.samples {
+        let thread_index = if sample.thread < threads.len() {
+            sample.thread
+        } else {
+            // Samples of a thread the model does not list still count; they get a thread of
+            // their own.
+            *unknown_thread.get_or_insert_with(|| {
+                let handle = fx.add_thread(process, 0, timestamp(Duration::ZERO), false);
+                fx.set_thread_name(handle, UNKNOWN_THREAD);
+                threads.push(handle);
+                threads.len() - 1
+            })
+        };
+        let thread = threads[thread_index];
+        let stack = *stacks
+            .entry((thread_index, sample.stack))
+            .or_insert_with(|| {
+                let frames: Vec<FrameInfo> = profile
+                    .stack_frames_root_first(sample.stack)
+                    .map(|frame| FrameInfo {
+                        frame: Frame::Label(fx.intern_string(&function_name(frame))),
+                        category_pair: category,
+                        flags: FrameFlags::empty(),
+                    })
+                    .collect();
+                fx.intern_stack_frames(thread, frames.into_iter())
+            });
+        fx.add_sample(
+            thread,
+            timestamp(sample.time),
+            stack,
+            cpu_delta(sample.weight),
+            i32::try_from(sample.weight).unwrap_or(i32::MAX),
+        );
+    }
+    fx
+}
+
+/// Writes the Firefox Profiler profile of `profile` as gzipped JSON.
+pub fn write(profile: &Profile, w: &mut dyn Write) -> io::Result<()> {
+    let mut gz = GzEncoder::new(w, Compression::default());
+    serde_json::to_writer(&mut gz, &build(profile))?;
+    gz.finish()?;
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Brendan Gregg's folded stacks: one line per distinct stack, `root;caller;callee COUNT`.
+//!
+//! Frames are named by [`frame_name`], root first, with inlined frames expanded (an inlined
+//! callee after the function it was inlined into). Stacks are aggregated over threads; the lines
+//! are sorted by count, highest first, then by text. `flamegraph.pl`, `inferno-flamegraph` and
+//! speedscope read this format.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::function_name;
+use crate::profile::{Frame, Profile};
+
+/// The single frame of a sample whose stack has no frames (a frame must name something).
+pub const NO_FRAMES: &str = "[no frames]";
+
+/// A frame's name in a folded stack: [`function_name`] with `;` (the frame separator) replaced
+/// by `:`, as inferno's own collapsers do.
+pub fn frame_name(frame: &Frame) -> Cow<'_, str> {
+    let name = function_name(frame);
+    if name.contains(';') {
+        Cow::Owned(name.replace(';', ":"))
+    } else {
+        name
+    }
+}
+
+/// Every distinct folded stack (without its count) with its sample count, sorted as the lines
+/// are: by count, highest first, then by text.
+pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
+    let mut per_stack: HashMap<usize, u64> = HashMap::new();
+    for sample in &profile.samples {
+        *per_stack.entry(sample.stack).or_default() += sample.weight;
+    }
+    // Two stacks of the model may fold to the same text (same names at other addresses).
+    let mut per_text: HashMap<String, u64> = HashMap::new();
+    for (stack, count) in per_stack {
+        *per_text.entry(stack_text(profile, stack)).or_default() += count;
+    }
+    let mut stacks: Vec<(String, u64)> = per_text.into_iter().collect();
+    stacks.sort_by(|(a_text, a), (b_text, b)| b.cmp(a).then_with(|| a_text.cmp(b_text)));
+    stacks
+}
+
+/// The folded lines, `STACK COUNT`, without line ends.
+pub fn lines(profile: &Profile) -> Vec<String> {
+    stacks(profile)
+        .into_iter()
+        .map(|(text, count)| format!("{text} {count}"))
+        .collect()
+}
+
+/// Writes the folded lines, each ended by `\n`.
+pub fn write(profile: &Profile, w: &mut dyn Write) -> io::Result<()> {
+    for line in lines(profile) {
+        writeln!(w, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The frames of `stack` joined by `;`, root first.
+fn stack_text(profile: &Profile, stack: usize) -> String {
+    let mut text = String::new();
+    for frame in profile.stack_frames_root_first(stack) {
+        if !text.is_empty() {
+            text.push(';');
+        }
+        text.push_str(&frame_name(frame));
+    }
+    if text.is_empty() {
+        text.push_str(NO_FRAMES);
+    }
+    text
+}

@@ -1,0 +1,250 @@
+//! The plain-text summary printed at the end of a run: what was profiled, what the sampler
+//! counted (signals, drops, walk stops, costs, rule tables) and the top functions.
+//!
+//! The top functions ([`top_functions`]) are counted the way `go tool pprof -top` counts them
+//! from the [pprof](super::pprof) output: a sample's self (flat) count goes to the innermost
+//! frame of its leaf (the innermost inlined function there), its total (cumulative) count to
+//! every function on its stack, once per sample even if the function recurs. Functions are
+//! told apart by [`function_name`] alone.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::time::Duration;
+
+use super::function_name;
+use crate::profile::Profile;
+
+/// How many functions each top list of the summary shows.
+pub const TOP: usize = 15;
+
+/// A function and a sample count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionCount {
+    /// The function's name, as [`function_name`] gives it.
+    pub name: String,
+    /// Samples counted for it.
+    pub samples: u64,
+}
+
+/// The functions with the most samples, by self and by total samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopFunctions {
+    /// Every sample of the profile: the base of the percentages.
+    pub samples: u64,
+    /// The functions with self samples, most first, then by name; at most `n` of them.
+    pub by_self: Vec<FunctionCount>,
+    /// The functions on any stack, by total samples, most first, then by name; at most `n`.
+    pub by_total: Vec<FunctionCount>,
+}
+
+/// The `n` functions with the most self samples and the `n` with the most total samples (see the
+/// [module documentation](self) for how they are counted). Ties are ordered by name, as pprof
+/// orders them.
+pub fn top_functions(profile: &Profile, n: usize) -> TopFunctions {
+    let mut per_stack: HashMap<usize, u64> = HashMap::new();
+    for sample in &profile.samples {
+        *per_stack.entry(sample.stack).or_default() += sample.weight;
+    }
+    let mut self_samples: HashMap<String, u64> = HashMap::new();
+    let mut total_samples: HashMap<String, u64> = HashMap::new();
+    for (&stack, &count) in &per_stack {
+        let mut frames = profile.stack_frames_leaf_first(stack).peekable();
+        if let Some(leaf) = frames.peek() {
+            *self_samples
+                .entry(function_name(leaf).into_owned())
+                .or_default() += count;
+        }
+        let on_stack: HashSet<_> = frames.map(function_name).collect();
+        for name in on_stack {
+            *total_samples.entry(name.into_owned()).or_default() += count;
+        }
+    }
+    TopFunctions {
+        samples: profile.samples.iter().map(|s| s.weight).sum(),
+        by_self: top(self_samples, n),
+        by_total: top(total_samples, n),
+    }
+}
+
+fn top(counts: HashMap<String, u64>, n: usize) -> Vec<FunctionCount> {
+    let mut list: Vec<FunctionCount> = counts
+        .into_iter()
+        .map(|(name, samples)| FunctionCount { name, samples })
+        .collect();
+    list.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    list.truncate(n);
+    list
+}
+
+/// `part` as a percentage of `whole` with two decimals (`12.50%`), or `-` if `whole` is 0.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// `total` divided by `n` as nanoseconds with one decimal, or `-` if `n` is 0.
+fn nanos_per(total: Duration, n: u64) -> String {
+    if n == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1} ns", total.as_nanos() as f64 / n as f64)
+    }
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The summary's text (see the [module documentation](self)).
+pub fn text(profile: &Profile) -> String {
+    let c = &profile.counters;
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let mut line = |text: std::fmt::Arguments<'_>| {
+        let _ = s.write_fmt(text);
+        s.push('\n');
+    };
+    line(format_args!("program           {}", profile.program));
+    line(format_args!("pid               {}", profile.pid));
+    line(format_args!(
+        "duration          {:.3} s",
+        profile.duration.as_secs_f64()
+    ));
+    let clock = if profile.wall_clock {
+        "wall-clock"
+    } else {
+        "CPU"
+    };
+    let rate = if profile.interval.is_zero() {
+        "-".to_string()
+    } else {
+        format!("{:.1} Hz", 1.0 / profile.interval.as_secs_f64())
+    };
+    line(format_args!(
+        "rate              {rate} per thread (one sample per {} of {clock} time)",
+        millis(profile.interval)
+    ));
+    line(format_args!(
+        "samples stored    {} ({} of signals; {} in the profile)",
+        c.stored,
+        percent(c.stored, c.signals),
+        profile.samples.len()
+    ));
+    line(format_args!("signals           {}", c.signals));
+    let periods: u64 = profile.samples.iter().map(|s| s.weight).sum();
+    line(format_args!(
+        "periods           {periods} (samples weighted by the timer periods each stands for; {} expirations merged by the kernel, which checks CPU timers once per tick)",
+        c.merged_expirations
+    ));
+    if c.foreign_signals > 0 {
+        line(format_args!(
+            "foreign signals   {} (the sampling signal, not from the profiler's timers: ignored)",
+            c.foreign_signals
+        ));
+    }
+    for (reason, n) in c.threads_not_sampled.iter().filter(|(_, n)| *n > 0) {
+        line(format_args!("threads not sampled: {n} ({reason})"));
+    }
+    let dropped: u64 = c.dropped.iter().map(|(_, n)| n).sum();
+    line(format_args!(
+        "dropped           {dropped} ({} of signals)",
+        percent(dropped, c.signals)
+    ));
+    let width = c
+        .dropped
+        .iter()
+        .chain(&c.stops)
+        .map(|(reason, _)| reason.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (reason, n) in &c.dropped {
+        line(format_args!(
+            "  {reason:<width$}  {n:>10}  {:>7}",
+            percent(*n, c.signals)
+        ));
+    }
+    line(format_args!(
+        "stop reasons      (of {} stored samples)",
+        c.stored
+    ));
+    for (reason, n) in &c.stops {
+        line(format_args!(
+            "  {reason:<width$}  {n:>10}  {:>7}",
+            percent(*n, c.stored)
+        ));
+    }
+    let depth = if c.stored == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}", c.frames as f64 / c.stored as f64)
+    };
+    line(format_args!(
+        "mean stack depth  {depth} frames ({} frames / {} stored)",
+        c.frames, c.stored
+    ));
+    line(format_args!(
+        "rule cache        {} hits ({} hits, {} misses)",
+        percent(c.cache_hits, c.cache_hits + c.cache_misses),
+        c.cache_hits,
+        c.cache_misses
+    ));
+    line(format_args!(
+        "unwind cost       {} per sample, {} per frame",
+        nanos_per(c.unwind_time, c.stored),
+        nanos_per(c.unwind_time, c.frames)
+    ));
+    line(format_args!(
+        "store cost        {} per sample",
+        nanos_per(c.store_time, c.stored)
+    ));
+    line(format_args!(
+        "preload           {}, {} table bytes, {} rows, {} refreshes",
+        millis(c.preload_time),
+        c.table_bytes,
+        c.table_rows,
+        c.refreshes
+    ));
+    line(format_args!("threads           {} sampled", c.threads));
+    let mut per_thread = vec![0u64; profile.threads.len()];
+    for sample in &profile.samples {
+        if let Some(n) = per_thread.get_mut(sample.thread) {
+            *n += 1;
+        }
+    }
+    for (thread, n) in profile.threads.iter().zip(per_thread) {
+        line(format_args!(
+            "  {:>8}  {:<16}  {n:>10} samples  {:>7}",
+            thread.tid,
+            thread.name,
+            percent(n, profile.samples.len() as u64)
+        ));
+    }
+
+    let top = top_functions(profile, TOP);
+    for (title, list) in [("self", &top.by_self), ("total", &top.by_total)] {
+        line(format_args!(""));
+        line(format_args!(
+            "top {TOP} functions by {title} samples (of {} samples)",
+            top.samples
+        ));
+        line(format_args!("  {:>10}  {:>7}  function", "samples", "%"));
+        for f in list.iter() {
+            line(format_args!(
+                "  {:>10}  {:>7}  {}",
+                f.samples,
+                percent(f.samples, top.samples),
+                f.name
+            ));
+        }
+    }
+    s
+}
+
+/// Writes the summary's text.
+pub fn write(profile: &Profile, w: &mut dyn Write) -> io::Result<()> {
+    w.write_all(text(profile).as_bytes())
+}

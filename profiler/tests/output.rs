@@ -1,0 +1,798 @@
+//! Every output format, written from a small hand-built profile and read back: the folded text
+//! exactly, the SVG as XML, the pprof protobuf decoded (and read by `go tool pprof`), the Firefox
+//! JSON checked for the structure the Firefox Profiler reads, the summary's numbers.
+//!
+//! fxprof-processed-profile 0.8 has no validation of its own (it only builds and serializes),
+//! so [`check_firefox`] checks what the Firefox Profiler relies on: the version fields, every
+//! table's columns as long as its `length`, every index in range, prefixes before their stacks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
+
+use prost::Message;
+use serde_json::Value;
+use unwind_profiler::output::{self, folded, pprof, summary, Outputs};
+use unwind_profiler::profile::{Counters, Frame, Location, Module, Profile, Sample, Thread};
+
+const MS: Duration = Duration::from_millis(1);
+const PERIOD_NS: i64 = 10_000_000;
+const PROGRAM: &str = "/opt/demo/bin/demo";
+const LIB: &str = "/opt/demo/lib/libdemo.so";
+
+fn frame(function: &str, file: Option<&str>, line: Option<u32>) -> Frame {
+    Frame {
+        function: function.to_string(),
+        file: file.map(str::to_string),
+        line,
+    }
+}
+
+fn location(address: u64, module: Option<usize>, frames: Vec<Frame>) -> Location {
+    Location {
+        address,
+        module,
+        frames,
+    }
+}
+
+/// The rust-style name with a `;`, which the folded format must replace.
+const WORKER: &str = "worker::run<[u8; 4]>";
+
+/// Two threads; an inlined function (`helper` in `compute`); an address in no module; recursion
+/// (`recurse` three times on one stack, at two addresses); one stack sampled on both threads.
+fn sample_profile() -> Profile {
+    let demo_c = Some("/src/demo.c");
+    let locations = vec![
+        /* 0 */ location(0x1100, Some(0), vec![frame("main", demo_c, Some(10))]),
+        /* 1 */
+        location(
+            0x1200,
+            Some(0),
+            vec![
+                frame("helper", Some("/src/util.h"), Some(5)),
+                frame("compute", demo_c, Some(20)),
+            ],
+        ),
+        /* 2 */ location(0x1300, Some(0), vec![frame("recurse", demo_c, Some(30))]),
+        /* 3 */ location(0x1310, Some(0), vec![frame("recurse", demo_c, Some(31))]),
+        /* 4 */ location(0x7f00_0000_1500, Some(1), vec![frame("memcpy", None, None)]),
+        /* 5 */ location(0xdead_0000, None, vec![frame("0xdead0000", None, None)]),
+        /* 6 */ location(0x1400, Some(0), vec![frame(WORKER, demo_c, Some(40))]),
+        /* 7 */
+        location(
+            0x7f00_0000_1600,
+            Some(1),
+            vec![frame("start_thread", None, None)],
+        ),
+    ];
+    let stacks = vec![
+        /* 0 */ vec![1, 0],
+        /* 1 */ vec![2, 3, 3, 0],
+        /* 2 */ vec![4, 1, 0],
+        /* 3 */ vec![5, 6, 7],
+        /* 4 */ vec![4, 6, 7],
+        /* 5 */ vec![6, 7],
+    ];
+    // (thread, stack) in time order per thread.
+    let main = [0, 0, 1, 0, 2, 1];
+    let worker = [3, 4, 0, 3, 4, 5];
+    let mut samples = Vec::new();
+    for (i, &stack) in main.iter().enumerate() {
+        samples.push(Sample {
+            thread: 0,
+            time: MS * (10 * i as u32),
+            weight: 1,
+            stack,
+        });
+    }
+    for (i, &stack) in worker.iter().enumerate() {
+        samples.push(Sample {
+            thread: 1,
+            time: MS * (10 * i as u32 + 5),
+            weight: 1,
+            stack,
+        });
+    }
+    Profile {
+        program: PROGRAM.to_string(),
+        pid: 100,
+        start: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        duration: MS * 70,
+        interval: MS * 10,
+        wall_clock: false,
+        modules: vec![
+            Module {
+                path: PROGRAM.to_string(),
+                start: 0x1000,
+                end: 0x9000,
+                bias: 0,
+                build_id: "0123456789abcdef0123456789abcdef01234567".to_string(),
+            },
+            Module {
+                path: LIB.to_string(),
+                start: 0x7f00_0000_1000,
+                end: 0x7f00_0000_9000,
+                bias: 0x7f00_0000_0000,
+                build_id: String::new(),
+            },
+        ],
+        locations,
+        stacks,
+        threads: vec![
+            Thread {
+                tid: 100,
+                name: "demo".to_string(),
+            },
+            Thread {
+                tid: 101,
+                name: "worker".to_string(),
+            },
+        ],
+        samples,
+        counters: Counters {
+            signals: 15,
+            stored: 12,
+            dropped: vec![("no-memory".to_string(), 2), ("busy".to_string(), 1)],
+            merged_expirations: 7,
+            foreign_signals: 0,
+            threads_not_sampled: vec![("thread limit".to_string(), 0)],
+            stops: vec![("end-of-stack".to_string(), 10), ("no-rule".to_string(), 2)],
+            frames: 40,
+            cache_hits: 90,
+            cache_misses: 10,
+            unwind_time: Duration::from_nanos(24_000),
+            store_time: Duration::from_nanos(1_200),
+            preload_time: MS * 5,
+            table_bytes: 4096,
+            table_rows: 128,
+            refreshes: 1,
+            threads: 2,
+        },
+    }
+}
+
+fn empty_profile() -> Profile {
+    Profile {
+        program: String::new(),
+        pid: 0,
+        start: UNIX_EPOCH,
+        duration: Duration::ZERO,
+        interval: Duration::ZERO,
+        wall_clock: true,
+        modules: Vec::new(),
+        locations: Vec::new(),
+        stacks: Vec::new(),
+        threads: Vec::new(),
+        samples: Vec::new(),
+        counters: Counters::default(),
+    }
+}
+
+/// A fresh directory for one test's files.
+fn out_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "unwind-profiler-output-{}-{test}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn gunzip(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    // The Firefox Profiler and pprof recognize gzip by these bytes (deflate method included).
+    assert_eq!(
+        &bytes[..3],
+        &[0x1f, 0x8b, 0x08],
+        "{} is not gzip",
+        path.display()
+    );
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Expected stacks, root first, joined by `;`, with their counts per thread id: computed from
+/// the fixture's definition above by hand, not by the code under test.
+fn expected_stacks_per_thread() -> BTreeMap<(i64, String), i64> {
+    let s0 = "main;compute;helper";
+    let s1 = "main;recurse;recurse;recurse";
+    let s2 = "main;compute;helper;memcpy";
+    let s3 = format!("start_thread;{WORKER};0xdead0000");
+    let s4 = format!("start_thread;{WORKER};memcpy");
+    let s5 = format!("start_thread;{WORKER}");
+    BTreeMap::from([
+        ((100, s0.to_string()), 3),
+        ((100, s1.to_string()), 2),
+        ((100, s2.to_string()), 1),
+        ((101, s0.to_string()), 1),
+        ((101, s3), 2),
+        ((101, s4), 2),
+        ((101, s5), 1),
+    ])
+}
+
+#[test]
+fn folded_text_is_exact() {
+    let text: String = folded::lines(&sample_profile())
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        text,
+        "main;compute;helper 4\n\
+         main;recurse;recurse;recurse 2\n\
+         start_thread;worker::run<[u8: 4]>;0xdead0000 2\n\
+         start_thread;worker::run<[u8: 4]>;memcpy 2\n\
+         main;compute;helper;memcpy 1\n\
+         start_thread;worker::run<[u8: 4]> 1\n"
+    );
+}
+
+#[test]
+fn top_functions_by_self_and_total() {
+    let top = summary::top_functions(&sample_profile(), 15);
+    let pairs = |list: &[summary::FunctionCount]| {
+        list.iter()
+            .map(|f| (f.name.clone(), f.samples))
+            .collect::<Vec<_>>()
+    };
+    let s = |name: &str, n| (name.to_string(), n);
+    assert_eq!(top.samples, 12);
+    assert_eq!(
+        pairs(&top.by_self),
+        [
+            s("helper", 4),
+            s("memcpy", 3),
+            s("0xdead0000", 2),
+            s("recurse", 2),
+            s(WORKER, 1)
+        ]
+    );
+    // `recurse` is three deep on its stack but counts once per sample.
+    assert_eq!(
+        pairs(&top.by_total),
+        [
+            s("main", 7),
+            s("compute", 5),
+            s("helper", 5),
+            s("start_thread", 5),
+            s(WORKER, 5),
+            s("memcpy", 3),
+            s("0xdead0000", 2),
+            s("recurse", 2)
+        ]
+    );
+    assert_eq!(
+        summary::top_functions(&sample_profile(), 2).by_total.len(),
+        2
+    );
+}
+
+/// Checks that `svg` is well-formed XML (balanced, matching tags) and returns its text.
+fn svg_text(svg: &str) -> String {
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let mut depth = 0usize;
+    let mut text = String::new();
+    let mut root = None;
+    loop {
+        match reader.read_event().expect("the SVG is not well-formed XML") {
+            quick_xml::events::Event::Start(e) => {
+                depth += 1;
+                root.get_or_insert_with(|| String::from_utf8_lossy(e.name().as_ref()).into_owned());
+            }
+            quick_xml::events::Event::End(_) => depth -= 1,
+            quick_xml::events::Event::Text(t) => {
+                text.push_str(&t.decode().unwrap());
+                text.push('\n');
+            }
+            quick_xml::events::Event::GeneralRef(r) => {
+                // Entity references arrive apart from the text around them.
+                let c = match &*r.decode().unwrap() {
+                    "lt" => "<",
+                    "gt" => ">",
+                    "amp" => "&",
+                    "quot" => "\"",
+                    "apos" => "'",
+                    other => panic!("unexpected entity {other}"),
+                };
+                text.pop();
+                text.push_str(c);
+            }
+            quick_xml::events::Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert_eq!(depth, 0, "unclosed elements");
+    assert_eq!(root.as_deref(), Some("svg"));
+    text
+}
+
+#[test]
+fn flamegraph_is_svg_with_the_functions() {
+    let mut svg = Vec::new();
+    output::flamegraph::write(&sample_profile(), &mut svg).unwrap();
+    let text = svg_text(&String::from_utf8(svg).unwrap());
+    assert!(text.contains("demo: 12 samples"), "title missing:\n{text}");
+    for name in [
+        "main",
+        "compute",
+        "helper",
+        "recurse",
+        "memcpy",
+        "0xdead0000",
+        "start_thread",
+        "worker::run<[u8: 4]>",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{name} ("))),
+            "{name} missing from the SVG:\n{text}"
+        );
+    }
+}
+
+fn decode_pprof(path: &Path) -> pprof::proto::Profile {
+    pprof::proto::Profile::decode(&gunzip(path)[..]).expect("not a pprof profile")
+}
+
+#[test]
+fn pprof_decodes_and_agrees_with_the_model() {
+    let dir = out_dir("pprof");
+    let model = sample_profile();
+    let outputs = output::write_all(&model, &dir, "p").unwrap();
+    let p = decode_pprof(&outputs.pprof);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(s(0), "");
+    let types: Vec<_> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    let period_type = p.period_type.as_ref().unwrap();
+    assert_eq!(
+        (s(period_type.r#type), s(period_type.unit)),
+        ("cpu", "nanoseconds")
+    );
+    assert_eq!(p.period, PERIOD_NS);
+    assert_eq!(p.time_nanos, 1_700_000_000_000_000_000);
+    assert_eq!(p.duration_nanos, 70_000_000);
+
+    // Mappings: the program first, with what the locations' frames say.
+    assert_eq!(p.mapping.len(), 2);
+    let m0 = &p.mapping[0];
+    assert_eq!(
+        (m0.id, s(m0.filename), m0.memory_start, m0.memory_limit),
+        (1, PROGRAM, 0x1000, 0x9000)
+    );
+    assert_eq!(s(m0.build_id), "0123456789abcdef0123456789abcdef01234567");
+    assert!(m0.has_functions && m0.has_filenames && m0.has_line_numbers && m0.has_inline_frames);
+    let m1 = &p.mapping[1];
+    assert_eq!((m1.id, s(m1.filename), s(m1.build_id)), (2, LIB, ""));
+    assert!(m1.has_functions && !m1.has_filenames && !m1.has_line_numbers && !m1.has_inline_frames);
+
+    // Functions: one per distinct (name, file).
+    let functions: HashMap<u64, (&str, &str)> = p
+        .function
+        .iter()
+        .map(|f| (f.id, (s(f.name), s(f.filename))))
+        .collect();
+    assert_eq!(functions.len(), p.function.len(), "function ids not unique");
+    let mut names: Vec<_> = functions.values().copied().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ("0xdead0000", ""),
+            ("compute", "/src/demo.c"),
+            ("helper", "/src/util.h"),
+            ("main", "/src/demo.c"),
+            ("memcpy", ""),
+            ("recurse", "/src/demo.c"),
+            ("start_thread", ""),
+            (WORKER, "/src/demo.c"),
+        ]
+    );
+
+    // Locations: one per model location, lines innermost first.
+    assert_eq!(p.location.len(), model.locations.len());
+    let locations: HashMap<u64, &pprof::proto::Location> =
+        p.location.iter().map(|l| (l.id, l)).collect();
+    for (loc, model_loc) in p.location.iter().zip(&model.locations) {
+        assert_eq!(loc.address, model_loc.address);
+        let mapping = p.mapping.iter().find(|m| m.id == loc.mapping_id);
+        assert_eq!(
+            mapping.map(|m| s(m.filename)),
+            model_loc.module.map(|m| model.modules[m].path.as_str())
+        );
+        let lines: Vec<_> = loc
+            .line
+            .iter()
+            .map(|l| (functions[&l.function_id].0, l.line))
+            .collect();
+        let expected: Vec<_> = model_loc
+            .frames
+            .iter()
+            .map(|f| (f.function.as_str(), f.line.map_or(0, i64::from)))
+            .collect();
+        assert_eq!(lines, expected);
+    }
+    assert_eq!(
+        locations[&2].line.len(),
+        2,
+        "helper inlined into compute: two lines"
+    );
+
+    // Samples: aggregated per (stack, thread), values [count, count × period], thread labels.
+    assert_eq!(p.sample.len(), 7);
+    let mut stacks = BTreeMap::new();
+    for sample in &p.sample {
+        assert_eq!(sample.value.len(), 2);
+        assert_eq!(sample.value[1], sample.value[0] * PERIOD_NS);
+        let label = |key: &str| sample.label.iter().find(|l| s(l.key) == key).unwrap();
+        let tid = label("thread_id").num;
+        let name = s(label("thread").str);
+        assert_eq!(name, if tid == 100 { "demo" } else { "worker" });
+        let mut frames = Vec::new();
+        for id in sample.location_id.iter().rev() {
+            for line in locations[id].line.iter().rev() {
+                frames.push(functions[&line.function_id].0);
+            }
+        }
+        *stacks.entry((tid, frames.join(";"))).or_insert(0) += sample.value[0];
+    }
+    assert_eq!(stacks, expected_stacks_per_thread());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rows of `go tool pprof -top` output: (flat%, name) for every function with flat samples,
+/// in pprof's order.
+fn pprof_top_rows(stdout: &str) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in stdout.lines() {
+        if line.contains("flat%") && line.contains("cum%") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || line.trim().is_empty() {
+            continue;
+        }
+        // flat flat% sum% cum cum% name (the name may hold spaces).
+        let mut rest = line.trim_start();
+        let mut fields = Vec::new();
+        for _ in 0..5 {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            fields.push(&rest[..end]);
+            rest = rest[end..].trim_start();
+        }
+        if fields[0] != "0" {
+            // pprof marks a function seen only inlined at the leaf.
+            let name = rest.strip_suffix(" (inline)").unwrap_or(rest);
+            rows.push((fields[1].to_string(), name.to_string()));
+        }
+    }
+    rows
+}
+
+#[test]
+fn go_tool_pprof_top_matches_the_summary() {
+    // `go` has no `--version` (it is `go version`), so `tool_runs("go")` is always false.
+    let go_runs = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !go_runs {
+        unwind_test_support::missing("go (golang), for go tool pprof");
+        return;
+    }
+    let dir = out_dir("go-pprof");
+    let model = sample_profile();
+    let outputs = output::write_all(&model, &dir, "p").unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=20"])
+        .arg(&outputs.pprof)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = summary::top_functions(&model, 20);
+    let expected: Vec<(String, String)> = top
+        .by_self
+        .iter()
+        .map(|f| (summary::percent(f.samples, top.samples), f.name.clone()))
+        .collect();
+    assert_eq!(
+        pprof_top_rows(&stdout),
+        expected,
+        "go tool pprof -top:\n{stdout}"
+    );
+    // The summary file prints the same list.
+    let text = std::fs::read_to_string(&outputs.summary).unwrap();
+    for (pct, name) in &expected {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(pct.as_str()) && l.ends_with(&format!("  {name}"))),
+            "{pct} {name} missing from the summary:\n{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Checks the structure the Firefox Profiler reads from a processed profile and returns every
+/// thread's samples as (tid, root-first stack) with counts, and the threads' JSON.
+/// `cpu_delta_us` is every sample's expected CPU delta.
+fn check_firefox(json: &Value, cpu_delta_us: u64) -> (BTreeMap<(i64, String), i64>, Vec<Value>) {
+    let meta = &json["meta"];
+    assert!(
+        meta["version"].is_u64(),
+        "meta.version: {}",
+        meta["version"]
+    );
+    assert!(meta["preprocessedProfileVersion"].is_u64());
+    assert!(meta["startTime"].is_f64() || meta["startTime"].is_u64());
+    assert!(meta["categories"].as_array().is_some_and(|c| !c.is_empty()));
+    let threads = json["threads"].as_array().expect("threads").clone();
+    let mut stacks = BTreeMap::new();
+    let len = |table: &Value| table["length"].as_u64().expect("length") as usize;
+    let column = |table: &Value, name: &str| -> Vec<Value> {
+        let column = table[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("column {name}"))
+            .clone();
+        assert_eq!(column.len(), len(table), "column {name}");
+        column
+    };
+    let index = |v: &Value, bound: usize, what: &str| -> usize {
+        let i = v.as_u64().unwrap_or_else(|| panic!("{what}: {v}")) as usize;
+        assert!(i < bound, "{what} {i} out of range (< {bound})");
+        i
+    };
+    for thread in &threads {
+        let tid: i64 = thread["tid"].as_str().expect("tid").parse().unwrap();
+        let strings = thread["stringArray"].as_array().expect("stringArray");
+        let funcs = &thread["funcTable"];
+        let func_names: Vec<String> = column(funcs, "name")
+            .iter()
+            .map(|n| {
+                strings[index(n, strings.len(), "func name")]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let frames = &thread["frameTable"];
+        let frame_funcs: Vec<usize> = column(frames, "func")
+            .iter()
+            .map(|f| index(f, func_names.len(), "frame func"))
+            .collect();
+        for name in ["address", "category", "inlineDepth", "nativeSymbol", "line"] {
+            column(frames, name);
+        }
+        let stack_table = &thread["stackTable"];
+        let stack_frames: Vec<usize> = column(stack_table, "frame")
+            .iter()
+            .map(|f| index(f, frame_funcs.len(), "stack frame"))
+            .collect();
+        let prefixes = column(stack_table, "prefix");
+        for (i, prefix) in prefixes.iter().enumerate() {
+            if !prefix.is_null() {
+                index(prefix, i, "stack prefix (must precede its stack)");
+            }
+        }
+        let samples = &thread["samples"];
+        let n = len(samples);
+        for name in ["timeDeltas", "weight", "threadCPUDelta"] {
+            column(samples, name);
+        }
+        for delta in column(samples, "threadCPUDelta") {
+            assert_eq!(delta.as_u64(), Some(cpu_delta_us), "CPU delta in µs");
+        }
+        for stack in column(samples, "stack").iter().take(n) {
+            let mut names = Vec::new();
+            let mut s =
+                (!stack.is_null()).then(|| index(stack, stack_frames.len(), "sample stack"));
+            while let Some(i) = s {
+                names.push(func_names[frame_funcs[stack_frames[i]]].as_str());
+                s = prefixes[i].as_u64().map(|p| p as usize);
+            }
+            names.reverse();
+            *stacks.entry((tid, names.join(";"))).or_insert(0) += 1;
+        }
+    }
+    (stacks, threads)
+}
+
+#[test]
+fn firefox_profile_has_the_structure_and_the_stacks() {
+    let dir = out_dir("firefox");
+    let outputs = output::write_all(&sample_profile(), &dir, "p").unwrap();
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    assert_eq!(json["meta"]["product"], "demo");
+    assert_eq!(json["meta"]["interval"], 10.0);
+    assert_eq!(json["meta"]["startTime"], 1_700_000_000_000.0);
+    assert_eq!(json["meta"]["symbolicated"], true);
+    // One 10 ms interval of CPU time per sample.
+    let (stacks, threads) = check_firefox(&json, 10_000);
+    assert_eq!(stacks, expected_stacks_per_thread());
+    assert_eq!(threads.len(), 2);
+    for thread in &threads {
+        assert_eq!(thread["pid"], "100");
+        assert_eq!(thread["processName"], "demo");
+        let main = thread["tid"] == "100";
+        assert_eq!(thread["isMainThread"], main);
+        // The crate names a main thread after its process.
+        assert_eq!(thread["name"], if main { "demo" } else { "worker" });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A wall-clock profile says so in every format that has a place for it; it claims no CPU time.
+#[test]
+fn wall_clock_profile() {
+    let dir = out_dir("wall");
+    let mut model = sample_profile();
+    model.wall_clock = true;
+    let outputs = output::write_all(&model, &dir, "w").unwrap();
+    let p = decode_pprof(&outputs.pprof);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let types: Vec<_> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("wall", "nanoseconds")]);
+    let period_type = p.period_type.as_ref().unwrap();
+    assert_eq!(s(period_type.r#type), "wall");
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    let (stacks, _) = check_firefox(&json, 0);
+    assert_eq!(stacks, expected_stacks_per_thread());
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    assert!(
+        summary.contains("(one sample per 10.000 ms of wall-clock time)"),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn summary_has_the_counts_and_percentages() {
+    let text = summary::text(&sample_profile());
+    let expected = [
+        "program           /opt/demo/bin/demo",
+        "pid               100",
+        "duration          0.070 s",
+        "rate              100.0 Hz per thread (one sample per 10.000 ms of CPU time)",
+        "samples stored    12 (80.00% of signals; 12 in the profile)",
+        "signals           15",
+        "periods           12 (samples weighted by the timer periods each stands for; 7 expirations merged by the kernel, which checks CPU timers once per tick)",
+        "dropped           3 (20.00% of signals)",
+        "  no-memory              2   13.33%",
+        "  busy                   1    6.67%",
+        "stop reasons      (of 12 stored samples)",
+        "  end-of-stack          10   83.33%",
+        "  no-rule                2   16.67%",
+        "mean stack depth  3.33 frames (40 frames / 12 stored)",
+        "rule cache        90.00% hits (90 hits, 10 misses)",
+        "unwind cost       2000.0 ns per sample, 600.0 ns per frame",
+        "store cost        100.0 ns per sample",
+        "preload           5.000 ms, 4096 table bytes, 128 rows, 1 refreshes",
+        "threads           2 sampled",
+        "       100  demo                       6 samples   50.00%",
+        "       101  worker                     6 samples   50.00%",
+        "",
+        "top 15 functions by self samples (of 12 samples)",
+        "     samples        %  function",
+        "           4   33.33%  helper",
+        "           3   25.00%  memcpy",
+        "           2   16.67%  0xdead0000",
+        "           2   16.67%  recurse",
+        "           1    8.33%  worker::run<[u8; 4]>",
+        "",
+        "top 15 functions by total samples (of 12 samples)",
+        "     samples        %  function",
+        "           7   58.33%  main",
+        "           5   41.67%  compute",
+        "           5   41.67%  helper",
+        "           5   41.67%  start_thread",
+        "           5   41.67%  worker::run<[u8; 4]>",
+        "           3   25.00%  memcpy",
+        "           2   16.67%  0xdead0000",
+        "           2   16.67%  recurse",
+    ];
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        expected,
+        "summary:\n{text}"
+    );
+}
+
+#[test]
+fn empty_profile_writes_every_file() {
+    let dir = out_dir("empty");
+    let outputs = output::write_all(&empty_profile(), &dir, "empty").unwrap();
+    assert_eq!(outputs, Outputs::paths(&dir, "empty"));
+    assert_eq!(outputs.firefox, dir.join("empty.firefox.json.gz"));
+    assert_eq!(std::fs::read_to_string(&outputs.folded).unwrap(), "");
+    let text = svg_text(&std::fs::read_to_string(&outputs.flamegraph).unwrap());
+    assert!(text.contains("no samples"), "{text}");
+    let p = decode_pprof(&outputs.pprof);
+    assert!(p.sample.is_empty() && p.location.is_empty() && p.mapping.is_empty());
+    assert_eq!(p.string_table[0], "");
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    let (stacks, threads) = check_firefox(&json, 10_000);
+    assert!(stacks.is_empty() && threads.is_empty());
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    assert!(
+        summary.contains("dropped           0 (- of signals)"),
+        "{summary}"
+    );
+    assert!(summary.contains("rule cache        - hits"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Indices out of range, empty names and names with line breaks: every file is still written,
+/// and every sample still counts.
+#[test]
+fn odd_input_does_not_panic() {
+    let mut p = sample_profile();
+    p.locations[0].frames[0].function = String::new();
+    p.locations[2].frames[0].function = "two\nlines;x".to_string();
+    p.locations[4].module = Some(99);
+    p.stacks[3].push(1000);
+    p.samples[0].stack = 77;
+    p.samples[1].thread = 55;
+    let dir = out_dir("odd");
+    let outputs = output::write_all(&p, &dir, "odd").unwrap();
+    let folded = std::fs::read_to_string(&outputs.folded).unwrap();
+    let total: u64 = folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 12, "{folded}");
+    assert!(
+        folded.contains(&format!("{} 1\n", folded::NO_FRAMES)),
+        "{folded}"
+    );
+    assert!(
+        folded.contains("[unknown];recurse;recurse;two lines:x 2\n"),
+        "{folded}"
+    );
+    let pp = decode_pprof(&outputs.pprof);
+    assert_eq!(pp.sample.iter().map(|s| s.value[0]).sum::<i64>(), 12);
+    assert_eq!(pp.location[4].mapping_id, 0, "module 99 does not exist");
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    let (stacks, threads) = check_firefox(&json, 10_000);
+    assert_eq!(stacks.values().sum::<i64>(), 12);
+    assert!(threads.iter().any(|t| t["name"] == "[unknown thread]"));
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    assert!(summary.contains("two lines;x"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn errors_name_the_file() {
+    let dir = std::env::temp_dir().join(format!(
+        "unwind-profiler-output-{}-missing/no/such/dir",
+        std::process::id()
+    ));
+    let err = output::write_all(&sample_profile(), &dir, "x").unwrap_err();
+    let folded = dir.join("x.folded");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: ", folded.display())),
+        "{err}"
+    );
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
