@@ -2,7 +2,7 @@
 //! the thread's ring, and the counters that account for every signal.
 //!
 //! Each sampled thread has a [`ThreadRecord`], found by the handler from the timer's
-//! `sigev_value` (an index into [`RECORDS`], checked against the interrupted thread), so the
+//! `sigev_value` (an index into the table of records, checked against the interrupted thread), so the
 //! handler needs no thread-local storage (which in a shared object can allocate) and no lock.
 //! Records are allocated outside the handler, never freed, and reused by later threads only
 //! once the collector has drained them and their thread is gone.
