@@ -65,6 +65,26 @@ struct Shared {
     collector: Mutex<collect::Collector>,
     stop: Mutex<bool>,
     wake: Condvar,
+    started: Instant,
+    start_time: SystemTime,
+    period: std::time::Duration,
+    wall_clock: bool,
+}
+
+impl Shared {
+    /// A profile of everything sampled so far (after draining the rings once more).
+    fn profile(&self) -> Profile {
+        let mut c = self.collector.lock().unwrap_or_else(|e| e.into_inner());
+        c.tick();
+        c.finish(&collect::Run {
+            program: program(),
+            pid: std::process::id(),
+            start: self.start_time,
+            duration: self.started.elapsed(),
+            interval: self.period,
+            wall_clock: self.wall_clock,
+        })
+    }
 }
 
 /// A running profiler (one per process).
@@ -72,8 +92,6 @@ pub struct Profiler {
     config: Config,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    started: Instant,
-    start_time: SystemTime,
 }
 
 /// Set (from a signal handler, say) to ask the collector for a profile written while running.
@@ -90,15 +108,15 @@ impl Profiler {
             collector: Mutex::new(collect::Collector::new(&report)),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            started: Instant::now(),
+            start_time: SystemTime::now(),
+            period: config.period(),
+            wall_clock: config.clock == Clock::Wall,
         });
         let s = shared.clone();
         let every = config.collect_every;
         let snapshot_dir = config.output.clone();
         let stem = config.stem.clone();
-        let started = Instant::now();
-        let start_time = SystemTime::now();
-        let period = config.period();
-        let wall = config.clock == Clock::Wall;
         let thread = threads::spawn_unsampled("unwind-profiler", move || loop {
             let stop = {
                 let guard = s.stop.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,19 +126,8 @@ impl Profiler {
                     .unwrap_or_else(|e| e.into_inner());
                 *guard
             };
-            let mut c = s.collector.lock().unwrap_or_else(|e| e.into_inner());
-            c.tick();
             if SNAPSHOT.swap(false, Ordering::Relaxed) {
-                let run = collect::Run {
-                    program: program(),
-                    pid: std::process::id(),
-                    start: start_time,
-                    duration: started.elapsed(),
-                    interval: period,
-                    wall_clock: wall,
-                };
-                let profile = c.finish(&run);
-                drop(c);
+                let profile = s.profile();
                 if let Some(dir) = &snapshot_dir {
                     match output::write_all(&profile, dir, &stem) {
                         Ok(_) => {
@@ -129,6 +136,8 @@ impl Profiler {
                         Err(e) => eprintln!("unwind-profiler: snapshot: {e}"),
                     }
                 }
+            } else {
+                s.collector.lock().unwrap_or_else(|e| e.into_inner()).tick();
             }
             if stop {
                 return;
@@ -140,20 +149,12 @@ impl Profiler {
             config,
             shared,
             thread: Some(thread),
-            started,
-            start_time,
         })
     }
 
     /// A profile of everything sampled so far; sampling goes on.
     pub fn report(&self) -> Profile {
-        let mut c = self
-            .shared
-            .collector
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        c.tick();
-        c.finish(&self.run())
+        self.shared.profile()
     }
 
     /// Stops sampling and returns the profile.
@@ -164,29 +165,12 @@ impl Profiler {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let mut c = self
-            .shared
-            .collector
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        c.tick();
-        c.finish(&self.run())
+        self.shared.profile()
     }
 
     /// The configuration it runs with.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    fn run(&self) -> collect::Run {
-        collect::Run {
-            program: program(),
-            pid: std::process::id(),
-            start: self.start_time,
-            duration: self.started.elapsed(),
-            interval: self.config.period(),
-            wall_clock: self.config.clock == Clock::Wall,
-        }
     }
 }
 
@@ -197,9 +181,8 @@ pub fn request_snapshot() {
     SNAPSHOT.store(true, Ordering::Relaxed);
 }
 
-/// Starts sampling the calling thread (idempotent for a thread already sampled is not
-/// guaranteed: call it once per thread). Threads created through the preload library are
-/// sampled without it.
+/// Starts sampling the calling thread; call it once per thread. Threads created through the
+/// preload library's `pthread_create` are sampled without it.
 pub fn sample_this_thread() {
     threads::sample_this_thread();
 }
