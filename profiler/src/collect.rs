@@ -48,6 +48,11 @@ pub struct Collector {
     preload_time: Duration,
     table_bytes: usize,
     table_rows: u64,
+    /// When sampling started (for sample times' epoch and the duration).
+    started: Instant,
+    start_time: SystemTime,
+    interval: Duration,
+    wall_clock: bool,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
@@ -72,8 +77,13 @@ fn loader_counts() -> (u64, u64) {
 }
 
 impl Collector {
-    /// A collector for the table `init` just built in `preload_time`.
-    pub fn new(report: &unwind_in_process::PreloadReport) -> Collector {
+    /// A collector for the table `init` just built (`report`), for sampling that starts now
+    /// with timers of period `interval`, counting wall-clock time if `wall_clock`.
+    pub fn new(
+        report: &unwind_in_process::PreloadReport,
+        interval: Duration,
+        wall_clock: bool,
+    ) -> Collector {
         let mut c = Collector {
             modules: Vec::new(),
             keys: HashMap::new(),
@@ -91,6 +101,10 @@ impl Collector {
             preload_time: report.build_time,
             table_bytes: report.bytes(),
             table_rows: report.rows(),
+            started: Instant::now(),
+            start_time: SystemTime::now(),
+            interval,
+            wall_clock,
         };
         c.snapshot_modules();
         c
@@ -157,7 +171,7 @@ impl Collector {
 
     /// The current module containing `pc` (for a return address, the byte before it).
     fn module_of(&self, pc: u64, leaf: bool) -> Option<usize> {
-        let probe = if leaf { pc } else { pc.saturating_sub(1) };
+        let probe = crate::symbolize::code_address(pc, leaf);
         let i = self
             .current
             .partition_point(|&m| self.modules[m].start <= probe)
@@ -176,21 +190,17 @@ impl Collector {
         for r in sampler::records() {
             let exited = r.exited();
             let tid = r.tid.load(std::sync::atomic::Ordering::Relaxed);
-            let mut new = Vec::new();
             r.ring.drain(|record| {
                 if let Some(s) = sampler::decode(record) {
-                    new.push((s.time_ns, s.weight, s.pcs.to_vec()));
+                    let stack = self.stack_id(s.pcs);
+                    self.samples.push(Drained {
+                        tid,
+                        time_ns: s.time_ns,
+                        weight: s.weight,
+                        stack,
+                    });
                 }
             });
-            for (time_ns, weight, pcs) in new {
-                let stack = self.stack_id(pcs);
-                self.samples.push(Drained {
-                    tid,
-                    time_ns,
-                    weight,
-                    stack,
-                });
-            }
             if exited {
                 if let Some(n) = r.exit_name() {
                     self.names.insert(tid, n);
@@ -204,13 +214,12 @@ impl Collector {
         }
     }
 
-    fn stack_id(&mut self, pcs: Vec<u64>) -> usize {
-        let key = (self.epoch, pcs);
+    fn stack_id(&mut self, pcs: &[u64]) -> usize {
+        let key = (self.epoch, pcs.to_vec());
         if let Some(&id) = self.stack_ids.get(&key) {
             return id;
         }
-        let resolved = key
-            .1
+        let resolved = pcs
             .iter()
             .enumerate()
             .map(|(i, &pc)| (pc, self.module_of(pc, i == 0)))
@@ -226,8 +235,8 @@ impl Collector {
         self.samples.len()
     }
 
-    /// Symbolizes everything gathered into a profile.
-    pub fn finish(&self, run: &Run) -> Profile {
+    /// Symbolizes everything gathered into a profile of the running program.
+    pub fn finish(&self) -> Profile {
         let mut symbolizer =
             Symbolizer::new(&self.modules, unwind_in_process::vdso_image().as_deref());
         // Locations: one per (address, module, leaf or return address).
@@ -277,12 +286,12 @@ impl Collector {
             .collect();
         samples.sort_by_key(|s| (s.thread, s.time));
         Profile {
-            program: run.program.clone(),
-            pid: run.pid,
-            start: run.start,
-            duration: run.duration,
-            interval: run.interval,
-            wall_clock: run.wall_clock,
+            program: program(),
+            pid: std::process::id(),
+            start: self.start_time,
+            duration: self.started.elapsed(),
+            interval: self.interval,
+            wall_clock: self.wall_clock,
             modules: self.modules.clone(),
             locations,
             stacks,
@@ -301,8 +310,8 @@ impl Collector {
             refreshes: self.refreshes,
             ..Counters::default()
         };
-        let mut dropped = [0u64; 5];
-        let mut stops = [0u64; 9];
+        let mut dropped = [0u64; DropReason::ALL.len()];
+        let mut stops = [0u64; StopReason::ALL.len()];
         let (mut unwind_ns, mut store_ns, mut overruns) = (0u64, 0u64, 0u64);
         for r in sampler::records() {
             let t = &r.counters;
@@ -326,12 +335,12 @@ impl Collector {
             .zip(dropped)
             .map(|(r, n)| (r.name().to_owned(), n))
             .collect();
-        let (over_limit, timer_failed, foreign) = sampler::unsampled();
+        let unsampled = sampler::unsampled();
         c.merged_expirations = overruns;
-        c.foreign_signals = foreign;
+        c.foreign_signals = unsampled.foreign_signals;
         c.threads_not_sampled = vec![
-            ("thread limit".into(), over_limit),
-            ("timer could not be created".into(), timer_failed),
+            ("thread limit".into(), unsampled.over_limit),
+            ("timer could not be created".into(), unsampled.timer_failed),
         ];
         c.stops = StopReason::ALL
             .iter()
@@ -351,19 +360,9 @@ impl Collector {
     }
 }
 
-/// What a profile says about the run itself.
-#[derive(Clone, Debug)]
-pub struct Run {
-    /// The program's path.
-    pub program: String,
-    /// Its process id.
-    pub pid: u32,
-    /// Wall-clock start.
-    pub start: SystemTime,
-    /// How long it ran.
-    pub duration: Duration,
-    /// The sampling period.
-    pub interval: Duration,
-    /// Wall-clock rather than CPU-time sampling.
-    pub wall_clock: bool,
+/// The running program's path.
+fn program() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| std::env::args().next().unwrap_or_default())
 }

@@ -32,7 +32,6 @@ pub mod threads;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
 
 pub use config::{Clock, Config, ConfigError};
 pub use profile::Profile;
@@ -65,10 +64,6 @@ struct Shared {
     collector: Mutex<collect::Collector>,
     stop: Mutex<bool>,
     wake: Condvar,
-    started: Instant,
-    start_time: SystemTime,
-    period: std::time::Duration,
-    wall_clock: bool,
 }
 
 impl Shared {
@@ -76,14 +71,7 @@ impl Shared {
     fn profile(&self) -> Profile {
         let mut c = self.collector.lock().unwrap_or_else(|e| e.into_inner());
         c.tick();
-        c.finish(&collect::Run {
-            program: program(),
-            pid: std::process::id(),
-            start: self.start_time,
-            duration: self.started.elapsed(),
-            interval: self.period,
-            wall_clock: self.wall_clock,
-        })
+        c.finish()
     }
 }
 
@@ -105,13 +93,13 @@ impl Profiler {
         let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
         sampler::install(config.timing()).map_err(StartError::Signal)?;
         let shared = Arc::new(Shared {
-            collector: Mutex::new(collect::Collector::new(&report)),
+            collector: Mutex::new(collect::Collector::new(
+                &report,
+                config.period(),
+                config.clock == Clock::Wall,
+            )),
             stop: Mutex::new(false),
             wake: Condvar::new(),
-            started: Instant::now(),
-            start_time: SystemTime::now(),
-            period: config.period(),
-            wall_clock: config.clock == Clock::Wall,
         });
         let s = shared.clone();
         let every = config.collect_every;
@@ -185,11 +173,4 @@ pub fn request_snapshot() {
 /// preload library's `pthread_create` are sampled without it.
 pub fn sample_this_thread() {
     threads::sample_this_thread();
-}
-
-/// The running program's path.
-fn program() -> String {
-    std::fs::read_link("/proc/self/exe")
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| std::env::args().next().unwrap_or_default())
 }

@@ -58,6 +58,11 @@ impl DropReason {
         }
     }
 
+    /// This reason's index in [`DropReason::ALL`] (and in [`ThreadCounters::dropped`]).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     fn of(e: SampleError) -> DropReason {
         match e {
             SampleError::NotInitialized => DropReason::NotInitialized,
@@ -100,15 +105,24 @@ pub struct ThreadCounters {
     /// Samples stored.
     pub stored: Counter,
     /// Signals without a sample, by [`DropReason`] (in the order of `DropReason::ALL`).
-    pub dropped: [Counter; 5],
+    pub dropped: [Counter; DropReason::ALL.len()],
     /// Stored samples by how their walk ended (in the order of `StopReason::ALL`).
-    pub stops: [Counter; 9],
+    pub stops: [Counter; StopReason::ALL.len()],
     /// Frames in the stored samples.
     pub frames: Counter,
     /// Nanoseconds spent unwinding, over stored samples.
     pub unwind_ns: Counter,
     /// Nanoseconds spent storing, over stored samples.
     pub store_ns: Counter,
+}
+
+impl ThreadCounters {
+    #[inline(always)]
+    fn drop(&self, reason: DropReason) {
+        if let Some(c) = self.dropped.get(reason.index()) {
+            c.add(1);
+        }
+    }
 }
 
 /// One sampled thread.
@@ -238,14 +252,24 @@ pub fn records() -> impl Iterator<Item = &'static ThreadRecord> {
     })
 }
 
-/// Counts of threads that could not be sampled: `(over the thread limit, timer failed)`, and
-/// foreign signals.
-pub fn unsampled() -> (u64, u64, u64) {
-    (
-        OVER_LIMIT.load(Relaxed),
-        TIMER_FAILED.load(Relaxed),
-        FOREIGN.load(Relaxed),
-    )
+/// What the per-thread counters cannot hold: threads never sampled, and foreign signals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unsampled {
+    /// Threads not sampled because every record was in use.
+    pub over_limit: u64,
+    /// Threads whose timer could not be created.
+    pub timer_failed: u64,
+    /// Signals of our number that no timer of ours sent for the receiving thread.
+    pub foreign_signals: u64,
+}
+
+/// The process-wide counts of what was not sampled.
+pub fn unsampled() -> Unsampled {
+    Unsampled {
+        over_limit: OVER_LIMIT.load(Relaxed),
+        timer_failed: TIMER_FAILED.load(Relaxed),
+        foreign_signals: FOREIGN.load(Relaxed),
+    }
 }
 
 /// The index of a record for the calling thread: a free one, or a new one.
@@ -449,37 +473,35 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     c.signals.add(1);
     c.overruns.add(overrun.max(0) as u64);
     if !RUNNING.load(Acquire) {
-        c.dropped[4].add(1);
+        c.drop(DropReason::AfterStop);
         return;
     }
-    let mut pcs = [0u64; MAX_FRAMES];
-    let max = MAX_FRAMES_NOW.load(Relaxed).min(MAX_FRAMES);
+    let mut buf = [0u64; MAX_FRAMES];
+    let max = MAX_FRAMES_NOW.load(Relaxed);
+    // `get_mut` rather than slicing: no panic path in the handler.
+    let pcs = match buf.get_mut(..max) {
+        Some(p) => p,
+        None => &mut buf[..],
+    };
     let t0 = now_ns();
     // SAFETY: `uc` is this handler's context, on the interrupted thread.
-    let result = unsafe { unwind_in_process::unwind_signal(uc, &mut pcs[..max], None) };
+    let result = unsafe { unwind_in_process::unwind_signal(uc, pcs, None) };
     let t1 = now_ns();
     let result = match result {
         Ok(r) => r,
         Err(e) => {
-            let reason = DropReason::of(e);
-            if let Some(d) = DropReason::ALL
-                .iter()
-                .position(|&x| x == reason)
-                .and_then(|i| c.dropped.get(i))
-            {
-                d.add(1);
-            }
+            c.drop(DropReason::of(e));
             return;
         }
     };
-    let frames = result.frames.min(max);
+    let stack = pcs.get(..result.frames).unwrap_or(pcs);
     let time = t0.wrapping_sub(EPOCH_NS.load(Relaxed));
     // The kernel checks CPU-time timers at its tick (250 Hz on many kernels), so one signal
     // may stand for several periods: the sample carries that weight.
     let weight = 1 + overrun.max(0) as u64;
     let header = [time, result.stop.index() as u64, weight];
-    if !r.ring.push(&header, &pcs[..frames]) {
-        c.dropped[3].add(1);
+    if !r.ring.push(&header, stack) {
+        c.drop(DropReason::RingFull);
         return;
     }
     let t2 = now_ns();
@@ -487,7 +509,7 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     if let Some(s) = c.stops.get(result.stop.index()) {
         s.add(1);
     }
-    c.frames.add(frames as u64);
+    c.frames.add(stack.len() as u64);
     c.unwind_ns.add(t1.wrapping_sub(t0));
     c.store_ns.add(t2.wrapping_sub(t1));
 }
@@ -530,5 +552,14 @@ mod tests {
         assert_eq!(DropReason::ALL[3], DropReason::RingFull);
         assert_eq!(DropReason::ALL[4], DropReason::AfterStop);
         assert_eq!(StopReason::ALL.len(), ThreadCounters::default().stops.len());
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        let c = ThreadCounters::default();
+        c.drop(DropReason::RingFull);
+        c.drop(DropReason::RingFull);
+        c.drop(DropReason::AfterStop);
+        let counts: Vec<u64> = c.dropped.iter().map(Counter::get).collect();
+        assert_eq!(counts, [0, 0, 0, 2, 1]);
     }
 }

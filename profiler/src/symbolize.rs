@@ -71,11 +71,7 @@ impl Symbolizer {
     /// The frames at `address` in `module` (innermost first; never empty). A return address
     /// (`leaf` false) is looked up one byte back, inside its call instruction.
     pub fn frames(&mut self, module: Option<usize>, address: u64, leaf: bool) -> Vec<Frame> {
-        let probe_at = if leaf {
-            address
-        } else {
-            address.saturating_sub(1)
-        };
+        let probe_at = code_address(address, leaf);
         let Some(mi) = module.filter(|&i| i < self.modules.len()) else {
             return vec![unknown(address)];
         };
@@ -130,6 +126,16 @@ fn unknown(address: u64) -> Frame {
         function: format!("[unknown]+{address:#x}"),
         file: None,
         line: None,
+    }
+}
+
+/// The address whose code a frame is in: a leaf's PC, or for a return address the byte before
+/// it (inside the call instruction: the return address itself may start another function).
+pub fn code_address(pc: u64, leaf: bool) -> u64 {
+    if leaf {
+        pc
+    } else {
+        pc.saturating_sub(1)
     }
 }
 
