@@ -2,7 +2,9 @@
 //! The workload prints the CPU share it gives each hot leaf function and each leaf's known
 //! parents; the profile must show every leaf under those parents, each share within 5
 //! percentage points, the plugin it `dlopen`s while running included, and the program's output
-//! unchanged.
+//! unchanged; `go tool pprof -top` must rank the same four leaves first from the pprof file.
+//! With `--churn` (thread churn, a plugin reloaded every 50 ms, forks, an exec) the program must
+//! run unchanged, every reload refresh the table, and no frame fall outside a known module.
 //!
 //! Needs the release build of the command, the preload library and the workload (scripts/test
 //! builds them first): `cargo build --release -p unwind-profiler -p unwind-profiler-preload
@@ -11,6 +13,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
+
+/// Held by each test: two profiled workloads at once on a small machine would skew each other's
+/// CPU shares.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The release artifacts' directory: this test runs from `target/release/deps/`.
 fn release_dir() -> PathBuf {
@@ -33,6 +39,7 @@ fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
 
 #[test]
 fn demo_profile_has_the_workloads_functions_parents_and_shares() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = release_dir();
     let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
     for f in [
@@ -124,6 +131,115 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
         checked, 8,
         "the workload's expectations were not printed: {stderr}"
     );
+    // `go tool pprof` reads the pprof file and ranks the same leaves first as the folded stacks.
+    let mut by_leaf: HashMap<&str, u64> = HashMap::new();
+    for (s, n) in &lines {
+        *by_leaf
+            .entry(s.last().map_or("", String::as_str))
+            .or_default() += n;
+    }
+    let mut folded_top: Vec<(&str, u64)> = by_leaf.into_iter().collect();
+    folded_top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let folded_top: Vec<&str> = folded_top.iter().take(4).map(|(f, _)| *f).collect();
+    if unwind_test_support::tool_runs_with("go", &["version"]) {
+        let top = Command::new("go")
+            .args(["tool", "pprof", "-top", "-nodecount=4"])
+            .arg(out.join("profile.pb.gz"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&top.stdout);
+        assert!(
+            top.status.success(),
+            "go tool pprof failed: {}",
+            String::from_utf8_lossy(&top.stderr)
+        );
+        // Rows are "flat flat% sum% cum cum% NAME"; NAME may contain spaces.
+        let pprof_top: Vec<String> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("flat"))
+            .skip(1)
+            .map(|l| l.split_whitespace().skip(5).collect::<Vec<_>>().join(" "))
+            .map(|n| n.trim_end_matches(" (inline)").to_owned())
+            .collect();
+        println!("go tool pprof -top: {pprof_top:?}; folded: {folded_top:?}");
+        if pprof_top != folded_top {
+            failures.push(format!(
+                "go tool pprof -top gives {pprof_top:?}, the folded stacks {folded_top:?}:\n{text}"
+            ));
+        }
+    } else {
+        unwind_test_support::missing("go (golang), for go tool pprof");
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The workload with thread churn (hundreds of short threads), a plugin `dlclose`d and
+/// `dlopen`ed every 50 ms, forked children and an `exec`: it runs to the end with its output
+/// unchanged, every reload is seen (a table refresh each), and no frame lands outside a known
+/// module, and almost no walk stops at a PC without a rule.
+#[test]
+fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = release_dir();
+    let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
+    let out = std::env::temp_dir().join(format!("unwind-profiler-churn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let plain = Command::new(&workload)
+        .args(["--seconds", "1", "--churn"])
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    let run = Command::new(&record)
+        .arg("record")
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .arg(&workload)
+        .args(["--seconds", "3", "--churn"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "record failed: {stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the program's output changed under the profiler"
+    );
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    let refreshes: u64 = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("preload "))
+        .and_then(|l| l.split(", ").find_map(|f| f.strip_suffix(" refreshes")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no refresh count in the summary:\n{summary}"));
+    println!("{refreshes} table refreshes");
+    // About 60 reloads in 3 s; each dlopen and dlclose changes the loader's counts.
+    assert!(
+        refreshes >= 20,
+        "only {refreshes} refreshes for ~60 plugin reloads"
+    );
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = folded(&text);
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    let outside: u64 = lines
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f.starts_with("[unknown]")))
+        .map(|(_, n)| n)
+        .sum();
+    println!("{outside} of {total} samples with a frame in no known module");
+    assert!(total > 300, "too few samples: {total}");
+    assert_eq!(outside, 0, "frames outside every module:\n{text}");
+    let no_rule: u64 = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("NoRule "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no NoRule line in the summary:\n{summary}"));
+    println!("{no_rule} samples stopped at a PC without a rule");
+    assert!(
+        no_rule * 100 <= total,
+        "{no_rule} samples stopped at a PC without a rule"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -483,12 +483,7 @@ fn pprof_top_rows(stdout: &str) -> Vec<(String, String)> {
 
 #[test]
 fn go_tool_pprof_top_matches_the_summary() {
-    // `go` has no `--version` (it is `go version`), so `tool_runs("go")` is always false.
-    let go_runs = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !go_runs {
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
         unwind_test_support::missing("go (golang), for go tool pprof");
         return;
     }

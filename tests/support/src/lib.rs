@@ -43,8 +43,13 @@ pub fn under_ci() -> bool {
 
 /// True if `program --version` runs and succeeds (the way to tell that a tool is installed).
 pub fn tool_runs(program: &str) -> bool {
+    tool_runs_with(program, &["--version"])
+}
+
+/// True if `program ARGS` runs and succeeds, for tools without `--version` (`go version`).
+pub fn tool_runs_with(program: &str, args: &[&str]) -> bool {
     Command::new(program)
-        .arg("--version")
+        .args(args)
         .output()
         .is_ok_and(|o| o.status.success())
 }
