@@ -406,8 +406,9 @@ fn unwind_live(
         // Plain stores to this thread's own slot (no shared cache line, no read-modify-write).
         slot.cache_hits.store(cache.hits(), Ordering::Relaxed);
         slot.cache_misses.store(cache.misses(), Ordering::Relaxed);
-        if cache.outside_modules() != outside {
-            note_outside_modules(cache.outside_modules().wrapping_sub(outside), cache);
+        let now = cache.outside_modules();
+        if now != outside {
+            note_outside_modules(now.wrapping_sub(outside), cache.last_outside_module());
         }
         result
     })
@@ -418,9 +419,9 @@ static OUTSIDE_MODULES: AtomicU64 = AtomicU64::new(0);
 static LAST_OUTSIDE_MODULE: AtomicU64 = AtomicU64::new(0);
 
 #[cold]
-fn note_outside_modules(new: u64, cache: &unwind_core::Cache<Native>) {
+fn note_outside_modules(new: u64, last: u64) {
     OUTSIDE_MODULES.fetch_add(new, Ordering::Relaxed);
-    LAST_OUTSIDE_MODULE.store(cache.last_outside_module(), Ordering::Relaxed);
+    LAST_OUTSIDE_MODULE.store(last, Ordering::Relaxed);
 }
 
 /// Code the published table does not know, as met by unwinds (see [`outside_modules`]).

@@ -41,8 +41,9 @@
 //!
 //! For tests: freeing a table marks it poisoned (its canary) and keeps it whole in a quarantine
 //! of the last 16 freed tables (of all of them while hazards are ignored, so that a descheduled
-//! reader cannot outlive the quarantine); a table leaving that quarantine drops its rules and has its shell
-//! overwritten with a poison pattern, kept for 4096 more frees before its memory is released.
+//! reader cannot outlive the quarantine); a table leaving that quarantine drops its rules and
+//! has its shell overwritten with a poison pattern, kept for 4096 more frees before its memory
+//! is released.
 //! Every reader checks, before and after its walk, that the table it holds is not poisoned; if it
 //! is, it writes a message to stderr and aborts the process. A table freed too early then fails
 //! loudly (the walk itself still read intact rules) instead of unwinding from reused memory.
