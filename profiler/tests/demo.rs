@@ -24,6 +24,51 @@ fn release_dir() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
 }
 
+/// Runs the workload with `args` (plus `--seconds 1`) unprofiled, then for 3 s under `record`
+/// with its outputs in a fresh directory named for `test`; checks both succeed with the same
+/// output. Returns the directory and what the profiled run printed on stderr.
+fn record_workload(test: &str, args: &[&str]) -> (PathBuf, String) {
+    let dir = release_dir();
+    let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
+    for f in [
+        &record,
+        &workload,
+        &dir.join("libunwind_profiler_preload.so"),
+    ] {
+        assert!(
+            f.is_file(),
+            "{} is missing: build it first (see the test's docs)",
+            f.display()
+        );
+    }
+    let out = std::env::temp_dir().join(format!("unwind-profiler-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let plain = Command::new(&workload)
+        .args(["--seconds", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "the workload failed on its own");
+    let run = Command::new(&record)
+        .arg("record")
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .arg(&workload)
+        .args(["--seconds", "3"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "record failed: {stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the program's output changed under the profiler"
+    );
+    (out, stderr)
+}
+
 /// Folded lines as (frames root first, weighted count).
 fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
     text.lines()
@@ -40,41 +85,7 @@ fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn demo_profile_has_the_workloads_functions_parents_and_shares() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = release_dir();
-    let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
-    for f in [
-        &record,
-        &workload,
-        &dir.join("libunwind_profiler_preload.so"),
-    ] {
-        assert!(
-            f.is_file(),
-            "{} is missing: build it first (see the test's docs)",
-            f.display()
-        );
-    }
-    let out = std::env::temp_dir().join(format!("unwind-profiler-demo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let plain = Command::new(&workload)
-        .args(["--seconds", "1"])
-        .output()
-        .unwrap();
-    let run = Command::new(&record)
-        .arg("record")
-        .arg("--output")
-        .arg(&out)
-        .arg("--")
-        .arg(&workload)
-        .args(["--seconds", "3"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "record failed: {stderr}");
-    assert_eq!(
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&plain.stdout),
-        "the program's output changed under the profiler"
-    );
+    let (out, stderr) = record_workload("demo", &[]);
     let lines = folded(&std::fs::read_to_string(out.join("profile.folded")).unwrap());
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
     assert!(total > 300, "too few samples: {total}");
@@ -181,31 +192,7 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
 #[test]
 fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = release_dir();
-    let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
-    let out = std::env::temp_dir().join(format!("unwind-profiler-churn-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let plain = Command::new(&workload)
-        .args(["--seconds", "1", "--churn"])
-        .output()
-        .unwrap();
-    assert!(plain.status.success());
-    let run = Command::new(&record)
-        .arg("record")
-        .arg("--output")
-        .arg(&out)
-        .arg("--")
-        .arg(&workload)
-        .args(["--seconds", "3", "--churn"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "record failed: {stderr}");
-    assert_eq!(
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&plain.stdout),
-        "the program's output changed under the profiler"
-    );
+    let (out, _) = record_workload("churn", &["--churn"]);
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
     let refreshes: u64 = summary
         .lines()
