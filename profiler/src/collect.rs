@@ -313,12 +313,15 @@ impl Collector {
         let mut dropped = [0u64; DropReason::ALL.len()];
         let mut stops = [0u64; StopReason::ALL.len()];
         let (mut unwind_ns, mut store_ns, mut overruns) = (0u64, 0u64, 0u64);
+        let (mut perf_unsignalled, mut cpu_ns) = (0u64, 0u64);
         for r in sampler::records() {
             let t = &r.counters;
             c.signals += t.signals.get();
             c.stored += t.stored.get();
             c.frames += t.frames.get();
             overruns += t.overruns.get();
+            perf_unsignalled += t.perf_unsignalled.get();
+            cpu_ns += t.cpu_ns.get();
             unwind_ns += t.unwind_ns.get();
             store_ns += t.store_ns.get();
             for (d, x) in dropped.iter_mut().zip(&t.dropped) {
@@ -337,6 +340,13 @@ impl Collector {
             .collect();
         let unsampled = sampler::unsampled();
         c.merged_expirations = overruns;
+        c.perf_unsignalled = perf_unsignalled;
+        c.sampled_cpu = Duration::from_nanos(cpu_ns);
+        c.timers = crate::timer::KINDS
+            .iter()
+            .zip(unsampled.threads_by_timer)
+            .map(|(k, n)| (k.to_string(), n))
+            .collect();
         c.foreign_signals = unsampled.foreign_signals;
         c.threads_not_sampled = vec![
             ("thread limit".into(), unsampled.over_limit),

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::timer::TimerChoice;
+
 /// Which clock drives the per-thread timers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Clock {
@@ -22,6 +24,8 @@ pub struct Config {
     pub frequency: u32,
     /// The clock the rate is measured in.
     pub clock: Clock,
+    /// Which timers sample CPU time.
+    pub timer: TimerChoice,
     /// The signal the timers send.
     pub signal: libc::c_int,
     /// The deepest stack recorded (deeper walks stop with `BufferFull`).
@@ -45,6 +49,7 @@ impl Default for Config {
         Config {
             frequency: 1000,
             clock: Clock::Cpu,
+            timer: TimerChoice::Auto,
             signal: libc::SIGPROF,
             max_frames: 128,
             ring_words: 1 << 14,
@@ -82,6 +87,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "cpu|wall",
         env: "UNWIND_PROFILER_CLOCK",
         help: "cpu: sample threads while they run (default); wall: sample every thread at the rate, running or not",
+    },
+    OptionSpec {
+        flag: "--timer",
+        value: "auto|perf|posix",
+        env: "UNWIND_PROFILER_TIMER",
+        help: "CPU-clock timers: perf (a perf_event task-clock per thread, at the rate asked), posix (timer_create: at most the kernel's tick rate, often 250 Hz, each sample weighted by the periods it stands for), auto (perf where the kernel allows it, else posix; default)",
     },
     OptionSpec {
         flag: "--output",
@@ -208,6 +219,14 @@ impl Config {
                         _ => return Err(err(o.env, &v, "cpu or wall")),
                     }
                 }
+                "UNWIND_PROFILER_TIMER" => {
+                    c.timer = match v.trim() {
+                        "auto" => TimerChoice::Auto,
+                        "perf" => TimerChoice::PerfEvent,
+                        "posix" => TimerChoice::Posix,
+                        _ => return Err(err(o.env, &v, "auto, perf or posix")),
+                    }
+                }
                 "UNWIND_PROFILER_OUTPUT" => c.output = Some(PathBuf::from(v)),
                 "UNWIND_PROFILER_STEM" => {
                     if v.is_empty() || v.contains('/') {
@@ -252,12 +271,15 @@ impl Config {
     /// The sampler's fixed settings.
     pub(crate) fn timing(&self) -> crate::sampler::Timing {
         crate::sampler::Timing {
-            clock: match self.clock {
-                Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
-                Clock::Wall => libc::CLOCK_MONOTONIC,
+            timer: crate::timer::TimerSpec {
+                choice: self.timer,
+                clock: match self.clock {
+                    Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+                    Clock::Wall => libc::CLOCK_MONOTONIC,
+                },
+                period: self.period(),
+                signal: self.signal,
             },
-            period: self.period(),
-            signal: self.signal,
             max_frames: self.max_frames,
             ring_words: self.ring_words,
         }
@@ -288,6 +310,7 @@ mod tests {
         let c = Config::from_vars(vars(&[
             ("UNWIND_PROFILER_FREQUENCY", "10000"),
             ("UNWIND_PROFILER_CLOCK", "wall"),
+            ("UNWIND_PROFILER_TIMER", "posix"),
             ("UNWIND_PROFILER_OUTPUT", "/tmp/x"),
             ("UNWIND_PROFILER_STEM", "run1"),
             ("UNWIND_PROFILER_SIGNAL", "RTMIN+2"),
@@ -299,6 +322,7 @@ mod tests {
         assert_eq!(c.frequency, 10000);
         assert_eq!(c.period(), Duration::from_micros(100));
         assert_eq!(c.clock, Clock::Wall);
+        assert_eq!(c.timer, TimerChoice::Posix);
         assert_eq!(c.output, Some(PathBuf::from("/tmp/x")));
         assert_eq!(c.stem, "run1");
         assert_eq!(c.signal, libc::SIGRTMIN() + 2);
@@ -313,6 +337,7 @@ mod tests {
             ("UNWIND_PROFILER_FREQUENCY", "0"),
             ("UNWIND_PROFILER_FREQUENCY", "fast"),
             ("UNWIND_PROFILER_CLOCK", "cpu-time"),
+            ("UNWIND_PROFILER_TIMER", "hpet"),
             ("UNWIND_PROFILER_SIGNAL", "NOPE"),
             ("UNWIND_PROFILER_MAX_FRAMES", "1000"),
             ("UNWIND_PROFILER_STEM", "a/b"),

@@ -1,7 +1,8 @@
 //! A sampling profiler for Linux programs, built on `unwind-in-process`.
 //!
-//! Every thread gets its own CPU-time timer (`timer_create` on `CLOCK_THREAD_CPUTIME_ID`,
-//! delivered to that thread with `SIGEV_THREAD_ID`), or a wall-clock one. Its signal handler
+//! Every thread gets its own CPU-time timer (a perf event on the thread's `task-clock`, or
+//! `timer_create` on `CLOCK_THREAD_CPUTIME_ID`, each signalling that thread alone; see
+//! [`timer`]), or a wall-clock one. Its signal handler
 //! unwinds the interrupted stack with [`unwind_in_process::unwind_signal`] into a preallocated
 //! ring of that thread ([`ring`]), counting every signal it could not turn into a sample, by
 //! reason. A collector thread drains the rings every few milliseconds and keeps the unwinder's
@@ -28,6 +29,7 @@ pub mod ring;
 pub mod sampler;
 pub mod symbolize;
 pub mod threads;
+pub mod timer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

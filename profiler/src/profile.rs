@@ -78,6 +78,14 @@ pub struct Counters {
     /// Timer expirations the kernel merged into a signal still pending (CPU time that went
     /// unsampled because the thread could not take the signal in time).
     pub merged_expirations: u64,
+    /// Periods a perf-event timer counted without a signal of its own (overflows merged into
+    /// one pending signal): CPU time not sampled.
+    pub perf_unsignalled: u64,
+    /// CPU time the sampled threads used while sampled (what the samples' periods should add
+    /// up to with a CPU clock).
+    pub sampled_cpu: Duration,
+    /// Threads sampled, by kind of timer, with a count each.
+    pub timers: Vec<(String, u64)>,
     /// Signals of the profiler's number that no timer of ours sent (the program's own), ignored.
     pub foreign_signals: u64,
     /// Threads that were never sampled, by reason, with a count each.

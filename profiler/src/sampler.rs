@@ -1,18 +1,20 @@
-//! Sampling: a CPU-time (or wall-clock) timer per thread, the signal handler that unwinds into
-//! the thread's ring, and the counters that account for every signal.
+//! Sampling: a CPU-time (or wall-clock) timer per thread ([`timer`](crate::timer)), the signal
+//! handler that unwinds into the thread's ring, and the counters that account for every signal.
 //!
-//! Each sampled thread has a [`ThreadRecord`], found by the handler from the timer's
-//! `sigev_value` (an index into the table of records, checked against the interrupted thread), so the
-//! handler needs no thread-local storage (which in a shared object can allocate) and no lock.
+//! Each sampled thread has a [`ThreadRecord`], found by the handler from the signal (a POSIX
+//! timer's `sigev_value` holds the record's index; a perf event's descriptor maps to it),
+//! checked against the interrupted thread, so the handler needs no thread-local storage (which
+//! in a shared object can allocate) and no lock.
 //! Records are allocated outside the handler, never freed, and reused by later threads only
 //! once the collector has drained them and their thread is gone.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use crate::ring::Ring;
+use crate::timer::{self, ThreadTimer, TimerSpec};
 use unwind_in_process::{SampleError, StopReason};
 
 /// The most threads sampled at once (records are reused after a thread exits).
@@ -102,6 +104,12 @@ pub struct ThreadCounters {
     pub signals: Counter,
     /// Expirations the kernel merged into a signal already pending (CPU time not sampled).
     pub overruns: Counter,
+    /// Periods a perf event counted but sent no signal for (two overflows merged into one
+    /// pending signal), added when the event is closed.
+    pub perf_unsignalled: Counter,
+    /// CPU time the owners used while their timers ran, in ns, added when a timer is deleted:
+    /// what the samples' periods should add up to.
+    pub cpu_ns: Counter,
     /// Samples stored.
     pub stored: Counter,
     /// Signals without a sample, by [`DropReason`] (in the order of `DropReason::ALL`).
@@ -133,8 +141,13 @@ pub struct ThreadRecord {
     pthread: AtomicUsize,
     /// The owner's kernel thread id.
     pub tid: AtomicI32,
-    /// The owner's timer (`timer_t`), 0 if none.
-    timer: AtomicUsize,
+    /// The owner's timer, taken by whoever deletes it (the exiting thread, or `stop`).
+    timer: Mutex<Option<ThreadTimer>>,
+    /// `counters.signals` when the owner's timer started (for a perf event's unsignalled
+    /// periods).
+    signals_at_start: AtomicU64,
+    /// The owner's CPU time when its timer started, in ns.
+    cpu_at_start: AtomicU64,
     /// The samples, written by the handler, read by the collector.
     pub ring: Ring,
     /// The handler's counters.
@@ -163,15 +176,15 @@ static OVER_LIMIT: AtomicU64 = AtomicU64::new(0);
 /// Threads whose timer could not be created.
 static TIMER_FAILED: AtomicU64 = AtomicU64::new(0);
 
+/// Threads sampled, by kind of timer (in the order of [`timer::KINDS`]).
+static THREADS_BY_TIMER: [AtomicU64; timer::KINDS.len()] =
+    [const { AtomicU64::new(0) }; timer::KINDS.len()];
+
 /// How threads are sampled, fixed when sampling starts.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    /// The clock: `CLOCK_THREAD_CPUTIME_ID` or `CLOCK_MONOTONIC`.
-    pub clock: libc::clockid_t,
-    /// The period.
-    pub period: Duration,
-    /// The signal number.
-    pub signal: libc::c_int,
+    /// The timers.
+    pub timer: TimerSpec,
     /// Frames per sample, at most [`MAX_FRAMES`].
     pub max_frames: usize,
     /// Words per thread ring.
@@ -196,11 +209,28 @@ pub fn now_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
+/// The CPU time of thread `tid` of this process, in ns (0 if it is gone).
+fn thread_cpu_ns(tid: libc::pid_t) -> u64 {
+    // The kernel's per-thread scheduler clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED), as
+    // glibc's pthread_getcpuclockid builds it, but from a tid, which outlives nothing it names.
+    let clock = ((!tid) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a valid timespec; an invalid clock fails with EINVAL.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
 /// Installs the handler for `timing.signal` and lets threads register. Call once.
 pub fn install(timing: Timing) -> std::io::Result<()> {
     if TIMING.set(timing).is_err() {
         return Err(std::io::Error::other("sampling was already set up"));
     }
+    let signal = timing.timer.signal;
     MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
     // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask.
@@ -209,7 +239,7 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         sa.sa_sigaction = on_signal as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(timing.signal, &sa, std::ptr::null_mut()) != 0 {
+        if libc::sigaction(signal, &sa, std::ptr::null_mut()) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
@@ -223,12 +253,7 @@ pub fn stop() {
     RUNNING.store(false, Release);
     for r in records() {
         if r.state.load(Acquire) == ACTIVE {
-            let t = r.timer.swap(0, Relaxed);
-            if t != 0 {
-                // SAFETY: `t` is a timer this process created and no one else deletes (the
-                // swap took it).
-                unsafe { libc::timer_delete(t as libc::timer_t) };
-            }
+            r.delete_timer();
         }
     }
 }
@@ -238,9 +263,18 @@ pub fn running() -> bool {
     RUNNING.load(Acquire)
 }
 
-/// In a child after `fork`: the parent's threads and timers do not exist here; sample nothing.
+/// In a child after `fork` (async-signal-safe): the parent's threads and POSIX timers do not
+/// exist here; sample nothing, and close the copies of the parent's perf events.
 pub fn disable_in_child() {
     RUNNING.store(false, Release);
+    for r in records() {
+        // `try_lock`: a lock held by another thread of the parent at the fork stays held here.
+        if let Ok(mut t) = r.timer.try_lock() {
+            if let Some(ThreadTimer::PerfEvent { fd, .. }) = t.take() {
+                timer::close_in_child(fd);
+            }
+        }
+    }
 }
 
 /// Every record allocated so far.
@@ -252,9 +286,12 @@ pub fn records() -> impl Iterator<Item = &'static ThreadRecord> {
     })
 }
 
-/// What the per-thread counters cannot hold: threads never sampled, and foreign signals.
+/// What the per-thread counters cannot hold: threads never sampled, foreign signals, and the
+/// kinds of timer used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Unsampled {
+    /// Threads sampled, by kind of timer (in the order of [`timer::KINDS`]).
+    pub threads_by_timer: [u64; timer::KINDS.len()],
     /// Threads not sampled because every record was in use.
     pub over_limit: u64,
     /// Threads whose timer could not be created.
@@ -266,6 +303,7 @@ pub struct Unsampled {
 /// The process-wide counts of what was not sampled.
 pub fn unsampled() -> Unsampled {
     Unsampled {
+        threads_by_timer: THREADS_BY_TIMER.each_ref().map(|n| n.load(Relaxed)),
         over_limit: OVER_LIMIT.load(Relaxed),
         timer_failed: TIMER_FAILED.load(Relaxed),
         foreign_signals: FOREIGN.load(Relaxed),
@@ -297,7 +335,9 @@ fn claim_record(ring_words: usize) -> Option<usize> {
         state: AtomicU8::new(ACTIVE),
         pthread: AtomicUsize::new(0),
         tid: AtomicI32::new(0),
-        timer: AtomicUsize::new(0),
+        timer: Mutex::new(None),
+        signals_at_start: AtomicU64::new(0),
+        cpu_at_start: AtomicU64::new(0),
         ring: Ring::new(ring_words),
         counters: ThreadCounters::default(),
         name: UnsafeCell::new([0; 16]),
@@ -325,8 +365,15 @@ pub fn start_thread() -> Option<usize> {
     let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
     r.tid.store(tid, Relaxed);
     r.pthread.store(me as usize, Release);
-    match create_timer(&timing, index, tid) {
-        Ok(t) => r.timer.store(t as usize, Relaxed),
+    r.signals_at_start.store(r.counters.signals.get(), Relaxed);
+    r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
+    match timer::create(&timing.timer, index, tid) {
+        Ok(t) => {
+            if let Some(n) = THREADS_BY_TIMER.get(t.kind()) {
+                n.fetch_add(1, Relaxed);
+            }
+            *r.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        }
         Err(_) => {
             TIMER_FAILED.fetch_add(1, Relaxed);
             r.pthread.store(0, Relaxed);
@@ -335,38 +382,6 @@ pub fn start_thread() -> Option<usize> {
         }
     }
     Some(index)
-}
-
-fn create_timer(timing: &Timing, index: usize, tid: i32) -> std::io::Result<libc::timer_t> {
-    // SAFETY: a zeroed sigevent is valid; the fields set are those SIGEV_THREAD_ID reads. The
-    // timer id is written by timer_create before use.
-    unsafe {
-        let mut sev: libc::sigevent = std::mem::zeroed();
-        sev.sigev_notify = libc::SIGEV_THREAD_ID;
-        sev.sigev_signo = timing.signal;
-        sev.sigev_value = libc::sigval {
-            sival_ptr: index as *mut libc::c_void,
-        };
-        sev.sigev_notify_thread_id = tid;
-        let mut timer: libc::timer_t = std::mem::zeroed();
-        if libc::timer_create(timing.clock, &mut sev, &mut timer) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let period = libc::timespec {
-            tv_sec: timing.period.as_secs() as libc::time_t,
-            tv_nsec: timing.period.subsec_nanos() as libc::c_long,
-        };
-        let spec = libc::itimerspec {
-            it_interval: period,
-            it_value: period,
-        };
-        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
-            let e = std::io::Error::last_os_error();
-            libc::timer_delete(timer);
-            return Err(e);
-        }
-        Ok(timer)
-    }
 }
 
 /// Ends sampling of the calling thread (from its exit path): deletes its timer, records its
@@ -383,11 +398,7 @@ pub fn thread_exiting(index: usize) {
     if r.pthread.load(Relaxed) != unsafe { libc::pthread_self() } as usize {
         return;
     }
-    let t = r.timer.swap(0, Relaxed);
-    if t != 0 {
-        // SAFETY: our own timer, taken by the swap.
-        unsafe { libc::timer_delete(t as libc::timer_t) };
-    }
+    r.delete_timer();
     // SAFETY: the name buffer is this thread's to write until it publishes EXITED; PR_GET_NAME
     // writes at most 16 bytes.
     unsafe { libc::prctl(libc::PR_GET_NAME, (*r.name.get()).as_mut_ptr()) };
@@ -395,6 +406,32 @@ pub fn thread_exiting(index: usize) {
 }
 
 impl ThreadRecord {
+    /// Deletes the owner's timer, if no one has yet. For a perf event, counts the periods its
+    /// clock ran that sent no signal.
+    fn delete_timer(&self) {
+        let Some(t) = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let Some(period) = TIMING.get().map(|t| t.timer.period) else {
+            return;
+        };
+        // Written only here, by whoever took the timer: one writer.
+        let cpu = thread_cpu_ns(self.tid.load(Relaxed));
+        self.counters
+            .cpu_ns
+            .add(cpu.saturating_sub(self.cpu_at_start.load(Relaxed)));
+        if let Some(periods) = timer::delete(t, period) {
+            let signalled = self
+                .counters
+                .signals
+                .get()
+                .wrapping_sub(self.signals_at_start.load(Relaxed));
+            self.counters
+                .perf_unsignalled
+                .add(periods.saturating_sub(signalled));
+        }
+    }
+
     /// Whether the owning thread has exited (its record is waiting for a last drain).
     pub fn exited(&self) -> bool {
         self.state.load(Acquire) == EXITED
@@ -452,12 +489,16 @@ extern "C" fn on_signal(_: libc::c_int, info: *mut libc::siginfo_t, uc: *mut lib
 unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: the caller's contract.
     let info = unsafe { &*info };
-    if info.si_code != libc::SI_TIMER {
-        FOREIGN.fetch_add(1, Relaxed);
-        return;
-    }
-    // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
-    let (index, overrun) = unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) };
+    let (index, overrun) = match info.si_code {
+        // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
+        libc::SI_TIMER => unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) },
+        // SAFETY: a POLL_IN siginfo carries the descriptor.
+        timer::POLL_IN => match timer::perf_owner(unsafe { timer::signal_fd(info) }) {
+            Some(index) => (index, 0),
+            None => (usize::MAX, 0),
+        },
+        _ => (usize::MAX, 0),
+    };
     // SAFETY: as in `records`.
     let record = RECORDS
         .get(index)
@@ -496,8 +537,8 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     };
     let stack = pcs.get(..result.frames).unwrap_or(pcs);
     let time = t0.wrapping_sub(EPOCH_NS.load(Relaxed));
-    // The kernel checks CPU-time timers at its tick (250 Hz on many kernels), so one signal
-    // may stand for several periods: the sample carries that weight.
+    // The kernel checks POSIX CPU-time timers at its tick (250 Hz on many kernels), so one
+    // signal may stand for several periods: the sample carries that weight.
     let weight = 1 + overrun.max(0) as u64;
     let header = [time, result.stop.index() as u64, weight];
     if !r.ring.push(&header, stack) {

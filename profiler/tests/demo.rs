@@ -25,9 +25,10 @@ fn release_dir() -> PathBuf {
 }
 
 /// Runs the workload with `args` (plus `--seconds 1`) unprofiled, then for 3 s under `record`
-/// with its outputs in a fresh directory named for `test`; checks both succeed with the same
-/// output. Returns the directory and what the profiled run printed on stderr.
-fn record_workload(test: &str, args: &[&str]) -> (PathBuf, String) {
+/// (with `record_args`) with its outputs in a fresh directory named for `test`; checks both
+/// succeed with the same output. Returns the directory and what the profiled run printed on
+/// stderr.
+fn record_workload(test: &str, record_args: &[&str], args: &[&str]) -> (PathBuf, String) {
     let dir = release_dir();
     let (record, workload) = (dir.join("unwind-profiler"), dir.join("demo-workload"));
     for f in [
@@ -51,6 +52,7 @@ fn record_workload(test: &str, args: &[&str]) -> (PathBuf, String) {
     assert!(plain.status.success(), "the workload failed on its own");
     let run = Command::new(&record)
         .arg("record")
+        .args(record_args)
         .arg("--output")
         .arg(&out)
         .arg("--")
@@ -85,7 +87,7 @@ fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn demo_profile_has_the_workloads_functions_parents_and_shares() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (out, stderr) = record_workload("demo", &[]);
+    let (out, stderr) = record_workload("demo", &[], &[]);
     let lines = folded(&std::fs::read_to_string(out.join("profile.folded")).unwrap());
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
     assert!(total > 300, "too few samples: {total}");
@@ -192,7 +194,7 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
 #[test]
 fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (out, _) = record_workload("churn", &["--churn"]);
+    let (out, _) = record_workload("churn", &[], &["--churn"]);
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
     let refreshes: u64 = summary
         .lines()
@@ -229,4 +231,69 @@ fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
         "{no_rule} samples stopped at a PC without a rule"
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Both kinds of CPU timer account for the threads' CPU time: the samples' periods (a POSIX
+/// timer's signal weighted by the expirations the kernel merged into it; one period per perf
+/// event signal) times the interval come to the CPU time the threads' own clocks measured,
+/// within 10 %, at 1 kHz and at 10 kHz. The perf event must be what `auto` picks here, and must
+/// deliver one signal per period (at most 2 % of periods unsignalled), which a 250 Hz kernel's
+/// POSIX CPU timers cannot at these rates.
+#[test]
+fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for (timer, hz) in [
+        ("posix", "1000"),
+        ("auto", "1000"),
+        ("posix", "10000"),
+        ("auto", "10000"),
+    ] {
+        let test = format!("timer-{timer}-{hz}");
+        let (out, _) = record_workload(&test, &["--timer", timer, "--frequency", hz], &[]);
+        let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+        let field = |prefix: &str| {
+            summary
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} line in the summary:\n{summary}"))
+                .trim()
+                .to_owned()
+        };
+        let cpu = field("CPU time sampled");
+        let pct: f64 = cpu
+            .rsplit_once('(')
+            .and_then(|(_, p)| p.strip_suffix("%)"))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unreadable CPU time line: {cpu}"));
+        let timers = field("timers");
+        let signals: u64 = field("signals").parse().unwrap();
+        let unsignalled: u64 = summary
+            .lines()
+            .find_map(|l| l.strip_prefix("unsignalled"))
+            .and_then(|l| l.split_whitespace().next())
+            .map_or(0, |n| n.parse().unwrap());
+        println!(
+            "--timer {timer} --frequency {hz}: {timers}; {signals} signals, {unsignalled} unsignalled; {cpu}"
+        );
+        assert!(
+            (90.0..=110.0).contains(&pct),
+            "--timer {timer} at {hz} Hz: the periods cover {pct} % of the CPU time:\n{summary}"
+        );
+        let kind = if timer == "posix" {
+            "timer_create"
+        } else {
+            "perf_event task-clock"
+        };
+        assert!(
+            timers.starts_with(kind) && !timers.contains(", "),
+            "--timer {timer}: want every thread on {kind}, got {timers}"
+        );
+        if timer == "auto" {
+            assert!(
+                unsignalled * 50 <= signals,
+                "{unsignalled} periods unsignalled for {signals} signals"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -136,10 +136,34 @@ pub fn text(profile: &Profile) -> String {
     ));
     line(format_args!("signals           {}", c.signals));
     let periods: u64 = profile.samples.iter().map(|s| s.weight).sum();
+    let timers: Vec<String> = c
+        .timers
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} on {n} threads"))
+        .collect();
+    if !timers.is_empty() {
+        line(format_args!("timers            {}", timers.join(", ")));
+    }
     line(format_args!(
-        "periods           {periods} (samples weighted by the timer periods each stands for; {} expirations merged by the kernel, which checks CPU timers once per tick)",
+        "periods           {periods} (samples weighted by the timer periods each stands for; {} POSIX timer expirations merged by the kernel, which checks CPU timers once per tick)",
         c.merged_expirations
     ));
+    if !profile.wall_clock && !c.sampled_cpu.is_zero() {
+        let covered = profile.interval.as_secs_f64() * periods as f64;
+        line(format_args!(
+            "CPU time sampled  {:.3} s by the threads' clocks; periods x interval = {:.3} s ({:.1}%)",
+            c.sampled_cpu.as_secs_f64(),
+            covered,
+            covered * 100.0 / c.sampled_cpu.as_secs_f64()
+        ));
+    }
+    if c.perf_unsignalled > 0 {
+        line(format_args!(
+            "unsignalled       {} perf-event periods (overflows merged into one pending signal: CPU time not sampled)",
+            c.perf_unsignalled
+        ));
+    }
     if c.foreign_signals > 0 {
         line(format_args!(
             "foreign signals   {} (the sampling signal, not from the profiler's timers: ignored)",

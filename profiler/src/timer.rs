@@ -1,0 +1,337 @@
+//! The per-thread timers that send the sampling signal: a POSIX timer (`timer_create` with
+//! `SIGEV_THREAD_ID`) or a perf event (`perf_event_open` on the software `task-clock`, its
+//! overflow delivered as a signal to the thread with `F_SETOWN_EX`/`F_SETSIG`).
+//!
+//! Why two: the kernel checks POSIX CPU-time timers only at its tick (`CONFIG_HZ`, 250 Hz on
+//! many distribution kernels), so a 1 kHz CPU timer fires at most 250 times a second, each
+//! signal standing for several periods (its `si_overrun`). A `task-clock` event samples from an
+//! hrtimer, at the rate asked (measured here: 9,963 signals per CPU second at 10 kHz on a
+//! 250 Hz kernel). It needs `perf_event_open` (containers with seccomp filters may forbid it),
+//! and costs a file descriptor per thread, so the profiler uses it within a budget of
+//! descriptors and falls back to the POSIX timer past it. Wall-clock timers are hrtimers
+//! already: they are always POSIX timers.
+//!
+//! Neither `libc` nor a bindings crate has what this needs for both x86_64 and 32-bit ARM
+//! (`libc` has no `F_SETSIG`/`F_SETOWN_EX` or perf types for glibc targets), so the few
+//! constants and the version-0 `perf_event_attr` (64 bytes, every kernel since 2.6.31) are
+//! declared here, from the Linux UAPI headers.
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::time::Duration;
+
+/// Which kind of timer samples a thread's CPU time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerChoice {
+    /// A perf event where the kernel allows it and the descriptor budget lasts, else a POSIX
+    /// timer.
+    Auto,
+    /// Only perf events: a thread whose event cannot be opened is not sampled (counted).
+    PerfEvent,
+    /// Only POSIX timers.
+    Posix,
+}
+
+/// A thread's timer, as created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadTimer {
+    /// A POSIX timer (its `timer_t`); its signals are `SI_TIMER`, carrying the record index.
+    Posix(usize),
+    /// A perf event's descriptor and its kernel id (to tell it from a descriptor the program
+    /// may have reused the number for); its signals are `POLL_IN`, carrying the descriptor.
+    PerfEvent {
+        /// The descriptor.
+        fd: i32,
+        /// `PERF_EVENT_IOC_ID`'s answer.
+        id: u64,
+    },
+}
+
+/// The kinds, for counting threads by kind.
+pub const KINDS: [&str; 2] = ["perf_event task-clock", "timer_create"];
+
+impl ThreadTimer {
+    /// Its index in [`KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            ThreadTimer::PerfEvent { .. } => 0,
+            ThreadTimer::Posix(_) => 1,
+        }
+    }
+}
+
+// Linux UAPI: include/uapi/asm-generic/fcntl.h (the same on x86_64 and ARM).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+/// `si_code` of a signal sent for an fd that has data (include/uapi/asm-generic/siginfo.h).
+pub const POLL_IN: libc::c_int = 1;
+// include/uapi/linux/perf_event.h.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
+const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+/// `_IOR('$', 7, __u64 *)`: the pointer's size is in the number.
+const PERF_EVENT_IOC_ID: libc::c_ulong =
+    (2 << 30) | ((std::mem::size_of::<usize>() as libc::c_ulong) << 16) | (0x24 << 8) | 7;
+
+/// `struct perf_event_attr`, version 0 (`PERF_ATTR_SIZE_VER0`).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 64);
+
+/// `struct f_owner_ex`.
+#[repr(C)]
+struct OwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// The part of a `siginfo_t` that a `POLL_IN` signal fills (`_sigpoll`: `si_band`, `si_fd`).
+/// `c_long` after three ints puts `band` where the union starts on both 32- and 64-bit.
+#[repr(C)]
+struct SigPoll {
+    signo: libc::c_int,
+    errno: libc::c_int,
+    code: libc::c_int,
+    band: libc::c_long,
+    fd: libc::c_int,
+}
+
+const _: () = assert!(std::mem::size_of::<SigPoll>() <= std::mem::size_of::<libc::siginfo_t>());
+
+/// Descriptors below this can be perf events of ours: the handler maps them to records.
+const FD_SLOTS: usize = 1 << 16;
+/// Record index + 1 by descriptor (0: none). A signal for a stale entry finds a record whose
+/// thread is not the interrupted one, and is counted as foreign.
+static FD_OWNER: [AtomicU32; FD_SLOTS] = [const { AtomicU32::new(0) }; FD_SLOTS];
+/// Perf events open now.
+static PERF_OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// The descriptor a `POLL_IN` signal names.
+///
+/// # Safety
+/// `info` is a `siginfo_t` with `si_code == POLL_IN`.
+#[inline(always)]
+pub unsafe fn signal_fd(info: &libc::siginfo_t) -> libc::c_int {
+    // SAFETY: the caller's contract: the kernel filled the `_sigpoll` member, which `SigPoll`
+    // lays out, and `SigPoll` fits in a `siginfo_t`.
+    unsafe { (*(info as *const libc::siginfo_t).cast::<SigPoll>()).fd }
+}
+
+/// The record index a perf event's descriptor was opened for, if any (async-signal-safe).
+#[inline(always)]
+pub fn perf_owner(fd: libc::c_int) -> Option<usize> {
+    let v = FD_OWNER.get(usize::try_from(fd).ok()?)?.load(Relaxed);
+    (v as usize).checked_sub(1)
+}
+
+/// How a thread's timer is made.
+#[derive(Clone, Copy, Debug)]
+pub struct TimerSpec {
+    /// Which kind.
+    pub choice: TimerChoice,
+    /// The clock: `CLOCK_THREAD_CPUTIME_ID` or `CLOCK_MONOTONIC` (always a POSIX timer).
+    pub clock: libc::clockid_t,
+    /// The period.
+    pub period: Duration,
+    /// The signal number.
+    pub signal: libc::c_int,
+}
+
+/// Starts a timer for thread `tid` whose signals carry `index` (not async-signal-safe).
+pub fn create(spec: &TimerSpec, index: usize, tid: libc::pid_t) -> io::Result<ThreadTimer> {
+    let perf = spec.clock == libc::CLOCK_THREAD_CPUTIME_ID && spec.choice != TimerChoice::Posix;
+    if perf {
+        match open_perf(spec, index, tid) {
+            Ok(t) => return Ok(t),
+            Err(e) if spec.choice == TimerChoice::PerfEvent => return Err(e),
+            Err(_) => {}
+        }
+    }
+    create_posix(spec, index, tid)
+}
+
+/// Stops and frees a timer. For a perf event, returns the periods its clock counted (for the
+/// signals it should have sent); `None` for a POSIX timer, or a descriptor no longer ours.
+pub fn delete(timer: ThreadTimer, period: Duration) -> Option<u64> {
+    match timer {
+        ThreadTimer::Posix(t) => {
+            // SAFETY: a timer this process created, deleted once (the caller took it).
+            unsafe { libc::timer_delete(t as libc::timer_t) };
+            None
+        }
+        ThreadTimer::PerfEvent { fd, id } => {
+            // The program may have closed our descriptor and reused its number: only close
+            // what is still our event.
+            let mut now = 0u64;
+            // SAFETY: PERF_EVENT_IOC_ID writes a u64 through the pointer; on a descriptor that is
+            // not a perf event it fails without writing.
+            if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut now) } != 0 || now != id {
+                return None;
+            }
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes (the counter value, read_format 0) into a u64.
+            let n = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+            // SAFETY: our descriptor (checked above), closed once.
+            unsafe { libc::close(fd) };
+            PERF_OPEN.fetch_sub(1, Relaxed);
+            (n == 8).then(|| count / (period.as_nanos().max(1) as u64))
+        }
+    }
+}
+
+/// How many perf events may be open: a quarter of the descriptor limit, so that the program
+/// keeps the rest of it.
+fn perf_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: writes into a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    (lim.rlim_cur as usize / 4).min(FD_SLOTS)
+}
+
+fn open_perf(spec: &TimerSpec, index: usize, tid: libc::pid_t) -> io::Result<ThreadTimer> {
+    let owner = u32::try_from(index + 1).map_err(|_| io::Error::other("record index"))?;
+    if PERF_OPEN.fetch_add(1, Relaxed) >= perf_budget() {
+        PERF_OPEN.fetch_sub(1, Relaxed);
+        return Err(io::Error::other("perf event descriptor budget used up"));
+    }
+    let result = open_perf_event(spec, tid).and_then(|fd| {
+        let fail = |fd| {
+            let e = io::Error::last_os_error();
+            // SAFETY: the descriptor just opened, not yet handed out.
+            unsafe { libc::close(fd) };
+            Err(e)
+        };
+        let Some(slot) = usize::try_from(fd).ok().and_then(|i| FD_OWNER.get(i)) else {
+            // SAFETY: as in `fail`.
+            unsafe { libc::close(fd) };
+            return Err(io::Error::other("descriptor number too high"));
+        };
+        slot.store(owner, Relaxed);
+        let mut id = 0u64;
+        let to = OwnerEx {
+            kind: F_OWNER_TID,
+            pid: tid,
+        };
+        // SAFETY: fcntl and ioctl on our own descriptor with the argument types they take.
+        unsafe {
+            if libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut id) != 0
+                || libc::fcntl(fd, F_SETOWN_EX, &to) != 0
+                || libc::fcntl(fd, F_SETSIG, spec.signal) != 0
+            {
+                return fail(fd);
+            }
+            // Last: from here on, every overflow sends the signal.
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) != 0 {
+                return fail(fd);
+            }
+        }
+        Ok(ThreadTimer::PerfEvent { fd, id })
+    });
+    if result.is_err() {
+        PERF_OPEN.fetch_sub(1, Relaxed);
+    }
+    result
+}
+
+/// Opens an enabled task-clock event on `tid` that overflows every period, counting kernel time
+/// too where `perf_event_paranoid` allows it (so that time in system calls is sampled, at the
+/// call's return, as a POSIX CPU timer does).
+fn open_perf_event(spec: &TimerSpec, tid: libc::pid_t) -> io::Result<libc::c_int> {
+    let mut attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_TASK_CLOCK,
+        sample_period: spec.period.as_nanos().clamp(1, u64::MAX as u128) as u64,
+        flags: ATTR_EXCLUDE_HV,
+        wakeup_events: 1,
+        ..PerfEventAttr::default()
+    };
+    let mut last = io::Error::other("perf_event_open");
+    for exclude_kernel in [false, true] {
+        if exclude_kernel {
+            attr.flags |= ATTR_EXCLUDE_KERNEL;
+        }
+        // SAFETY: a valid attr of the size it declares; pid = tid, any CPU, no group.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                tid,
+                -1 as libc::c_int,
+                -1 as libc::c_int,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            return Ok(fd as libc::c_int);
+        }
+        last = io::Error::last_os_error();
+        if last.raw_os_error() != Some(libc::EACCES) {
+            break;
+        }
+    }
+    Err(last)
+}
+
+fn create_posix(spec: &TimerSpec, index: usize, tid: libc::pid_t) -> io::Result<ThreadTimer> {
+    // SAFETY: a zeroed sigevent is valid; the fields set are those SIGEV_THREAD_ID reads. The
+    // timer id is written by timer_create before use.
+    unsafe {
+        let mut sev: libc::sigevent = std::mem::zeroed();
+        sev.sigev_notify = libc::SIGEV_THREAD_ID;
+        sev.sigev_signo = spec.signal;
+        sev.sigev_value = libc::sigval {
+            sival_ptr: index as *mut libc::c_void,
+        };
+        sev.sigev_notify_thread_id = tid;
+        let mut timer: libc::timer_t = std::mem::zeroed();
+        if libc::timer_create(spec.clock, &mut sev, &mut timer) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let period = libc::timespec {
+            tv_sec: spec.period.as_secs() as libc::time_t,
+            tv_nsec: spec.period.subsec_nanos() as libc::c_long,
+        };
+        let it = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
+        if libc::timer_settime(timer, 0, &it, std::ptr::null_mut()) != 0 {
+            let e = io::Error::last_os_error();
+            libc::timer_delete(timer);
+            return Err(e);
+        }
+        Ok(ThreadTimer::Posix(timer as usize))
+    }
+}
+
+/// In a forked child: closes the perf events inherited from the parent (they watch the
+/// parent's threads, and would keep those events alive after the parent closes them).
+/// Async-signal-safe (`close` only).
+pub fn close_in_child(fd: libc::c_int) {
+    // SAFETY: a descriptor the parent opened for a perf event; the child's copy is ours to close.
+    unsafe { libc::close(fd) };
+}
