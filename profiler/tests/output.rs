@@ -720,7 +720,8 @@ fn summary_has_the_counts_and_percentages() {
 
 #[test]
 fn empty_profile_writes_every_file() {
-    let dir = out_dir("empty");
+    // In a directory that does not exist yet (the preload library's output may name one).
+    let dir = out_dir("empty").join("made").join("here");
     let outputs = output::write_all(&empty_profile(), &dir, "empty").unwrap();
     assert_eq!(outputs, Outputs::paths(&dir, "empty"));
     assert_eq!(outputs.firefox, dir.join("empty.firefox.json.gz"));
@@ -783,16 +784,24 @@ fn odd_input_does_not_panic() {
 
 #[test]
 fn errors_name_the_file() {
-    let dir = std::env::temp_dir().join(format!(
-        "unwind-profiler-output-{}-missing/no/such/dir",
-        std::process::id()
-    ));
+    let base = out_dir("errors");
+    // A directory that cannot be made (a file is in the way): the error names it.
+    std::fs::write(base.join("file"), "").unwrap();
+    let dir = base.join("file").join("sub");
     let err = output::write_all(&sample_profile(), &dir, "x").unwrap_err();
-    let folded = dir.join("x.folded");
+    assert!(
+        err.to_string().starts_with(&format!("{}: ", dir.display())),
+        "{err}"
+    );
+    // A file that cannot be written (a directory has its name): the error names the file.
+    let folded = base.join("x.folded");
+    std::fs::create_dir(&folded).unwrap();
+    let err = output::write_all(&sample_profile(), &base, "x").unwrap_err();
     assert!(
         err.to_string()
             .starts_with(&format!("{}: ", folded.display())),
         "{err}"
     );
-    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(err.kind(), std::io::ErrorKind::IsADirectory);
+    let _ = std::fs::remove_dir_all(&base);
 }

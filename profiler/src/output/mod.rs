@@ -70,11 +70,14 @@ impl Outputs {
 }
 
 /// Writes every format of `profile` as `dir/stem.EXT` (see the [module documentation](self))
-/// and returns the paths. `dir` must exist; existing files are replaced.
+/// and returns the paths, creating `dir` if it does not exist; existing files are replaced.
 ///
 /// An error names the file it concerns.
 pub fn write_all(profile: &Profile, dir: &Path, stem: &str) -> io::Result<Outputs> {
     let outputs = Outputs::paths(dir, stem);
+    // The preload library may be pointed at a directory that does not exist yet.
+    std::fs::create_dir_all(dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     write_file(&outputs.folded, |w| folded::write(profile, w))?;
     write_file(&outputs.flamegraph, |w| flamegraph::write(profile, w))?;
     write_file(&outputs.pprof, |w| pprof::write(profile, w))?;

@@ -1,0 +1,304 @@
+//! The profiler's overhead on the program it profiles: how much longer a fixed amount of work
+//! takes under `unwind-profiler record`, at 1 kHz and 10 kHz, with each kind of CPU timer, and
+//! the time per sample split into signal delivery, unwinding and storing.
+//!
+//! `bench-overhead [--runs N] [--markdown FILE]` runs this same program as the workload
+//! (`bench-overhead --work THREADS UNITS`: THREADS threads, one per core, each doing UNITS units
+//! of deterministic work under a 26-deep stack, and printing the wall time of the work alone,
+//! without start-up and exit) unprofiled and under each profiler setting, N times each,
+//! interleaved so that a slow spell of the machine hits every setting alike. It reports the
+//! medians. With `--markdown FILE`, it replaces FILE's "Profiler overhead" section (or appends
+//! one).
+//!
+//! The split: the summary gives the handler's unwind and store time per sample (each measured
+//! with two `clock_gettime` calls around it). The rest of the slowdown, per sample, is signal
+//! delivery (the kernel's timer interrupt, signal frame, `sigreturn`), the handler's entry, the
+//! caches the handler evicts from the work's, and the collector thread's draining: the
+//! slowdown's CPU time (threads x extra wall time) divided by the samples, less unwind and store.
+//!
+//! Needs the release builds of `unwind-profiler` and the preload library beside this binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// One profiler setting; `None` fields: unprofiled.
+#[derive(Clone, Copy)]
+struct Setting {
+    name: &'static str,
+    timer: Option<&'static str>,
+    hz: u32,
+}
+
+const SETTINGS: [Setting; 5] = [
+    Setting {
+        name: "unprofiled",
+        timer: None,
+        hz: 0,
+    },
+    Setting {
+        name: "perf_event, 1 kHz",
+        timer: Some("perf"),
+        hz: 1000,
+    },
+    Setting {
+        name: "timer_create, 1 kHz",
+        timer: Some("posix"),
+        hz: 1000,
+    },
+    Setting {
+        name: "perf_event, 10 kHz",
+        timer: Some("perf"),
+        hz: 10_000,
+    },
+    Setting {
+        name: "timer_create, 10 kHz",
+        timer: Some("posix"),
+        hz: 10_000,
+    },
+];
+
+/// Units of work per thread: about 2 s on the machine the figures were taken on.
+const UNITS: u64 = 240_000;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--work") {
+        let threads = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2);
+        let units = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(UNITS);
+        work(threads, units);
+        return;
+    }
+    let mut runs = 5;
+    let mut markdown = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => runs = it.next().and_then(|n| n.parse().ok()).unwrap_or(runs),
+            "--markdown" => markdown = it.next().map(PathBuf::from),
+            other => {
+                eprintln!("bench-overhead: unknown argument {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let text = measure(runs);
+    print!("{text}");
+    if let Some(path) = markdown {
+        replace_section(&path, &text);
+    }
+}
+
+/// One run's figures.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    work_s: f64,
+    samples: f64,
+    unwind_ns: f64,
+    store_ns: f64,
+    frames: f64,
+}
+
+fn measure(runs: usize) -> String {
+    let me = std::env::current_exe().unwrap();
+    let dir = me.parent().unwrap().to_path_buf();
+    let record = dir.join("unwind-profiler");
+    assert!(
+        record.is_file() && dir.join("libunwind_profiler_preload.so").is_file(),
+        "build the profiler first: cargo build --release -p unwind-profiler -p unwind-profiler-preload"
+    );
+    // SAFETY: sysconf has no preconditions.
+    let threads = (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize;
+    let out = std::env::temp_dir().join(format!("bench-overhead-{}", std::process::id()));
+    let mut results: Vec<Vec<Run>> = vec![Vec::new(); SETTINGS.len()];
+    let started = Instant::now();
+    for round in 0..runs {
+        for (s, setting) in SETTINGS.iter().enumerate() {
+            let run = run_once(&me, &record, &out, setting, threads);
+            eprintln!(
+                "round {round}: {:<22} work {:.3} s, {} samples",
+                setting.name, run.work_s, run.samples
+            );
+            results[s].push(run);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    let median = |v: &[Run], f: fn(&Run) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let base = median(&results[0], |r| r.work_s);
+    let mut t = String::new();
+    t.push_str(&format!(
+        "{threads} threads x {UNITS} units of work (26-deep stacks), {runs} runs of each setting interleaved, medians; {:.0} s in all.\n\n",
+        started.elapsed().as_secs_f64()
+    ));
+    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery and the rest | unwind | store |\n");
+    t.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    for (setting, rs) in SETTINGS.iter().zip(&results) {
+        let work = median(rs, |r| r.work_s);
+        if setting.timer.is_none() {
+            t.push_str(&format!(
+                "| {} | {work:.3} s | | | | | | | |\n",
+                setting.name
+            ));
+            continue;
+        }
+        let samples = median(rs, |r| r.samples);
+        let unwind = median(rs, |r| r.unwind_ns);
+        let store = median(rs, |r| r.store_ns);
+        let frames = median(rs, |r| r.frames);
+        // The extra CPU time of all the work threads, per sample.
+        let per_sample = (work - base) * threads as f64 * 1e9 / samples.max(1.0);
+        let rest = per_sample - unwind - store;
+        t.push_str(&format!(
+            "| {} | {work:.3} s | {:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {rest:.0} ns | {unwind:.0} ns | {store:.0} ns |\n",
+            setting.name,
+            (work / base - 1.0) * 100.0,
+        ));
+    }
+    t
+}
+
+fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -> Run {
+    let _ = std::fs::remove_dir_all(out);
+    let work_args = ["--work".to_string(), threads.to_string(), UNITS.to_string()];
+    let output = match s.timer {
+        None => Command::new(me).args(&work_args).output(),
+        Some(timer) => Command::new(record)
+            .args(["record", "--quiet", "--timer", timer, "--frequency"])
+            .arg(s.hz.to_string())
+            .arg("--output")
+            .arg(out)
+            .arg("--")
+            .arg(me)
+            .args(&work_args)
+            .output(),
+    }
+    .expect("cannot run the workload");
+    assert!(
+        output.status.success(),
+        "{}: {}",
+        s.name,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let work_s = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("work seconds: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the workload printed no time");
+    let mut run = Run {
+        work_s,
+        ..Run::default()
+    };
+    if s.timer.is_some() {
+        let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+        let field = |prefix: &str| -> Vec<f64> {
+            summary
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap_or_default()
+                .split(|c: char| c.is_whitespace() || c == '(' || c == ',')
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        };
+        run.samples = field("samples stored").first().copied().unwrap_or(0.0);
+        run.unwind_ns = field("unwind cost").first().copied().unwrap_or(0.0);
+        run.store_ns = field("store cost").first().copied().unwrap_or(0.0);
+        run.frames = field("mean stack depth").first().copied().unwrap_or(0.0);
+    }
+    run
+}
+
+/// Replaces the "## Profiler overhead" section of `path` with `body`, or appends it.
+fn replace_section(path: &Path, body: &str) {
+    const HEADING: &str = "## Profiler overhead";
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let section = format!(
+        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *unwind* and *store* are the handler's own figures from the summary; *delivery and the rest* is the difference: the timer interrupt, the signal frame and `sigreturn`, the caches the handler evicts, and the collector thread. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
+    );
+    let new = match old.find(HEADING) {
+        Some(start) => {
+            let after = &old[start + HEADING.len()..];
+            let end = after
+                .find("\n## ")
+                .map_or(old.len(), |e| start + HEADING.len() + e + 1);
+            format!("{}{section}{}", &old[..start], &old[end..])
+        }
+        None => format!("{}\n{section}", old.trim_end()),
+    };
+    std::fs::write(path, new).unwrap();
+}
+
+/// The workload: `threads` threads each doing `units` units of work, timed from when all have
+/// started to when all have finished.
+fn work(threads: usize, units: u64) {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                let mut acc = 0u64;
+                for u in 0..units {
+                    acc = acc.wrapping_add(descend_a(26, (t as u64) << 32 | u));
+                }
+                b.wait();
+                acc
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    barrier.wait();
+    let elapsed = start.elapsed();
+    let sum = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold(0u64, u64::wrapping_add);
+    println!("checksum: {sum:016x}");
+    println!("work seconds: {:.6}", elapsed.as_secs_f64());
+}
+
+#[inline(never)]
+fn descend_a(depth: u32, seed: u64) -> u64 {
+    if depth == 0 {
+        return leaf(seed);
+    }
+    std::hint::black_box(descend_b(depth - 1, seed)).wrapping_add(1)
+}
+
+#[inline(never)]
+fn descend_b(depth: u32, seed: u64) -> u64 {
+    if depth == 0 {
+        return leaf(seed);
+    }
+    std::hint::black_box(descend_c(depth - 1, seed)).wrapping_mul(3)
+}
+
+#[inline(never)]
+fn descend_c(depth: u32, seed: u64) -> u64 {
+    if depth == 0 {
+        return leaf(seed);
+    }
+    std::hint::black_box(descend_a(depth - 1, seed)) ^ 5
+}
+
+/// About 8 µs: fills 512 words from an LCG, sorts them, and hashes the result.
+#[inline(never)]
+fn leaf(seed: u64) -> u64 {
+    let mut v = [0u64; 512];
+    let mut x = seed | 1;
+    for w in v.iter_mut() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *w = x >> 17;
+    }
+    v.sort_unstable();
+    v.iter().fold(0xcbf29ce484222325u64, |h, w| {
+        (h ^ w).wrapping_mul(0x100000001b3)
+    })
+}
