@@ -13,6 +13,9 @@
 //!    no system call instruction, no indirect call and no panic path (tests/shared_object/
 //!    machine_code.rs). The same analysis of `agent_init`, which allocates, must find violations:
 //!    the check is not blind.
+//! 3. The profiler's preload library: the closure of its signal handler (`on_signal`) under the
+//!    same rules, allowing only `clock_gettime`, `pthread_self` and `__errno_location` besides
+//!    `mem*`.
 
 #[path = "shared_object/machine_code.rs"]
 mod machine_code;
@@ -60,10 +63,27 @@ fn run_bounded(cmd: &mut Command) -> (bool, String, String) {
 }
 
 fn build_agent(root: &Path, target: &Path, triple: Option<&str>) -> PathBuf {
+    build_library(
+        root,
+        target,
+        triple,
+        "unwind-test-agent",
+        "libunwind_agent.so",
+    )
+}
+
+/// Builds `package`'s shared object `file` in release mode for `triple` (the host if `None`).
+fn build_library(
+    root: &Path,
+    target: &Path,
+    triple: Option<&str>,
+    package: &str,
+    file: &str,
+) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut c = Command::new(cargo);
     c.current_dir(root)
-        .args(["build", "--release", "-p", "unwind-test-agent"]);
+        .args(["build", "--release", "-p", package]);
     if let Some(t) = triple {
         c.args(["--target", t]);
     }
@@ -72,7 +92,7 @@ fn build_agent(root: &Path, target: &Path, triple: Option<&str>) -> PathBuf {
         Some(t) => target.join(t).join("release"),
         None => target.join("release"),
     };
-    dir.join("libunwind_agent.so")
+    dir.join(file)
 }
 
 /// The `key=value` fields of the guard's summary line.
@@ -253,6 +273,52 @@ fn guard_runs(
     }
 }
 
+/// Functions outside the object that the profiler's handler may call besides `mem*`: POSIX
+/// lists `clock_gettime` as async-signal-safe (a vDSO call, no system call, on x86_64 and ARM
+/// Linux); glibc's `pthread_self` and `__errno_location` read the thread pointer.
+const PROFILER_HANDLER_CALLS: [&str; 3] = ["clock_gettime", "pthread_self", "__errno_location"];
+
+/// The profiler's preload library (`libunwind_profiler_preload.so`): the closure of its signal
+/// handler, `unwind_profiler::sampler::on_signal`, under the same rules as the agent's, but for
+/// the three calls of [`PROFILER_HANDLER_CALLS`].
+fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
+    let c = closure(preload, isa, "_ZN15unwind_profiler7sampler9on_signal");
+    println!(
+        "{name} profiler signal handler (on_signal): {} functions, {} instructions, external calls \
+         {:?}, {} indirect jumps",
+        c.functions, c.instructions, c.external, c.indirect_jumps
+    );
+    let violations: Vec<&String> = c
+        .violations
+        .iter()
+        .filter(|v| {
+            !PROFILER_HANDLER_CALLS
+                .iter()
+                .any(|f| v.starts_with(&format!("calls {f} outside")))
+        })
+        .collect();
+    for v in violations.iter().take(10) {
+        println!("    {v}");
+    }
+    checks.check(
+        violations.is_empty(),
+        format!(
+            "{name}: the profiler's signal handler calls nothing outside the library but mem*, \
+             clock_gettime, pthread_self and __errno_location, makes no system call or indirect \
+             call and cannot panic ({} violations)",
+            violations.len()
+        ),
+    );
+    checks.check(
+        c.functions >= 5 && c.external.contains_key("clock_gettime"),
+        format!(
+            "{name}: the closure holds the unwinder and the handler's clock ({} functions, \
+             external {:?})",
+            c.functions, c.external
+        ),
+    );
+}
+
 fn machine_code_checks(name: &str, agent: &Path, isa: Isa, checks: &mut Checks) {
     let c = closure(agent, isa, "agent_handle_signal");
     println!(
@@ -339,6 +405,14 @@ fn main() {
     };
     guard_runs(&native, &guard, &agent, &tls, &out, &mut checks);
     machine_code_checks("x86_64", &agent, Isa::X86_64, &mut checks);
+    let preload = build_library(
+        &root,
+        &target,
+        None,
+        "unwind-profiler-preload",
+        "libunwind_profiler_preload.so",
+    );
+    profiler_handler_checks("x86_64", &preload, Isa::X86_64, &mut checks);
 
     let arm_tools = [
         "arm-linux-gnueabihf-gcc",

@@ -448,7 +448,8 @@ pub fn register_calls_self_test() -> Vec<String> {
     failures
 }
 
-/// The closure of `entry` in the shared object `lib`.
+/// The closure of `entry` in the shared object `lib` (a symbol, or a Rust function's mangled
+/// path without its hash).
 pub fn closure(lib: &Path, isa: Isa, entry: &str) -> Closure {
     let text = run(objdump(isa), &["-d", "--no-show-raw-insn", "-w"], lib);
     let funcs = functions(&text);
@@ -456,7 +457,14 @@ pub fn closure(lib: &Path, isa: Isa, entry: &str) -> Closure {
     let defs = defined(lib, isa);
     let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();
     let containing = |a: u64| starts.partition_point(|&s| s <= a).checked_sub(1);
-    let Some(first) = funcs.iter().position(|f| f.name == entry) else {
+    // A Rust function is named by its mangled path without the hash (`_ZN...17h<hash>E`).
+    let named = |f: &Function| {
+        f.name == entry
+            || f.name
+                .strip_prefix(entry)
+                .is_some_and(|h| h.starts_with("17h"))
+    };
+    let Some(first) = funcs.iter().position(named) else {
         panic!("{}: no function {entry}", lib.display());
     };
     let mut c = Closure::default();
