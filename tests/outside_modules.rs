@@ -1,0 +1,139 @@
+//! `outside_modules()`: a walk that meets a PC in no module of the published table says so, so
+//! that a profiler's own thread can refresh the table off the signal path instead of polling the
+//! loader. A library `dlopen`ed after `init` calls back into this test, which unwinds through
+//! the library's frame: before a refresh the count grows and the last address is in the
+//! library; after `refresh()`, the same walk passes through the library's frame and the count
+//! stays.
+
+use std::ffi::{c_void, CString};
+use std::hint::black_box;
+use std::path::PathBuf;
+
+/// What the callback saw: the outside-module figures after its walk, and the walk.
+struct Seen {
+    outside: unwind_in_process::OutsideModules,
+    pcs: Vec<u64>,
+    stop: unwind_in_process::StopReason,
+}
+
+extern "C" fn unwind_from_callback(arg: *mut c_void) {
+    let mut pcs = [0u64; 128];
+    let r = unwind_in_process::unwind_here(black_box(&mut pcs), None).expect("unwind_here");
+    // SAFETY: `arg` is the `Seen` that `call_through_library` passed for this call.
+    let seen = unsafe { &mut *(arg as *mut Seen) };
+    seen.outside = unwind_in_process::outside_modules();
+    seen.pcs = pcs[..r.frames].to_vec();
+    seen.stop = r.stop;
+}
+
+type LibCall = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void);
+
+#[inline(never)]
+fn call_through_library(lib_call: LibCall) -> Seen {
+    let mut seen = Seen {
+        outside: unwind_in_process::outside_modules(),
+        pcs: Vec::new(),
+        stop: unwind_in_process::StopReason::EndOfStack,
+    };
+    // SAFETY: lib_call calls the callback with the argument, once.
+    unsafe { lib_call(unwind_from_callback, (&mut seen as *mut Seen).cast()) };
+    black_box(seen)
+}
+
+fn build_library() -> PathBuf {
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/outside_modules/callback.c"
+    );
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("outside-modules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("libcallback.so");
+    // armv7 (under qemu-user): the cross compiler, with unwind tables (gcc emits no EXIDX for C
+    // without -funwind-tables).
+    let (cc, extra): (&str, &[&str]) = if cfg!(target_arch = "arm") {
+        ("arm-linux-gnueabihf-gcc", &["-funwind-tables"])
+    } else {
+        ("gcc", &[])
+    };
+    let status = std::process::Command::new(cc)
+        .args(extra)
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(status.success(), "{cc} failed on {src}");
+    out
+}
+
+#[test]
+fn a_walk_through_a_new_library_is_reported_until_refresh() {
+    unwind_in_process::init().expect("init");
+    let path = build_library();
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a library of one function, with no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null(), "dlopen {}", path.display());
+    // SAFETY: the symbol is `lib_call`, of type `LibCall`.
+    let lib_call: LibCall = unsafe {
+        std::mem::transmute::<*mut c_void, LibCall>(libc::dlsym(handle, c"lib_call".as_ptr()))
+    };
+    let (start, end) = library_range(&path);
+    let in_library = |pc: u64| (start..end).contains(&pc);
+
+    let before = unwind_in_process::outside_modules();
+    let seen = call_through_library(lib_call);
+    assert!(
+        seen.outside.count > before.count,
+        "no outside-module walk counted: {before:?} then {:?}",
+        seen.outside
+    );
+    assert!(
+        in_library(seen.outside.last_address),
+        "last outside address {:#x} not in the library ({start:#x}..{end:#x})",
+        seen.outside.last_address
+    );
+
+    unwind_in_process::refresh().expect("refresh");
+    let seen = call_through_library(lib_call);
+    let after = unwind_in_process::outside_modules();
+    assert_eq!(
+        after.count, seen.outside.count,
+        "the walk after refresh still met a PC in no module: {:#x}",
+        after.last_address
+    );
+    assert!(
+        seen.pcs.iter().any(|&pc| in_library(pc)),
+        "after refresh the walk does not pass through the library's frame: {:x?}",
+        seen.pcs
+    );
+    assert!(
+        seen.pcs.len() > 4 && seen.stop != unwind_in_process::StopReason::NoRule,
+        "after refresh the walk stops early ({:?}): {:x?}",
+        seen.stop,
+        seen.pcs
+    );
+}
+
+/// The lowest and highest address of the library's mappings, from /proc/self/maps.
+fn library_range(path: &std::path::Path) -> (u64, u64) {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let name = path.to_str().unwrap();
+    let ranges: Vec<(u64, u64)> = maps
+        .lines()
+        .filter(|l| l.ends_with(name))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "{name} not in /proc/self/maps");
+    (
+        ranges.iter().map(|r| r.0).min().unwrap(),
+        ranges.iter().map(|r| r.1).max().unwrap(),
+    )
+}
