@@ -91,6 +91,9 @@ impl Profiler {
     /// Loads the unwind tables, installs the signal handler and starts sampling the calling
     /// thread, and any thread that calls [`sample_this_thread`] or is created through the
     /// preload library's `pthread_create`.
+    ///
+    /// Once per process: a second call, while this profiler runs or after its
+    /// [`stop`](Self::stop), fails with [`StartError::Signal`] and changes nothing.
     pub fn start(config: Config) -> Result<Profiler, StartError> {
         let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
         sampler::install(config.timing()).map_err(StartError::Signal)?;

@@ -34,6 +34,10 @@ fn usage() -> String {
         "--library PATH"
     ));
     s.push_str(&format!("  {:<28} this help\n", "-h, --help"));
+    s.push_str(
+        "\nExit status: PROGRAM's own; 128+N if signal N ended it (as a shell reports it); 2 for a\n\
+         bad option or no preload library; 127 if PROGRAM cannot be run.\n",
+    );
     s
 }
 

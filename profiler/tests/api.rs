@@ -1,0 +1,307 @@
+//! The Rust API, for a program that profiles itself: `Profiler::start(Config)` in this test
+//! process; two worker threads that call `sample_this_thread()` run `#[inline(never)]` functions
+//! (a first phase, then a second), a third thread sleeps, a fourth works without calling it.
+//! `report()` between the phases has each worker's first-phase function under its caller and
+//! nothing of the second phase; `stop()` has both phases; the thread that never asked to be
+//! sampled has no samples; the sleeping thread is sampled with `Clock::Wall` and (almost) not
+//! with `Clock::Cpu`. Profiling is once per process: a second `start`, while running or after
+//! `stop`, fails with `StartError::Signal` and leaves the running profiler alone. And, ignored
+//! until `profiler/src/sampler.rs` is fixed: `stop()` deletes every timer (no signal comes
+//! after it), the first one of the process included (`cargo test -p unwind-profiler --test api
+//! -- --ignored`).
+//!
+//! Profiling is process-wide (one signal handler, one profiler), so one test profiles this
+//! process with the CPU clock and the other runs this binary again, in a child process, to do
+//! the same with the wall clock. An ordinary test, in debug too (the unwinder works on any
+//! build with `.eh_frame`): `cargo test -p unwind-profiler --test api`.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use unwind_profiler::profile::Frame;
+use unwind_profiler::sampler::{self, DropReason};
+use unwind_profiler::{Clock, Config, Profile, Profiler, StartError};
+
+/// Set (to `wall`) in the child process that runs [`profile_this_process`] with the wall clock.
+const CLOCK_VAR: &str = "UNWIND_PROFILER_API_TEST_CLOCK";
+/// Set in the child process that runs [`stop_deletes_every_timer`].
+const TIMERS_VAR: &str = "UNWIND_PROFILER_API_TEST_TIMERS";
+
+/// This thread's CPU time.
+fn cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Spins until this thread has used `cpu` more CPU time.
+#[inline(always)]
+fn burn(cpu: Duration) -> u64 {
+    let until = cpu_time() + cpu;
+    let mut x = 0u64;
+    while cpu_time() < until {
+        for i in 0..10_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+    }
+    x
+}
+
+#[inline(never)]
+fn first_phase_leaf() -> u64 {
+    burn(Duration::from_millis(300))
+}
+
+#[inline(never)]
+fn first_phase() -> u64 {
+    first_phase_leaf() + 1
+}
+
+#[inline(never)]
+fn second_phase_leaf() -> u64 {
+    burn(Duration::from_millis(300))
+}
+
+#[inline(never)]
+fn second_phase() -> u64 {
+    second_phase_leaf() + 1
+}
+
+#[inline(never)]
+fn unsampled_leaf() -> u64 {
+    burn(Duration::from_millis(300))
+}
+
+#[inline(never)]
+fn unsampled_work() -> u64 {
+    unsampled_leaf() + 1
+}
+
+#[inline(never)]
+fn sleeping(stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[inline(never)]
+fn sleeper(stop: &AtomicBool) {
+    sleeping(stop);
+    std::hint::black_box(());
+}
+
+/// Whether `frame` is the function `name` of this test (demangled Rust names carry the path).
+fn is(frame: &Frame, name: &str) -> bool {
+    frame.function == name || frame.function.ends_with(&format!("::{name}"))
+}
+
+/// Samples (weighted) of the thread named `thread` whose stack has `function` called directly
+/// by `parent`.
+fn samples_under(p: &Profile, thread: &str, parent: &str, function: &str) -> u64 {
+    p.samples
+        .iter()
+        .filter(|s| p.threads.get(s.thread).is_some_and(|t| t.name == thread))
+        .filter(|s| {
+            let frames: Vec<&Frame> = p.stack_frames_root_first(s.stack).collect();
+            frames
+                .windows(2)
+                .any(|w| is(w[0], parent) && is(w[1], function))
+        })
+        .map(|s| s.weight)
+        .sum()
+}
+
+/// Samples (weighted) with `function` anywhere in their stack, of any thread.
+fn samples_in(p: &Profile, function: &str) -> u64 {
+    p.samples
+        .iter()
+        .filter(|s| p.stack_frames_root_first(s.stack).any(|f| is(f, function)))
+        .map(|s| s.weight)
+        .sum()
+}
+
+/// Asserts that `start` fails because a profiler was already started in this process.
+fn assert_second_start_fails(when: &str) {
+    match Profiler::start(Config::default()) {
+        Ok(_) => panic!("{when}: a second Profiler::start succeeded"),
+        Err(StartError::Signal(e)) => {
+            println!("{when}: second start: {e}");
+            assert!(e.to_string().contains("already"), "{when}: {e}");
+        }
+        Err(e) => panic!("{when}: a second start failed for another reason: {e}"),
+    }
+}
+
+const WORKERS: [&str; 2] = ["api-worker-0", "api-worker-1"];
+
+#[test]
+fn profile_this_process() {
+    let clock = match std::env::var(CLOCK_VAR).as_deref() {
+        Ok("wall") => Clock::Wall,
+        _ => Clock::Cpu,
+    };
+    let profiler = Profiler::start(Config {
+        frequency: 1000,
+        clock,
+        ..Config::default()
+    })
+    .expect("Profiler::start");
+    assert_second_start_fails("while running");
+
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut go = Vec::new();
+    let mut threads = Vec::new();
+    for name in WORKERS {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let done_tx = done_tx.clone();
+        go.push(go_tx);
+        threads.push(
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    unwind_profiler::sample_this_thread();
+                    std::hint::black_box(first_phase());
+                    done_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    std::hint::black_box(second_phase());
+                })
+                .unwrap(),
+        );
+    }
+    let unsampled = std::thread::Builder::new()
+        .name("api-unsampled".into())
+        .spawn(|| std::hint::black_box(unsampled_work()))
+        .unwrap();
+    let stop_sleeping = Arc::new(AtomicBool::new(false));
+    let stop = stop_sleeping.clone();
+    let sleeping_thread = std::thread::Builder::new()
+        .name("api-sleeper".into())
+        .spawn(move || {
+            unwind_profiler::sample_this_thread();
+            sleeper(&stop);
+        })
+        .unwrap();
+
+    // Between the phases: the first is in the report, the second not yet.
+    for _ in WORKERS {
+        done_rx.recv().unwrap();
+    }
+    let running = profiler.report();
+    for w in WORKERS {
+        let first = samples_under(&running, w, "first_phase", "first_phase_leaf");
+        println!("report(): {w}: {first} samples in first_phase_leaf");
+        // 300 ms of CPU time each: about 300 samples.
+        assert!(first >= 100, "report(): {w}: {first} first-phase samples");
+    }
+    assert_eq!(samples_in(&running, "second_phase_leaf"), 0);
+    unsampled.join().unwrap();
+
+    for g in &go {
+        g.send(()).unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    stop_sleeping.store(true, Ordering::Relaxed);
+    sleeping_thread.join().unwrap();
+    let last = profiler.stop();
+    assert_eq!(last.wall_clock, clock == Clock::Wall);
+    assert_eq!(last.interval, Duration::from_millis(1));
+    assert!(
+        last.samples.len() >= running.samples.len(),
+        "stop() has fewer samples than report()"
+    );
+    let mut worker_samples = 0;
+    for w in WORKERS {
+        let first = samples_under(&last, w, "first_phase", "first_phase_leaf");
+        let second = samples_under(&last, w, "second_phase", "second_phase_leaf");
+        let earlier = samples_under(&running, w, "first_phase", "first_phase_leaf");
+        println!("stop(): {w}: {first} in first_phase_leaf, {second} in second_phase_leaf");
+        assert!(first >= earlier, "stop(): {w}: {first} < {earlier}");
+        assert!(second >= 100, "stop(): {w}: {second} second-phase samples");
+        worker_samples += first + second;
+    }
+    // Never asked to be sampled (no preload library here to catch its pthread_create).
+    assert_eq!(samples_in(&last, "unsampled_leaf"), 0);
+    let asleep = samples_under(&last, "api-sleeper", "sleeper", "sleeping");
+    println!("{clock:?}: api-sleeper: {asleep} samples in sleeping, workers {worker_samples}");
+    match clock {
+        // Asleep for as long as the workers ran (1.2 s of CPU time between them).
+        Clock::Wall => assert!(asleep >= 100, "wall clock: {asleep} samples asleep"),
+        // A few microseconds of CPU time per millisecond asleep.
+        Clock::Cpu => assert!(
+            asleep * 10 <= worker_samples,
+            "CPU clock: {asleep} samples asleep, {worker_samples} working"
+        ),
+    }
+    assert_second_start_fails("after stop");
+}
+
+/// Runs the test `name` alone in a child process with `var` set, and checks that it passed.
+fn run_in_child(name: &str, var: &str, value: &str, extra: &[&str]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .args(extra)
+        .env(var, value)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{name} failed in its child process: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // It ran the test rather than filtering it out.
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[test]
+fn profile_this_process_with_the_wall_clock() {
+    if std::env::var_os(CLOCK_VAR).is_none() && std::env::var_os(TIMERS_VAR).is_none() {
+        run_in_child("profile_this_process", CLOCK_VAR, "wall", &[]);
+    }
+}
+
+/// The signals a stopped profiler's handler still received, over every sampled thread.
+fn signals_after_stop() -> u64 {
+    sampler::records()
+        .filter_map(|r| r.counters.dropped.get(DropReason::AfterStop.index()))
+        .map(|c| c.get())
+        .sum()
+}
+
+/// `stop()` deletes every thread's timer, the first one created in the process included (the
+/// kernel numbers a process's timers from 0; the sampler keeps a timer in an `AtomicUsize`
+/// with 0 meaning none, so the timer of the thread that called `start` is never deleted and
+/// goes on sending signals after `stop()`). Runs in a child process of its own.
+#[test]
+#[ignore = "fails until profiler/src/sampler.rs stops using 0 as 'no timer' (timer ids start at 0)"]
+fn stop_deletes_every_timer() {
+    if std::env::var_os(TIMERS_VAR).is_none() {
+        if std::env::var_os(CLOCK_VAR).is_none() {
+            run_in_child("stop_deletes_every_timer", TIMERS_VAR, "1", &["--ignored"]);
+        }
+        return;
+    }
+    let profiler = Profiler::start(Config::default()).expect("Profiler::start");
+    std::hint::black_box(burn(Duration::from_millis(50)));
+    let profile = profiler.stop();
+    assert!(!profile.samples.is_empty());
+    let before = signals_after_stop();
+    // 300 ms of CPU time: about 75 signals (one per kernel tick) if a timer is still armed.
+    std::hint::black_box(burn(Duration::from_millis(300)));
+    let after = signals_after_stop() - before;
+    println!("{after} signals in 300 ms of CPU time after stop()");
+    assert!(
+        after <= 1,
+        "{after} timer signals after stop(): a timer was not deleted"
+    );
+}

@@ -1,0 +1,705 @@
+//! The `unwind-profiler record` command and the preload library's ways in and out, checked by
+//! running them:
+//!
+//! - `--help` (and `-h`) exits 0 on stdout naming every flag and environment variable of
+//!   `config::OPTIONS` and the exit statuses; every option reaches the program as its variable.
+//! - A bad command line (unknown option, bad value, missing value, no `--` or no program, no
+//!   preload library) exits 2 with a first line naming the problem, and runs nothing; a program
+//!   that cannot be started exits 127 naming it; the program's status is passed on, and 128+N
+//!   when signal N ends it.
+//! - Small C programs (`profiler/tests/behaviour/*.c`, built with `cc` at test time) under
+//!   `record`: `exit()` from a thread while `main` is blocked, and the end of `main`, write every
+//!   output with the busy threads' functions under their callers; `--snapshot-signal USR2`
+//!   writes the profile so far while the program runs on, when the program `raise()`s it and
+//!   when the test sends it; `--clock wall` samples a thread sleeping in `nanosleep` about as
+//!   often as a busy one, the CPU clock almost never; `_exit` writes nothing and the command
+//!   still ends with its status.
+//!
+//! Needs the release build of the command and the preload library, and `cc` (under `CI=true` a
+//! missing `cc` fails the tests): `cargo build --release -p unwind-profiler
+//! -p unwind-profiler-preload && cargo test --release -p unwind-profiler --test command`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use unwind_profiler::config::OPTIONS;
+use unwind_profiler::output::Outputs;
+
+/// Held by each test that profiles a C program: two at once on a small machine would slow
+/// each other down, and the wall-clock test compares sample counts of two threads.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How long any run may take before the test calls it hung (a guard, not a measurement: the
+/// programs run for about a second).
+const HANG: Duration = Duration::from_secs(120);
+
+/// The release artifacts' directory: this test runs from `target/release/deps/`.
+fn release_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
+}
+
+/// The `record` command, checked to exist with its preload library; in a process group of its
+/// own, so that a hung run can be killed with the program it started.
+fn record() -> Command {
+    let dir = release_dir();
+    for f in [
+        dir.join("unwind-profiler"),
+        dir.join("libunwind_profiler_preload.so"),
+    ] {
+        assert!(
+            f.is_file(),
+            "{} is missing: build it first (see the test's docs)",
+            f.display()
+        );
+    }
+    let mut cmd = Command::new(dir.join("unwind-profiler"));
+    cmd.process_group(0);
+    // The preload library reads these: the test's own environment must not change the runs.
+    for o in OPTIONS {
+        cmd.env_remove(o.env);
+    }
+    cmd.env_remove("UNWIND_PROFILER_LIBRARY");
+    cmd
+}
+
+/// A fresh, empty directory named for `test`.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "unwind-profiler-command-{test}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A spawned `record` that is killed, with everything it started, if the test ends before it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            // SAFETY: signals the process group this test created for the run.
+            unsafe { libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Running {
+    /// Waits for the run to end, failing the test if it takes longer than [`HANG`].
+    fn wait(&mut self) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(start.elapsed() < HANG, "the run hung");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Runs `cmd` to the end with its stdout and stderr captured (no stdin), failing the test if it
+/// hangs.
+fn run(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    let (mut out, mut err) = (
+        running.0.stdout.take().unwrap(),
+        running.0.stderr.take().unwrap(),
+    );
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).unwrap();
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).unwrap();
+        v
+    });
+    let status = running.wait();
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Builds `profiler/tests/behaviour/NAME.c` into `dir`, or returns `None` (skipping the test,
+/// failing it under CI) without a C compiler.
+fn build(name: &str, dir: &Path) -> Option<PathBuf> {
+    if !unwind_test_support::tool_runs("cc") {
+        unwind_test_support::missing("cc (a C compiler: gcc)");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    let exe = dir.join(name);
+    // -O0: every function keeps its frame and its calls (no inlining, no tail calls).
+    unwind_test_support::run(
+        Command::new("cc")
+            .args(["-O0", "-g", "-pthread", "-I"])
+            .arg(&src)
+            .arg(src.join(format!("{name}.c")))
+            .arg("-o")
+            .arg(&exe),
+    );
+    Some(exe)
+}
+
+/// Folded lines as (frames root first, weighted count).
+fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
+    let path = Outputs::paths(dir, "profile").folded;
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_owned).collect(),
+                n.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Samples with `function` anywhere in their stack.
+fn samples_in(lines: &[(Vec<String>, u64)], function: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == function))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Samples with `function` called directly by `parent`.
+fn samples_under(lines: &[(Vec<String>, u64)], parent: &str, function: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|(s, _)| s.windows(2).any(|w| w[0] == parent && w[1] == function))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Checks that every output of stem `profile` is in `dir` and not empty.
+fn assert_outputs(dir: &Path) {
+    for f in Outputs::paths(dir, "profile").all() {
+        let len = std::fs::metadata(f)
+            .unwrap_or_else(|e| panic!("{} was not written: {e}", f.display()))
+            .len();
+        assert!(len > 0, "{} is empty", f.display());
+    }
+}
+
+#[test]
+fn help_names_every_option_its_variable_and_the_exit_statuses() {
+    for args in [
+        &["record", "--help"][..],
+        &["record", "-h"],
+        &["record", "--frequency", "10", "--help"],
+        &["--help"],
+        &["-h"],
+    ] {
+        let out = run(record().args(args));
+        let help = text(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {}", out.status);
+        assert_eq!(text(&out.stderr), "", "{args:?} wrote on stderr");
+        assert!(help.starts_with("Usage: unwind-profiler record"), "{help}");
+        for o in OPTIONS {
+            let flag = if o.value.is_empty() {
+                o.flag.to_string()
+            } else {
+                format!("{} {}", o.flag, o.value)
+            };
+            assert!(
+                help.contains(&flag),
+                "{args:?}: {flag} missing from\n{help}"
+            );
+            assert!(
+                help.contains(o.env),
+                "{args:?}: {} missing from\n{help}",
+                o.env
+            );
+        }
+        for documented in [
+            "--library PATH",
+            "Exit status",
+            "128+N",
+            "2 for a",
+            "127 if",
+        ] {
+            assert!(
+                help.contains(documented),
+                "{documented:?} missing from\n{help}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_option_reaches_the_program_as_its_variable() {
+    let dir = scratch("options");
+    for o in OPTIONS {
+        let value = match o.flag {
+            "--frequency" => "500",
+            "--clock" => "wall",
+            "--output" => "out",
+            "--stem" => "run1",
+            "--signal" => "USR1",
+            "--snapshot-signal" => "USR2",
+            "--max-frames" => "64",
+            "--quiet" => "",
+            other => panic!("{other} is new: give it a valid value in this test"),
+        };
+        // Both spellings of a value: `--flag VALUE` and `--flag=VALUE`.
+        let spellings: &[Vec<String>] = if value.is_empty() {
+            &[vec![o.flag.to_string()]]
+        } else {
+            &[
+                vec![o.flag.to_string(), value.to_string()],
+                vec![format!("{}={value}", o.flag)],
+            ]
+        };
+        for flag in spellings {
+            let out = run(record()
+                .current_dir(&dir)
+                .arg("record")
+                .args(flag)
+                .args(["--", "env"]));
+            let env = text(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{flag:?}: {}\n{}",
+                out.status,
+                text(&out.stderr)
+            );
+            let want = match o.flag {
+                // The command makes the directory absolute (the program may change its own).
+                "--output" => dir.join("out").display().to_string(),
+                "--quiet" => "1".to_string(),
+                _ => value.to_string(),
+            };
+            assert!(
+                env.lines().any(|l| l == format!("{}={want}", o.env)),
+                "{flag:?}: no {}={want} in the program's environment:\n{env}",
+                o.env
+            );
+            let stem = if o.flag == "--stem" { value } else { "profile" };
+            let out_dir = if o.flag == "--output" {
+                dir.join("out")
+            } else {
+                dir.join("unwind-profile")
+            };
+            let summary = Outputs::paths(&out_dir, stem).summary;
+            assert!(summary.is_file(), "{flag:?}: no {}", summary.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_command_line_exits_2_naming_the_problem_and_runs_nothing() {
+    let dir = scratch("usage");
+    let marker = dir.join("ran");
+    let program = [
+        "--".to_string(),
+        "sh".into(),
+        "-c".into(),
+        format!("touch {}", marker.display()),
+    ];
+    let with_program = |opts: &[&str]| -> Vec<String> {
+        let mut v = vec!["record".to_string()];
+        v.extend(opts.iter().map(|s| s.to_string()));
+        v.extend(program.iter().cloned());
+        v
+    };
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (with_program(&["--bogus"]), &["unknown option", "--bogus"]),
+        (
+            with_program(&["--frequency", "abc"]),
+            &["--frequency", "\"abc\""],
+        ),
+        (
+            with_program(&["--frequency=abc"]),
+            &["--frequency", "\"abc\""],
+        ),
+        (
+            with_program(&["--frequency", "0"]),
+            &["--frequency", "\"0\"", "1 to 20000"],
+        ),
+        (
+            with_program(&["--frequency", "20001"]),
+            &["--frequency", "\"20001\""],
+        ),
+        (
+            with_program(&["--clock", "sideways"]),
+            &["--clock", "\"sideways\"", "cpu or wall"],
+        ),
+        (
+            with_program(&["--signal", "NOTASIG"]),
+            &["--signal", "\"NOTASIG\"", "a signal"],
+        ),
+        (
+            with_program(&["--snapshot-signal", "NOTASIG"]),
+            &["--snapshot-signal", "\"NOTASIG\""],
+        ),
+        (
+            with_program(&["--snapshot-signal", "PROF"]),
+            &["--snapshot-signal", "other than the sampling signal"],
+        ),
+        (
+            with_program(&["--max-frames", "1000"]),
+            &["--max-frames", "\"1000\""],
+        ),
+        (with_program(&["--stem", "a/b"]), &["--stem", "\"a/b\""]),
+        (
+            with_program(&["--library", "/nonexistent/libx.so"]),
+            &["preload library", "/nonexistent/libx.so"],
+        ),
+        (
+            vec!["record".into(), "--frequency".into()],
+            &["--frequency needs a value"],
+        ),
+        // The program without `--` before it.
+        (
+            vec!["record".into(), "sh".into(), "-c".into(), "true".into()],
+            &["unknown option", "\"sh\"", "after `--`"],
+        ),
+        (vec!["record".into()], &["no program to run"]),
+        (vec!["record".into(), "--".into()], &["no program to run"]),
+        (
+            {
+                let mut v = with_program(&[]);
+                v[0] = "recrod".into();
+                v
+            },
+            &["unknown command", "recrod"],
+        ),
+        (vec![], &["missing command"]),
+    ];
+    for (args, want) in cases {
+        let out = run(record().current_dir(&dir).args(&args));
+        let stderr = text(&out.stderr);
+        let first = stderr.lines().next().unwrap_or("");
+        println!("{args:?} -> {first}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(first.starts_with("unwind-profiler: "), "{args:?}: {stderr}");
+        for w in want {
+            assert!(first.contains(w), "{args:?}: {w:?} not in {first:?}");
+        }
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+        assert!(!marker.exists(), "{args:?}: the program ran");
+        assert!(
+            !dir.join("unwind-profile").exists(),
+            "{args:?}: made the output directory"
+        );
+    }
+    // The same line with a good value runs the program: the cases fail for their reason.
+    let out =
+        run(record()
+            .current_dir(&dir)
+            .args(with_program(&["--frequency", "100", "--quiet"])));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_program_that_cannot_start_exits_127_naming_it() {
+    let dir = scratch("cannot-start");
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    for program in [
+        "/nonexistent/program".to_string(),
+        "no-such-program-on-the-path".to_string(),
+        not_executable.display().to_string(),
+    ] {
+        let out = run(record()
+            .current_dir(&dir)
+            .args(["record", "--quiet", "--"])
+            .arg(&program));
+        let stderr = text(&out.stderr);
+        println!("{program}: {stderr}");
+        assert_eq!(out.status.code(), Some(127), "{program}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot run {program}")),
+            "{program}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_programs_exit_status_is_passed_on() {
+    let dir = scratch("status");
+    for (script, code, says) in [
+        ("exit 0", 0, None),
+        ("exit 3", 3, None),
+        ("exit 255", 255, None),
+        // Ended by a signal: 128+N, as the help says, and the signal named.
+        ("kill -TERM $$", 128 + 15, Some("killed by signal 15")),
+        ("kill -KILL $$", 128 + 9, Some("killed by signal 9")),
+    ] {
+        let out = run(record()
+            .current_dir(&dir)
+            .args(["record", "--quiet", "--", "sh", "-c", script]));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{script}: {stderr}");
+        if let Some(says) = says {
+            assert!(stderr.contains(says), "{script}: {stderr}");
+            // No atexit handler runs: the command says why there is no profile.
+            assert!(stderr.contains("wrote no profile"), "{script}: {stderr}");
+        } else {
+            // (Whether outputs are written depends on the shell: dash's `exit` ends with
+            // `_exit`; the C programs below check the outputs.)
+            assert!(!stderr.contains("killed by signal"), "{script}: {stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the C program `name` under `record --output DIR` with `options`, returning the output
+/// directory and the run's output; `None` without a C compiler.
+fn record_program(name: &str, options: &[&str]) -> Option<(PathBuf, Output)> {
+    let dir = scratch(name);
+    let exe = build(name, &dir)?;
+    let out_dir = dir.join("out");
+    let out = run(record()
+        .arg("record")
+        .arg("--output")
+        .arg(&out_dir)
+        .args(options)
+        .arg("--")
+        .arg(&exe));
+    println!("{}", text(&out.stderr));
+    Some((out_dir, out))
+}
+
+#[test]
+fn exit_from_another_thread_writes_the_outputs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("exit_from_thread", &[]) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "exit from a thread\n");
+    assert_outputs(&out_dir);
+    let lines = folded(&out_dir);
+    // Each worker burned 300 ms of CPU before the exit: about 300 samples at 1000 Hz.
+    for (parent, leaf) in [("worker_a", "burn_a"), ("worker_b", "burn_b")] {
+        let n = samples_under(&lines, parent, leaf);
+        println!("{leaf} under {parent}: {n} samples");
+        assert!(n >= 100, "{leaf} under {parent}: {n} samples");
+    }
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
+
+#[test]
+fn the_end_of_main_writes_the_outputs_and_passes_the_status_on() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("return_from_main", &[]) else {
+        return;
+    };
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert_outputs(&out_dir);
+    assert!(stderr.contains("outputs in"), "{stderr}");
+    let lines = folded(&out_dir);
+    for (parent, leaf) in [("main", "main_work"), ("worker", "thread_work")] {
+        let n = samples_under(&lines, parent, leaf);
+        println!("{leaf} under {parent}: {n} samples");
+        assert!(n >= 100, "{leaf} under {parent}: {n} samples");
+    }
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// Waits for a line of `stream` starting with `prefix` and returns it; fails the test if the
+/// run ends or hangs first. Lines of the other stream are printed.
+fn expect_line(rx: &mpsc::Receiver<(Stream, String)>, stream: Stream, prefix: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let left = HANG.saturating_sub(start.elapsed());
+        match rx.recv_timeout(left) {
+            Ok((s, line)) => {
+                println!("{s:?}: {line}");
+                if s == stream && line.starts_with(prefix) {
+                    return line;
+                }
+            }
+            Err(e) => panic!("no {stream:?} line {prefix:?}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn the_snapshot_signal_writes_the_profile_so_far_while_the_program_runs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("snapshot");
+    let Some(exe) = build("snapshot", &dir) else {
+        return;
+    };
+    let out_dir = dir.join("out");
+    let mut child = record()
+        .arg("record")
+        .arg("--output")
+        .arg(&out_dir)
+        .args(["--snapshot-signal", "USR2", "--"])
+        .arg(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut stdin = child.stdin.take().unwrap();
+    for (stream, pipe) in [
+        (
+            Stream::Out,
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        ),
+        (Stream::Err, Box::new(child.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { return };
+                if tx.send((stream, line)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut running = Running(child);
+    let pid: libc::pid_t = expect_line(&rx, Stream::Out, "pid ")["pid ".len()..]
+        .parse()
+        .unwrap();
+    let phases = ["before_snapshot", "middle_phase", "after_snapshot"];
+    let counts = |lines: &[(Vec<String>, u64)]| -> Vec<u64> {
+        phases
+            .iter()
+            .map(|f| samples_under(lines, "main", f))
+            .collect()
+    };
+    let written = format!("unwind-profiler: snapshot written to {}", out_dir.display());
+
+    // 1. The program raise()s the signal, then waits on stdin.
+    expect_line(&rx, Stream::Err, &written);
+    assert!(
+        running.0.try_wait().unwrap().is_none(),
+        "the program ended at its snapshot"
+    );
+    assert_outputs(&out_dir);
+    let first = counts(&folded(&out_dir));
+    println!("first snapshot: {phases:?} = {first:?}");
+    assert!(first[0] >= 100, "first snapshot: {first:?}");
+    assert_eq!(&first[1..], [0, 0], "first snapshot: {first:?}");
+    for f in Outputs::paths(&out_dir, "profile").all() {
+        std::fs::remove_file(f).unwrap();
+    }
+
+    // 2. The test sends the signal while the program waits again, after its middle phase.
+    writeln!(stdin, "go").unwrap();
+    expect_line(&rx, Stream::Out, "burned");
+    // SAFETY: signals the profiled program, which is still running (it waits on stdin).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR2) }, 0);
+    expect_line(&rx, Stream::Err, &written);
+    assert!(running.0.try_wait().unwrap().is_none());
+    assert_outputs(&out_dir);
+    let second = counts(&folded(&out_dir));
+    println!("second snapshot: {phases:?} = {second:?}");
+    assert!(
+        second[0] >= first[0] && second[1] >= 100 && second[2] == 0,
+        "second snapshot: {second:?} (first: {first:?})"
+    );
+
+    // 3. The program finishes: the outputs at exit have every phase.
+    writeln!(stdin, "go").unwrap();
+    expect_line(&rx, Stream::Out, "done");
+    let status = running.wait();
+    assert_eq!(status.code(), Some(0));
+    assert_outputs(&out_dir);
+    let last = counts(&folded(&out_dir));
+    println!("at exit: {phases:?} = {last:?}");
+    assert!(
+        last[0] >= second[0] && last[1] >= second[1] && last[2] >= 100,
+        "at exit: {last:?} (second snapshot: {second:?})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wall_clock_samples_a_sleeping_thread_and_cpu_time_does_not() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = Vec::new();
+    for clock in ["wall", "cpu"] {
+        let Some((out_dir, out)) = record_program("wall_clock", &["--clock", clock]) else {
+            return;
+        };
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let lines = folded(&out_dir);
+        let busy = samples_under(&lines, "main", "busy");
+        let sleepy = samples_under(&lines, "sleeper", "sleepy");
+        println!("--clock {clock}: busy {busy}, sleepy {sleepy} samples");
+        // busy runs 400 ms of CPU: about 400 samples by either clock.
+        assert!(busy >= 100, "--clock {clock}: busy {busy}");
+        assert_eq!(
+            samples_in(&lines, "sleepy"),
+            sleepy,
+            "--clock {clock}: sleepy not under sleeper"
+        );
+        seen.push((busy, sleepy));
+        let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+    }
+    let [(wall_busy, wall_sleepy), (cpu_busy, cpu_sleepy)] = seen[..] else {
+        unreachable!()
+    };
+    // Wall clock: the sleeper lives as long as busy runs and is sampled all that time.
+    assert!(
+        wall_sleepy * 2 >= wall_busy,
+        "--clock wall: sleepy {wall_sleepy}, busy {wall_busy}"
+    );
+    // CPU time: the sleeper uses a few microseconds per millisecond.
+    assert!(
+        cpu_sleepy * 10 <= cpu_busy,
+        "--clock cpu: sleepy {cpu_sleepy}, busy {cpu_busy}"
+    );
+}
+
+#[test]
+fn underscore_exit_writes_nothing_and_the_command_ends() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("underscore_exit", &[]) else {
+        return;
+    };
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("wrote no profile"), "{stderr}");
+    let files: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.is_empty(), "_exit wrote {files:?}");
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
