@@ -1,0 +1,492 @@
+//! The profiler on 32-bit ARM: the armv7 preload library (`libunwind_profiler_preload.so`) in
+//! armv7 programs run under qemu-arm on this host. Three programs, each with two threads ("alpha"
+//! and "beta") and `main` doing distinct named work (`X_work` calling `X_mix`, fixed amounts):
+//!
+//! - the C program tests/armv7/named_work.c built with `arm-linux-gnueabihf-gcc -O2` as Debian
+//!   builds by default (Thumb-2, no unwind tables for the program's own functions: its
+//!   `.ARM.exidx` holds one entry, `_start`'s EXIDX_CANTUNWIND, which covers the rest of `.text`,
+//!   so walks stop at the leaf);
+//! - the same with `-funwind-tables` (`.ARM.exidx` entries for every function);
+//! - the same with `-g` instead (no EXIDX entries, but a `.debug_frame` in the file, which the
+//!   unwinder reads from disk);
+//! - the Rust program tests/armv7/named_work.rs built with `rustc -O` for armv7 (`std::thread`s).
+//!
+//! Each runs once alone and once with the preload library (qemu-arm `-E LD_PRELOAD=...`: the
+//! variable is set for the guest only); both must exit 0 with the same stdout. The pprof profile,
+//! read back per thread (its `thread`/`thread_id` labels), must have samples from every thread,
+//! most of each thread's samples in its own `X_mix` and none in another thread's, and names
+//! demangled; with unwind tables (all but the first) 95 % of those samples must show the callers
+//! (`X_thread` or the Rust closure, then `X_work`, then `X_mix`; `main` for the main thread), and
+//! at most 5 % may have a frame in no known module. The figures of each run are printed
+//! (`--nocapture` shows them).
+//!
+//! The ARM programs run through qemu-arm directly (no binfmt_misc needed, so not through
+//! `unwind-profiler record`, which would exec an ARM program from an ARM program). Needs
+//! `arm-linux-gnueabihf-gcc`, `qemu-arm`, the armv7 Rust standard library and the armv7 preload
+//! library (scripts/test builds it first):
+//! `cargo build --release --target armv7-unknown-linux-gnueabihf -p unwind-profiler-preload &&
+//! cargo test --release -p unwind-profiler --test armv7 -- --nocapture`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use unwind_profiler::output::pprof::proto;
+use unwind_test_support::{run, tool_runs};
+
+const ARM: &str = "armv7-unknown-linux-gnueabihf";
+const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+/// A run that takes longer has hung (each takes a few seconds under qemu-arm).
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Held by each test: the runs are timed for the report, one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The target directory: this test runs from `TARGET/release/deps/`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors().nth(3).unwrap().to_path_buf()
+}
+
+/// The armv7 preload library, which must have been built (see the module docs).
+fn preload_library() -> PathBuf {
+    let lib = target_dir()
+        .join(ARM)
+        .join("release")
+        .join("libunwind_profiler_preload.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: build it first with `cargo build --release --target {ARM} \
+         -p unwind-profiler-preload`",
+        lib.display()
+    );
+    lib
+}
+
+/// A fresh directory for one test's programs and outputs.
+fn work_dir(test: &str) -> PathBuf {
+    let dir = target_dir().join("armv7-profiler-test").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/armv7")
+        .join(name)
+}
+
+/// Whether the cross tools are installed; reports the first missing one (a failure under CI).
+fn tools_present(rust: bool) -> bool {
+    let mut needed = vec![("qemu-arm", "qemu-arm (package qemu-user)")];
+    if rust {
+        // rustc links through the cross gcc too.
+        needed.push(("rustc", "rustc"));
+    }
+    needed.push((
+        "arm-linux-gnueabihf-gcc",
+        "arm-linux-gnueabihf-gcc (package gcc-arm-linux-gnueabihf)",
+    ));
+    if let Some((_, what)) = needed.iter().find(|(tool, _)| !tool_runs(tool)) {
+        unwind_test_support::missing(what);
+        return false;
+    }
+    if rust && !rust_std_for_arm() {
+        unwind_test_support::missing(&format!(
+            "the {ARM} Rust standard library (rustup target add {ARM})"
+        ));
+        return false;
+    }
+    true
+}
+
+/// Whether rustc has the armv7 standard library.
+fn rust_std_for_arm() -> bool {
+    let Ok(out) = Command::new("rustc")
+        .args(["--print", "target-libdir", "--target", ARM])
+        .output()
+    else {
+        return false;
+    };
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(|e| e.ok()).any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("libstd-") && n.ends_with(".rlib"))
+        })
+    })
+}
+
+/// Runs the armv7 program `exe` under qemu-arm, with the preload library writing its outputs
+/// to `profile_dir` if given; fails if it hangs. Returns its output and how long it ran.
+fn run_under_qemu(exe: &Path, profile: Option<(&Path, &Path)>) -> (Output, Duration) {
+    let mut cmd = Command::new("qemu-arm");
+    // Cargo's LD_LIBRARY_PATH names x86_64 libraries; qemu-arm would pass it to the guest.
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .args(["-L", ARM_SYSROOT])
+        .args(["-U", "LD_LIBRARY_PATH"]);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    if let Some((library, dir)) = profile {
+        // -E sets the variable for the guest only: the host's qemu-arm must not preload an ARM
+        // library.
+        cmd.arg("-E")
+            .arg(format!("LD_PRELOAD={}", library.display()))
+            .arg("-E")
+            .arg(format!("UNWIND_PROFILER_OUTPUT={}", dir.display()));
+    }
+    cmd.arg(exe).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("{cmd:?} ran for more than {TIMEOUT:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let elapsed = started.elapsed();
+    (child.wait_with_output().unwrap(), elapsed)
+}
+
+/// A thread of the programs: how to find it in the profile and the call chain of its work, root
+/// first, ending with its `X_mix`.
+struct ThreadSpec {
+    /// The thread's name, or `None` for the main thread (found by its tid, the process id: its
+    /// name under qemu-arm is `qemu-arm`).
+    name: Option<&'static str>,
+    chain: [&'static str; 3],
+}
+
+const C_THREADS: [ThreadSpec; 3] = [
+    ThreadSpec {
+        name: Some("alpha"),
+        chain: ["alpha_thread", "alpha_work", "alpha_mix"],
+    },
+    ThreadSpec {
+        name: Some("beta"),
+        chain: ["beta_thread", "beta_work", "beta_mix"],
+    },
+    ThreadSpec {
+        name: None,
+        chain: ["main", "main_work", "main_mix"],
+    },
+];
+
+const RUST_THREADS: [ThreadSpec; 3] = [
+    ThreadSpec {
+        name: Some("alpha"),
+        chain: [
+            "named_work::main::{{closure}}",
+            "named_work::alpha_work",
+            "named_work::alpha_mix",
+        ],
+    },
+    ThreadSpec {
+        name: Some("beta"),
+        chain: [
+            "named_work::main::{{closure}}",
+            "named_work::beta_work",
+            "named_work::beta_mix",
+        ],
+    },
+    ThreadSpec {
+        name: None,
+        chain: [
+            "named_work::main",
+            "named_work::main_work",
+            "named_work::main_mix",
+        ],
+    },
+];
+
+/// One sample of the pprof profile: its thread and its function names, root first.
+struct Sample {
+    thread: String,
+    tid: i64,
+    frames: Vec<String>,
+    /// Samples of this stack and thread (the first value).
+    count: u64,
+}
+
+/// The samples of the gzipped pprof profile at `path`.
+fn pprof_samples(path: &Path) -> Vec<Sample> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
+        &mut bytes,
+    )
+    .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).expect("not a pprof profile");
+    let string = |i: i64| p.string_table[i as usize].clone();
+    let functions: HashMap<u64, String> =
+        p.function.iter().map(|f| (f.id, string(f.name))).collect();
+    let locations: HashMap<u64, &proto::Location> = p.location.iter().map(|l| (l.id, l)).collect();
+    p.sample
+        .iter()
+        .map(|s| {
+            // Locations leaf first, lines innermost first: reversed, root first.
+            let mut frames: Vec<String> = s
+                .location_id
+                .iter()
+                .flat_map(|id| locations[id].line.iter())
+                .map(|l| functions[&l.function_id].clone())
+                .collect();
+            frames.reverse();
+            let label = |key: &str| s.label.iter().find(|l| string(l.key) == key);
+            Sample {
+                thread: label("thread").map_or_else(String::new, |l| string(l.str)),
+                tid: label("thread_id").map_or(0, |l| l.num),
+                frames,
+                count: s.value[0] as u64,
+            }
+        })
+        .collect()
+}
+
+/// The number after `key` at the start of a line of the summary (`pid`, `NoRule`, ...).
+fn summary_number(summary: &str, key: &str) -> u64 {
+    summary
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(key)?.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} line in the summary:\n{summary}"))
+}
+
+fn contains_run(frames: &[String], run: &[&str]) -> bool {
+    frames
+        .windows(run.len())
+        .any(|w| w.iter().zip(run).all(|(a, b)| a == b))
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    100.0 * part as f64 / whole.max(1) as f64
+}
+
+/// Runs `exe` alone and under the preload library, checks the runs and the profile (see the
+/// module docs), prints the figures, and fails naming every check that did not hold.
+/// `callers`: whether the program has unwind tables, so that stacks must show callers.
+fn check_program(label: &str, exe: &Path, dir: &Path, threads: &[ThreadSpec], callers: bool) {
+    let out = dir.join("profile");
+    std::fs::create_dir_all(&out).unwrap();
+    let (plain, plain_time) = run_under_qemu(exe, None);
+    let (profiled, profiled_time) = run_under_qemu(exe, Some((&preload_library(), &out)));
+    let stderr = String::from_utf8_lossy(&profiled.stderr);
+    assert!(
+        plain.status.success(),
+        "{label} failed alone: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    assert!(
+        profiled.status.success(),
+        "{label} failed under the profiler: {}",
+        stderr
+    );
+    let stdout = String::from_utf8_lossy(&plain.stdout);
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        stdout,
+        "{label}: the program's output changed under the profiler"
+    );
+    assert_eq!(stdout.lines().count(), 3, "{label} printed {stdout:?}");
+    assert!(
+        stderr.contains(" samples of 3 threads; summary in "),
+        "{label}: the profiler did not report 3 threads at exit: {stderr}"
+    );
+    let outputs = unwind_profiler::output::Outputs::paths(&out, "profile");
+    for f in outputs.all() {
+        let len = std::fs::metadata(f).map_or(0, |m| m.len());
+        assert!(len > 0, "{label}: {} is missing or empty", f.display());
+    }
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    let pid = summary_number(&summary, "pid ") as i64;
+    let samples = pprof_samples(&outputs.pprof);
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+
+    println!("{label}: qemu-arm ran {plain_time:.2?} alone, {profiled_time:.2?} profiled");
+    println!(
+        "{label}: {total} samples ({} periods of 1 ms CPU time: the kernel checks CPU timers once \
+         per tick); stops: NoRule {}, CantUnwind {}; mean depth {}",
+        summary_number(&summary, "periods"),
+        summary_number(&summary, "NoRule"),
+        summary_number(&summary, "CantUnwind"),
+        summary
+            .lines()
+            .find_map(|l| l.strip_prefix("mean stack depth"))
+            .unwrap_or("?")
+            .trim()
+    );
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+    check(total > 0, format!("{label}: no samples"));
+    let mangled: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| &s.frames)
+        .filter(|f| f.starts_with("_ZN"))
+        .collect();
+    check(
+        mangled.is_empty(),
+        format!("{label}: mangled names {mangled:?}"),
+    );
+    let unknown: u64 = samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f.starts_with("[unknown]")))
+        .map(|s| s.count)
+        .sum();
+    let reach_main: u64 = samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f == "main"))
+        .map(|s| s.count)
+        .sum();
+    let reach_start: u64 = samples
+        .iter()
+        .filter(|s| s.frames.first().is_some_and(|f| f == "_start"))
+        .map(|s| s.count)
+        .sum();
+    println!(
+        "{label}: {unknown} samples ({:.1} %) with a frame in no known module; {reach_main} \
+         ({:.1} %) reach main, {reach_start} ({:.1} %) start at _start",
+        pct(unknown, total),
+        pct(reach_main, total),
+        pct(reach_start, total)
+    );
+    if callers {
+        check(
+            unknown * 100 <= total * 5,
+            format!("{label}: {unknown} of {total} samples with a frame in no known module"),
+        );
+    }
+    let mixes: Vec<&str> = threads.iter().map(|t| t.chain[2]).collect();
+    for t in threads {
+        let who = t.name.unwrap_or("main thread");
+        let mine: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| match t.name {
+                Some(name) => s.thread == name,
+                None => s.tid == pid,
+            })
+            .collect();
+        let all: u64 = mine.iter().map(|s| s.count).sum();
+        let sum = |f: &dyn Fn(&Sample) -> bool| -> u64 {
+            mine.iter().filter(|s| f(s)).map(|s| s.count).sum()
+        };
+        let mix = t.chain[2];
+        let in_mix = sum(&|s| s.frames.iter().any(|f| f == mix));
+        let others = sum(&|s| {
+            s.frames
+                .iter()
+                .any(|f| f != mix && mixes.contains(&f.as_str()))
+        });
+        let chained =
+            sum(&|s| s.frames.iter().any(|f| f == mix) && contains_run(&s.frames, &t.chain));
+        println!(
+            "{label}: {who}: {all} samples ({:.1} % of the profile); {in_mix} ({:.1} %) in \
+             {mix}, {chained} of them under {} <- {}",
+            pct(all, total),
+            pct(in_mix, all),
+            t.chain[1],
+            t.chain[0]
+        );
+        check(all > 0, format!("{label}: no samples from {who}"));
+        check(
+            in_mix * 2 > all,
+            format!("{label}: {who}: only {in_mix} of {all} samples in {mix}"),
+        );
+        check(
+            others == 0,
+            format!("{label}: {who}: {others} samples in another thread's work"),
+        );
+        if callers {
+            check(
+                chained * 100 >= in_mix * 95,
+                format!(
+                    "{label}: {who}: {chained} of {in_mix} samples in {mix} under {:?}",
+                    t.chain
+                ),
+            );
+        }
+    }
+    if !failures.is_empty() {
+        let folded = std::fs::read_to_string(&outputs.folded).unwrap_or_default();
+        panic!(
+            "{}\nsummary:\n{summary}\nfolded:\n{folded}",
+            failures.join("\n")
+        );
+    }
+}
+
+/// Builds tests/armv7/named_work.c with `arm-linux-gnueabihf-gcc -O2` and `extra` flags (the
+/// functions are named from the symbol table, which the build keeps).
+fn build_c(dir: &Path, extra: &[&str]) -> PathBuf {
+    let exe = dir.join("named_work");
+    run(Command::new("arm-linux-gnueabihf-gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(source("named_work.c"))
+        .arg("-lpthread"));
+    exe
+}
+
+/// Debian's default armhf build: only the leaf of each stack is known (see the module docs);
+/// the threads, their work and the program's output are checked, not the callers.
+#[test]
+fn c_program_default_build() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-default");
+    let exe = build_c(&dir, &[]);
+    check_program("C -O2", &exe, &dir, &C_THREADS, false);
+}
+
+#[test]
+fn c_program_with_unwind_tables() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-unwind-tables");
+    let exe = build_c(&dir, &["-funwind-tables"]);
+    check_program("C -O2 -funwind-tables", &exe, &dir, &C_THREADS, true);
+}
+
+/// The default build with `-g`: the callers come from `.debug_frame`.
+#[test]
+fn c_program_with_debug_info() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-debug-info");
+    let exe = build_c(&dir, &["-g"]);
+    check_program("C -O2 -g", &exe, &dir, &C_THREADS, true);
+}
+
+#[test]
+fn rust_program() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(true) {
+        return;
+    }
+    let dir = work_dir("rust");
+    let exe = dir.join("named_work");
+    run(Command::new("rustc")
+        .args(["--edition", "2021", "--crate-name", "named_work"])
+        .args(["--target", ARM, "-O", "-C", "debuginfo=1"])
+        .args(["-C", "linker=arm-linux-gnueabihf-gcc", "-o"])
+        .arg(&exe)
+        .arg(source("named_work.rs")));
+    check_program("Rust release", &exe, &dir, &RUST_THREADS, true);
+}
