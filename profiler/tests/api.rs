@@ -5,10 +5,8 @@
 //! nothing of the second phase; `stop()` has both phases; the thread that never asked to be
 //! sampled has no samples; the sleeping thread is sampled with `Clock::Wall` and (almost) not
 //! with `Clock::Cpu`. Profiling is once per process: a second `start`, while running or after
-//! `stop`, fails with `StartError::Signal` and leaves the running profiler alone. And, ignored
-//! until `profiler/src/sampler.rs` is fixed: `stop()` deletes every timer (no signal comes
-//! after it), the first one of the process included (`cargo test -p unwind-profiler --test api
-//! -- --ignored`).
+//! `stop`, fails with `StartError::Signal` and leaves the running profiler alone. And `stop()`
+//! deletes every timer (no signal comes after it), the first one of the process included.
 //!
 //! Profiling is process-wide (one signal handler, one profiler), so one test profiles this
 //! process with the CPU clock and the other runs this binary again, in a child process, to do
@@ -279,19 +277,28 @@ fn signals_after_stop() -> u64 {
 }
 
 /// `stop()` deletes every thread's timer, the first one created in the process included (the
-/// kernel numbers a process's timers from 0; the sampler keeps a timer in an `AtomicUsize`
-/// with 0 meaning none, so the timer of the thread that called `start` is never deleted and
-/// goes on sending signals after `stop()`). Runs in a child process of its own.
+/// kernel numbers a process's POSIX timers from 0, which the sampler once took for "no
+/// timer", leaving the timer of the thread that called `start` armed after `stop()`). Runs in
+/// a child process of its own, once with each kind of timer.
 #[test]
-#[ignore = "fails until profiler/src/sampler.rs stops using 0 as 'no timer' (timer ids start at 0)"]
 fn stop_deletes_every_timer() {
     if std::env::var_os(TIMERS_VAR).is_none() {
         if std::env::var_os(CLOCK_VAR).is_none() {
-            run_in_child("stop_deletes_every_timer", TIMERS_VAR, "1", &["--ignored"]);
+            for timer in ["posix", "perf"] {
+                run_in_child("stop_deletes_every_timer", TIMERS_VAR, timer, &[]);
+            }
         }
         return;
     }
-    let profiler = Profiler::start(Config::default()).expect("Profiler::start");
+    let timer = match std::env::var(TIMERS_VAR).as_deref() {
+        Ok("perf") => unwind_profiler::config::TimerChoice::PerfEvent,
+        _ => unwind_profiler::config::TimerChoice::Posix,
+    };
+    let profiler = Profiler::start(Config {
+        timer,
+        ..Config::default()
+    })
+    .expect("Profiler::start");
     std::hint::black_box(burn(Duration::from_millis(50)));
     let profile = profiler.stop();
     assert!(!profile.samples.is_empty());
