@@ -13,7 +13,7 @@
 //!    no system call instruction, no indirect call and no panic path (tests/shared_object/
 //!    machine_code.rs). The same analysis of `agent_init`, which allocates, must find violations:
 //!    the check is not blind.
-//! 3. The profiler's preload library: the closure of its signal handler (`on_signal`) under the
+//! 3. The profiler's preload library (x86_64 and armv7): the closure of its signal handler (`on_signal`) under the
 //!    same rules, allowing only `clock_gettime`, `pthread_self` and `__errno_location` besides
 //!    `mem*`.
 
@@ -440,6 +440,14 @@ fn main() {
         };
         guard_runs(&arm, &guard, &agent, &tls, &out, &mut checks);
         machine_code_checks("armv7", &agent, Isa::Arm, &mut checks);
+        let preload = build_library(
+            &root,
+            &target,
+            Some(ARM),
+            "unwind-profiler-preload",
+            "libunwind_profiler_preload.so",
+        );
+        profiler_handler_checks("armv7", &preload, Isa::Arm, &mut checks);
     }
 
     checks.finish("shared_object");
