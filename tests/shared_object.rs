@@ -13,9 +13,9 @@
 //!    no system call instruction, no indirect call and no panic path (tests/shared_object/
 //!    machine_code.rs). The same analysis of `agent_init`, which allocates, must find violations:
 //!    the check is not blind.
-//! 3. The profiler's preload library (x86_64 and armv7): the closure of its signal handler (`on_signal`) under the
-//!    same rules, allowing only `clock_gettime`, `pthread_self` and `__errno_location` besides
-//!    `mem*`.
+//! 3. The profiler's preload library (x86_64 and armv7): the closure of its signal handler
+//!    (`on_signal`) under the same rules, allowing only `clock_gettime`, `pthread_self` and
+//!    `__errno_location` besides `mem*`.
 
 #[path = "shared_object/machine_code.rs"]
 mod machine_code;
