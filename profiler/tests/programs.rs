@@ -233,8 +233,8 @@ fn pct(part: u64, whole: u64) -> f64 {
 /// What every profile of `dir`/`stem` must show; returns its pprof samples. Checks: at least
 /// `min_samples` samples; at most 1 % of the folded frames (weighted) outside any known module
 /// (`[unknown]+0x...`); at most 1 % of the stored samples' walks stopped at a PC without a
-/// rule; no mangled name (`_Z...`, `_R...`).
-fn check_profile(dir: &Path, stem: &str, min_samples: u64) -> Vec<PSample> {
+/// rule; at most `max_mangled_pct` % of the frames with a mangled name (`_Z...`, `_R...`).
+fn check_profile(dir: &Path, stem: &str, min_samples: u64, max_mangled_pct: f64) -> Vec<PSample> {
     let samples = pprof_samples(&dir.join(format!("{stem}.pb.gz")));
     let total = count(&samples, |_| true);
     let text = std::fs::read_to_string(dir.join(format!("{stem}.folded"))).unwrap();
@@ -271,15 +271,27 @@ fn check_profile(dir: &Path, stem: &str, min_samples: u64) -> Vec<PSample> {
         no_rule * 100 <= total,
         "{stem}: {no_rule} of {total} walks stopped at a PC without a rule:\n{summary}"
     );
+    let is_mangled = |f: &&String| f.starts_with("_Z") || f.starts_with("_R");
     let mangled: BTreeSet<&str> = lines
         .iter()
-        .flat_map(|(s, _)| s)
+        .flat_map(|(s, _)| s.iter().filter(is_mangled))
         .map(String::as_str)
-        .filter(|f| f.starts_with("_Z") || f.starts_with("_R"))
         .collect();
+    let mangled_frames: u64 = lines
+        .iter()
+        .map(|(s, n)| s.iter().filter(is_mangled).count() as u64 * n)
+        .sum();
+    if !mangled.is_empty() {
+        println!(
+            "{stem}: {mangled_frames} of {frames} frames ({:.2} %) with a mangled name: \
+             {mangled:?}",
+            pct(mangled_frames, frames)
+        );
+    }
     assert!(
-        mangled.is_empty(),
-        "{stem}: mangled names in the profile: {mangled:?}"
+        pct(mangled_frames, frames) <= max_mangled_pct,
+        "{stem}: {mangled_frames} of {frames} frames with a mangled name (at most \
+         {max_mangled_pct} %): {mangled:?}"
     );
     samples
 }
@@ -287,19 +299,36 @@ fn check_profile(dir: &Path, stem: &str, min_samples: u64) -> Vec<PSample> {
 /// Checks that at least `min_pct` % of the samples reach one of `roots` as their first frame
 /// (`_start` for the main thread, `clone3` for the others: the walk got to the end).
 fn check_roots(stem: &str, samples: &[PSample], roots: &[&str], min_pct: f64) {
+    check_first_frames(stem, samples, &format!("{roots:?}"), min_pct, |f| {
+        roots.contains(&f.function.as_str())
+    });
+}
+
+/// Checks that at least `min_pct` % of the samples have a first frame (the walk's last) that
+/// `is_root` accepts (`what` says which that is).
+fn check_first_frames(
+    stem: &str,
+    samples: &[PSample],
+    what: &str,
+    min_pct: f64,
+    is_root: impl Fn(&PFrame) -> bool,
+) {
     let total = count(samples, |_| true);
-    let rooted = count(samples, |s| roots.contains(&s.root()));
+    let rooted = count(samples, |s| s.frames.first().is_some_and(&is_root));
     println!(
-        "{stem}: {rooted} of {total} samples ({:.1} %) start at {roots:?}",
+        "{stem}: {rooted} of {total} samples ({:.1} %) start at {what}",
         pct(rooted, total)
     );
     if pct(rooted, total) < min_pct {
         let mut others: BTreeMap<&str, u64> = BTreeMap::new();
-        for s in samples.iter().filter(|s| !roots.contains(&s.root())) {
+        for s in samples
+            .iter()
+            .filter(|s| !s.frames.first().is_some_and(&is_root))
+        {
             *others.entry(s.root()).or_default() += s.count;
         }
         panic!(
-            "{stem}: only {rooted} of {total} samples start at {roots:?}, want {min_pct} %; \
+            "{stem}: only {rooted} of {total} samples start at {what}, want {min_pct} %; \
              other first frames: {others:?}"
         );
     }
@@ -319,6 +348,16 @@ fn check_share(stem: &str, samples: &[PSample], function: &str, min_pct: f64) ->
         "{stem}: {function} on {n} of {total} stacks, want at least {min_pct} %"
     );
     n
+}
+
+/// The program of the profile `dir`/`stem`, as its summary names it.
+fn summary_program(dir: &Path, stem: &str) -> String {
+    let summary = std::fs::read_to_string(dir.join(format!("{stem}.summary.txt"))).unwrap();
+    summary
+        .lines()
+        .find_map(|l| l.strip_prefix("program "))
+        .map(|p| p.trim().to_owned())
+        .unwrap_or_else(|| panic!("no program line in the summary:\n{summary}"))
 }
 
 /// The real Python interpreter, which `python3` names (on a pyenv machine `python3` is a shell
@@ -347,7 +386,7 @@ fn python_interpreter_frames_under_py_bytes_main() {
     let out = record(&work, &[], &python, &[script], &[script]);
     // About 2 s of CPU; CPU-time timers tick at most once per kernel tick (250 Hz here), so
     // 500 samples, more on a faster tick.
-    let samples = check_profile(&out, STEM, 100);
+    let samples = check_profile(&out, STEM, 100, 0.0);
     check_roots(STEM, &samples, &["_start"], 90.0);
     check_share(STEM, &samples, "Py_BytesMain", 90.0);
     check_share(STEM, &samples, "_PyEval_EvalFrameDefault", 90.0);
@@ -500,8 +539,18 @@ fn gcc_driver_and_the_programs_it_execs() {
         "frames named after functions their module imports: {misnamed:?}"
     );
     // The driver waits for its children: wall-clock samples, in a wait, under `main`.
-    let driver = check_profile(&out, &stems["gcc"], 100);
-    check_roots("gcc", &driver, &["_start"], 90.0);
+    let driver = check_profile(&out, &stems["gcc"], 100, 0.0);
+    // The driver is stripped, and no symbol names its `_start`: the walks reach the C library's
+    // start of `main` and a frame in the driver before it.
+    let program = summary_program(&out, &stems["gcc"]);
+    check_first_frames(
+        "gcc",
+        &driver,
+        &format!("{program} (its _start)"),
+        90.0,
+        |f| f.module == program,
+    );
+    check_share("gcc", &driver, "__libc_start_call_main", 90.0);
     let total = count(&driver, |_| true);
     let waiting = count(&driver, |s| {
         s.frames.last().is_some_and(|f| f.function.contains("wait"))
@@ -516,7 +565,11 @@ fn gcc_driver_and_the_programs_it_execs() {
     );
     // cc1 compiles for about a second (1000 samples a second on the wall clock); its symbol
     // table names its C++ functions.
-    let cc1 = check_profile(&out, &stems["cc1"], 300);
+    // A few of cc1's template functions have names in GCC's own encoding of a scope
+    // resolution in a template argument (`...XsrNS4_IT0_EE...`), which `c++filt` demangles
+    // but the profiler's demangler (cpp_demangle, through addr2line) rejects by design
+    // (gimli-rs/cpp_demangle#173, #302): those stay mangled.
+    let cc1 = check_profile(&out, &stems["cc1"], 300, 1.0);
     check_roots("cc1", &cc1, &["_start"], 90.0);
     check_share("cc1", &cc1, "toplev::main(int, char**)", 90.0);
     let named: BTreeSet<&str> = cc1
@@ -553,7 +606,7 @@ fn rust_release_binary_threads_and_demangled_paths() {
     );
     let out = record(&work, &[], &exe, &[], &[]);
     // About 2 s of CPU over four threads.
-    let samples = check_profile(&out, STEM, 100);
+    let samples = check_profile(&out, STEM, 100, 0.0);
     check_roots(STEM, &samples, &["_start", "clone3"], 95.0);
     let total = count(&samples, |_| true);
     for job in ["hash_strings", "sort_numbers", "sieve_primes", "mandelbrot"] {
@@ -617,7 +670,7 @@ fn cpp_exceptions_threads_and_a_thread_pool() {
     );
     let out = record(&work, &[], &exe, &[], &[]);
     // About 2.5 s of CPU over six threads.
-    let samples = check_profile(&out, STEM, 100);
+    let samples = check_profile(&out, STEM, 100, 0.0);
     check_roots(STEM, &samples, &["_start", "clone3"], 95.0);
 
     // Samples inside the C++ unwinder walk out of it, through the throwing function and the one
