@@ -747,3 +747,39 @@ fn cpp_exceptions_threads_and_a_thread_pool() {
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// `sleep 0.3` on the wall clock: 1000 signals a second while it sleeps, then none once the
+/// profiler stops at exit (the timers are deleted; at most the one signal already pending),
+/// although symbolizing and writing the outputs take tens of milliseconds more.
+///
+/// Ignored until `profiler/src/sampler.rs` is fixed: the first POSIX timer of a process has
+/// id 0 (glibc's `timer_t` is the kernel's id), which the sampler takes for "no timer"
+/// (`if t != 0` in `stop` and at thread exit), so the main thread's timer is never deleted and
+/// keeps firing through the exit path (about 90 signals dropped "after stop" here). Run it with
+/// `--ignored`.
+#[test]
+#[ignore = "sampler::stop never deletes timer id 0, the main thread's (see the doc comment)"]
+fn no_signals_after_stop() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = fresh_dir("sleep");
+    let out = record(
+        &work,
+        &["--clock", "wall"],
+        Path::new("sleep"),
+        &["0.3"],
+        &["0.3"],
+    );
+    let summary = std::fs::read_to_string(out.join(format!("{STEM}.summary.txt"))).unwrap();
+    let after_stop: u64 = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("after stop "))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'after stop' line in the summary:\n{summary}"));
+    println!("{after_stop} signals after stop");
+    assert!(
+        after_stop <= 1,
+        "{after_stop} timer signals after the profiler stopped: a timer was not deleted\n{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
