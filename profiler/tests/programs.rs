@@ -11,7 +11,8 @@
 //!   ld) in child processes, and each is profiled (the environment carries `LD_PRELOAD`):
 //!   `STEM-COMM-PID.*` beside the driver's `STEM.*`. The run uses the wall clock, because the
 //!   driver spends its time waiting for its children, where a CPU-time profile has no samples.
-//!   The binaries are byte-identical; cc1's profile shows cc1's functions; no frame of any
+//!   The binaries are byte-identical; cc1's profile shows cc1's functions (a few of which keep
+//!   mangled names the demangler rejects: at most 1 % of frames); no frame of any
 //!   process is named after a function its module imports (the stripped, non-PIE driver
 //!   was named `strcmp` throughout, after the PLT address its symbol table gives that import).
 //! - **A Rust release binary** (`programs/work.rs`, `rustc -O`): four named `std::thread`s,
@@ -21,6 +22,8 @@
 //!   thread's first frame; `std::thread`s and the three threads of a thread pool are sampled;
 //!   names are demangled C++ (`ns::Pool::worker()`); the debug information gives the right
 //!   source lines.
+//! - **sleep** on the wall clock gets no timer signal once the profiler has stopped (ignored
+//!   until the sampler deletes the main thread's timer; `--ignored` runs it).
 //!
 //! Needs python3, gcc and g++ with binutils' `nm`, and rustc (a missing one fails under
 //! `CI=true`, skips visibly elsewhere), and the release build of the command and the preload
