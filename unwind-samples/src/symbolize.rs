@@ -39,7 +39,11 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
     let mut out: Vec<(u64, u64, String)> = file
         .symbols()
         .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        // An undefined symbol is a function the file imports: in a non-PIE executable it has the
+        // address of its PLT entry (the function's canonical address), but that is no code of
+        // this file's; taken as a function without a size, it would name every address up to
+        // the next symbol (all of a stripped gcc driver was `strcmp`).
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && !s.is_undefined())
         .filter_map(|s| {
             let name = s.name().ok()?;
             // A symbol without a size (hand-written code such as `_init`) covers at most the
@@ -205,6 +209,89 @@ mod tests {
 
     /// The vdso's symbols come from its file where there is one (a copy saved with the
     /// samples), else from the image given; other modules never take the image.
+    /// A little-endian ELF64 file with a `.text` section at 0x1000 (0x100 bytes) and a
+    /// `.symtab` of `symbols`: (name, value, size, section index; 0 for undefined), all
+    /// global functions.
+    fn elf_with_symbols(symbols: &[(&str, u64, u64, u16)]) -> Vec<u8> {
+        let mut strtab = vec![0u8];
+        let mut symtab = vec![0u8; 24];
+        for &(name, value, size, shndx) in symbols {
+            let at = strtab.len() as u32;
+            strtab.extend_from_slice(name.as_bytes());
+            strtab.push(0);
+            symtab.extend_from_slice(&at.to_le_bytes());
+            symtab.push(0x12); // STB_GLOBAL, STT_FUNC
+            symtab.push(0);
+            symtab.extend_from_slice(&shndx.to_le_bytes());
+            symtab.extend_from_slice(&value.to_le_bytes());
+            symtab.extend_from_slice(&size.to_le_bytes());
+        }
+        let shstrtab = b"\0.text\0.symtab\0.strtab\0.shstrtab\0".to_vec();
+        // Layout: header, .symtab, .strtab, .shstrtab, section headers.
+        let sym_off = 64u64;
+        let str_off = sym_off + symtab.len() as u64;
+        let shstr_off = str_off + strtab.len() as u64;
+        let sh_off = (shstr_off + shstrtab.len() as u64).next_multiple_of(8);
+        let mut f = Vec::new();
+        f.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+        f.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        f.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&0x1000u64.to_le_bytes()); // entry
+        f.extend_from_slice(&0u64.to_le_bytes()); // no program headers
+        f.extend_from_slice(&sh_off.to_le_bytes());
+        f.extend_from_slice(&0u32.to_le_bytes());
+        for v in [64u16, 56, 0, 64, 5, 4] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        f.extend_from_slice(&symtab);
+        f.extend_from_slice(&strtab);
+        f.extend_from_slice(&shstrtab);
+        f.resize(sh_off as usize, 0);
+        // Each header's fields (name, type, flags, addr, offset, size, link, info, align,
+        // entsize) and their widths in bytes.
+        let width = [4, 4, 8, 8, 8, 8, 4, 4, 8, 8];
+        let (symtab_len, strtab_len) = (symtab.len() as u64, strtab.len() as u64);
+        let sections: [[u64; 10]; 5] = [
+            [0; 10],
+            [1, 8, 6, 0x1000, 0, 0x100, 0, 0, 16, 0], // .text: NOBITS, AX
+            [7, 2, 0, 0, sym_off, symtab_len, 3, 1, 8, 24],
+            [15, 3, 0, 0, str_off, strtab_len, 0, 0, 1, 0],
+            [23, 3, 0, 0, shstr_off, shstrtab.len() as u64, 0, 0, 1, 0],
+        ];
+        for header in sections {
+            for (v, w) in header.iter().zip(width) {
+                f.extend_from_slice(&v.to_le_bytes()[..w]);
+            }
+        }
+        f
+    }
+
+    /// A function the file imports is none of its code: in a non-PIE executable its undefined
+    /// symbol has the address of its PLT entry, and must not name the addresses after it.
+    #[test]
+    fn imported_functions_name_no_code() {
+        let elf = elf_with_symbols(&[("defined", 0x1000, 0x10, 1), ("imported", 0x1040, 0, 0)]);
+        let names: Vec<String> = read_symbols(&elf).into_iter().map(|s| s.2).collect();
+        assert_eq!(names, ["defined"]);
+        let dir = std::env::temp_dir().join(format!("symbolize-und-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stripped-non-pie");
+        std::fs::write(&path, &elf).unwrap();
+        let s = Symbolizer::new(
+            &[ModuleFile {
+                path: path.clone(),
+                start: 0x1000,
+                end: 0x1100,
+                bias: 0,
+            }],
+            None,
+        );
+        assert_eq!(s.name(0x1008), "defined");
+        assert_eq!(s.name(0x1048), "stripped-non-pie+0x1048");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn vdso_symbols_from_its_file_else_from_the_image() {
         let exe = std::env::current_exe().unwrap();
