@@ -167,15 +167,7 @@ fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
     let path = Outputs::paths(dir, "profile").folded;
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| {
-            let (stack, n) = l.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_owned).collect(),
-                n.parse().ok()?,
-            ))
-        })
-        .collect()
+    unwind_profiler::output::folded::parse(&text)
 }
 
 /// Samples with `function` anywhere in their stack.

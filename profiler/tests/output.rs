@@ -236,6 +236,18 @@ fn folded_text_is_exact() {
          main;compute;helper;memcpy 1\n\
          start_thread;worker::run<[u8: 4]> 1\n"
     );
+    // Read back: the frames root first, and the counts.
+    let parsed = folded::parse(&text);
+    assert_eq!(parsed.len(), 6);
+    assert_eq!(
+        parsed[0],
+        (vec!["main".into(), "compute".into(), "helper".into()], 4)
+    );
+    assert_eq!(
+        parsed[5].0.last().map(String::as_str),
+        Some("worker::run<[u8: 4]>")
+    );
+    assert_eq!(parsed.iter().map(|(_, n)| n).sum::<u64>(), 12);
 }
 
 #[test]

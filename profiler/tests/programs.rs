@@ -126,15 +126,7 @@ fn record(
 
 /// Folded lines as (frames root first, weighted count).
 fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
-    text.lines()
-        .filter_map(|l| {
-            let (stack, n) = l.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_owned).collect(),
-                n.parse().ok()?,
-            ))
-        })
-        .collect()
+    unwind_profiler::output::folded::parse(text)
 }
 
 /// One frame of a pprof sample.

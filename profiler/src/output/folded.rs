@@ -73,3 +73,17 @@ fn stack_text(profile: &Profile, stack: usize) -> String {
     }
     text
 }
+
+/// Reads folded stacks back: each line's frames (root first) and count. Lines that are not
+/// `FRAMES COUNT` are skipped.
+pub fn parse(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_owned).collect(),
+                n.parse().ok()?,
+            ))
+        })
+        .collect()
+}
