@@ -1,4 +1,4 @@
-//! Sampling: a CPU-time (or wall-clock) timer per thread ([`timer`](crate::timer)), the signal
+//! Sampling: a CPU-time (or wall-clock) timer per thread (see [`crate::timer`]), the signal
 //! handler that unwinds into the thread's ring, and the counters that account for every signal.
 //!
 //! Each sampled thread has a [`ThreadRecord`], found by the handler from the signal (a POSIX
