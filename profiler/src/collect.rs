@@ -45,6 +45,9 @@ pub struct Collector {
     outside_backoff: Duration,
     loader_counts: (u64, u64),
     refreshes: u64,
+    /// CPU time spent in [`tick`](Self::tick) (draining, refreshing), by the ticking threads'
+    /// clocks.
+    busy: Duration,
     preload_time: Duration,
     table_bytes: usize,
     table_rows: u64,
@@ -98,6 +101,7 @@ impl Collector {
             outside_backoff: Duration::from_millis(10),
             loader_counts: loader_counts(),
             refreshes: 0,
+            busy: Duration::ZERO,
             preload_time: report.build_time,
             table_bytes: report.bytes(),
             table_rows: report.rows(),
@@ -182,8 +186,10 @@ impl Collector {
 
     /// One collection step: keeps the table current, then drains every ring.
     pub fn tick(&mut self) {
+        let start = thread_cpu();
         self.refresh_if_modules_changed();
         self.drain();
+        self.busy += thread_cpu().saturating_sub(start);
     }
 
     fn drain(&mut self) {
@@ -308,6 +314,7 @@ impl Collector {
             table_bytes: self.table_bytes,
             table_rows: self.table_rows,
             refreshes: self.refreshes,
+            collector_cpu: self.busy,
             ..Counters::default()
         };
         let mut dropped = [0u64; DropReason::ALL.len()];
@@ -368,6 +375,17 @@ impl Collector {
             .len() as u64;
         c
     }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The running program's path.

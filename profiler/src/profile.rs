@@ -108,6 +108,9 @@ pub struct Counters {
     pub table_bytes: usize,
     /// Rows of the rule tables, as last published.
     pub table_rows: u64,
+    /// CPU time the collector spent draining the rings and refreshing the table (the tables'
+    /// rebuilds included).
+    pub collector_cpu: Duration,
     /// Times the tables were rebuilt because a walk met code in no known module.
     pub refreshes: u64,
     /// Threads sampled during the run.

@@ -250,6 +250,7 @@ fn every_option_reaches_the_program_as_its_variable() {
         let value = match o.flag {
             "--frequency" => "500",
             "--clock" => "wall",
+            "--timer" => "posix",
             "--output" => "out",
             "--stem" => "run1",
             "--signal" => "USR1",

@@ -152,6 +152,7 @@ fn sample_profile() -> Profile {
             table_bytes: 4096,
             table_rows: 128,
             refreshes: 1,
+            collector_cpu: Duration::from_micros(6),
             threads: 2,
         },
     }
@@ -700,6 +701,7 @@ fn summary_has_the_counts_and_percentages() {
         "unwind cost       2000.0 ns per sample, 600.0 ns per frame",
         "store cost        100.0 ns per sample",
         "preload           5.000 ms, 4096 table bytes, 128 rows, 1 refreshes",
+        "collector         0.006 ms CPU draining and refreshing, 500.0 ns per sample",
         "threads           2 sampled",
         "       100  demo                       6 samples   50.00%",
         "       101  worker                     6 samples   50.00%",

@@ -12,9 +12,10 @@
 //!
 //! The split: the summary gives the handler's unwind and store time per sample (each measured
 //! with two `clock_gettime` calls around it). The rest of the slowdown, per sample, is signal
-//! delivery (the kernel's timer interrupt, signal frame, `sigreturn`), the handler's entry, the
-//! caches the handler evicts from the work's, and the collector thread's draining: the
-//! slowdown's CPU time (threads x extra wall time) divided by the samples, less unwind and store.
+//! delivery (the kernel's timer interrupt, signal frame, `sigreturn`), the handler's entry and
+//! the caches the handler evicts from the work's: the slowdown's CPU time (threads x extra wall
+//! time) divided by the samples, less unwind, store and the collector thread's CPU time per
+//! sample (also from the summary).
 //!
 //! Needs the release builds of `unwind-profiler` and the preload library beside this binary.
 
@@ -96,6 +97,7 @@ struct Run {
     samples: f64,
     unwind_ns: f64,
     store_ns: f64,
+    collector_ns: f64,
     frames: f64,
 }
 
@@ -134,13 +136,13 @@ fn measure(runs: usize) -> String {
         "{threads} threads x {UNITS} units of work (26-deep stacks), {runs} runs of each setting interleaved, medians; {:.0} s in all.\n\n",
         started.elapsed().as_secs_f64()
     ));
-    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery and the rest | unwind | store |\n");
-    t.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery and the rest | unwind | store | collector |\n");
+    t.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     for (setting, rs) in SETTINGS.iter().zip(&results) {
         let work = median(rs, |r| r.work_s);
         if setting.timer.is_none() {
             t.push_str(&format!(
-                "| {} | {work:.3} s | | | | | | | |\n",
+                "| {} | {work:.3} s | | | | | | | | |\n",
                 setting.name
             ));
             continue;
@@ -148,12 +150,13 @@ fn measure(runs: usize) -> String {
         let samples = median(rs, |r| r.samples);
         let unwind = median(rs, |r| r.unwind_ns);
         let store = median(rs, |r| r.store_ns);
+        let collector = median(rs, |r| r.collector_ns);
         let frames = median(rs, |r| r.frames);
         // The extra CPU time of all the work threads, per sample.
         let per_sample = (work - base) * threads as f64 * 1e9 / samples.max(1.0);
-        let rest = per_sample - unwind - store;
+        let rest = per_sample - unwind - store - collector;
         t.push_str(&format!(
-            "| {} | {work:.3} s | {:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {rest:.0} ns | {unwind:.0} ns | {store:.0} ns |\n",
+            "| {} | {work:.3} s | {:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {rest:.0} ns | {unwind:.0} ns | {store:.0} ns | {collector:.0} ns |\n",
             setting.name,
             (work / base - 1.0) * 100.0,
         ));
@@ -207,6 +210,7 @@ fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -
         run.samples = field("samples stored").first().copied().unwrap_or(0.0);
         run.unwind_ns = field("unwind cost").first().copied().unwrap_or(0.0);
         run.store_ns = field("store cost").first().copied().unwrap_or(0.0);
+        run.collector_ns = field("collector").get(1).copied().unwrap_or(0.0);
         run.frames = field("mean stack depth").first().copied().unwrap_or(0.0);
     }
     run
@@ -217,7 +221,7 @@ fn replace_section(path: &Path, body: &str) {
     const HEADING: &str = "## Profiler overhead";
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let section = format!(
-        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *unwind* and *store* are the handler's own figures from the summary; *delivery and the rest* is the difference: the timer interrupt, the signal frame and `sigreturn`, the caches the handler evicts, and the collector thread. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
+        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *unwind* and *store* are the handler's own figures from the summary, *collector* the collector thread's CPU time (draining the rings) per sample; *delivery and the rest* is the difference: the timer interrupt, the signal frame and `sigreturn`, and the caches the handler evicts. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
     );
     let new = match old.find(HEADING) {
         Some(start) => {

@@ -205,6 +205,7 @@ fn main() -> ExitCode {
     };
     let summary = dir.join(format!("{}.summary.txt", config.stem));
     match std::fs::read_to_string(&summary) {
+        Ok(_) if config.quiet => {}
         Ok(text) => {
             eprintln!("{text}");
             eprintln!("outputs in {}:", dir.display());

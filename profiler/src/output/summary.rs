@@ -232,6 +232,11 @@ pub fn text(profile: &Profile) -> String {
         c.table_rows,
         c.refreshes
     ));
+    line(format_args!(
+        "collector         {} CPU draining and refreshing, {} per sample",
+        millis(c.collector_cpu),
+        nanos_per(c.collector_cpu, c.stored)
+    ));
     line(format_args!("threads           {} sampled", c.threads));
     let mut per_thread = vec![0u64; profile.threads.len()];
     for sample in &profile.samples {
