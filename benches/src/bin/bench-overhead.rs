@@ -10,12 +10,11 @@
 //! medians. With `--markdown FILE`, it replaces FILE's "Profiler overhead" section (or appends
 //! one).
 //!
-//! The split: the summary gives the handler's unwind and store time per sample (each measured
-//! with two `clock_gettime` calls around it). The rest of the slowdown, per sample, is signal
-//! delivery (the kernel's timer interrupt, signal frame, `sigreturn`), the handler's entry and
-//! the caches the handler evicts from the work's: the slowdown's CPU time (threads x extra wall
-//! time) divided by the samples, less unwind, store and the collector thread's CPU time per
-//! sample (also from the summary).
+//! The split, per sample: the slowdown's CPU time (threads x extra wall time) over the samples;
+//! of it, delivery (the timer interrupt, the signal frame, `sigreturn`), measured the same way
+//! with the same timers at 10 kHz and a handler that only counts (`--work T U TIMER HZ`, no
+//! profiler); the handler's unwind and store time and the collector thread's CPU time, from the
+//! summary; and the rest (the caches the handler evicts from the work's, and noise).
 //!
 //! Needs the release builds of `unwind-profiler` and the preload library beside this binary.
 
@@ -23,41 +22,60 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// One profiler setting; `None` fields: unprofiled.
+use unwind_profiler::timer::{self, TimerChoice, TimerSpec};
+
+/// One setting: unprofiled, profiled, or the delivery floor (the profiler's timers with a
+/// handler that only counts, set up by the workload itself).
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Unprofiled,
+    Profiled,
+    Floor,
+}
+
 #[derive(Clone, Copy)]
 struct Setting {
     name: &'static str,
-    timer: Option<&'static str>,
+    mode: Mode,
+    timer: &'static str,
     hz: u32,
 }
 
-const SETTINGS: [Setting; 5] = [
+const fn setting(name: &'static str, mode: Mode, timer: &'static str, hz: u32) -> Setting {
     Setting {
-        name: "unprofiled",
-        timer: None,
-        hz: 0,
-    },
-    Setting {
-        name: "perf_event, 1 kHz",
-        timer: Some("perf"),
-        hz: 1000,
-    },
-    Setting {
-        name: "timer_create, 1 kHz",
-        timer: Some("posix"),
-        hz: 1000,
-    },
-    Setting {
-        name: "perf_event, 10 kHz",
-        timer: Some("perf"),
-        hz: 10_000,
-    },
-    Setting {
-        name: "timer_create, 10 kHz",
-        timer: Some("posix"),
-        hz: 10_000,
-    },
+        name,
+        mode,
+        timer,
+        hz,
+    }
+}
+
+const SETTINGS: [Setting; 7] = [
+    setting("unprofiled", Mode::Unprofiled, "", 0),
+    setting("perf_event, 1 kHz", Mode::Profiled, "perf", 1000),
+    setting("timer_create, 1 kHz", Mode::Profiled, "posix", 1000),
+    setting("perf_event, 10 kHz", Mode::Profiled, "perf", 10_000),
+    setting("timer_create, 10 kHz", Mode::Profiled, "posix", 10_000),
+    setting(
+        "perf_event, 10 kHz, empty handler",
+        Mode::Floor,
+        "perf",
+        10_000,
+    ),
+    setting(
+        "timer_create, 10 kHz, empty handler",
+        Mode::Floor,
+        "posix",
+        10_000,
+    ),
 ];
+
+/// The index of the setting whose empty-handler run gives `timer`'s delivery floor.
+fn floor_of(timer: &str) -> Option<usize> {
+    SETTINGS
+        .iter()
+        .position(|s| s.mode == Mode::Floor && s.timer == timer)
+}
 
 /// Units of work per thread: about 2 s on the machine the figures were taken on.
 const UNITS: u64 = 240_000;
@@ -67,7 +85,12 @@ fn main() {
     if args.first().map(String::as_str) == Some("--work") {
         let threads = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2);
         let units = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(UNITS);
-        work(threads, units);
+        // `--work T U TIMER HZ`: the floor, each thread with the profiler's timer and an empty
+        // handler.
+        let floor = args
+            .get(3)
+            .zip(args.get(4).and_then(|h| h.parse::<u32>().ok()));
+        work(threads, units, floor.map(|(t, hz)| (t.as_str(), hz)));
         return;
     }
     let mut runs = 5;
@@ -95,6 +118,7 @@ fn main() {
 struct Run {
     work_s: f64,
     samples: f64,
+    signals: f64,
     unwind_ns: f64,
     store_ns: f64,
     collector_ns: f64,
@@ -131,21 +155,42 @@ fn measure(runs: usize) -> String {
         x[x.len() / 2]
     };
     let base = median(&results[0], |r| r.work_s);
+    // Per signal, the floor's extra CPU time: delivery with a handler that does nothing.
+    let floor_ns = |i: Option<usize>| {
+        i.map_or(0.0, |i| {
+            let work = median(&results[i], |r| r.work_s);
+            (work - base) * threads as f64 * 1e9 / median(&results[i], |r| r.signals).max(1.0)
+        })
+    };
     let mut t = String::new();
     t.push_str(&format!(
         "{threads} threads x {UNITS} units of work (26-deep stacks), {runs} runs of each setting interleaved, medians; {:.0} s in all.\n\n",
         started.elapsed().as_secs_f64()
     ));
-    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery and the rest | unwind | store | collector |\n");
-    t.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery | unwind | store | collector | the rest |\n");
+    t.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (setting, rs) in SETTINGS.iter().zip(&results) {
         let work = median(rs, |r| r.work_s);
-        if setting.timer.is_none() {
-            t.push_str(&format!(
-                "| {} | {work:.3} s | | | | | | | | |\n",
-                setting.name
-            ));
-            continue;
+        let slowdown = (work / base - 1.0) * 100.0;
+        match setting.mode {
+            Mode::Unprofiled => {
+                t.push_str(&format!(
+                    "| {} | {work:.3} s | | | | | | | | | |\n",
+                    setting.name
+                ));
+                continue;
+            }
+            Mode::Floor => {
+                t.push_str(&format!(
+                    "| {} | {work:.3} s | {slowdown:+.2} % | {:.0} signals | | {:.0} ns | {:.0} ns | | | | |\n",
+                    setting.name,
+                    median(rs, |r| r.signals),
+                    floor_ns(Some(SETTINGS.iter().position(|s| s.name == setting.name).unwrap())),
+                    floor_ns(Some(SETTINGS.iter().position(|s| s.name == setting.name).unwrap())),
+                ));
+                continue;
+            }
+            Mode::Profiled => {}
         }
         let samples = median(rs, |r| r.samples);
         let unwind = median(rs, |r| r.unwind_ns);
@@ -154,11 +199,11 @@ fn measure(runs: usize) -> String {
         let frames = median(rs, |r| r.frames);
         // The extra CPU time of all the work threads, per sample.
         let per_sample = (work - base) * threads as f64 * 1e9 / samples.max(1.0);
-        let rest = per_sample - unwind - store - collector;
+        let delivery = floor_ns(floor_of(setting.timer));
+        let rest = per_sample - delivery - unwind - store - collector;
         t.push_str(&format!(
-            "| {} | {work:.3} s | {:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {rest:.0} ns | {unwind:.0} ns | {store:.0} ns | {collector:.0} ns |\n",
+            "| {} | {work:.3} s | {slowdown:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {delivery:.0} ns | {unwind:.0} ns | {store:.0} ns | {collector:.0} ns | {rest:.0} ns |\n",
             setting.name,
-            (work / base - 1.0) * 100.0,
         ));
     }
     t
@@ -166,11 +211,14 @@ fn measure(runs: usize) -> String {
 
 fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -> Run {
     let _ = std::fs::remove_dir_all(out);
-    let work_args = ["--work".to_string(), threads.to_string(), UNITS.to_string()];
-    let output = match s.timer {
-        None => Command::new(me).args(&work_args).output(),
-        Some(timer) => Command::new(record)
-            .args(["record", "--quiet", "--timer", timer, "--frequency"])
+    let mut work_args = vec!["--work".to_string(), threads.to_string(), UNITS.to_string()];
+    if s.mode == Mode::Floor {
+        work_args.extend([s.timer.to_string(), s.hz.to_string()]);
+    }
+    let output = match s.mode {
+        Mode::Unprofiled | Mode::Floor => Command::new(me).args(&work_args).output(),
+        Mode::Profiled => Command::new(record)
+            .args(["record", "--quiet", "--timer", s.timer, "--frequency"])
             .arg(s.hz.to_string())
             .arg("--output")
             .arg(out)
@@ -194,9 +242,14 @@ fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -
         .expect("the workload printed no time");
     let mut run = Run {
         work_s,
+        signals: stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("signals: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0),
         ..Run::default()
     };
-    if s.timer.is_some() {
+    if s.mode == Mode::Profiled {
         let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
         let field = |prefix: &str| -> Vec<f64> {
             summary
@@ -221,7 +274,7 @@ fn replace_section(path: &Path, body: &str) {
     const HEADING: &str = "## Profiler overhead";
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let section = format!(
-        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *unwind* and *store* are the handler's own figures from the summary, *collector* the collector thread's CPU time (draining the rings) per sample; *delivery and the rest* is the difference: the timer interrupt, the signal frame and `sigreturn`, and the caches the handler evicts. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
+        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *delivery* is the same figure per signal for the same timers at 10 kHz with a handler that only counts (the timer interrupt, the signal frame, `sigreturn`); *unwind* and *store* are the handler's own figures from the summary, *collector* the collector thread's CPU time (draining the rings) per sample; *the rest* is what is left: the caches the handler evicts from the work's, and noise. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
     );
     let new = match old.find(HEADING) {
         Some(start) => {
@@ -236,14 +289,47 @@ fn replace_section(path: &Path, body: &str) {
     std::fs::write(path, new).unwrap();
 }
 
+/// Signals the floor's empty handler received.
+static FLOOR_SIGNALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn count_signal(_: libc::c_int) {
+    FLOOR_SIGNALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The workload: `threads` threads each doing `units` units of work, timed from when all have
-/// started to when all have finished.
-fn work(threads: usize, units: u64) {
+/// started to when all have finished. With `floor`, each thread first starts the profiler's
+/// timer of that kind and rate, whose signal (SIGPROF) an empty handler counts.
+fn work(threads: usize, units: u64, floor: Option<(&str, u32)>) {
+    let spec = floor.map(|(timer, hz)| {
+        // SAFETY: a zeroed sigaction with an empty mask and a handler of the right type.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = count_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut());
+        }
+        TimerSpec {
+            choice: if timer == "perf" {
+                TimerChoice::PerfEvent
+            } else {
+                TimerChoice::Posix
+            },
+            clock: libc::CLOCK_THREAD_CPUTIME_ID,
+            period: std::time::Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1))),
+            signal: libc::SIGPROF,
+        }
+    });
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let b = barrier.clone();
             std::thread::spawn(move || {
+                if let Some(spec) = spec {
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    timer::create(&spec, t, tid).expect("the floor's timer");
+                }
                 b.wait();
                 let mut acc = 0u64;
                 for u in 0..units {
@@ -264,6 +350,10 @@ fn work(threads: usize, units: u64) {
         .fold(0u64, u64::wrapping_add);
     println!("checksum: {sum:016x}");
     println!("work seconds: {:.6}", elapsed.as_secs_f64());
+    println!(
+        "signals: {}",
+        FLOOR_SIGNALS.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
 
 #[inline(never)]
