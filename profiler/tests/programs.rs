@@ -663,8 +663,11 @@ fn cpp_exceptions_threads_and_a_thread_pool() {
             .arg(&exe),
     );
     let out = record(&work, &[], &exe, &[], &[]);
-    // About 2.5 s of CPU over six threads.
-    let samples = check_profile(&out, STEM, 100, 0.0);
+    // About 2.5 s of CPU over six threads. A rare frame in libstdc++'s templates keeps its
+    // mangled name: those using GCC's `sr` encoding in template arguments (seen:
+    // `std::make_shared<std::packaged_task<...>>`, 1 of 63,720 frames), which cpp_demangle
+    // rejects by design (gimli-rs/cpp_demangle#173) although c++filt reads them.
+    let samples = check_profile(&out, STEM, 100, 0.1);
     check_roots(STEM, &samples, &["_start", "clone3"], 95.0);
 
     // Samples inside the C++ unwinder walk out of it, through the throwing function and the one
