@@ -2,7 +2,8 @@
 //! The workload prints the CPU share it gives each hot leaf function and each leaf's known
 //! parents; the profile must show every leaf under those parents, each share within 5
 //! percentage points, the plugin it `dlopen`s while running included, and the program's output
-//! unchanged; `go tool pprof -top` must rank the same four leaves first from the pprof file.
+//! unchanged; `go tool pprof -top` must rank the same four leaves first from the pprof file, and
+//! the Firefox Profiler file must resolve every sample's stack through its tables.
 //! With `--churn` (thread churn, a plugin reloaded every 50 ms, forks, an exec) the program must
 //! run unchanged, every reload refresh the table, and no frame fall outside a known module.
 //!
@@ -10,7 +11,11 @@
 //! builds them first): `cargo build --release -p unwind-profiler -p unwind-profiler-preload
 //! -p unwind-demo-workload && cargo test --release -p unwind-profiler --test demo`.
 
+#[path = "common/firefox.rs"]
+mod firefox;
+
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -174,6 +179,33 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
         }
     } else {
         unwind_test_support::missing("go (golang), for go tool pprof");
+    }
+    // The Firefox Profiler file: every table consistent, every sample's stack resolved, and as
+    // many samples as the profile has.
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(out.join("profile.firefox.json.gz")).unwrap())
+        .read_to_end(&mut json)
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let (stacks, threads) = firefox::check_firefox(&json, None);
+    let firefox_samples: i64 = stacks.values().sum();
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    let in_profile: i64 = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("samples stored"))
+        .and_then(|l| l.split("; ").nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sample count in the summary:\n{summary}"));
+    println!(
+        "Firefox profile: {firefox_samples} samples on {} threads, {in_profile} in the profile",
+        threads.len()
+    );
+    if firefox_samples != in_profile || threads.len() < 6 {
+        failures.push(format!(
+            "the Firefox profile has {firefox_samples} samples on {} threads; the profile {in_profile} on 6",
+            threads.len()
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&out);

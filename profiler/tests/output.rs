@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
 
+#[path = "common/firefox.rs"]
+mod firefox;
+
+use firefox::check_firefox;
 use prost::Message;
 use serde_json::Value;
 use unwind_profiler::output::{self, folded, pprof, summary, Outputs};
@@ -541,90 +545,6 @@ fn go_tool_pprof_top_matches_the_summary() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Checks the structure the Firefox Profiler reads from a processed profile and returns every
-/// thread's samples as (tid, root-first stack) with counts, and the threads' JSON.
-/// `cpu_delta_us` is every sample's expected CPU delta.
-fn check_firefox(json: &Value, cpu_delta_us: u64) -> (BTreeMap<(i64, String), i64>, Vec<Value>) {
-    let meta = &json["meta"];
-    assert!(
-        meta["version"].is_u64(),
-        "meta.version: {}",
-        meta["version"]
-    );
-    assert!(meta["preprocessedProfileVersion"].is_u64());
-    assert!(meta["startTime"].is_f64() || meta["startTime"].is_u64());
-    assert!(meta["categories"].as_array().is_some_and(|c| !c.is_empty()));
-    let threads = json["threads"].as_array().expect("threads").clone();
-    let mut stacks = BTreeMap::new();
-    let len = |table: &Value| table["length"].as_u64().expect("length") as usize;
-    let column = |table: &Value, name: &str| -> Vec<Value> {
-        let column = table[name]
-            .as_array()
-            .unwrap_or_else(|| panic!("column {name}"))
-            .clone();
-        assert_eq!(column.len(), len(table), "column {name}");
-        column
-    };
-    let index = |v: &Value, bound: usize, what: &str| -> usize {
-        let i = v.as_u64().unwrap_or_else(|| panic!("{what}: {v}")) as usize;
-        assert!(i < bound, "{what} {i} out of range (< {bound})");
-        i
-    };
-    for thread in &threads {
-        let tid: i64 = thread["tid"].as_str().expect("tid").parse().unwrap();
-        let strings = thread["stringArray"].as_array().expect("stringArray");
-        let funcs = &thread["funcTable"];
-        let func_names: Vec<String> = column(funcs, "name")
-            .iter()
-            .map(|n| {
-                strings[index(n, strings.len(), "func name")]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
-        let frames = &thread["frameTable"];
-        let frame_funcs: Vec<usize> = column(frames, "func")
-            .iter()
-            .map(|f| index(f, func_names.len(), "frame func"))
-            .collect();
-        for name in ["address", "category", "inlineDepth", "nativeSymbol", "line"] {
-            column(frames, name);
-        }
-        let stack_table = &thread["stackTable"];
-        let stack_frames: Vec<usize> = column(stack_table, "frame")
-            .iter()
-            .map(|f| index(f, frame_funcs.len(), "stack frame"))
-            .collect();
-        let prefixes = column(stack_table, "prefix");
-        for (i, prefix) in prefixes.iter().enumerate() {
-            if !prefix.is_null() {
-                index(prefix, i, "stack prefix (must precede its stack)");
-            }
-        }
-        let samples = &thread["samples"];
-        let n = len(samples);
-        for name in ["timeDeltas", "weight", "threadCPUDelta"] {
-            column(samples, name);
-        }
-        for delta in column(samples, "threadCPUDelta") {
-            assert_eq!(delta.as_u64(), Some(cpu_delta_us), "CPU delta in µs");
-        }
-        for stack in column(samples, "stack").iter().take(n) {
-            let mut names = Vec::new();
-            let mut s =
-                (!stack.is_null()).then(|| index(stack, stack_frames.len(), "sample stack"));
-            while let Some(i) = s {
-                names.push(func_names[frame_funcs[stack_frames[i]]].as_str());
-                s = prefixes[i].as_u64().map(|p| p as usize);
-            }
-            names.reverse();
-            *stacks.entry((tid, names.join(";"))).or_insert(0) += 1;
-        }
-    }
-    (stacks, threads)
-}
-
 #[test]
 fn firefox_profile_has_the_structure_and_the_stacks() {
     let dir = out_dir("firefox");
@@ -635,7 +555,7 @@ fn firefox_profile_has_the_structure_and_the_stacks() {
     assert_eq!(json["meta"]["startTime"], 1_700_000_000_000.0);
     assert_eq!(json["meta"]["symbolicated"], true);
     // One 10 ms interval of CPU time per sample.
-    let (stacks, threads) = check_firefox(&json, 10_000);
+    let (stacks, threads) = check_firefox(&json, Some(10_000));
     assert_eq!(stacks, expected_stacks_per_thread());
     assert_eq!(threads.len(), 2);
     for thread in &threads {
@@ -667,7 +587,7 @@ fn wall_clock_profile() {
     let period_type = p.period_type.as_ref().unwrap();
     assert_eq!(s(period_type.r#type), "wall");
     let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
-    let (stacks, _) = check_firefox(&json, 0);
+    let (stacks, _) = check_firefox(&json, Some(0));
     assert_eq!(stacks, expected_stacks_per_thread());
     let summary = std::fs::read_to_string(&outputs.summary).unwrap();
     assert!(
@@ -746,7 +666,7 @@ fn empty_profile_writes_every_file() {
     assert!(p.sample.is_empty() && p.location.is_empty() && p.mapping.is_empty());
     assert_eq!(p.string_table[0], "");
     let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
-    let (stacks, threads) = check_firefox(&json, 10_000);
+    let (stacks, threads) = check_firefox(&json, Some(10_000));
     assert!(stacks.is_empty() && threads.is_empty());
     let summary = std::fs::read_to_string(&outputs.summary).unwrap();
     assert!(
@@ -788,7 +708,7 @@ fn odd_input_does_not_panic() {
     assert_eq!(pp.sample.iter().map(|s| s.value[0]).sum::<i64>(), 12);
     assert_eq!(pp.location[4].mapping_id, 0, "module 99 does not exist");
     let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
-    let (stacks, threads) = check_firefox(&json, 10_000);
+    let (stacks, threads) = check_firefox(&json, Some(10_000));
     assert_eq!(stacks.values().sum::<i64>(), 12);
     assert!(threads.iter().any(|t| t["name"] == "[unknown thread]"));
     let summary = std::fs::read_to_string(&outputs.summary).unwrap();
