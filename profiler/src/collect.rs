@@ -379,13 +379,7 @@ impl Collector {
 
 /// The calling thread's CPU time.
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    Duration::from_nanos(sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }
 
 /// The running program's path.

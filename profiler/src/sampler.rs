@@ -197,32 +197,32 @@ static MAX_FRAMES_NOW: AtomicUsize = AtomicUsize::new(MAX_FRAMES);
 /// CLOCK_MONOTONIC at start, in ns; sample times are relative to it.
 static EPOCH_NS: AtomicU64 = AtomicU64::new(0);
 
-/// CLOCK_MONOTONIC in nanoseconds (a vDSO call: no system call on x86_64 and ARM Linux).
+/// `clock` in nanoseconds, 0 if it cannot be read (async-signal-safe).
 #[inline(always)]
-pub fn now_ns() -> u64 {
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: writes into a valid timespec; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: writes into a valid timespec; clock_gettime is async-signal-safe, and an invalid
+    // clock fails with EINVAL.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (a vDSO call: no system call on x86_64 and ARM Linux).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The CPU time of thread `tid` of this process, in ns (0 if it is gone).
 fn thread_cpu_ns(tid: libc::pid_t) -> u64 {
     // The kernel's per-thread scheduler clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED), as
     // glibc's pthread_getcpuclockid builds it, but from a tid, which outlives nothing it names.
-    let clock = ((!tid) << 3) | 6;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into a valid timespec; an invalid clock fails with EINVAL.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+    clock_ns(((!tid) << 3) | 6)
 }
 
 /// Installs the handler for `timing.signal` and lets threads register. Call once.
