@@ -49,13 +49,7 @@ fn build_library() -> PathBuf {
         .join(format!("outside-modules-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("libcallback.so");
-    // armv7 (under qemu-user): the cross compiler, with unwind tables (gcc emits no EXIDX for C
-    // without -funwind-tables).
-    let (cc, extra): (&str, &[&str]) = if cfg!(target_arch = "arm") {
-        ("arm-linux-gnueabihf-gcc", &["-funwind-tables"])
-    } else {
-        ("gcc", &[])
-    };
+    let (cc, extra) = unwind_test_support::target_c_compiler();
     let status = std::process::Command::new(cc)
         .args(extra)
         .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])

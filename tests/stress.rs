@@ -213,14 +213,7 @@ fn build_plugin() -> String {
         .join(format!("stress-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the plugin directory");
     let out = dir.join(PLUGIN_FILE);
-    // On armv7 (run under qemu-user, which executes the x86_64 cross compiler natively) the
-    // plugin is built by the cross compiler, with unwind tables (gcc emits no .ARM.exidx for C
-    // without -funwind-tables).
-    let (cc, extra): (&str, &[&str]) = if cfg!(target_arch = "arm") {
-        ("arm-linux-gnueabihf-gcc", &["-funwind-tables"])
-    } else {
-        ("gcc", &[])
-    };
+    let (cc, extra) = unwind_test_support::target_c_compiler();
     let status = std::process::Command::new(cc)
         .args(extra)
         .args([

@@ -41,6 +41,17 @@ pub fn under_ci() -> bool {
     is_ci_value(std::env::var("CI").ok().as_deref())
 }
 
+/// The C compiler for libraries a test loads into itself, with the flags the target needs: on
+/// armv7 (run under qemu-user, which executes the x86_64 cross compiler natively) the cross
+/// compiler with `-funwind-tables` (gcc emits no `.ARM.exidx` for C without it); else `gcc`.
+pub fn target_c_compiler() -> (&'static str, &'static [&'static str]) {
+    if cfg!(target_arch = "arm") {
+        ("arm-linux-gnueabihf-gcc", &["-funwind-tables"])
+    } else {
+        ("gcc", &[])
+    }
+}
+
 /// True if `program --version` runs and succeeds (the way to tell that a tool is installed).
 pub fn tool_runs(program: &str) -> bool {
     tool_runs_with(program, &["--version"])
