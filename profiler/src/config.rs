@@ -50,7 +50,7 @@ impl Default for Config {
             frequency: 1000,
             clock: Clock::Cpu,
             timer: TimerChoice::Auto,
-            signal: libc::SIGPROF,
+            signal: libc::SIGURG,
             max_frames: 128,
             ring_words: 1 << 14,
             collect_every: Duration::from_millis(10),
@@ -90,9 +90,9 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         flag: "--timer",
-        value: "auto|perf|posix",
+        value: "auto|perf|perf-sigtrap|posix",
         env: "UNWIND_PROFILER_TIMER",
-        help: "CPU-clock timers: perf (a perf_event task-clock per thread, at the rate asked), posix (timer_create: at most the kernel's tick rate, often 250 Hz, each sample weighted by the periods it stands for), auto (perf where the kernel allows it, else posix; default)",
+        help: "CPU-clock timers: perf (a perf_event task-clock per thread, at the rate asked), perf-sigtrap (the same, sending SIGTRAP itself: cheaper to deliver, but a debugger stops at each sample and a SIGTRAP handler the program installs later would receive them; Linux 5.13+), posix (timer_create: at most the kernel's tick rate, often 250 Hz, each sample weighted by the periods it stands for), auto (perf where the kernel allows it, else posix; default)",
     },
     OptionSpec {
         flag: "--output",
@@ -110,7 +110,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         flag: "--signal",
         value: "SIG",
         env: "UNWIND_PROFILER_SIGNAL",
-        help: "signal the timers send: PROF (default), a name such as USR1 or RTMIN+3, or a number",
+        help: "signal the timers send: URG (default: ignored by a program without a handler for it, so that a signal raised as the program execs is harmless to the new one), a name such as PROF, USR1 or RTMIN+3, or a number",
     },
     OptionSpec {
         flag: "--snapshot-signal",
@@ -223,8 +223,9 @@ impl Config {
                     c.timer = match v.trim() {
                         "auto" => TimerChoice::Auto,
                         "perf" => TimerChoice::PerfEvent,
+                        "perf-sigtrap" => TimerChoice::PerfSigtrap,
                         "posix" => TimerChoice::Posix,
-                        _ => return Err(err(o.env, &v, "auto, perf or posix")),
+                        _ => return Err(err(o.env, &v, "auto, perf, perf-sigtrap or posix")),
                     }
                 }
                 "UNWIND_PROFILER_OUTPUT" => c.output = Some(PathBuf::from(v)),
@@ -304,7 +305,7 @@ mod tests {
         let c = Config::from_vars(vars(&[])).unwrap();
         assert_eq!(
             (c.frequency, c.clock, c.signal),
-            (1000, Clock::Cpu, libc::SIGPROF)
+            (1000, Clock::Cpu, libc::SIGURG)
         );
         assert_eq!(c.output, Some(PathBuf::from("unwind-profile")));
         let c = Config::from_vars(vars(&[
@@ -346,8 +347,7 @@ mod tests {
             assert_eq!((e.setting.as_str(), e.value.as_str()), (k, v));
             assert!(e.to_string().starts_with(k), "{e}");
         }
-        let e =
-            Config::from_vars(vars(&[("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "PROF")])).unwrap_err();
+        let e = Config::from_vars(vars(&[("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "URG")])).unwrap_err();
         assert_eq!(e.setting, "UNWIND_PROFILER_SNAPSHOT_SIGNAL");
     }
 

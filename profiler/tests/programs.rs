@@ -775,3 +775,39 @@ fn no_signals_after_stop() {
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A process that `exec`s while its threads are sampled survives, with every kind of timer at
+/// 10 kHz: a shell script burns CPU, then `exec`s itself, 20 times. A signal the timer raises
+/// during `execve` (which the CPU clock counts) is delivered to the new program, where no
+/// handler is installed yet: with `SIGPROF`, whose default action ends the process, that killed
+/// the shell (exit 155) on almost every run; the default signal is `SIGURG`, which a program
+/// that has no handler for it ignores. The `SIGTRAP` perf events count user time only, so that
+/// they cannot raise one there.
+#[test]
+fn a_process_that_execs_itself_keeps_running() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = fresh_dir("exec");
+    let script = work.join("exec-self.sh");
+    std::fs::write(
+        &script,
+        "n=$1; i=0\nwhile [ $i -lt 20000 ]; do i=$((i+1)); done\n\
+         if [ \"$n\" -gt 0 ]; then exec /bin/bash \"$0\" $((n-1)); fi\necho \"done after $i\"\n",
+    )
+    .unwrap();
+    // bash rather than sh: dash leaves with `_exit`, and would write no profile.
+    let sh = Path::new("/bin/bash");
+    let script = script.to_str().unwrap();
+    for timer in ["auto", "perf-sigtrap", "posix"] {
+        let out = record(
+            &work,
+            &["--timer", timer, "--frequency", "10000"],
+            sh,
+            &[script, "20"],
+            &[script, "20"],
+        );
+        let summary = summary_program(&out, STEM);
+        println!("--timer {timer}: the last program profiled was {summary}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
