@@ -31,9 +31,12 @@ pub struct Collector {
     keys: HashMap<(String, u64, u64), usize>,
     /// The modules loaded now (indices into `modules`), sorted by start address.
     current: Vec<usize>,
-    /// Bumped whenever `current` changes; part of a stack's identity.
+    /// Bumped whenever `current` changes.
     epoch: u32,
-    stack_ids: HashMap<(u32, Vec<u64>), usize>,
+    /// The stacks drained since `current` last changed, by their PCs. Emptied when it changes,
+    /// since the same PCs may then lie in other modules. FxHash: hashing a 35-deep stack with
+    /// std's SipHash took most of the collector's time per sample.
+    stack_ids: HashMap<Vec<u64>, usize, rustc_hash::FxBuildHasher>,
     /// Each distinct stack: its PCs (leaf first) with their modules.
     stacks: Vec<Vec<(u64, Option<usize>)>>,
     samples: Vec<Drained>,
@@ -92,7 +95,7 @@ impl Collector {
             keys: HashMap::new(),
             current: Vec::new(),
             epoch: 0,
-            stack_ids: HashMap::new(),
+            stack_ids: HashMap::default(),
             stacks: Vec::new(),
             samples: Vec::new(),
             names: HashMap::new(),
@@ -140,6 +143,7 @@ impl Collector {
         if current != self.current {
             self.current = current;
             self.epoch += 1;
+            self.stack_ids.clear();
         }
     }
 
@@ -221,8 +225,7 @@ impl Collector {
     }
 
     fn stack_id(&mut self, pcs: &[u64]) -> usize {
-        let key = (self.epoch, pcs.to_vec());
-        if let Some(&id) = self.stack_ids.get(&key) {
+        if let Some(&id) = self.stack_ids.get(pcs) {
             return id;
         }
         let resolved = pcs
@@ -232,7 +235,7 @@ impl Collector {
             .collect();
         let id = self.stacks.len();
         self.stacks.push(resolved);
-        self.stack_ids.insert(key, id);
+        self.stack_ids.insert(pcs.to_vec(), id);
         id
     }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, A
 use std::sync::Mutex;
 
 use crate::ring::Ring;
-use crate::timer::{self, ThreadTimer, TimerSpec};
+use crate::timer::{self, ThreadTimer, TimerChoice, TimerSpec};
 use unwind_in_process::{SampleError, StopReason};
 
 /// The most threads sampled at once (records are reused after a thread exits).
@@ -225,26 +225,88 @@ fn thread_cpu_ns(tid: libc::pid_t) -> u64 {
     clock_ns(((!tid) << 3) | 6)
 }
 
-/// Installs the handler for `timing.signal` and lets threads register. Call once.
+/// `SIGTRAP`'s action before ours, for the `SIGTRAP`s no event of ours sent: its handler
+/// (or `SIG_DFL`/`SIG_IGN`) and whether it takes `SA_SIGINFO` arguments.
+static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static OLD_TRAP_SIGINFO: AtomicBool = AtomicBool::new(false);
+/// Whether our handler is `SIGTRAP`'s for `TRAP_PERF` signals (and passes the others on).
+static TRAP_HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// Installs the handler for `timing.signal` (and for `SIGTRAP` if the timers send it) and
+/// lets threads register. Call once.
 pub fn install(timing: Timing) -> std::io::Result<()> {
     if TIMING.set(timing).is_err() {
         return Err(std::io::Error::other("sampling was already set up"));
     }
-    let signal = timing.timer.signal;
     MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
-    // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask.
+    set_handler(timing.timer.signal, None)?;
+    if timing.timer.choice == TimerChoice::PerfSigtrap {
+        // SAFETY: a zeroed sigaction is valid (sigaction overwrites it).
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // The old action is stored before the events exist, so before any SIGTRAP of ours,
+        // but a SIGTRAP of the program's may come between the two: it finds SIG_DFL.
+        set_handler(libc::SIGTRAP, Some(&mut old))?;
+        OLD_TRAP_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Relaxed);
+        OLD_TRAP_HANDLER.store(old.sa_sigaction, Relaxed);
+        if timing.timer.signal == libc::SIGTRAP {
+            // SIGTRAP is the sampling signal as well: the program's are counted as foreign.
+            OLD_TRAP_HANDLER.store(libc::SIG_IGN, Relaxed);
+        }
+        TRAP_HANDLER.store(true, Release);
+    }
+    RUNNING.store(true, Release);
+    Ok(())
+}
+
+/// Makes [`on_signal`] the handler of `signal`, returning the old action in `old`.
+fn set_handler(signal: libc::c_int, old: Option<&mut libc::sigaction>) -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask. `old`,
+    // if given, is a valid sigaction to write.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_signal as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(signal, &sa, std::ptr::null_mut()) != 0 {
+        let old = old.map_or(std::ptr::null_mut(), |o| o as *mut libc::sigaction);
+        if libc::sigaction(signal, &sa, old) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
-    RUNNING.store(true, Release);
     Ok(())
+}
+
+/// A `SIGTRAP` that no event of ours sent (a breakpoint instruction, `raise`): what the
+/// program would have had without us. Async-signal-safe.
+///
+/// # Safety
+/// The arguments of a running `SIGTRAP` handler.
+unsafe fn pass_on_sigtrap(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    match OLD_TRAP_HANDLER.load(Relaxed) {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // The default action (a core dump): restore it and send the signal again; it
+            // arrives when this handler returns and unblocks SIGTRAP.
+            // SAFETY: a zeroed sigaction with SIG_DFL is valid; raise is async-signal-safe.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut());
+                libc::raise(libc::SIGTRAP);
+            }
+        }
+        handler if OLD_TRAP_SIGINFO.load(Relaxed) => {
+            // SAFETY: the program installed this SA_SIGINFO handler for SIGTRAP.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            f(libc::SIGTRAP, info, uc);
+        }
+        handler => {
+            // SAFETY: the program installed this plain handler for SIGTRAP.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            f(libc::SIGTRAP);
+        }
+    }
 }
 
 /// Stops storing samples (signals still pending are counted as [`DropReason::AfterStop`]) and
@@ -471,27 +533,43 @@ impl ThreadRecord {
 }
 
 /// The signal handler: checks the signal is one of our timers' for this thread, unwinds, stores.
-extern "C" fn on_signal(_: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location returns this thread's errno; it is restored so that the
     // interrupted code never sees a change.
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
     let saved = unsafe { *errno };
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
-    unsafe { handle(info, uc) };
+    unsafe { handle(signal, info, uc) };
     // SAFETY: as above.
     unsafe { *errno = saved };
 }
 
 /// # Safety
-/// `info` and `uc` are the arguments of a running SA_SIGINFO handler.
+/// `signal`, `info` and `uc` are the arguments of a running SA_SIGINFO handler.
 #[inline(always)]
-unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: the caller's contract.
-    let info = unsafe { &*info };
+    let info_ref = unsafe { &*info };
+    if signal == libc::SIGTRAP && TRAP_HANDLER.load(Acquire) {
+        // SAFETY: a TRAP_PERF siginfo carries the event's sig_data.
+        let ours = info_ref.si_code == timer::TRAP_PERF
+            && unsafe { timer::signal_perf_data(info_ref) }.is_some();
+        if !ours && OLD_TRAP_HANDLER.load(Relaxed) != libc::SIG_IGN {
+            // SAFETY: the caller's contract.
+            unsafe { pass_on_sigtrap(info, uc) };
+            return;
+        }
+    }
+    let info = info_ref;
     let (index, overrun) = match info.si_code {
         // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
         libc::SI_TIMER => unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) },
+        // SAFETY: a TRAP_PERF siginfo carries the event's sig_data, the record index.
+        timer::TRAP_PERF if signal == libc::SIGTRAP => (
+            unsafe { timer::signal_perf_data(info) }.unwrap_or(usize::MAX),
+            0,
+        ),
         // SAFETY: a POLL_IN siginfo carries the descriptor.
         timer::POLL_IN => match timer::perf_owner(unsafe { timer::signal_fd(info) }) {
             Some(index) => (index, 0),

@@ -26,6 +26,9 @@ use unwind_profiler::{Clock, Config, Profile, Profiler, StartError};
 const CLOCK_VAR: &str = "UNWIND_PROFILER_API_TEST_CLOCK";
 /// Set in the child process that runs [`stop_deletes_every_timer`].
 const TIMERS_VAR: &str = "UNWIND_PROFILER_API_TEST_TIMERS";
+/// Set in the child processes of [`sigtrap_timers_pass_the_programs_sigtraps_on`]: `handler` or
+/// `default`, the program's `SIGTRAP` action before the profiler starts.
+const TRAP_VAR: &str = "UNWIND_PROFILER_API_TEST_TRAP";
 
 /// This thread's CPU time.
 fn cpu_time() -> Duration {
@@ -263,7 +266,10 @@ fn run_in_child(name: &str, var: &str, value: &str, extra: &[&str]) {
 
 #[test]
 fn profile_this_process_with_the_wall_clock() {
-    if std::env::var_os(CLOCK_VAR).is_none() && std::env::var_os(TIMERS_VAR).is_none() {
+    if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR]
+        .iter()
+        .all(|v| std::env::var_os(v).is_none())
+    {
         run_in_child("profile_this_process", CLOCK_VAR, "wall", &[]);
     }
 }
@@ -283,8 +289,8 @@ fn signals_after_stop() -> u64 {
 #[test]
 fn stop_deletes_every_timer() {
     if std::env::var_os(TIMERS_VAR).is_none() {
-        if std::env::var_os(CLOCK_VAR).is_none() {
-            for timer in ["posix", "perf"] {
+        if std::env::var_os(CLOCK_VAR).is_none() && std::env::var_os(TRAP_VAR).is_none() {
+            for timer in ["posix", "perf", "perf-sigtrap"] {
                 run_in_child("stop_deletes_every_timer", TIMERS_VAR, timer, &[]);
             }
         }
@@ -292,6 +298,7 @@ fn stop_deletes_every_timer() {
     }
     let timer = match std::env::var(TIMERS_VAR).as_deref() {
         Ok("perf") => unwind_profiler::config::TimerChoice::PerfEvent,
+        Ok("perf-sigtrap") => unwind_profiler::config::TimerChoice::PerfSigtrap,
         _ => unwind_profiler::config::TimerChoice::Posix,
     };
     let profiler = Profiler::start(Config {
@@ -302,6 +309,14 @@ fn stop_deletes_every_timer() {
     std::hint::black_box(burn(Duration::from_millis(50)));
     let profile = profiler.stop();
     assert!(!profile.samples.is_empty());
+    let used: Vec<_> = profile
+        .counters
+        .timers
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    println!("timers: {used:?}");
+    assert_eq!(used.len(), 1, "{:?}", profile.counters.timers);
     let before = signals_after_stop();
     // 300 ms of CPU time: about 75 signals (one per kernel tick) if a timer is still armed.
     std::hint::black_box(burn(Duration::from_millis(300)));
@@ -311,4 +326,102 @@ fn stop_deletes_every_timer() {
         after <= 1,
         "{after} timer signals after stop(): a timer was not deleted"
     );
+}
+
+/// `SIGTRAP`s the program's own handler received.
+static PROGRAM_TRAPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn program_trap(_: libc::c_int) {
+    PROGRAM_TRAPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// With `perf-sigtrap` timers, the profiler's handler owns `SIGTRAP` but passes every
+/// `SIGTRAP` its events did not send to what the program had: its own handler (called once per
+/// `raise`, while samples keep coming), or the default action (the process dies of `SIGTRAP`,
+/// as it would unprofiled). Each case in a child process of its own.
+#[test]
+fn sigtrap_timers_pass_the_programs_sigtraps_on() {
+    let Some(case) = std::env::var_os(TRAP_VAR) else {
+        if std::env::var_os(CLOCK_VAR).is_none() && std::env::var_os(TIMERS_VAR).is_none() {
+            run_in_child(
+                "sigtrap_timers_pass_the_programs_sigtraps_on",
+                TRAP_VAR,
+                "handler",
+                &[],
+            );
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "sigtrap_timers_pass_the_programs_sigtraps_on",
+                    "--nocapture",
+                ])
+                .env(TRAP_VAR, "default")
+                .output()
+                .unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGTRAP),
+                "the program's SIGTRAP under the default action: {}\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        return;
+    };
+    let with_handler = case == "handler";
+    if with_handler {
+        // SAFETY: a plain handler that only counts; a zeroed sigaction with an empty mask.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = program_trap as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut()), 0);
+        }
+    } else {
+        // No core file from the death this case expects.
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid rlimit.
+        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    }
+    let profiler = Profiler::start(Config {
+        timer: unwind_profiler::config::TimerChoice::PerfSigtrap,
+        frequency: 1000,
+        ..Config::default()
+    })
+    .expect("Profiler::start");
+    std::hint::black_box(burn(Duration::from_millis(50)));
+    let before = profiler.report().samples.len();
+    // SAFETY: raise has no preconditions.
+    unsafe { libc::raise(libc::SIGTRAP) };
+    if !with_handler {
+        panic!("the process outlived a SIGTRAP whose action was the default");
+    }
+    std::hint::black_box(burn(Duration::from_millis(50)));
+    // SAFETY: as above.
+    unsafe { libc::raise(libc::SIGTRAP) };
+    std::hint::black_box(burn(Duration::from_millis(50)));
+    let profile = profiler.stop();
+    let traps = PROGRAM_TRAPS.load(Ordering::Relaxed);
+    println!(
+        "{traps} SIGTRAPs reached the program's handler; {} samples ({before} before the first)",
+        profile.samples.len()
+    );
+    assert_eq!(traps, 2, "the program's own SIGTRAPs were not passed on");
+    let used: Vec<_> = profile
+        .counters
+        .timers
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        used,
+        [&("perf_event task-clock (SIGTRAP)".to_string(), 1)],
+        "every thread on the SIGTRAP perf event"
+    );
+    assert!(before >= 20 && profile.samples.len() >= before + 40);
 }

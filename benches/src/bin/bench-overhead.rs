@@ -5,10 +5,11 @@
 //! `bench-overhead [--runs N] [--markdown FILE]` runs this same program as the workload
 //! (`bench-overhead --work THREADS UNITS`: THREADS threads, one per core, each doing UNITS units
 //! of deterministic work under a 26-deep stack, and printing the wall time of the work alone,
-//! without start-up and exit) unprofiled and under each profiler setting, N times each,
-//! interleaved so that a slow spell of the machine hits every setting alike. It reports each
-//! setting's fastest run (noise only adds time). With `--markdown FILE`, it replaces FILE's
-//! "Profiler overhead" section (or appends one).
+//! without start-up and exit, and the process's CPU time over it) unprofiled and under each
+//! profiler setting, in N rounds of every setting. Each figure is the median over rounds of the
+//! figure against the same round's unprofiled run, so that a slow spell of the machine, which
+//! lasts longer than a round, hits both sides of each comparison alike. With `--markdown FILE`,
+//! it replaces FILE's "Profiler overhead" section (or appends one).
 //!
 //! The split, per sample: the slowdown's CPU time (threads x extra wall time) over the samples;
 //! of it, delivery (the timer interrupt, the signal frame, `sigreturn`), measured the same way
@@ -50,16 +51,28 @@ const fn setting(name: &'static str, mode: Mode, timer: &'static str, hz: u32) -
     }
 }
 
-const SETTINGS: [Setting; 7] = [
+const SETTINGS: [Setting; 9] = [
     setting("unprofiled", Mode::Unprofiled, "", 0),
     setting("perf_event, 1 kHz", Mode::Profiled, "perf", 1000),
     setting("timer_create, 1 kHz", Mode::Profiled, "posix", 1000),
     setting("perf_event, 10 kHz", Mode::Profiled, "perf", 10_000),
+    setting(
+        "perf_event SIGTRAP, 10 kHz",
+        Mode::Profiled,
+        "perf-sigtrap",
+        10_000,
+    ),
     setting("timer_create, 10 kHz", Mode::Profiled, "posix", 10_000),
     setting(
         "perf_event, 10 kHz, empty handler",
         Mode::Floor,
         "perf",
+        10_000,
+    ),
+    setting(
+        "perf_event SIGTRAP, 10 kHz, empty handler",
+        Mode::Floor,
+        "perf-sigtrap",
         10_000,
     ),
     setting(
@@ -117,6 +130,8 @@ fn main() {
 #[derive(Clone, Copy, Default)]
 struct Run {
     work_s: f64,
+    /// The process's CPU time over the same interval (every thread, the collector's too).
+    cpu_s: f64,
     samples: f64,
     signals: f64,
     unwind_ns: f64,
@@ -136,76 +151,85 @@ fn measure(runs: usize) -> String {
     // SAFETY: sysconf has no preconditions.
     let threads = (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize;
     let out = std::env::temp_dir().join(format!("bench-overhead-{}", std::process::id()));
-    let mut results: Vec<Vec<Run>> = vec![Vec::new(); SETTINGS.len()];
+    // rounds[r][s]: setting s's run in round r.
+    let mut rounds: Vec<Vec<Run>> = Vec::new();
     let started = Instant::now();
     for round in 0..runs {
-        for (s, setting) in SETTINGS.iter().enumerate() {
+        let mut row = Vec::new();
+        for setting in &SETTINGS {
             let run = run_once(&me, &record, &out, setting, threads);
             eprintln!(
-                "round {round}: {:<22} work {:.3} s, {} samples",
-                setting.name, run.work_s, run.samples
+                "round {round}: {:<36} work {:.3} s, cpu {:.3} s, {} samples",
+                setting.name, run.work_s, run.cpu_s, run.samples
             );
-            results[s].push(run);
+            row.push(run);
         }
+        rounds.push(row);
     }
     let _ = std::fs::remove_dir_all(&out);
-    // Each setting's fastest run, all its figures from that run: on a shared machine noise
-    // only ever adds time (here the same unprofiled work took 1.35 to 1.78 s from run to run).
-    let fastest = |v: &[Run], f: fn(&Run) -> f64| {
-        v.iter()
-            .min_by(|a, b| a.work_s.total_cmp(&b.work_s))
-            .map_or(0.0, f)
+    // Every figure is a median over rounds of a figure taken within one round, against that
+    // round's unprofiled run: the machine's slow spells (the same unprofiled work took 1.33 to
+    // 1.74 s here from one run to the next) last longer than a round and hit its settings alike.
+    let median = |f: &dyn Fn(&[Run]) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(|r| f(r)).collect();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
     };
-    let base = fastest(&results[0], |r| r.work_s);
-    // Per signal, the floor's extra CPU time: delivery with a handler that does nothing.
-    let floor_ns = |i: Option<usize>| {
-        i.map_or(0.0, |i| {
-            let work = fastest(&results[i], |r| r.work_s);
-            (work - base) * threads as f64 * 1e9 / fastest(&results[i], |r| r.signals).max(1.0)
-        })
+    let slowdown = |s: usize| median(&|r| (r[s].work_s / r[0].work_s - 1.0) * 100.0);
+    let cpu_slowdown = |s: usize| median(&|r| (r[s].cpu_s / r[0].cpu_s - 1.0) * 100.0);
+    // The extra CPU time of all the work threads (threads x extra wall time) per sample or
+    // signal.
+    let per_event = |s: usize, events: fn(&Run) -> f64| {
+        median(&|r| (r[s].work_s - r[0].work_s) * threads as f64 * 1e9 / events(&r[s]).max(1.0))
     };
     let mut t = String::new();
     t.push_str(&format!(
-        "{threads} threads x {UNITS} units of work (26-deep stacks), {runs} runs of each setting interleaved, the fastest of each; {:.0} s in all.\n\n",
+        "{threads} threads x {UNITS} units of work (26-deep stacks), {runs} rounds of every setting, each figure the median over rounds of the figure against the same round's unprofiled run; {:.0} s in all.\n\n",
         started.elapsed().as_secs_f64()
     ));
-    t.push_str("| setting | work time | slowdown | samples | frames/sample | per sample: all | delivery | unwind | store | collector | the rest |\n");
-    t.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (setting, rs) in SETTINGS.iter().zip(&results) {
-        let work = fastest(rs, |r| r.work_s);
-        let slowdown = (work / base - 1.0) * 100.0;
+    t.push_str("| setting | work time | slowdown | CPU time | samples | frames/sample | per sample: all | delivery | unwind | store | collector | the rest |\n");
+    t.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (s, setting) in SETTINGS.iter().enumerate() {
+        let work = median(&|r| r[s].work_s);
+        let cpu = median(&|r| r[s].cpu_s);
         match setting.mode {
             Mode::Unprofiled => {
                 t.push_str(&format!(
-                    "| {} | {work:.3} s | | | | | | | | | |\n",
+                    "| {} | {work:.3} s | | {cpu:.3} s | | | | | | | | |\n",
                     setting.name
                 ));
                 continue;
             }
             Mode::Floor => {
+                let delivery = per_event(s, |r| r.signals);
                 t.push_str(&format!(
-                    "| {} | {work:.3} s | {slowdown:+.2} % | {:.0} signals | | {:.0} ns | {:.0} ns | | | | |\n",
+                    "| {} | {work:.3} s | {:+.2} % | {:+.2} % | {:.0} signals | | {delivery:.0} ns | {delivery:.0} ns | | | | |\n",
                     setting.name,
-                    fastest(rs, |r| r.signals),
-                    floor_ns(Some(SETTINGS.iter().position(|s| s.name == setting.name).unwrap())),
-                    floor_ns(Some(SETTINGS.iter().position(|s| s.name == setting.name).unwrap())),
+                    slowdown(s),
+                    cpu_slowdown(s),
+                    median(&|r| r[s].signals),
                 ));
                 continue;
             }
             Mode::Profiled => {}
         }
-        let samples = fastest(rs, |r| r.samples);
-        let unwind = fastest(rs, |r| r.unwind_ns);
-        let store = fastest(rs, |r| r.store_ns);
-        let collector = fastest(rs, |r| r.collector_ns);
-        let frames = fastest(rs, |r| r.frames);
-        // The extra CPU time of all the work threads, per sample.
-        let per_sample = (work - base) * threads as f64 * 1e9 / samples.max(1.0);
-        let delivery = floor_ns(floor_of(setting.timer));
+        let per_sample = per_event(s, |r| r.samples);
+        let delivery = floor_of(setting.timer).map_or(0.0, |f| per_event(f, |r| r.signals));
+        let unwind = median(&|r| r[s].unwind_ns);
+        let store = median(&|r| r[s].store_ns);
+        let collector = median(&|r| r[s].collector_ns);
         let rest = per_sample - delivery - unwind - store - collector;
         t.push_str(&format!(
-            "| {} | {work:.3} s | {slowdown:+.2} % | {samples:.0} | {frames:.1} | {per_sample:.0} ns | {delivery:.0} ns | {unwind:.0} ns | {store:.0} ns | {collector:.0} ns | {rest:.0} ns |\n",
+            "| {} | {work:.3} s | {:+.2} % | {:+.2} % | {:.0} | {:.1} | {per_sample:.0} ns | {delivery:.0} ns | {unwind:.0} ns | {store:.0} ns | {collector:.0} ns | {rest:.0} ns |\n",
             setting.name,
+            slowdown(s),
+            cpu_slowdown(s),
+            median(&|r| r[s].samples),
+            median(&|r| r[s].frames),
         ));
     }
     t
@@ -244,6 +268,11 @@ fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -
         .expect("the workload printed no time");
     let mut run = Run {
         work_s,
+        cpu_s: stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("cpu seconds: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0),
         signals: stdout
             .lines()
             .find_map(|l| l.strip_prefix("signals: "))
@@ -276,7 +305,7 @@ fn replace_section(path: &Path, body: &str) {
     const HEADING: &str = "## Profiler overhead";
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let section = format!(
-        "{HEADING}\n\n`target/release/bench-overhead --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *delivery* is the same figure per signal for the same timers at 10 kHz with a handler that only counts (the timer interrupt, the signal frame, `sigreturn`); *unwind* and *store* are the handler's own figures from the summary, *collector* the collector thread's CPU time (draining the rings) per sample; *the rest* is what is left: the caches the handler evicts from the work's, and noise. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
+        "{HEADING}\n\n`target/release/bench-overhead --runs 9 --markdown BENCHMARKS.md` (scripts/bench): the wall time of a fixed amount of CPU work, unprofiled and under `unwind-profiler record`. Per sample, *all* is the slowdown's CPU time (threads x extra wall time) over the samples; *delivery* is the same figure per signal for the same timers at 10 kHz with a handler that only counts (the timer interrupt, the signal frame, `sigreturn`); *unwind* and *store* are the handler's own figures from the summary, *collector* the collector thread's CPU time (draining the rings) per sample; *the rest* is what is left: the caches the handler evicts from the work's, and noise. *Slowdown* is the work's wall time against the same round's unprofiled run, *CPU time* the process's CPU time (the collector's included) over the same interval; both are medians over the rounds. `timer_create` CPU timers fire at most once per kernel tick (250 Hz here), so they take fewer, heavier-weighted samples at either rate.\n\n{body}\n"
     );
     let new = match old.find(HEADING) {
         Some(start) => {
@@ -300,7 +329,8 @@ extern "C" fn count_signal(_: libc::c_int) {
 
 /// The workload: `threads` threads each doing `units` units of work, timed from when all have
 /// started to when all have finished. With `floor`, each thread first starts the profiler's
-/// timer of that kind and rate, whose signal (SIGPROF) an empty handler counts.
+/// timer of that kind and rate, whose signal (SIGPROF, or SIGTRAP for `perf-sigtrap`) an empty
+/// handler counts.
 fn work(threads: usize, units: u64, floor: Option<(&str, u32)>) {
     let spec = floor.map(|(timer, hz)| {
         // SAFETY: a zeroed sigaction with an empty mask and a handler of the right type.
@@ -310,12 +340,13 @@ fn work(threads: usize, units: u64, floor: Option<(&str, u32)>) {
             sa.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut());
+            libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut());
         }
         TimerSpec {
-            choice: if timer == "perf" {
-                TimerChoice::PerfEvent
-            } else {
-                TimerChoice::Posix
+            choice: match timer {
+                "perf" => TimerChoice::PerfEvent,
+                "perf-sigtrap" => TimerChoice::PerfSigtrap,
+                _ => TimerChoice::Posix,
             },
             clock: libc::CLOCK_THREAD_CPUTIME_ID,
             period: std::time::Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1))),
@@ -344,8 +375,11 @@ fn work(threads: usize, units: u64, floor: Option<(&str, u32)>) {
         .collect();
     barrier.wait();
     let start = Instant::now();
+    let cpu0 = unwind_profiler::sampler::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
     barrier.wait();
     let elapsed = start.elapsed();
+    let cpu1 = unwind_profiler::sampler::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+    println!("cpu seconds: {:.6}", (cpu1 - cpu0) as f64 / 1e9);
     let sum = handles
         .into_iter()
         .map(|h| h.join().unwrap())
