@@ -309,12 +309,7 @@ fn stop_deletes_every_timer() {
     std::hint::black_box(burn(Duration::from_millis(50)));
     let profile = profiler.stop();
     assert!(!profile.samples.is_empty());
-    let used: Vec<_> = profile
-        .counters
-        .timers
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .collect();
+    let used = timers_used(&profile);
     println!("timers: {used:?}");
     assert_eq!(used.len(), 1, "{:?}", profile.counters.timers);
     let before = signals_after_stop();
@@ -326,6 +321,16 @@ fn stop_deletes_every_timer() {
         after <= 1,
         "{after} timer signals after stop(): a timer was not deleted"
     );
+}
+
+/// The kinds of timer the profile's threads used, with the threads on each.
+fn timers_used(profile: &Profile) -> Vec<&(String, u64)> {
+    profile
+        .counters
+        .timers
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// `SIGTRAP`s the program's own handler received.
@@ -412,12 +417,7 @@ fn sigtrap_timers_pass_the_programs_sigtraps_on() {
         profile.samples.len()
     );
     assert_eq!(traps, 2, "the program's own SIGTRAPs were not passed on");
-    let used: Vec<_> = profile
-        .counters
-        .timers
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .collect();
+    let used = timers_used(&profile);
     assert_eq!(
         used,
         [&("perf_event task-clock (SIGTRAP)".to_string(), 1)],
