@@ -319,6 +319,47 @@ fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
     );
 }
 
+/// The `SIGTRAP` handler of `perf-sigtrap` timers, `unwind_profiler::sampler::on_sigtrap`: the
+/// sampling path under the rules of [`profiler_handler_checks`], and the passing on of the
+/// program's own `SIGTRAP`s, the one place allowed `sigaction` and `raise` (both
+/// async-signal-safe in POSIX) and an indirect call (the program's handler), all inside
+/// `pass_on_sigtrap`.
+fn profiler_sigtrap_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
+    let c = closure(preload, isa, "_ZN15unwind_profiler7sampler10on_sigtrap");
+    println!(
+        "{name} profiler SIGTRAP handler (on_sigtrap): {} functions, external calls {:?}",
+        c.functions, c.external
+    );
+    let violations: Vec<&String> = c
+        .violations
+        .iter()
+        .filter(|v| {
+            let sampling = PROFILER_HANDLER_CALLS
+                .iter()
+                .any(|f| v.starts_with(&format!("calls {f} outside")));
+            let passing_on = v.contains("pass_on_sigtrap")
+                && (v.starts_with("calls sigaction outside")
+                    || v.starts_with("calls raise outside")
+                    || v.contains("indirect")
+                    || v.starts_with("call through"));
+            !sampling && !passing_on
+        })
+        .collect();
+    for v in violations.iter().take(10) {
+        println!("    {v}");
+    }
+    checks.check(
+        violations.is_empty() && c.functions > 5,
+        format!(
+            "{name}: the profiler's SIGTRAP handler does what its sampling handler does, and \
+             calls sigaction, raise and the program's handler only to pass the program's own \
+             SIGTRAPs on ({} violations, {} functions)",
+            violations.len(),
+            c.functions
+        ),
+    );
+}
+
 fn machine_code_checks(name: &str, agent: &Path, isa: Isa, checks: &mut Checks) {
     let c = closure(agent, isa, "agent_handle_signal");
     println!(
@@ -413,6 +454,7 @@ fn main() {
         "libunwind_profiler_preload.so",
     );
     profiler_handler_checks("x86_64", &preload, Isa::X86_64, &mut checks);
+    profiler_sigtrap_checks("x86_64", &preload, Isa::X86_64, &mut checks);
 
     let arm_tools = [
         "arm-linux-gnueabihf-gcc",
@@ -448,6 +490,7 @@ fn main() {
             "libunwind_profiler_preload.so",
         );
         profiler_handler_checks("armv7", &preload, Isa::Arm, &mut checks);
+        profiler_sigtrap_checks("armv7", &preload, Isa::Arm, &mut checks);
     }
 
     checks.finish("shared_object");

@@ -229,8 +229,6 @@ fn thread_cpu_ns(tid: libc::pid_t) -> u64 {
 /// (or `SIG_DFL`/`SIG_IGN`) and whether it takes `SA_SIGINFO` arguments.
 static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static OLD_TRAP_SIGINFO: AtomicBool = AtomicBool::new(false);
-/// Whether our handler is `SIGTRAP`'s for `TRAP_PERF` signals (and passes the others on).
-static TRAP_HANDLER: AtomicBool = AtomicBool::new(false);
 
 /// Installs the handler for `timing.signal` (and for `SIGTRAP` if the timers send it) and
 /// lets threads register. Call once.
@@ -240,32 +238,38 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
     }
     MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
-    set_handler(timing.timer.signal, None)?;
+    set_handler(timing.timer.signal, on_signal, None)?;
     if timing.timer.choice == TimerChoice::PerfSigtrap {
         // SAFETY: a zeroed sigaction is valid (sigaction overwrites it).
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // The old action is stored before the events exist, so before any SIGTRAP of ours,
         // but a SIGTRAP of the program's may come between the two: it finds SIG_DFL.
-        set_handler(libc::SIGTRAP, Some(&mut old))?;
+        set_handler(libc::SIGTRAP, on_sigtrap, Some(&mut old))?;
         OLD_TRAP_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Relaxed);
         OLD_TRAP_HANDLER.store(old.sa_sigaction, Relaxed);
         if timing.timer.signal == libc::SIGTRAP {
             // SIGTRAP is the sampling signal as well: the program's are counted as foreign.
             OLD_TRAP_HANDLER.store(libc::SIG_IGN, Relaxed);
         }
-        TRAP_HANDLER.store(true, Release);
     }
     RUNNING.store(true, Release);
     Ok(())
 }
 
-/// Makes [`on_signal`] the handler of `signal`, returning the old action in `old`.
-fn set_handler(signal: libc::c_int, old: Option<&mut libc::sigaction>) -> std::io::Result<()> {
+/// A signal handler taking `SA_SIGINFO` arguments.
+type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Makes `handler` the handler of `signal`, returning the old action in `old`.
+fn set_handler(
+    signal: libc::c_int,
+    handler: Handler,
+    old: Option<&mut libc::sigaction>,
+) -> std::io::Result<()> {
     // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask. `old`,
     // if given, is a valid sigaction to write.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as *const () as usize;
+        sa.sa_sigaction = handler as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         let old = old.map_or(std::ptr::null_mut(), |o| o as *mut libc::sigaction);
@@ -276,11 +280,29 @@ fn set_handler(signal: libc::c_int, old: Option<&mut libc::sigaction>) -> std::i
     Ok(())
 }
 
+/// The `SIGTRAP` handler of `perf-sigtrap` timers: the samples go to [`on_signal`], every other
+/// `SIGTRAP` to what the program had. Kept apart from [`on_signal`] because passing on calls
+/// `sigaction`, `raise` and the program's handler, which the sampling path never does
+/// (tests/shared_object.rs checks both).
+extern "C" fn on_sigtrap(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let i = unsafe { &*info };
+    // SAFETY: a TRAP_PERF siginfo carries the event's sig_data.
+    let ours = i.si_code == timer::TRAP_PERF && unsafe { timer::signal_perf_data(i) }.is_some();
+    if ours || OLD_TRAP_HANDLER.load(Relaxed) == libc::SIG_IGN {
+        on_signal(signal, info, uc);
+    } else {
+        // SAFETY: the arguments of this running SIGTRAP handler.
+        unsafe { pass_on_sigtrap(info, uc) };
+    }
+}
+
 /// A `SIGTRAP` that no event of ours sent (a breakpoint instruction, `raise`): what the
 /// program would have had without us. Async-signal-safe.
 ///
 /// # Safety
 /// The arguments of a running `SIGTRAP` handler.
+#[inline(never)]
 unsafe fn pass_on_sigtrap(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     match OLD_TRAP_HANDLER.load(Relaxed) {
         libc::SIG_IGN => {}
@@ -550,18 +572,7 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
 #[inline(always)]
 unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: the caller's contract.
-    let info_ref = unsafe { &*info };
-    if signal == libc::SIGTRAP && TRAP_HANDLER.load(Acquire) {
-        // SAFETY: a TRAP_PERF siginfo carries the event's sig_data.
-        let ours = info_ref.si_code == timer::TRAP_PERF
-            && unsafe { timer::signal_perf_data(info_ref) }.is_some();
-        if !ours && OLD_TRAP_HANDLER.load(Relaxed) != libc::SIG_IGN {
-            // SAFETY: the caller's contract.
-            unsafe { pass_on_sigtrap(info, uc) };
-            return;
-        }
-    }
-    let info = info_ref;
+    let info = unsafe { &*info };
     let (index, overrun) = match info.si_code {
         // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
         libc::SI_TIMER => unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) },
