@@ -352,7 +352,7 @@ fn a_bad_command_line_exits_2_naming_the_problem_and_runs_nothing() {
             &["--snapshot-signal", "\"NOTASIG\""],
         ),
         (
-            with_program(&["--snapshot-signal", "PROF"]),
+            with_program(&["--snapshot-signal", "URG"]),
             &["--snapshot-signal", "other than the sampling signal"],
         ),
         (
