@@ -354,15 +354,15 @@ fn open_perf_event(
         wakeup_events: 1,
         ..PerfEventAttr::default()
     };
-    let mut kernel_too = [false, true].as_slice();
+    let mut exclude_kernel_tries = [false, true].as_slice();
     if let Some(data) = sigtrap_data {
         attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
         attr.flags |= ATTR_SIGTRAP | ATTR_REMOVE_ON_EXEC;
         attr.sig_data = data;
-        kernel_too = &[true];
+        exclude_kernel_tries = &[true];
     }
     let mut last = io::Error::other("perf_event_open");
-    for &exclude_kernel in kernel_too {
+    for &exclude_kernel in exclude_kernel_tries {
         if exclude_kernel {
             attr.flags |= ATTR_EXCLUDE_KERNEL;
         }

@@ -13,6 +13,8 @@
 
 #[path = "common/firefox.rs"]
 mod firefox;
+#[path = "common/summary.rs"]
+mod summary_text;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -243,12 +245,7 @@ fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
     println!("{outside} of {total} samples with a frame in no known module");
     assert!(total > 300, "too few samples: {total}");
     assert_eq!(outside, 0, "frames outside every module:\n{text}");
-    let no_rule: u64 = summary
-        .lines()
-        .find(|l| l.trim_start().starts_with("NoRule "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no NoRule line in the summary:\n{summary}"));
+    let no_rule = summary_text::required(&summary, "NoRule");
     println!("{no_rule} samples stopped at a PC without a rule");
     assert!(
         no_rule * 100 <= total,
@@ -292,11 +289,7 @@ fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
             .unwrap_or_else(|| panic!("unreadable CPU time line: {cpu}"));
         let timers = field("timers");
         let signals: u64 = field("signals").parse().unwrap();
-        let unsignalled: u64 = summary
-            .lines()
-            .find_map(|l| l.strip_prefix("unsignalled"))
-            .and_then(|l| l.split_whitespace().next())
-            .map_or(0, |n| n.parse().unwrap());
+        let unsignalled = summary_text::count(&summary, "unsignalled").unwrap_or(0);
         println!(
             "--timer {timer} --frequency {hz}: {timers}; {signals} signals, {unsignalled} unsignalled; {cpu}"
         );

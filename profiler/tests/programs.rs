@@ -30,6 +30,9 @@
 //! -p unwind-profiler-preload -p unwind-demo-workload && cargo test --release -p unwind-profiler
 //! --test programs`.
 
+#[path = "common/summary.rs"]
+mod summary_text;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -239,12 +242,7 @@ fn check_profile(dir: &Path, stem: &str, min_samples: u64, max_mangled_pct: f64)
         .map(|(s, n)| s.iter().filter(|f| f.starts_with("[unknown]")).count() as u64 * n)
         .sum();
     let summary = std::fs::read_to_string(dir.join(format!("{stem}.summary.txt"))).unwrap();
-    let no_rule: u64 = summary
-        .lines()
-        .find(|l| l.trim_start().starts_with("NoRule "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no NoRule line in the summary:\n{summary}"));
+    let no_rule = summary_text::required(&summary, "NoRule");
     let threads: BTreeSet<i64> = samples.iter().map(|s| s.tid).collect();
     println!(
         "{stem}: {total} samples of {} threads; {unknown} of {frames} frames ({:.2} %) in no \
@@ -762,12 +760,7 @@ fn no_signals_after_stop() {
         &["0.3"],
     );
     let summary = std::fs::read_to_string(out.join(format!("{STEM}.summary.txt"))).unwrap();
-    let after_stop: u64 = summary
-        .lines()
-        .find(|l| l.trim_start().starts_with("after stop "))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no 'after stop' line in the summary:\n{summary}"));
+    let after_stop = summary_text::required(&summary, "after stop");
     println!("{after_stop} signals after stop");
     assert!(
         after_stop <= 1,
