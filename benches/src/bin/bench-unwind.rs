@@ -3,7 +3,8 @@
 //! `framehop-cold`, `fp`. Setup and one warm-up unwind run whatever K is, so
 //! `(instructions(K) - instructions(0)) / (K * frames)` is the cost per frame.
 //!
-//! - `ours`, `framehop`: warm cache (every lookup after the warm-up a hit).
+//! - `ours`, `framehop`: warm cache (every lookup after the warm-up a hit, in its slot or, where
+//!   two of the stack's addresses share a slot, in ours's victim slots).
 //! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
 //! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
 //! - `fp`: the frame-pointer walk from the sample's `fp` (the floor).
@@ -28,11 +29,14 @@ fn main() {
     let sample = Sample::load(Path::new(path)).expect("sample");
     let image = sample.image();
     let mut pcs = vec![0u64; 1024];
+    // Lookups answered by the victim slots, in the K unwinds (ours only).
+    let mut victim_hits = 0;
     let (frames, misses) = match mode.as_str() {
         "ours" | "ours-cold" | "ours-reset" => {
             let mut ours = Ours::new(&sample);
             let frames = ours.unwind(&sample, &image, &mut pcs);
             let before = ours.cache.misses();
+            let victims_before = ours.cache.victim_hits();
             // `clear` zeroes the counters: cold runs add up each unwind's misses.
             let mut cold_misses = 0;
             for _ in 0..k {
@@ -52,6 +56,7 @@ fn main() {
                 }
             }
             let misses = if mode == "ours" {
+                victim_hits = ours.cache.victim_hits() - victims_before;
                 ours.cache.misses() - before
             } else {
                 cold_misses
@@ -101,5 +106,5 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("frames {frames} misses {misses}");
+    println!("frames {frames} misses {misses} victim_hits {victim_hits}");
 }
