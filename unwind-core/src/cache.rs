@@ -214,13 +214,22 @@ impl<A: Arch> Cache<A> {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
-        let victim = victim_of(addr);
-        if self.victims.get(victim).is_some_and(|v| v.addr == addr) {
-            self.victim_hits = self.victim_hits.wrapping_add(1);
-            return match self.victims.get(victim) {
-                Some(v) => &v.rule,
-                None => &Cached::NoRule,
-            };
+        // Only an occupied slot can have evicted `addr`: slots are emptied only by a reset,
+        // which empties the victims too. (This keeps the victims off a cold cache's misses.)
+        // (Passing the slot's address in from the hit check cost the hit path an instruction a
+        // frame.)
+        let occupied = self.entries.get(slot).is_some_and(|e| e.addr != INVALID);
+        if occupied {
+            let victim = victim_of(addr);
+            // Checked, then borrowed again: returning the first borrow conditionally is the
+            // case the borrow checker refuses.
+            if self.victims.get(victim).is_some_and(|v| v.addr == addr) {
+                self.victim_hits = self.victim_hits.wrapping_add(1);
+                return match self.victims.get(victim) {
+                    Some(v) => &v.rule,
+                    None => &Cached::NoRule,
+                };
+            }
         }
         self.misses = self.misses.wrapping_add(1);
         let rule = match table.lookup_index(addr) {
@@ -235,7 +244,7 @@ impl<A: Arch> Cache<A> {
         };
         match self.entries.get_mut(slot) {
             Some(e) => {
-                if e.addr != INVALID {
+                if occupied {
                     if let Some(v) = self.victims.get_mut(victim_of(e.addr)) {
                         *v = *e;
                     }

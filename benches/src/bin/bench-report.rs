@@ -148,7 +148,7 @@ fn real_main() -> Result<(), String> {
     let mut table = String::new();
     let mut figures: BTreeMap<&str, f64> = BTreeMap::new();
     let _ = writeln!(table, "| sample | frames | ours warm | ours cold | framehop warm | framehop cold | misses/unwind (cold) | misses/unwind (warm) | victim hits/unwind (warm) | breakpad-compatible |");
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|");
     let mut warm_all = Vec::new();
     let mut cold_all = Vec::new();
     let mut fh_warm_all = Vec::new();
@@ -364,7 +364,7 @@ fn real_main() -> Result<(), String> {
     let _ = writeln!(md, "## Instructions per frame, by sample (callgrind)\n");
     let _ = writeln!(md, "Method: each unwinder runs in its own process on the same captured sample (registers, stack copy, module files), K times and 0 times after the same setup and one warm-up unwind; (instructions(K) - instructions(0)) / (K * frames). Cold empties the cache before every unwind (ours: the reset of its 509 slots and 32 victim slots is included).\n");
     md.push_str(&table);
-    let _ = writeln!(md, "\nThe cache is direct-mapped, with 32 victim slots behind it: when two of a stack's distinct return addresses share a slot, every unwind finds one of them in the victims (*victim hits*, about 15 instructions each) instead of looking both up in the table again (*misses*, one each, about 280 instructions; before the victims, this made a 19-frame sample cost 80.7 instructions per frame instead of 51.5). Which addresses share a slot depends on the code layout, so it changes from build to build.");
+    let _ = writeln!(md, "\nThe cache is direct-mapped, with 32 victim slots behind it: when two of a stack's distinct return addresses share a slot, every unwind finds one of them in the victims (*victim hits*, about 15 instructions each) instead of looking both up in the table again (*misses*, about 290 instructions each). Which addresses share a slot depends on the code layout, so it changes from build to build: on a capture of `plt` where two shared one, the victims took the warm figure from 80.5 to 52.8 instructions per frame (51.5 without the conflict).");
     let _ = writeln!(md, "\nframe-pointer floor: {} frames of a C recursion built with `-fno-omit-frame-pointer`, walked with the same bounds-checked reads.\n", fp.frames);
     if !times.is_empty() {
         let _ = writeln!(md, "## Nanoseconds per frame (criterion, same run)\n");
