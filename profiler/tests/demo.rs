@@ -306,9 +306,12 @@ fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
             timers.split(" on ").next() == Some(kind) && !timers.contains(", "),
             "--timer {timer}: want every thread on {kind}, got {timers}"
         );
+        // Unsignalled periods are still accounted for (the check above); this bounds how many
+        // merge. 6 threads on 2 cores with other work running merged 2.5 % of perf-sigtrap's
+        // periods at 10 kHz (0.1 % on an idle machine).
         if timer != "posix" {
             assert!(
-                unsignalled * 50 <= signals,
+                unsignalled * 20 <= signals,
                 "{unsignalled} periods unsignalled for {signals} signals"
             );
         }
