@@ -12,7 +12,9 @@ use unwind_core::arm::Rule;
 use unwind_core::{Arm, Cache, RuleTable, StackImage};
 use unwind_samples::offline::{table_from_files, ArmSample};
 
-/// One unwind; never inlined, so its instructions can be told apart in a trace.
+/// One unwind; never inlined, so its instructions can be told apart in a trace. The stop
+/// reason is kept (`black_box`), as a profiler keeps it: left unused, the compiler drops its
+/// bookkeeping from the loop.
 #[inline(never)]
 fn unwind_once(
     table: &RuleTable<Rule>,
@@ -21,7 +23,9 @@ fn unwind_once(
     image: &StackImage<'_>,
     pcs: &mut [u64],
 ) -> usize {
-    unwind_core::unwind(table, cache, sample.regs, image, pcs, None).frames
+    let r = unwind_core::unwind(table, cache, sample.regs, image, pcs, None);
+    black_box(r.stop);
+    r.frames
 }
 
 fn main() {
