@@ -19,7 +19,8 @@
 //! lookup that misses its slot checks there before the table. Any direct-mapped cache has
 //! conflicts: of a stack's ~15 distinct return addresses, two share one of 509 slots with a
 //! probability near 20 %, and then every unwind of that stack paid two table lookups (about 280
-//! instructions each). With the victims it pays two victim checks (about 15 each). The hit path
+//! instructions each). With the victims it pays two victim checks (about 12 instructions each, measured on a
+//! conflicting capture: 52.8 against 51.5 per frame on 19 frames). The hit path
 //! is unchanged: the victims are read only in the out-of-line fill.
 
 use crate::arch::Arch;
@@ -217,9 +218,9 @@ impl<A: Arch> Cache<A> {
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
         // Only an occupied slot can have evicted `addr`: slots are emptied only by a reset,
-        // which empties the victims too. (This keeps the victims off a cold cache's misses.)
-        // (Passing the slot's address in from the hit check cost the hit path an instruction a
-        // frame.)
+        // which empties the victims too. This keeps the victims off a cold cache's misses.
+        // (Passing the slot's address in from the hit check instead cost the hit path an
+        // instruction a frame.)
         let occupied = self.entries.get(slot).is_some_and(|e| e.addr != INVALID);
         if occupied {
             let victim = victim_of(addr);
