@@ -18,9 +18,9 @@
 //! fill evicts moves to one of 32 victim slots, chosen by other bits of the same hash, and a
 //! lookup that misses its slot checks there before the table. Any direct-mapped cache has
 //! conflicts: of a stack's ~15 distinct return addresses, two share one of 509 slots with a
-//! probability near 20 %, and then every unwind of that stack paid two table lookups (about 280
-//! instructions each). With the victims it pays two victim checks (about 12 instructions each, measured on a
-//! conflicting capture: 52.8 against 51.5 per frame on 19 frames). The hit path
+//! probability near 20 %, and then every unwind of that stack paid two table lookups (about 290
+//! instructions each). With the victims it pays two victim checks, about 12 instructions each
+//! (measured on a conflicting capture: 52.8 against 51.5 per frame on 19 frames). The hit path
 //! is unchanged: the victims are read only in the out-of-line fill.
 
 use crate::arch::Arch;
