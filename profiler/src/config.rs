@@ -220,12 +220,9 @@ impl Config {
                     }
                 }
                 "UNWIND_PROFILER_TIMER" => {
-                    c.timer = match v.trim() {
-                        "auto" => TimerChoice::Auto,
-                        "perf" => TimerChoice::PerfEvent,
-                        "perf-sigtrap" => TimerChoice::PerfSigtrap,
-                        "posix" => TimerChoice::Posix,
-                        _ => return Err(err(o.env, &v, "auto, perf, perf-sigtrap or posix")),
+                    c.timer = match TimerChoice::from_name(v.trim()) {
+                        Some(choice) => choice,
+                        None => return Err(err(o.env, &v, "auto, perf, perf-sigtrap or posix")),
                     }
                 }
                 "UNWIND_PROFILER_OUTPUT" => c.output = Some(PathBuf::from(v)),
@@ -330,6 +327,16 @@ mod tests {
         assert_eq!(c.snapshot_signal, Some(libc::SIGUSR2));
         assert_eq!(c.max_frames, 64);
         assert!(c.quiet);
+        // Every timer by its name, and the option's value list names each of them.
+        for (name, choice) in TimerChoice::NAMES {
+            let c = Config::from_vars(vars(&[("UNWIND_PROFILER_TIMER", name)])).unwrap();
+            assert_eq!(c.timer, choice);
+            let listed = OPTIONS.iter().find(|o| o.flag == "--timer").unwrap().value;
+            assert!(
+                listed.split('|').any(|v| v == name),
+                "{listed} lacks {name}"
+            );
+        }
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! (`si_code` `TRAP_PERF`, carrying the event's `sig_data`, here the record index) to the thread
 //! from its return to user mode, instead of waking the descriptor's owner from an `irq_work`
 //! interrupt. That saves the self-interrupt, the costliest part of delivery in a VM (measured
-//! with a handler that only counts, `bench-overhead`: 9.1 against 13.0 us per signal). It is opt-in (`--timer perf-sigtrap`) because
-//! `SIGTRAP` is not a signal a profiler can own quietly: a debugger stops at each one, and a
-//! crash reporter that installs its handler after ours would take a sample for a crash.
+//! with a handler that only counts, `bench-overhead`: 9.1 against 13.0 us per signal). It is
+//! opt-in (`--timer perf-sigtrap`) because `SIGTRAP` is not a signal a profiler can own
+//! quietly: a debugger stops at each one, and a crash reporter that installs its handler after
+//! ours would take a sample for a crash.
 //!
 //! Why two: the kernel checks POSIX CPU-time timers only at its tick (`CONFIG_HZ`, 250 Hz on
 //! many distribution kernels), so a 1 kHz CPU timer fires at most 250 times a second, each
@@ -41,6 +42,24 @@ pub enum TimerChoice {
     PerfSigtrap,
     /// Only POSIX timers.
     Posix,
+}
+
+impl TimerChoice {
+    /// Every choice with its name on the command line (`--timer`, `UNWIND_PROFILER_TIMER`).
+    pub const NAMES: [(&'static str, TimerChoice); 4] = [
+        ("auto", TimerChoice::Auto),
+        ("perf", TimerChoice::PerfEvent),
+        ("perf-sigtrap", TimerChoice::PerfSigtrap),
+        ("posix", TimerChoice::Posix),
+    ];
+
+    /// The choice named `name` ([`NAMES`](Self::NAMES)).
+    pub fn from_name(name: &str) -> Option<TimerChoice> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, choice)| choice)
+    }
 }
 
 /// A thread's timer, as created.

@@ -296,11 +296,8 @@ fn stop_deletes_every_timer() {
         }
         return;
     }
-    let timer = match std::env::var(TIMERS_VAR).as_deref() {
-        Ok("perf") => unwind_profiler::config::TimerChoice::PerfEvent,
-        Ok("perf-sigtrap") => unwind_profiler::config::TimerChoice::PerfSigtrap,
-        _ => unwind_profiler::config::TimerChoice::Posix,
-    };
+    let name = std::env::var(TIMERS_VAR).unwrap_or_default();
+    let timer = unwind_profiler::config::TimerChoice::from_name(&name).expect("a timer name");
     let profiler = Profiler::start(Config {
         timer,
         ..Config::default()

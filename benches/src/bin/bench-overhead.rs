@@ -261,23 +261,17 @@ fn run_once(me: &Path, record: &Path, out: &Path, s: &Setting, threads: usize) -
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let work_s = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("work seconds: "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("the workload printed no time");
+    // The number the workload printed after `name: `.
+    let printed = |name: &str| -> Option<f64> {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+            .and_then(|v| v.trim().parse().ok())
+    };
     let mut run = Run {
-        work_s,
-        cpu_s: stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("cpu seconds: "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0),
-        signals: stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("signals: "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0),
+        work_s: printed("work seconds").expect("the workload printed no time"),
+        cpu_s: printed("cpu seconds").unwrap_or(0.0),
+        signals: printed("signals").unwrap_or(0.0),
         ..Run::default()
     };
     if s.mode == Mode::Profiled {
@@ -343,11 +337,7 @@ fn work(threads: usize, units: u64, floor: Option<(&str, u32)>) {
             libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut());
         }
         TimerSpec {
-            choice: match timer {
-                "perf" => TimerChoice::PerfEvent,
-                "perf-sigtrap" => TimerChoice::PerfSigtrap,
-                _ => TimerChoice::Posix,
-            },
+            choice: TimerChoice::from_name(timer).expect("a timer name"),
             clock: libc::CLOCK_THREAD_CPUTIME_ID,
             period: std::time::Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1))),
             signal: libc::SIGPROF,
