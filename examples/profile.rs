@@ -27,7 +27,8 @@ const MAX_SAMPLES: usize = 1 << 16;
 static SAMPLES: std::sync::OnceLock<unwind_in_process::Samples> = std::sync::OnceLock::new();
 static FAILED: AtomicUsize = AtomicUsize::new(0);
 
-const STOPS: [unwind_in_process::StopReason; 9] = unwind_in_process::StopReason::ALL;
+const STOPS: [unwind_in_process::StopReason; unwind_in_process::StopReason::ALL.len()] =
+    unwind_in_process::StopReason::ALL;
 
 /// Stack bytes copied per minidump capture.
 const CAPTURE_BYTES: usize = 64 * 1024;

@@ -1,9 +1,9 @@
 //! `outside_modules()`: a walk that meets a PC in no module of the published table says so, so
 //! that a profiler's own thread can refresh the table off the signal path instead of polling the
 //! loader. A library `dlopen`ed after `init` calls back into this test, which unwinds through
-//! the library's frame: before a refresh the count grows and the last address is in the
-//! library; after `refresh()`, the same walk passes through the library's frame and the count
-//! stays.
+//! the library's frame: before a refresh the walk ends there (`OutsideModules`, the library's
+//! address not written), the count grows and the last address is in the library; after
+//! `refresh()`, the same walk passes through the library's frame and the count stays.
 
 use std::ffi::{c_void, CString};
 use std::hint::black_box;
@@ -87,6 +87,18 @@ fn a_walk_through_a_new_library_is_reported_until_refresh() {
         in_library(seen.outside.last_address),
         "last outside address {:#x} not in the library ({start:#x}..{end:#x})",
         seen.outside.last_address
+    );
+    // A return address in no module of the table is not a frame: the walk ends there.
+    assert_eq!(
+        seen.stop,
+        unwind_in_process::StopReason::OutsideModules,
+        "{:x?}",
+        seen.pcs
+    );
+    assert!(
+        !seen.pcs.iter().any(|&pc| in_library(pc)),
+        "a frame in the library before refresh: {:x?}",
+        seen.pcs
     );
 
     unwind_in_process::refresh().expect("refresh");

@@ -114,7 +114,7 @@ static ERR_BUSY: AtomicUsize = AtomicUsize::new(0);
 /// Nonzero while the plugin worker is inside `plugin_spin` of that load ("epoch").
 static PLUGIN_EPOCH: AtomicU64 = AtomicU64::new(0);
 
-const STOPS: [StopReason; 9] = StopReason::ALL;
+const STOPS: [StopReason; StopReason::ALL.len()] = StopReason::ALL;
 
 extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     IN_HANDLER.set(true);

@@ -47,7 +47,7 @@ pub trait Arch:
     /// is `exact` (frame 0, and the caller of a signal frame), else an address inside the call
     /// instruction that the return address follows. Mode bits (ARM's Thumb bit) are cleared
     /// here, and so would be pointer-authentication bits on an architecture that signs return
-    /// addresses.
+    /// addresses. The two addresses must differ for every PC: the loop tells an exact PC by it.
     fn lookup_address(regs: &Self::Regs, exact: bool) -> u64;
 
     /// Why a walk ends at a frame described by `rule`, if it does (an undefined return address:
@@ -78,8 +78,10 @@ pub trait Arch:
 
     /// The fallbacks for a frame that no rule describes (`frame` is its index, 0 for the
     /// interrupted one): the link register of a leaf, the frame-pointer chain. Each validates
-    /// its candidate before returning it; [`StopReason::NoRule`] if none applies.
+    /// its candidate before returning it, with [`returns_into_code`] among its checks;
+    /// [`StopReason::NoRule`] if none applies.
     fn step_without_rule<M: Memory + ?Sized>(
+        table: &RuleTable<Self::Rule>,
         regs: &Self::Regs,
         frame: usize,
         mem: &M,
@@ -88,6 +90,14 @@ pub trait Arch:
     /// True if the caller's stack pointer is acceptable after the callee's: it must increase
     /// (architectures whose frame 0 may be a leaf that has not moved SP allow equality there).
     fn sp_increases(caller: &Self::Regs, callee: &Self::Regs, frame: usize) -> bool;
+}
+
+/// True if `caller`'s PC, as a return address, is in the code of one of `table`'s modules, or
+/// is 0 (the end of a frame-pointer chain, which the loop reports as
+/// [`StopReason::ZeroReturnAddress`]): the check that every fallback's candidate passes, as the
+/// unwind loop checks callers found by rules (it looks them up at the same address).
+pub fn returns_into_code<A: Arch>(table: &RuleTable<A::Rule>, caller: &A::Regs) -> bool {
+    A::pc(caller) == 0 || table.module_for(A::lookup_address(caller, false)).is_some()
 }
 
 /// The outcome of one step that is not a simple cached rule: the caller's registers, how they

@@ -7,7 +7,7 @@
 //! (values are `u32`); PCs are written to the caller's `u64` array like on every architecture.
 //! A PC with bit 0 set is Thumb code: lookups clear that bit.
 
-use crate::arch::Arch;
+use crate::arch::{returns_into_code, Arch};
 use crate::expr::{EvalContext, Expr};
 use crate::memory::Memory;
 use crate::table::RuleTable;
@@ -506,21 +506,30 @@ impl Arch for Arm {
     /// A frame 0 without a rule is first assumed to be a leaf whose return address is still in
     /// LR ([`Trust::LinkRegister`]), then unwound by its frame record.
     fn step_without_rule<M: Memory + ?Sized>(
+        table: &RuleTable<Rule>,
         regs: &Regs,
         frame: usize,
         mem: &M,
     ) -> Result<Step, StopReason> {
         if frame == 0 && regs.lr != 0 && regs.lr != regs.pc {
-            return Ok(Step {
-                caller: Regs {
-                    pc: regs.lr,
-                    ..*regs
-                },
-                trust: Trust::LinkRegister,
-                exact: false,
-            });
+            let caller = Regs {
+                pc: regs.lr,
+                ..*regs
+            };
+            if returns_into_code::<Self>(table, &caller) {
+                return Ok(Step {
+                    caller,
+                    trust: Trust::LinkRegister,
+                    exact: false,
+                });
+            }
         }
-        step_frame_pointer(*regs, mem)
+        let step = step_frame_pointer(*regs, mem)?;
+        if returns_into_code::<Self>(table, &step.caller) {
+            Ok(step)
+        } else {
+            Err(StopReason::NoRule)
+        }
     }
 
     /// SP must not decrease, and must increase after frame 0 (a leaf's caller can have the

@@ -49,8 +49,12 @@ pub enum Cached<S> {
     Table(RuleRef),
     /// The walk ends at this frame ([`Arch::stop`]).
     Stop(StopReason),
-    /// No rule covers the address: the fallbacks apply ([`Arch::step_without_rule`]).
+    /// No rule covers the address, which is in a module's code: the fallbacks apply
+    /// ([`Arch::step_without_rule`]).
     NoRule,
+    /// No module of the table has code at the address. For frame 0 (from the registers) the
+    /// fallbacks apply; a caller here ends the walk unwritten ([`StopReason::OutsideModules`]).
+    Outside,
 }
 
 impl<S> Cached<S> {
@@ -101,7 +105,8 @@ struct Entry<S> {
 }
 
 /// The key of an invalid entry. No lookup can wrongly hit it: no module contains `u64::MAX`
-/// (ranges are half-open), so "no rule", which invalid entries hold, is its right answer.
+/// (ranges are half-open), so [`Cached::Outside`], which invalid entries hold, is its right
+/// answer.
 const INVALID: u64 = u64::MAX;
 
 /// A per-thread (or per-sampler) rule cache for architecture `A`. It is `&mut` while
@@ -138,7 +143,7 @@ impl<A: Arch> Cache<A> {
     pub fn new() -> Self {
         let empty = Entry {
             addr: INVALID,
-            rule: Cached::NoRule,
+            rule: Cached::Outside,
         };
         Cache {
             generation: 0,
@@ -168,11 +173,11 @@ impl<A: Arch> Cache<A> {
         // Two loops: a chained iterator compiles to a loop three times slower.
         for e in &mut self.entries {
             e.addr = INVALID;
-            e.rule = Cached::NoRule;
+            e.rule = Cached::Outside;
         }
         for e in &mut self.victims {
             e.addr = INVALID;
-            e.rule = Cached::NoRule;
+            e.rule = Cached::Outside;
         }
         self.generation = generation;
     }
@@ -230,19 +235,18 @@ impl<A: Arch> Cache<A> {
                 self.victim_hits = self.victim_hits.wrapping_add(1);
                 return match self.victims.get(victim) {
                     Some(v) => &v.rule,
-                    None => &Cached::NoRule,
+                    None => &Cached::Outside,
                 };
             }
         }
         self.misses = self.misses.wrapping_add(1);
         let rule = match table.lookup_index(addr) {
             Some(found) => Cached::of::<A>(found.rule, found.at),
+            None if table.module_for(addr).is_some() => Cached::NoRule,
             None => {
-                if table.module_for(addr).is_none() {
-                    self.outside = self.outside.wrapping_add(1);
-                    self.last_outside = addr;
-                }
-                Cached::NoRule
+                self.outside = self.outside.wrapping_add(1);
+                self.last_outside = addr;
+                Cached::Outside
             }
         };
         match self.entries.get_mut(slot) {
@@ -257,7 +261,7 @@ impl<A: Arch> Cache<A> {
                 &e.rule
             }
             // Unreachable: `slot_of` is below CACHE_SLOTS.
-            None => &Cached::NoRule,
+            None => &Cached::Outside,
         }
     }
 
@@ -350,6 +354,7 @@ mod tests {
             Err(StopReason::BadRule)
         }
         fn step_without_rule<M: crate::Memory + ?Sized>(
+            _: &RuleTable<u8>,
             _: &u64,
             _: usize,
             _: &M,

@@ -205,7 +205,7 @@ fn frame_pointer_fallback_when_no_rule() {
     // A pure frame-pointer chain through code without rules ends at a zero return address.
     let mut w = vec![0u64; 0x200];
     let fps = [STACK + 0x100, STACK + 0x140, STACK + 0x1c0];
-    let ras = [0x1111_0000u64, 0x2222_0000, 0];
+    let ras = [BIAS + 0x9100, BIAS + 0x9200, 0];
     for i in 0..3 {
         put(&mut w, fps[i], fps.get(i + 1).copied().unwrap_or(0));
         put(&mut w, fps[i] + 8, ras[i]);
@@ -219,11 +219,55 @@ fn frame_pointer_fallback_when_no_rule() {
     let (r, pcs, trust) = run(&t, regs, &bytes, 16);
     assert_eq!(r.stop, StopReason::ZeroReturnAddress);
     assert!(r.stop.is_complete());
-    assert_eq!(pcs, [0x4444_0000, 0x1111_0000, 0x2222_0000]);
+    assert_eq!(pcs, [0x4444_0000, BIAS + 0x9100, BIAS + 0x9200]);
     assert_eq!(
         trust,
         [Trust::Context, Trust::FramePointer, Trust::FramePointer]
     );
+
+    // The same chain with a link that returns into no module: the fallback refuses it, at
+    // frame 0 and at a caller alike, and the walk ends before it.
+    for (bad, written) in [(0, 1), (1, 2)] {
+        let mut w = w.clone();
+        put(&mut w, fps[bad] + 8, 0x1111_0000);
+        let (r, pcs, _) = run(&t, regs, &image_bytes(&w), 16);
+        assert_eq!(r.stop, StopReason::NoRule);
+        assert_eq!(pcs.len(), written, "{pcs:x?}");
+        assert!(!pcs.contains(&0x1111_0000));
+    }
+}
+
+#[test]
+fn a_caller_in_no_module_is_not_written() {
+    // `leaf`'s rule finds a return address in no module (a smashed stack, a wrong rule): the
+    // walk ends with OutsideModules and the address is not a frame.
+    let t = three_functions();
+    let (regs, mut w) = three_frame_stack();
+    put(&mut w, regs.sp + 8, 0x5555_0000);
+    let bytes = image_bytes(&w);
+    let mem = StackImage::new(STACK, &bytes);
+    let mut cache = Cache::<X86_64>::new();
+    let mut pcs = [7u64; 8];
+    let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, None);
+    assert_eq!(r.frames, 1);
+    assert_eq!(r.stop, StopReason::OutsideModules);
+    assert!(!r.stop.is_complete());
+    assert_eq!(pcs[0], regs.pc);
+    assert_eq!(cache.outside_modules(), 1);
+    assert_eq!(cache.last_outside_module(), 0x5555_0000 - 1);
+    // Both lookups counted, the one that found no module included.
+    assert_eq!(cache.hits() + cache.misses(), 2);
+    // Warm, the same answer.
+    let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, None);
+    assert_eq!((r.frames, r.stop), (1, StopReason::OutsideModules));
+
+    // Deeper: `mid`'s frame record returns into no module.
+    let (regs, mut w) = three_frame_stack();
+    put(&mut w, STACK + 0x200 + 8, 0x5555_0000);
+    let (r, pcs, trust) = run(&t, regs, &image_bytes(&w), 8);
+    assert_eq!(r.stop, StopReason::OutsideModules);
+    assert_eq!(pcs, [BIAS + 0x1050, BIAS + 0x2040]);
+    assert_eq!(trust, [Trust::Context, Trust::Cfi]);
 }
 
 #[test]
@@ -481,10 +525,22 @@ fn signal_frame_makes_the_next_lookup_exact() {
     assert_eq!(pcs, [BIAS + 0x1004, BIAS + X]);
     assert_eq!(trust, [Trust::Context, Trust::Cfi]);
 
-    // The same stack without the signal-frame flag: the lookup at X - 1 finds `other`.
+    // The same stack without the signal-frame flag: the lookup at X - 1 finds `other`, whose
+    // caller returns into no module.
     let (r, pcs, _) = run(&build(false), regs, &bytes, 16);
-    assert_eq!(pcs, [BIAS + 0x1004, BIAS + X, 0x3333_0000]);
-    assert_eq!(r.stop, StopReason::NoRule);
+    assert_eq!(pcs, [BIAS + 0x1004, BIAS + X]);
+    assert_eq!(r.stop, StopReason::OutsideModules);
+
+    // A signal frame's interrupted PC is from registers: written even in no module (code
+    // generated at run time), then unwound by the fallbacks, whose frame record returns to
+    // `start`.
+    let mut w3 = w.clone();
+    put(&mut w3, sp0 + 168, 0x7777_0000);
+    put(&mut w3, interrupted_fp + 8, BIAS + 0x2008);
+    let (r, pcs, trust) = run(&build(true), regs, &image_bytes(&w3), 16);
+    assert_eq!(pcs, [BIAS + 0x1004, 0x7777_0000, BIAS + 0x2008]);
+    assert_eq!(trust, [Trust::Context, Trust::Cfi, Trust::FramePointer]);
+    assert_eq!(r.stop, StopReason::EndOfStack);
 
     // Exactness lasts one frame only: a signal frame returning into `other`'s last byte
     // continues with ordinary callers looked up at return address - 1.
@@ -573,7 +629,7 @@ fn cache_follows_table_generations_and_collisions() {
         assert_eq!(cache.lookup(&t1, b), cached(&r2));
         assert_eq!(cache.lookup(&t2, a), cached(&r2));
         assert_eq!(cache.lookup(&t2, b), Cached::NoRule);
-        assert_eq!(cache.lookup(&t1, a - 1), Cached::NoRule);
+        assert_eq!(cache.lookup(&t1, a - 1), Cached::Outside);
     }
 }
 
@@ -767,9 +823,18 @@ fn garbage_stacks_stop_cleanly() {
             },
         };
         let n = (next() % 40) as usize;
-        let (r, _, _) = run(&t, regs, &bytes, n);
+        let (r, pcs, _) = run(&t, regs, &bytes, n);
         assert!(r.frames <= n);
+        // No signal frames here, so every caller is a return address, and it must return into
+        // the module's code whichever rule or fallback found it (0 ends the walk instead).
+        for &pc in pcs.iter().skip(1) {
+            assert!(
+                t.module_for(pc - 1).is_some(),
+                "{pc:#x} in no module: {pcs:x?}"
+            );
+        }
         *reasons.entry(format!("{:?}", r.stop)).or_insert(0) += 1;
     }
     println!("garbage stacks: {reasons:?}");
+    assert!(reasons.contains_key("OutsideModules"), "{reasons:?}");
 }

@@ -1,0 +1,84 @@
+//! ARM's fallbacks for a frame no rule describes (the link register of a leaf, then the frame
+//! record) accept a candidate only if it returns into a module's code; a rule's caller in no
+//! module ends the walk unwritten.
+
+use std::sync::Arc;
+
+use std::num::NonZeroU32;
+use unwind_core::arm::{Regs, Rule};
+use unwind_core::{
+    unwind, Arm, Cache, ModuleRulesBuilder, RuleTable, RuleTableBuilder, StackImage, StopReason,
+    Trust,
+};
+
+/// The module's code: 0x10000..0x20000, with no rules at all (code built without unwind
+/// tables), except `start` at 0x18000..0x18100, where the walk ends.
+fn table() -> RuleTable<Rule> {
+    let mut m = ModuleRulesBuilder::new();
+    m.push(0x18000, 0x18100, Rule::cant_unwind()).unwrap();
+    let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    b.add(
+        0x10000,
+        0x20000,
+        0,
+        "armhf".into(),
+        Arc::new(m.build().unwrap()),
+    );
+    b.build().unwrap()
+}
+
+const STACK: u32 = 0x7000_0000;
+
+/// A stack of 64 words at STACK with a Thumb frame record at STACK + 0x40: the caller's r7
+/// (0) and a return address `ra`.
+fn stack(ra: u32) -> Vec<u8> {
+    let mut w = [0u32; 64];
+    w[0x40 / 4 + 1] = ra;
+    w.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn walk(regs: Regs, bytes: &[u8]) -> (StopReason, Vec<u64>, Vec<Trust>) {
+    let t = table();
+    let mut cache = Cache::<Arm>::new();
+    let mem = StackImage::new(u64::from(STACK), bytes);
+    let mut pcs = [0u64; 8];
+    let mut trust = [Trust::Context; 8];
+    let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, Some(&mut trust));
+    (r.stop, pcs[..r.frames].to_vec(), trust[..r.frames].to_vec())
+}
+
+/// Frame 0 in Thumb code without a rule, r7 at the frame record.
+fn regs(lr: u32) -> Regs {
+    Regs {
+        pc: 0x1_2001,
+        lr,
+        sp: STACK + 0x20,
+        r7: STACK + 0x40,
+        ..Regs::default()
+    }
+}
+
+#[test]
+fn link_register_in_code_is_the_leaf_caller() {
+    let (stop, pcs, trust) = walk(regs(0x1_8011), &stack(0x1_3001));
+    assert_eq!(pcs, [0x1_2001, 0x1_8011]);
+    assert_eq!(trust, [Trust::Context, Trust::LinkRegister]);
+    assert_eq!(stop, StopReason::CantUnwind);
+}
+
+#[test]
+fn link_register_in_no_module_gives_way_to_the_frame_record() {
+    // LR holds a stale value in no module: the frame record is used instead.
+    let (_, pcs, trust) = walk(regs(0x4000_0001), &stack(0x1_8021));
+    assert_eq!(pcs, [0x1_2001, 0x1_8021]);
+    assert_eq!(trust, [Trust::Context, Trust::FramePointer]);
+}
+
+#[test]
+fn no_candidate_in_code_is_no_rule() {
+    // Neither LR nor the frame record returns into code (the record holds a stack address,
+    // as a frame pointer that is an ordinary register makes it).
+    let (stop, pcs, _) = walk(regs(0x4000_0001), &stack(STACK + 0x30));
+    assert_eq!(pcs, [0x1_2001]);
+    assert_eq!(stop, StopReason::NoRule);
+}
