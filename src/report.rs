@@ -19,6 +19,11 @@ pub struct ModuleReport {
     pub distinct_rules: usize,
     /// Heap bytes of its rules.
     pub bytes: usize,
+    /// Bytes of its code (the span of its executable segments; 0 if unknown).
+    pub code_bytes: u64,
+    /// Of them, bytes that no unwind table describes (built without unwind tables, or padding):
+    /// a sample there is unwound by the fallbacks, or stops.
+    pub code_without_rules: u64,
     /// FDE and row counts, with drops by reason (none if the module has no CFI).
     pub stats: Option<CfiStats>,
     /// 32-bit ARM: what reading `.ARM.exidx` found (entries, rows, drops by reason with the first
@@ -68,6 +73,12 @@ impl PreloadReport {
                 rows: p.parsed.rules.rows(),
                 distinct_rules: p.parsed.rules.dictionary().len(),
                 bytes: p.parsed.rules.bytes(),
+                code_bytes: p.module.end.saturating_sub(p.module.start),
+                code_without_rules: without_rules(
+                    &p.parsed.rules,
+                    p.module.start.wrapping_sub(p.module.bias),
+                    p.module.end.wrapping_sub(p.module.bias),
+                ),
                 stats: p.parsed.stats.clone(),
                 exidx: p.parsed.exidx.clone(),
                 exidx_error: p.parsed.exidx_error,
@@ -107,6 +118,12 @@ impl PreloadReport {
     }
 }
 
+/// Bytes of the file addresses `[lo, hi)` that no rule of `rules` describes.
+fn without_rules<R: Copy>(rules: &unwind_core::table::ModuleRules<R>, lo: u64, hi: u64) -> u64 {
+    hi.saturating_sub(lo)
+        .saturating_sub(rules.bytes_with_rules(lo, hi))
+}
+
 impl fmt::Display for ModuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -117,6 +134,15 @@ impl fmt::Display for ModuleReport {
             self.distinct_rules,
             self.bytes as f64 / self.rows.max(1) as f64
         )?;
+        if self.code_bytes > 0 {
+            write!(
+                f,
+                ", {} of {} code bytes ({:.1} %) without unwind tables",
+                self.code_without_rules,
+                self.code_bytes,
+                100.0 * self.code_without_rules as f64 / self.code_bytes as f64
+            )?;
+        }
         if let Some(s) = &self.stats {
             write!(
                 f,
@@ -151,6 +177,14 @@ impl fmt::Display for ModuleReport {
                 ", .ARM.exidx: {} entries, {} rows, {} cantunwind",
                 x.entries, x.rows, x.cant_unwind
             )?;
+            if x.clipped > 0 {
+                write!(
+                    f,
+                    " ({} rows end at their function's symbol, {} of them cantunwind, leaving {} \
+                     bytes of functions without an entry)",
+                    x.clipped, x.clipped_cant_unwind, x.bytes_without_entry
+                )?;
+            }
             for d in &x.first_dropped {
                 let n = x.dropped_for(d.reason);
                 write!(f, " [{} {n} dropped, first: {d}]", d.reason)?;
@@ -204,12 +238,15 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
     let loaded = unwind_dwarf::load_elf_file::<crate::arch::Native>(path)?;
     let elapsed = started.elapsed();
     let (exidx, exidx_error) = crate::arch::report_extra(&loaded.stats.arch);
+    let (lo, hi) = loaded.stats.code_range.unwrap_or((0, 0));
     Ok((
         ModuleReport {
             name: path.display().to_string(),
             rows: loaded.rules.rows(),
             distinct_rules: loaded.rules.dictionary().len(),
             bytes: loaded.rules.bytes(),
+            code_bytes: hi.saturating_sub(lo),
+            code_without_rules: without_rules(&loaded.rules, lo, hi),
             stats: Some(loaded.stats.cfi),
             exidx,
             exidx_error,
@@ -233,6 +270,9 @@ mod tests {
             entries: 40,
             rows: 30,
             cant_unwind: 9,
+            clipped: 2,
+            clipped_cant_unwind: 1,
+            bytes_without_entry: 0x180,
             ..ExidxStats::default()
         };
         exidx.dropped[ExidxDropReason::ExtabOutOfRange as usize] = 1;
@@ -246,6 +286,8 @@ mod tests {
             rows: 12,
             distinct_rules: 3,
             bytes: 100,
+            code_bytes: 0x1000,
+            code_without_rules: 0x200,
             stats: None,
             exidx: Some(exidx),
             exidx_error: Some(ExidxError::NotSorted {
@@ -261,9 +303,15 @@ mod tests {
         let line = report.to_string();
         assert!(line.starts_with("/lib/libbad.so: 12 rows"), "{line}");
         assert!(
+            line.contains(", 512 of 4096 code bytes (12.5 %) without unwind tables"),
+            "{line}"
+        );
+        assert!(
             line.contains(
-                ", .ARM.exidx: 40 entries, 30 rows, 9 cantunwind [extab-out-of-range 1 dropped, \
-                 first: .ARM.exidx entry 5 (offset 0x28, function 0x8010): extab-out-of-range]"
+                ", .ARM.exidx: 40 entries, 30 rows, 9 cantunwind (2 rows end at their function's \
+                 symbol, 1 of them cantunwind, leaving 384 bytes of functions without an entry) \
+                 [extab-out-of-range 1 dropped, first: .ARM.exidx entry 5 (offset 0x28, function \
+                 0x8010): extab-out-of-range]"
             ),
             "{line}"
         );

@@ -152,6 +152,9 @@ pub fn rules_from_image(
             extab: Some(segment),
             extab_svma: seg_lo,
             text_end: Some(code.1),
+            // The mapped image has no section headers, so no symbol table: every entry covers
+            // up to the next one (a module read from its file knows where functions end).
+            functions: &[],
         });
     }
     unwind_dwarf::rules_from_sections::<Native>(&sections, exidx_sections.as_ref())

@@ -72,6 +72,7 @@
 //!     extab: None,
 //!     extab_svma: 0,
 //!     text_end: Some(0x8400), // where the last function ends
+//!     functions: &[],        // no symbols
 //! };
 //! let (table, stats) = rows(&sections)?;
 //! assert_eq!((stats.entries, stats.rows, stats.cant_unwind), (4, 2, 1));
@@ -142,6 +143,12 @@ pub struct ExidxSections<'a> {
     pub extab_svma: u64,
     /// Where the last function ends (the end of the code), if known.
     pub text_end: Option<u64>,
+    /// Known functions as `[start, end)` file addresses (bit 0 clear), sorted by start, from
+    /// the file's symbols; empty where it has none. An entry whose function is listed and ends
+    /// before the next entry's start gets a row only to that end: the code after it, up to the
+    /// next entry, is code that no table describes (objects built without
+    /// `-funwind-tables`), counted in [`ExidxStats::bytes_without_entry`]. See [`rows`].
+    pub functions: &'a [(u64, u64)],
 }
 
 /// Why an index entry gave no row. Dropped entries leave a gap (no row; see the crate
@@ -241,6 +248,14 @@ pub struct ExidxStats {
     pub odd_starts: u64,
     /// Rows produced with a rule to unwind by (`CANTUNWIND` rows not included).
     pub rows: u64,
+    /// Rows (`CANTUNWIND` ones included) that end at their function's end, before the next
+    /// entry ([`ExidxSections::functions`]).
+    pub clipped: u64,
+    /// Of them, `CANTUNWIND` rows: usually `_start`'s, or a linker's terminator, which would
+    /// otherwise cover table-less code after it and stop every walk there.
+    pub clipped_cant_unwind: u64,
+    /// Bytes of code the clipped rows leave without a row: functions that no entry describes.
+    pub bytes_without_entry: u64,
     /// Entries dropped, by reason (indexed like [`ExidxDropReason::ALL`]).
     pub dropped: [u64; ExidxDropReason::ALL.len()],
     /// The first entry dropped for each reason, in the order found (at most one per reason):
@@ -414,8 +429,15 @@ impl std::error::Error for ExidxError {}
 pub type Row = (u64, u64, Rule);
 
 /// One row per function: `(start, end, rule)` in file addresses, sorted by start; `CANTUNWIND`
-/// entries get [`Rule::cant_unwind`], dropped entries are left out (gaps). Identical neighbouring rules are
-/// not merged here (the table builder does).
+/// entries get [`Rule::cant_unwind`], dropped entries are left out (gaps). Identical
+/// neighbouring rules are not merged here (the table builder does).
+///
+/// A row runs to the next entry's start, unless [`ExidxSections::functions`] lists a function
+/// at the entry's start that ends before it: an entry says nothing about the code after its
+/// function, and that code, with no entry of its own, was built without unwind tables. It is
+/// left without a row, so that the unwinder's fallbacks apply there instead of the wrong
+/// function's rule or, for a `CANTUNWIND` entry (`_start`'s in a program built without
+/// `-funwind-tables`), a stop.
 pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), ExidxError> {
     let entries = entries(sections)?;
     let mut stats = ExidxStats::default();
@@ -451,6 +473,19 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
             count(&mut stats.empty);
             continue;
         }
+        let end = match function_end(sections.functions, start) {
+            Some(f) if f > start && f < end => {
+                count(&mut stats.clipped);
+                if e.model == Model::CantUnwind {
+                    count(&mut stats.clipped_cant_unwind);
+                }
+                stats.bytes_without_entry = stats
+                    .bytes_without_entry
+                    .saturating_add(end.saturating_sub(f));
+                f
+            }
+            _ => end,
+        };
         if e.model == Model::CantUnwind {
             // Not a gap: the tables say the function cannot be unwound through, and the
             // unwinder stops there (counted in `cant_unwind`, not in `rows`).
@@ -470,6 +505,18 @@ pub fn rows(sections: &ExidxSections<'_>) -> Result<(Vec<Row>, ExidxStats), Exid
         }
     }
     Ok((out, stats))
+}
+
+/// The end of the function listed at `start` in `functions` (sorted by start), the largest if
+/// several start there.
+fn function_end(functions: &[(u64, u64)], start: u64) -> Option<u64> {
+    let first = functions.partition_point(|f| f.0 < start);
+    functions
+        .get(first..)?
+        .iter()
+        .take_while(|f| f.0 == start)
+        .map(|f| f.1)
+        .max()
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ fn sections<'a>(exidx: &'a [u8], extab: Option<&'a [u8]>) -> ExidxSections<'a> {
         extab,
         extab_svma: EXTAB,
         text_end: None,
+        functions: &[],
     }
 }
 
@@ -616,4 +617,53 @@ fn garbage_never_panics() {
             let _ = decode(b);
         }
     }
+}
+
+#[test]
+fn rows_end_where_listed_functions_end() {
+    // `_start` (CANTUNWIND, 0x8000..0x8034 by its symbol) is followed by code built without
+    // unwind tables up to `f` (0x9000, `pop {r4, lr}`, 0x9000..0x9040), followed by more such
+    // code up to the end of the text; `g` (0xa000) is listed but ends past the next entry.
+    let ex = exidx(&[
+        (0x8000, W::Raw(EXIDX_CANTUNWIND)),
+        (0x9000, W::Raw(0x80a8_b0b0)),
+        (0xa000, W::Raw(0x80a8_b0b0)),
+        (0xa100, W::Raw(EXIDX_CANTUNWIND)),
+    ]);
+    let functions = [
+        (0x8000, 0x8034),
+        (0x8100, 0x8200),
+        (0x9000, 0x9040),
+        (0xa000, 0xa200),
+    ];
+    let s = ExidxSections {
+        text_end: Some(0xb000),
+        functions: &functions,
+        ..sections(&ex, None)
+    };
+    let (rows, stats) = rows(&s).unwrap();
+    assert_eq!(
+        rows,
+        [
+            (0x8000, 0x8034, Rule::cant_unwind()),
+            (0x9000, 0x9040, pop_r4_lr()),
+            (0xa000, 0xa100, pop_r4_lr()),
+            (0xa100, 0xb000, Rule::cant_unwind()),
+        ]
+    );
+    assert_eq!((stats.clipped, stats.clipped_cant_unwind), (2, 1));
+    assert_eq!(
+        stats.bytes_without_entry,
+        (0x9000 - 0x8034) + (0xa000 - 0x9040)
+    );
+
+    // Without symbols, every entry runs to the next one.
+    let (rows, stats) = crate::rows(&ExidxSections {
+        functions: &[],
+        ..s
+    })
+    .unwrap();
+    assert_eq!(rows[0], (0x8000, 0x9000, Rule::cant_unwind()));
+    assert_eq!(rows[1], (0x9000, 0xa000, pop_r4_lr()));
+    assert_eq!((stats.clipped, stats.bytes_without_entry), (0, 0));
 }

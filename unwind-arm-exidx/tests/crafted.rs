@@ -138,6 +138,7 @@ proptest! {
             extab: extab.as_deref(),
             extab_svma,
             text_end,
+            functions: &[],
         };
         let want = expected(&exidx, exidx_svma);
         match (rows(&s), want) {

@@ -391,6 +391,7 @@ fn translation_matches_reference_interpreter() {
                 extab: Some(&extab),
                 extab_svma: EXTAB,
                 text_end: None,
+                functions: &[],
             };
             let (rows, stats) = rows(&s).unwrap();
             prop_assert_eq!(stats.entries, 2);

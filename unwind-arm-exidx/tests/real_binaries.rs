@@ -35,6 +35,7 @@ fn exidx_sections<'a>(elf: &object::File<'a>) -> Option<ExidxSections<'a>> {
         extab: extab.as_ref().and_then(|s| s.data().ok()),
         extab_svma: extab.as_ref().map_or(0, |s| s.address()),
         text_end,
+        functions: &[],
     })
 }
 

@@ -29,7 +29,7 @@ use crate::breakpad::SkipReason;
 use crate::cfi::{
     common_rule, expression, offset, Bad, CfiSections, Collected, CommonRule, DropReason, RowSource,
 };
-use crate::elf::{section_data, section_named};
+use crate::elf::{function_extents, section_data, section_named};
 use crate::plt::{uncovered, PltKind, PltSection};
 use crate::{DwarfError, UnreadableSection};
 
@@ -249,12 +249,19 @@ impl DwarfArch for Arm {
             None => section_named(elf, ".ARM.exidx", unreadable),
         };
         let extab = section_named(elf, ".ARM.extab", unreadable);
+        // Symbols say where each entry's function ends (code after it has no entry).
+        let functions = if exidx.is_some() {
+            function_extents(elf, code_range.map(|(_, end)| end))
+        } else {
+            Vec::new()
+        };
         let exidx = exidx.as_ref().map(|(d, exidx_svma)| ExidxSections {
             exidx: d,
             exidx_svma: *exidx_svma,
             extab: extab.as_ref().map(|(d, _)| &d[..]),
             extab_svma: extab.as_ref().map_or(0, |(_, a)| *a),
             text_end: code_range.map(|(_, end)| end),
+            functions: &functions,
         });
         with(exidx.as_ref())
     }
@@ -659,6 +666,7 @@ mod tests {
             extab: None,
             extab_svma: 0,
             text_end: Some(0x1060),
+            functions: &[],
         };
         let (rules, stats) = rules_from_sections::<Arm>(
             &CfiSections {
@@ -696,6 +704,7 @@ mod tests {
         let ex = ExidxSections {
             exidx: &index,
             text_end: Some(0x1080),
+            functions: &[],
             ..ex
         };
         let (rules, stats) = rules_from_sections::<Arm>(
@@ -720,6 +729,7 @@ mod tests {
             exidx: &index,
             exidx_svma: 0x5000,
             text_end: Some(0x1020),
+            functions: &[],
             ..Default::default()
         };
         let (rules, stats) = rules_from_sections::<Arm>(

@@ -664,6 +664,10 @@ pub struct LoadStats<A: DwarfArch> {
     pub cfi: CfiStats,
     /// What the architecture's own unwind tables gave ([`DwarfArch::ArchStats`]).
     pub arch: A::ArchStats,
+    /// The module's code as `[start, end)` file addresses ([`CfiSections::code_range`]), if
+    /// known: with [`ModuleRules::bytes_with_rules`](unwind_core::table::ModuleRules::bytes_with_rules),
+    /// how much of it no table describes.
+    pub code_range: Option<(u64, u64)>,
 }
 
 /// Reads the unwind information of one module: DWARF CFI from `sections`, PLT rows synthesized
@@ -694,7 +698,14 @@ pub fn rules_from_sections<A: DwarfArch>(
     } = collected;
     let rules = builder.build().map_err(|e| extremes.error(e))?;
     stats.table = rules.stats();
-    Ok((rules, LoadStats { cfi: stats, arch }))
+    Ok((
+        rules,
+        LoadStats {
+            cfi: stats,
+            arch,
+            code_range: sections.code_range,
+        },
+    ))
 }
 
 /// A register rule in the form both architectures' typed rules are made from: offsets checked,

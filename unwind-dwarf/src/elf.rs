@@ -141,3 +141,45 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
         }
     }
 }
+
+/// The functions `elf`'s symbols define, as `[start, end)` file addresses with bit 0 (ARM's
+/// Thumb bit) clear, sorted by start; from `.symtab`, or `.dynsym` where there is none. A
+/// function symbol without a size (one written in assembly, like `_start`) ends where the next
+/// function starts; the last such one, at the end of `code_end` if known, else it is left out.
+/// Symbols of other kinds (data, ARM's `$a`/`$t`/`$d` mapping symbols) are not functions.
+pub fn function_extents(elf: &object::File<'_>, code_end: Option<u64>) -> Vec<(u64, u64)> {
+    use object::{ObjectSymbol, SymbolKind};
+    let symbols = |dynamic: bool| -> Vec<(u64, u64)> {
+        let list: Box<dyn Iterator<Item = object::Symbol<'_, '_>>> = if dynamic {
+            Box::new(elf.dynamic_symbols())
+        } else {
+            Box::new(elf.symbols())
+        };
+        list.filter(|s| {
+            s.kind() == SymbolKind::Text
+                && s.is_definition()
+                && !s.name().is_ok_and(|n| n.starts_with('$'))
+        })
+        .map(|s| (s.address() & !1, s.size()))
+        .collect()
+    };
+    let mut found = symbols(false);
+    if found.is_empty() {
+        found = symbols(true);
+    }
+    found.sort_unstable();
+    found.dedup();
+    let starts: Vec<u64> = found.iter().map(|f| f.0).collect();
+    found
+        .iter()
+        .filter_map(|&(start, size)| {
+            let end = if size > 0 {
+                start.checked_add(size)?
+            } else {
+                let next = starts.partition_point(|&s| s <= start);
+                starts.get(next).copied().or(code_end)?
+            };
+            (end > start).then_some((start, end))
+        })
+        .collect()
+}

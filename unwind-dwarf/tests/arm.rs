@@ -113,9 +113,16 @@ fn have_gcc() -> bool {
     unwind_test_support::tool_runs(GCC)
 }
 
-/// Compiles [`PROGRAM`] with `flags` into a binary named after them and `tag` (each test its
-/// own, as tests run in parallel).
+/// Compiles [`PROGRAM`] with `flags` and `-fasynchronous-unwind-tables` into a binary named
+/// after them and `tag` (each test its own, as tests run in parallel).
 fn compile(tag: &str, flags: &[&str]) -> PathBuf {
+    let mut all = flags.to_vec();
+    all.push("-fasynchronous-unwind-tables");
+    compile_exactly(tag, &all)
+}
+
+/// Compiles [`PROGRAM`] with `flags` only.
+fn compile_exactly(tag: &str, flags: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("unwind-dwarf-arm");
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join(format!("{tag}.c"));
@@ -128,7 +135,6 @@ fn compile(tag: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(format!("{tag}_{name}"));
     let status = Command::new(GCC)
         .args(flags)
-        .arg("-fasynchronous-unwind-tables")
         .arg("-o")
         .arg(&out)
         .arg(&src)
@@ -290,6 +296,15 @@ fn compiled_programs_have_rules_everywhere() {
                     .unwrap_or_else(|| panic!("{flags:?}: no symbol {name}"));
                 let in_fde = fdes.iter().any(|&(s, e)| s <= start && end <= e);
                 assert_eq!(in_fde, debug, "{flags:?}: {name} has an FDE with -g only");
+                if !debug && rules.lookup(start).is_none() {
+                    // GCC gives the noreturn `die` no index entry in ARM code: no table
+                    // describes it, and the rows before it end where their functions end.
+                    assert_eq!(name, "die", "{flags:?}: {name} has no EXIDX entry");
+                    for a in (start..end).step_by(2) {
+                        assert_eq!(rules.lookup(a), None, "{flags:?}: {name} at {a:#x}");
+                    }
+                    continue;
+                }
                 // Every instruction (Thumb instructions are 2-byte aligned, ARM ones 4).
                 for a in (start..end).step_by(2) {
                     let rule = rules
@@ -326,6 +341,47 @@ fn compiled_programs_have_rules_everywhere() {
             println!(
                 "  {checked} addresses of the test functions checked; {covered} of {others} other functions have a rule at their start"
             );
+        }
+    }
+}
+
+#[test]
+fn programs_built_without_unwind_tables_leave_their_code_to_the_fallbacks() {
+    // Debian's armhf gcc defaults: no -funwind-tables, so the program's only index entry is
+    // crt1's `_start` (EXIDX_CANTUNWIND), which used to cover every function after it and stop
+    // every walk there. Its symbol ends it: the program's functions have no rule (the
+    // fallbacks apply), `_start` keeps its stop.
+    if !have_gcc() {
+        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        return;
+    }
+    for isa in ["-mthumb", "-marm"] {
+        let path = compile_exactly("ordinary", &["-O2", isa]);
+        let loaded = unwind_dwarf::load_elf_file::<Arm>(&path).unwrap();
+        print_stats(isa, &loaded);
+        let data = std::fs::read(&path).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let exidx = loaded.stats.arch.exidx.as_ref().expect(".ARM.exidx");
+        assert_eq!(exidx.cant_unwind, 1, "{isa}: {exidx:?}");
+        assert_eq!(exidx.clipped_cant_unwind, 1, "{isa}: {exidx:?}");
+        assert!(exidx.bytes_without_entry > 0, "{isa}: {exidx:?}");
+        let start = elf
+            .symbols()
+            .find(|s| s.name() == Ok("_start"))
+            .expect("_start")
+            .address()
+            & !1;
+        assert_eq!(loaded.rules.lookup(start), Some(Rule::cant_unwind()));
+        let all = functions(&elf);
+        for name in FUNCTIONS {
+            let &(_, lo, hi) = all.iter().find(|f| f.0 == name).unwrap();
+            for a in (lo..hi).step_by(2) {
+                assert_eq!(
+                    loaded.rules.lookup(a),
+                    None,
+                    "{isa}: {name} at {a:#x} has a rule, in code no table describes"
+                );
+            }
         }
     }
 }

@@ -285,6 +285,7 @@ fn exidx_error_keeps_the_dwarf_rows() {
             exidx: index,
             exidx_svma: svma,
             text_end: Some(0x1080),
+            functions: &[],
             ..Default::default()
         };
         let (rules, stats) = rules_from_sections::<Arm>(
@@ -650,6 +651,7 @@ proptest! {
             extab: extab.as_deref(),
             extab_svma,
             text_end,
+            functions: &[],
         };
         let sections = CfiSections { debug_frame: Some(&df), ..Default::default() };
         match rules_from_sections::<Arm>(&sections, Some(&ex)) {
