@@ -144,7 +144,9 @@ pub struct ExidxSections<'a> {
     /// Where the last function ends (the end of the code), if known.
     pub text_end: Option<u64>,
     /// Known functions as `[start, end)` file addresses (bit 0 clear), sorted by start, from
-    /// the file's symbols; empty where it has none. An entry whose function is listed and ends
+    /// the file's symbol table; empty where it has none (a stripped file: its `.dynsym` lists
+    /// only exported functions, which would cut entries short of the internal functions they
+    /// cover). An entry whose function is listed and ends
     /// before the next entry's start gets a row only to that end: the code after it, up to the
     /// next entry, is code that no table describes (objects built without
     /// `-funwind-tables`), counted in [`ExidxStats::bytes_without_entry`]. See [`rows`].

@@ -142,31 +142,27 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
     }
 }
 
-/// The functions `elf`'s symbols define, as `[start, end)` file addresses with bit 0 (ARM's
-/// Thumb bit) clear, sorted by start; from `.symtab`, or `.dynsym` where there is none. A
+/// The functions `elf`'s symbol table (`.symtab`) defines, as `[start, end)` file addresses
+/// with bit 0 (ARM's Thumb bit) clear, sorted by start; empty if the file is stripped. A
 /// function symbol without a size (one written in assembly, like `_start`) ends where the next
-/// function starts; the last such one, at the end of `code_end` if known, else it is left out.
-/// Symbols of other kinds (data, ARM's `$a`/`$t`/`$d` mapping symbols) are not functions.
+/// function starts (the last such one at `code_end`, if known). Symbols of other kinds (data,
+/// ARM's `$a`/`$t`/`$d` mapping symbols) are not functions.
+///
+/// `.dynsym` is not used: it lists exported functions only, so in a stripped library the code
+/// after one is usually its internal functions, which its EHABI entry covers on purpose (armhf
+/// glibc's `start_thread` lies in the `EXIDX_CANTUNWIND` range of an exported function: cut
+/// there, every thread's walk would end with `NoRule` instead of at its outermost frame).
 pub fn function_extents(elf: &object::File<'_>, code_end: Option<u64>) -> Vec<(u64, u64)> {
     use object::{ObjectSymbol, SymbolKind};
-    let symbols = |dynamic: bool| -> Vec<(u64, u64)> {
-        let list: Box<dyn Iterator<Item = object::Symbol<'_, '_>>> = if dynamic {
-            Box::new(elf.dynamic_symbols())
-        } else {
-            Box::new(elf.symbols())
-        };
-        list.filter(|s| {
+    let mut found: Vec<(u64, u64)> = elf
+        .symbols()
+        .filter(|s| {
             s.kind() == SymbolKind::Text
                 && s.is_definition()
                 && !s.name().is_ok_and(|n| n.starts_with('$'))
         })
         .map(|s| (s.address() & !1, s.size()))
-        .collect()
-    };
-    let mut found = symbols(false);
-    if found.is_empty() {
-        found = symbols(true);
-    }
+        .collect();
     found.sort_unstable();
     found.dedup();
     let starts: Vec<u64> = found.iter().map(|f| f.0).collect();
