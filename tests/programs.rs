@@ -487,6 +487,42 @@ fn arm_programs(
             .arg(exe);
         c
     };
+    // Builds the C workload and its library with `flags` under `tag`, runs it under qemu-arm
+    // and checks its stacks against the call graph; returns the report too.
+    let sampled = |tag: &str, flags: &[&str]| -> (Outcome, String) {
+        let lib = format!("shared-{tag}");
+        run(Command::new("arm-linux-gnueabihf-gcc")
+            .args(flags)
+            .args(["-fPIC", "-shared", "-o"])
+            .arg(out.join(format!("lib{lib}.so")))
+            .arg(src.join("shlib.c")));
+        let exe = out.join(format!("workload-{tag}"));
+        run(Command::new("arm-linux-gnueabihf-gcc")
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(src.join("workload.c"))
+            .arg(format!("-I{}", src.display()))
+            .arg(format!("-L{}", out.display()))
+            .arg(format!("-l{lib}"))
+            .arg(format!("-L{}", agent_dir.display()))
+            .arg("-lunwind_agent")
+            .arg("-Wl,--disable-new-dtags")
+            .arg(format!(
+                "-Wl,-rpath,{}:{}",
+                out.display(),
+                agent_dir.display()
+            ))
+            .arg("-lpthread"));
+        let report_path = out.join(format!("workload-{tag}.txt"));
+        run(qemu(&exe).arg(&report_path).args([SECONDS, HZ]));
+        let text = std::fs::read_to_string(&report_path).expect("report");
+        let exe_name = format!("workload-{tag}");
+        let lib_name = format!("lib{lib}.so");
+        let own = |m: &str| m == exe_name || m == lib_name;
+        let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph_arm());
+        (o, text)
+    };
     for isa in ["-marm", "-mthumb"] {
         for opt in ["-O0", "-O2", "-O3"] {
             let tag = format!(
@@ -495,37 +531,7 @@ fn arm_programs(
                 opt.trim_start_matches('-')
             );
             let flags = [opt, isa, "-g", "-fomit-frame-pointer", "-funwind-tables"];
-            let lib = format!("shared-{tag}");
-            run(Command::new("arm-linux-gnueabihf-gcc")
-                .args(flags)
-                .args(["-fPIC", "-shared", "-o"])
-                .arg(out.join(format!("lib{lib}.so")))
-                .arg(src.join("shlib.c")));
-            let exe = out.join(format!("workload-{tag}"));
-            run(Command::new("arm-linux-gnueabihf-gcc")
-                .args(flags)
-                .arg("-o")
-                .arg(&exe)
-                .arg(src.join("workload.c"))
-                .arg(format!("-I{}", src.display()))
-                .arg(format!("-L{}", out.display()))
-                .arg(format!("-l{lib}"))
-                .arg(format!("-L{}", agent_dir.display()))
-                .arg("-lunwind_agent")
-                .arg("-Wl,--disable-new-dtags")
-                .arg(format!(
-                    "-Wl,-rpath,{}:{}",
-                    out.display(),
-                    agent_dir.display()
-                ))
-                .arg("-lpthread"));
-            let report_path = out.join(format!("workload-{tag}.txt"));
-            run(qemu(&exe).arg(&report_path).args([SECONDS, HZ]));
-            let text = std::fs::read_to_string(&report_path).expect("report");
-            let exe_name = format!("workload-{tag}");
-            let lib_name = format!("lib{lib}.so");
-            let own = |m: &str| m == exe_name || m == lib_name;
-            let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph_arm());
+            let (o, _) = sampled(&tag, &flags);
             report_with(
                 &format!("armv7 C {tag}"),
                 &o,
@@ -542,38 +548,7 @@ fn arm_programs(
     for isa in ["-marm", "-mthumb"] {
         for fp in ["-fomit-frame-pointer", "-fno-omit-frame-pointer"] {
             let tag = format!("ordinary{isa}{fp}");
-            let flags = ["-O2", isa, fp];
-            let lib = format!("shared-{tag}");
-            run(Command::new("arm-linux-gnueabihf-gcc")
-                .args(flags)
-                .args(["-fPIC", "-shared", "-o"])
-                .arg(out.join(format!("lib{lib}.so")))
-                .arg(src.join("shlib.c")));
-            let exe = out.join(format!("workload-{tag}"));
-            run(Command::new("arm-linux-gnueabihf-gcc")
-                .args(flags)
-                .arg("-o")
-                .arg(&exe)
-                .arg(src.join("workload.c"))
-                .arg(format!("-I{}", src.display()))
-                .arg(format!("-L{}", out.display()))
-                .arg(format!("-l{lib}"))
-                .arg(format!("-L{}", agent_dir.display()))
-                .arg("-lunwind_agent")
-                .arg("-Wl,--disable-new-dtags")
-                .arg(format!(
-                    "-Wl,-rpath,{}:{}",
-                    out.display(),
-                    agent_dir.display()
-                ))
-                .arg("-lpthread"));
-            let report_path = out.join(format!("workload-{tag}.txt"));
-            run(qemu(&exe).arg(&report_path).args([SECONDS, HZ]));
-            let text = std::fs::read_to_string(&report_path).expect("report");
-            let exe_name = format!("workload-{tag}");
-            let lib_name = format!("lib{lib}.so");
-            let own = |m: &str| m == exe_name || m == lib_name;
-            let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph_arm());
+            let (o, text) = sampled(&tag, &["-O2", isa, fp]);
             let name = format!("armv7 C {tag} (no unwind tables)");
             println!(
                 "{name}: {} samples, {} complete, {} valid ({:.1} %); stops {:?}",
@@ -587,11 +562,8 @@ fn arm_programs(
                 .lines()
                 .filter(|l| !l.starts_with('#'))
                 .filter(|l| {
-                    l.split(' ')
-                        .nth(2)
-                        .unwrap_or("")
-                        .split(';')
-                        .any(|f| f.starts_with("?!"))
+                    let stack = l.split(' ').nth(2).unwrap_or("");
+                    stack.split(';').any(|f| f.starts_with("?!"))
                 })
                 .take(5)
                 .collect();
