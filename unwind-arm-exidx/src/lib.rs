@@ -18,8 +18,10 @@
 //!   a row, whose rule is [`Rule::cant_unwind`] (PC undefined, source EXIDX): a walk that
 //!   reaches it stops with `StopReason::CantUnwind`. They are counted in
 //!   [`ExidxStats::cant_unwind`], not in [`ExidxStats::rows`].
-//! - Consecutive entries leave no gap between them (each runs to the next one's start). The
-//!   only addresses without a row are those of dropped entries ([`ExidxDropReason`], counted in
+//! - Consecutive entries leave no gap between them (each runs to the next one's start), unless
+//!   [`ExidxSections::functions`] says the entry's function ends earlier: the code after it has
+//!   no entry of its own (built without unwind tables) and gets no row. The other addresses
+//!   without a row are those of dropped entries ([`ExidxDropReason`], counted in
 //!   [`ExidxStats::dropped`]), those before the first entry and those after the last row. What
 //!   covers them is the consumer's choice: `unwind-dwarf` lets DWARF CFI and PLT rows win
 //!   wherever they have one and clips these rows to the addresses left; where no rule covers a PC,
