@@ -78,8 +78,9 @@ pub trait Arch:
 
     /// The fallbacks for a frame that no rule describes (`frame` is its index, 0 for the
     /// interrupted one): the link register of a leaf, the frame-pointer chain. Each validates
-    /// its candidate before returning it, with [`returns_into_code`] among its checks;
-    /// [`StopReason::NoRule`] if none applies.
+    /// its candidate before returning it; [`StopReason::NoRule`] if none applies. The loop then
+    /// refuses, as `NoRule` too, a candidate that does not return into one of `table`'s
+    /// modules; an architecture with several fallbacks checks that itself to choose among them.
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Self::Rule>,
         regs: &Self::Regs,
@@ -94,9 +95,9 @@ pub trait Arch:
 
 /// True if `caller`'s PC, as a return address, is in the code of one of `table`'s modules, or
 /// is 0 (the end of a frame-pointer chain, which the loop reports as
-/// [`StopReason::ZeroReturnAddress`]): the check that every fallback's candidate passes, as the
+/// [`StopReason::ZeroReturnAddress`]): the check every fallback's candidate passes, as the
 /// unwind loop checks callers found by rules (it looks them up at the same address).
-pub fn returns_into_code<A: Arch>(table: &RuleTable<A::Rule>, caller: &A::Regs) -> bool {
+pub(crate) fn returns_into_code<A: Arch>(table: &RuleTable<A::Rule>, caller: &A::Regs) -> bool {
     A::pc(caller) == 0 || table.module_for(A::lookup_address(caller, false)).is_some()
 }
 

@@ -504,7 +504,7 @@ impl Arch for Arm {
     }
 
     /// A frame 0 without a rule is first assumed to be a leaf whose return address is still in
-    /// LR ([`Trust::LinkRegister`]), then unwound by its frame record.
+    /// LR ([`Trust::LinkRegister`]) if LR returns into code, else unwound by its frame record.
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         regs: &Regs,
@@ -524,12 +524,7 @@ impl Arch for Arm {
                 });
             }
         }
-        let step = step_frame_pointer(*regs, mem)?;
-        if returns_into_code::<Self>(table, &step.caller) {
-            Ok(step)
-        } else {
-            Err(StopReason::NoRule)
-        }
+        step_frame_pointer(*regs, mem)
     }
 
     /// SP must not decrease, and must increase after frame 0 (a leaf's caller can have the

@@ -60,7 +60,7 @@ pub mod table;
 pub mod unwind;
 pub mod x86_64;
 
-pub use arch::{returns_into_code, Arch, Step};
+pub use arch::{Arch, Step};
 pub use arm::Arm;
 pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS};
 pub use memory::{LiveStack, Memory, StackImage};

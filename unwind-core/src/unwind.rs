@@ -1,6 +1,6 @@
 //! The unwind loop, written once for every architecture ([`Arch`]), and what it reports.
 
-use crate::arch::{Arch, Step};
+use crate::arch::{returns_into_code, Arch, Step};
 use crate::cache::{Cache, Cached};
 use crate::memory::Memory;
 use crate::table::RuleTable;
@@ -154,7 +154,15 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
         // A return address in no module's code is not a frame ([`failed`] does not count it);
         // a PC from registers is (frame 0, or interrupted by a signal): the fallbacks apply.
         Cached::Outside if !exact => Err(StopReason::OutsideModules),
-        Cached::NoRule | Cached::Outside => A::step_without_rule(table, &regs, frame, mem),
+        Cached::NoRule | Cached::Outside => {
+            let step = A::step_without_rule(table, &regs, frame, mem)?;
+            // A fallback's guess that returns into no module's code: the fallback failed.
+            if returns_into_code::<A>(table, &step.caller) {
+                Ok(step)
+            } else {
+                Err(StopReason::NoRule)
+            }
+        }
         Cached::Stop(stop) => Err(stop),
         // Simple rules are applied inline by the caller.
         Cached::Simple(s) => A::step_simple(&s, &regs, mem).map(|caller| Step {

@@ -4,7 +4,7 @@
 //! The caller's stack pointer is the CFA, by the psABI's definition of the CFA as the value of
 //! `rsp` at the call site, so only the CFA, the return address and `rbp` need rules.
 
-use crate::arch::{likely, returns_into_code, Arch};
+use crate::arch::{likely, Arch};
 use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
 use crate::table::RuleTable;
@@ -372,17 +372,12 @@ impl Arch for X86_64 {
     }
 
     fn step_without_rule<M: Memory + ?Sized>(
-        table: &RuleTable<Rule>,
+        _table: &RuleTable<Rule>,
         regs: &Regs,
         _frame: usize,
         mem: &M,
     ) -> Result<Step, StopReason> {
-        let step = step_frame_pointer(*regs, mem)?;
-        if returns_into_code::<Self>(table, &step.caller) {
-            Ok(step)
-        } else {
-            Err(StopReason::NoRule)
-        }
+        step_frame_pointer(*regs, mem)
     }
 
     /// Strictly: a call pushes the return address, so even a leaf's CFA is above its SP.
