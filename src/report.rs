@@ -74,8 +74,7 @@ impl PreloadReport {
                 distinct_rules: p.parsed.rules.dictionary().len(),
                 bytes: p.parsed.rules.bytes(),
                 code_bytes: p.module.end.saturating_sub(p.module.start),
-                code_without_rules: without_rules(
-                    &p.parsed.rules,
+                code_without_rules: p.parsed.rules.bytes_without_rules(
                     p.module.start.wrapping_sub(p.module.bias),
                     p.module.end.wrapping_sub(p.module.bias),
                 ),
@@ -116,12 +115,6 @@ impl PreloadReport {
     pub fn bytes_per_row(&self) -> f64 {
         self.bytes() as f64 / self.rows().max(1) as f64
     }
-}
-
-/// Bytes of the file addresses `[lo, hi)` that no rule of `rules` describes.
-fn without_rules<R: Copy>(rules: &unwind_core::table::ModuleRules<R>, lo: u64, hi: u64) -> u64 {
-    hi.saturating_sub(lo)
-        .saturating_sub(rules.bytes_with_rules(lo, hi))
 }
 
 impl fmt::Display for ModuleReport {
@@ -246,7 +239,7 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             distinct_rules: loaded.rules.dictionary().len(),
             bytes: loaded.rules.bytes(),
             code_bytes: hi.saturating_sub(lo),
-            code_without_rules: without_rules(&loaded.rules, lo, hi),
+            code_without_rules: loaded.rules.bytes_without_rules(lo, hi),
             stats: Some(loaded.stats.cfi),
             exidx,
             exidx_error,

@@ -144,12 +144,14 @@ impl<R: Copy> ModuleRules<R> {
             })
     }
 
-    /// Bytes of the file addresses `[lo, hi)` that a rule describes (stops included): with
-    /// `[lo, hi)` a module's code, what is left is code that no unwind table describes.
-    pub fn bytes_with_rules(&self, lo: u64, hi: u64) -> u64 {
-        self.extents()
+    /// Bytes of the file addresses `[lo, hi)` that no rule describes (a stop is a rule): with
+    /// `[lo, hi)` a module's code, the code that no unwind table describes.
+    pub fn bytes_without_rules(&self, lo: u64, hi: u64) -> u64 {
+        let with: u64 = self
+            .extents()
             .map(|(s, e, _)| e.min(hi).saturating_sub(s.max(lo)))
-            .sum()
+            .sum();
+        hi.saturating_sub(lo).saturating_sub(with)
     }
 
     /// Counts from building.
@@ -516,10 +518,10 @@ mod tests {
         let ext: Vec<_> = m.extents().collect();
         assert_eq!(ext, [(0x10, 0x20, 1), (0x20, 0x30, 2), (0x40, 0x50, 1)]);
         // Rules cover 0x10..0x30 and 0x40..0x50: of 0x00..0x60, 0x30 bytes; clipped ranges.
-        assert_eq!(m.bytes_with_rules(0, 0x60), 0x30);
-        assert_eq!(m.bytes_with_rules(0x18, 0x44), 0x18 + 4);
-        assert_eq!(m.bytes_with_rules(0x30, 0x40), 0);
-        assert_eq!(m.bytes_with_rules(0x50, 0x10), 0);
+        assert_eq!(m.bytes_without_rules(0, 0x60), 0x60 - 0x30);
+        assert_eq!(m.bytes_without_rules(0x18, 0x44), 0x2c - (0x18 + 4));
+        assert_eq!(m.bytes_without_rules(0x30, 0x40), 0x10);
+        assert_eq!(m.bytes_without_rules(0x50, 0x10), 0);
     }
 
     #[test]

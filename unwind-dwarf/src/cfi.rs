@@ -665,8 +665,7 @@ pub struct LoadStats<A: DwarfArch> {
     /// What the architecture's own unwind tables gave ([`DwarfArch::ArchStats`]).
     pub arch: A::ArchStats,
     /// The module's code as `[start, end)` file addresses ([`CfiSections::code_range`]), if
-    /// known: with [`ModuleRules::bytes_with_rules`](unwind_core::table::ModuleRules::bytes_with_rules),
-    /// how much of it no table describes.
+    /// known: with [`ModuleRules::bytes_without_rules`], how much of it no table describes.
     pub code_range: Option<(u64, u64)>,
 }
 
