@@ -371,6 +371,65 @@ fn report_with(
     }
 }
 
+/// The C workload built under a tag: `workload-TAG` linked with `libshared-TAG.so` and the agent.
+struct Workload {
+    exe: PathBuf,
+    exe_name: String,
+    lib_name: String,
+}
+
+impl Workload {
+    /// Builds tests/programs/workload.c (with `extra` sources) and shlib.c with `cc` and
+    /// `flags` into `out`, linked with the agent in `agent_dir` by DT_RPATH (not RUNPATH: cargo
+    /// test points LD_LIBRARY_PATH at target/debug, which may hold another build of the agent;
+    /// the program is run without it).
+    fn build(
+        cc: &str,
+        flags: &[&str],
+        extra: &[PathBuf],
+        src: &Path,
+        out: &Path,
+        agent_dir: &Path,
+        tag: &str,
+    ) -> Self {
+        let lib = format!("shared-{tag}");
+        run(Command::new(cc)
+            .args(flags)
+            .args(["-fPIC", "-shared", "-o"])
+            .arg(out.join(format!("lib{lib}.so")))
+            .arg(src.join("shlib.c")));
+        let exe = out.join(format!("workload-{tag}"));
+        run(Command::new(cc)
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(src.join("workload.c"))
+            .args(extra)
+            .arg(format!("-I{}", src.display()))
+            .arg(format!("-L{}", out.display()))
+            .arg(format!("-l{lib}"))
+            .arg(format!("-L{}", agent_dir.display()))
+            .arg("-lunwind_agent")
+            .arg("-Wl,--disable-new-dtags")
+            .arg(format!(
+                "-Wl,-rpath,{}:{}",
+                out.display(),
+                agent_dir.display()
+            ))
+            .arg("-lpthread"));
+        Workload {
+            exe,
+            exe_name: format!("workload-{tag}"),
+            lib_name: format!("lib{lib}.so"),
+        }
+    }
+
+    /// True for the program's own modules (the executable and its library).
+    fn own(&self, module: &str) -> bool {
+        module == self.exe_name || module == self.lib_name
+    }
+}
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = root.join("target").join("test-programs");
@@ -383,41 +442,23 @@ fn main() {
 
     for opt in ["-O0", "-O2", "-O3"] {
         let tag = opt.trim_start_matches('-');
-        let lib = format!("shared-{tag}");
-        run(Command::new("gcc")
-            .args([opt, "-g", "-fomit-frame-pointer", "-fPIC", "-shared", "-o"])
-            .arg(out.join(format!("lib{lib}.so")))
-            .arg(src.join("shlib.c")));
-        let exe = out.join(format!("workload-{tag}"));
-        run(Command::new("gcc")
-            .args([opt, "-g", "-fomit-frame-pointer", "-o"])
-            .arg(&exe)
-            .arg(src.join("workload.c"))
-            .arg(src.join("frames.S"))
-            .arg(format!("-I{}", src.display()))
-            .arg(format!("-L{}", out.display()))
-            .arg(format!("-l{lib}"))
-            .arg(format!("-L{}", agent_dir.display()))
-            .arg("-lunwind_agent")
-            // DT_RPATH (not RUNPATH), and no LD_LIBRARY_PATH when run: cargo test points
-            // LD_LIBRARY_PATH at target/debug, which may hold another build of the agent.
-            .arg("-Wl,--disable-new-dtags")
-            .arg(format!(
-                "-Wl,-rpath,{}:{}",
-                out.display(),
-                agent_dir.display()
-            ))
-            .arg("-lpthread"));
+        let w = Workload::build(
+            "gcc",
+            &[opt, "-g", "-fomit-frame-pointer"],
+            &[src.join("frames.S")],
+            &src,
+            &out,
+            &agent_dir,
+            tag,
+        );
+
         let report_path = out.join(format!("workload-{tag}.txt"));
-        run(Command::new(&exe)
+        run(Command::new(&w.exe)
             .env_remove("LD_LIBRARY_PATH")
             .arg(&report_path)
             .args([SECONDS, HZ]));
         let text = std::fs::read_to_string(&report_path).expect("report");
-        let exe_name = format!("workload-{tag}");
-        let lib_name = format!("lib{lib}.so");
-        let own = |m: &str| m == exe_name || m == lib_name;
-        let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph());
+        let o = validate(&text, &|m| w.own(m), &|f: &str| f.to_string(), &c_graph());
         report(
             &format!("C {opt}"),
             &o,
@@ -490,37 +531,25 @@ fn arm_programs(
     // Builds the C workload and its library with `flags` under `tag`, runs it under qemu-arm
     // and checks its stacks against the call graph; returns the report too.
     let sampled = |tag: &str, flags: &[&str]| -> (Outcome, String) {
-        let lib = format!("shared-{tag}");
-        run(Command::new("arm-linux-gnueabihf-gcc")
-            .args(flags)
-            .args(["-fPIC", "-shared", "-o"])
-            .arg(out.join(format!("lib{lib}.so")))
-            .arg(src.join("shlib.c")));
-        let exe = out.join(format!("workload-{tag}"));
-        run(Command::new("arm-linux-gnueabihf-gcc")
-            .args(flags)
-            .arg("-o")
-            .arg(&exe)
-            .arg(src.join("workload.c"))
-            .arg(format!("-I{}", src.display()))
-            .arg(format!("-L{}", out.display()))
-            .arg(format!("-l{lib}"))
-            .arg(format!("-L{}", agent_dir.display()))
-            .arg("-lunwind_agent")
-            .arg("-Wl,--disable-new-dtags")
-            .arg(format!(
-                "-Wl,-rpath,{}:{}",
-                out.display(),
-                agent_dir.display()
-            ))
-            .arg("-lpthread"));
+        let w = Workload::build(
+            "arm-linux-gnueabihf-gcc",
+            flags,
+            &[],
+            src,
+            &out,
+            &agent_dir,
+            tag,
+        );
+
         let report_path = out.join(format!("workload-{tag}.txt"));
-        run(qemu(&exe).arg(&report_path).args([SECONDS, HZ]));
+        run(qemu(&w.exe).arg(&report_path).args([SECONDS, HZ]));
         let text = std::fs::read_to_string(&report_path).expect("report");
-        let exe_name = format!("workload-{tag}");
-        let lib_name = format!("lib{lib}.so");
-        let own = |m: &str| m == exe_name || m == lib_name;
-        let o = validate(&text, &own, &|f: &str| f.to_string(), &c_graph_arm());
+        let o = validate(
+            &text,
+            &|m| w.own(m),
+            &|f: &str| f.to_string(),
+            &c_graph_arm(),
+        );
         (o, text)
     };
     for isa in ["-marm", "-mthumb"] {
