@@ -2,8 +2,9 @@
 //! r12, r11 = the ARM frame pointer, r7 = the Thumb frame pointer), their typed rules, their
 //! simple cached forms, and how each applies ([`Arm`]).
 //!
-//! Rules come from DWARF CFI or from EHABI unwind tables (`.ARM.exidx`); [`Rule::source`] says
-//! which, because EXIDX describes a function only after its prologue. Addresses are 32-bit
+//! Rules come from DWARF CFI, from EHABI unwind tables (`.ARM.exidx`) or from reading a
+//! function's instructions; [`Rule::source`] says which, because EXIDX describes a function
+//! only after its prologue. Addresses are 32-bit
 //! (values are `u32`); PCs are written to the caller's `u64` array like on every architecture.
 //! A PC with bit 0 set is Thumb code: lookups clear that bit.
 
@@ -122,6 +123,11 @@ pub enum Source {
     /// EHABI `.ARM.exidx`: describes the function after its prologue only; samples in a
     /// prologue or epilogue may unwind wrongly.
     Exidx,
+    /// Read from the function's instructions when the module was loaded (prologue and
+    /// epilogue analysis, `unwind-arm-prologue`): for functions that no table describes, and
+    /// for EXIDX functions whose instructions agree with their entry (then exact in the
+    /// prologue and epilogues too).
+    Instructions,
 }
 
 /// The rule for one address.
