@@ -19,11 +19,13 @@ use gimli::{
 use object::read::elf::SectionHeader as _;
 use object::Object as _;
 use unwind_arm_exidx::{ExidxError, ExidxSections, ExidxStats};
+use unwind_arm_prologue::{FrameState, Isa};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::Arm;
 
 use crate::arch::{sealed::Sealed, Architecture, DwarfArch};
+use crate::arm_code::{ArmCode, ArmSections};
 use crate::breakpad::rule::{StackCfiCfa, StackCfiReg, StackCfiRule};
 use crate::breakpad::SkipReason;
 use crate::cfi::{
@@ -106,7 +108,7 @@ impl DwarfArch for Arm {
     const ADDRESS_SIZE: u8 = 4;
 
     type ArchStats = ArmStats;
-    type ExtraSections<'a> = ExidxSections<'a>;
+    type ExtraSections<'a> = ArmSections<'a>;
 
     fn tracked(register: Register) -> Option<u8> {
         reg(register).map(|r| r as u8)
@@ -230,12 +232,13 @@ impl DwarfArch for Arm {
     }
 
     /// The index: the section of type `SHT_ARM_EXIDX` (by name if the type is not found), and
-    /// `.ARM.extab`, which its entries point into.
+    /// `.ARM.extab`, which its entries point into; and the code, its functions and mapping
+    /// symbols, for prologue analysis.
     fn with_extra_sections<T>(
         elf: &object::File<'_>,
         code_range: Option<(u64, u64)>,
         unreadable: &mut Vec<UnreadableSection>,
-        with: impl FnOnce(Option<&ExidxSections<'_>>) -> T,
+        with: impl FnOnce(Option<&ArmSections<'_>>) -> T,
     ) -> T {
         let exidx_section = match elf {
             object::File::Elf32(f) => f
@@ -249,9 +252,11 @@ impl DwarfArch for Arm {
             None => section_named(elf, ".ARM.exidx", unreadable),
         };
         let extab = section_named(elf, ".ARM.extab", unreadable);
+        let code_end = code_range.map(|(_, end)| end);
+        let code = ArmCode::read(elf, code_end);
         // Symbols say where each entry's function ends (code after it has no entry).
         let functions = if exidx.is_some() {
-            function_extents(elf, code_range.map(|(_, end)| end))
+            function_extents(elf, code_end)
         } else {
             Vec::new()
         };
@@ -260,63 +265,54 @@ impl DwarfArch for Arm {
             exidx_svma: *exidx_svma,
             extab: extab.as_ref().map(|(d, _)| &d[..]),
             extab_svma: extab.as_ref().map_or(0, |(_, a)| *a),
-            text_end: code_range.map(|(_, end)| end),
+            text_end: code_end,
             functions: &functions,
         });
-        with(exidx.as_ref())
+        if exidx.is_none() && code.functions.is_empty() {
+            return with(None);
+        }
+        with(Some(&ArmSections {
+            exidx,
+            code: Some(&code),
+        }))
     }
 
     /// An EXIDX row is a whole function (up to the next entry), so it is clipped to the
     /// addresses no FDE or PLT row covers. A malformed index leaves the DWARF and PLT rows
     /// ([`ArmStats::exidx_error`]) unless it is the module's only unwind information.
     fn merge_extra(
-        exidx: &ExidxSections<'_>,
+        extra: &ArmSections<'_>,
         sections: &CfiSections<'_>,
         collected: &mut Collected<Rule>,
         only_source: bool,
     ) -> Result<ArmStats, DwarfError> {
         let mut stats = ArmStats::default();
-        let (rows, exidx_stats) = match unwind_arm_exidx::rows(exidx) {
-            Ok(rows) => rows,
-            // Nothing else to keep: the index's error is the module's.
-            Err(e) if only_source => return Err(DwarfError::Exidx(e)),
-            // Keep the DWARF and PLT rows.
-            Err(e) => {
-                stats.exidx_error = Some(e);
-                return Ok(stats);
-            }
-        };
-        stats.exidx = Some(exidx_stats);
-        let count = |n: &mut u64| *n = n.saturating_add(1);
-        for (start, end, rule) in rows {
-            // Function addresses are even; a Thumb bit left in a bound would misalign it.
-            let (mut start, mut end) = (start & !1, end & !1);
-            if let Some((lo, hi)) = sections.code_range {
-                (start, end) = (start.max(lo), end.min(hi));
-                if end <= start {
-                    count(&mut stats.exidx_rows_outside_code);
-                    continue;
+        let mut pushed = Vec::new();
+        if let Some(exidx) = &extra.exidx {
+            let only_source = only_source && extra.code.is_none_or(|c| c.functions.is_empty());
+            match unwind_arm_exidx::rows(exidx) {
+                Ok((rows, exidx_stats)) => {
+                    stats.exidx = Some(exidx_stats);
+                    merge_exidx(
+                        &rows,
+                        extra.code,
+                        sections,
+                        collected,
+                        &mut stats,
+                        &mut pushed,
+                    )?;
                 }
+                // Nothing else to keep: the index's error is the module's.
+                Err(e) if only_source => return Err(DwarfError::Exidx(e)),
+                // Keep the DWARF and PLT rows.
+                Err(e) => stats.exidx_error = Some(e),
             }
-            if end <= start {
-                continue;
-            }
-            let pieces = uncovered(start, end, &collected.covered);
-            match pieces.as_slice() {
-                [] => count(&mut stats.exidx_rows_shadowed),
-                [(s, e)] if (*s, *e) == (start, end) => count(&mut stats.exidx_rows_used),
-                _ => {
-                    count(&mut stats.exidx_rows_used);
-                    count(&mut stats.exidx_rows_partial);
-                }
-            }
-            for (s, e) in pieces {
-                collected.builder.push(s, e, rule)?;
-                collected
-                    .extremes
-                    .note(s, e, RowSource::Exidx { start, end });
-                count(&mut stats.exidx_ranges);
-            }
+        }
+        if let Some(code) = extra.code {
+            let mut covered = collected.covered.clone();
+            covered.extend(pushed);
+            covered.sort_unstable();
+            merge_functions(code, &covered, collected, &mut stats)?;
         }
         Ok(stats)
     }
@@ -355,7 +351,7 @@ impl DwarfArch for Arm {
                 other(rule.r12, RegRule::Same),
             ],
             signal_frame: rule.signal_frame,
-            own_record: rule.source == Source::Exidx,
+            own_record: rule.source != Source::Dwarf,
         })
     }
 }
@@ -381,6 +377,173 @@ pub struct ArmStats {
     /// Why `.ARM.exidx` could not be read, if it could not: the module's DWARF CFI and PLT
     /// rows were kept without it (its Display names `.ARM.exidx`, the entry and its offset).
     pub exidx_error: Option<ExidxError>,
+    /// EXIDX rows (of functions that save registers) whose instructions agree with the entry:
+    /// their rows come from the instructions ([`Source::Instructions`]), exact in the prologue
+    /// and epilogues, where the entry's rule is not.
+    pub exidx_rows_from_instructions: u64,
+    /// EXIDX rows (of functions that save registers) whose instructions, read as either
+    /// instruction set, never agree with the entry: the entry's rule is kept for the whole
+    /// function.
+    pub exidx_rows_disagreeing: u64,
+    /// Functions of the symbol table that no table describes (in whole or in part) and that
+    /// got rows from their instructions.
+    pub functions_from_instructions: u64,
+}
+
+/// Pushes the EXIDX rows where no FDE or PLT row describes their addresses (an EXIDX row is a
+/// whole function, up to the next entry, so it is clipped to the addresses left), each range
+/// recorded in `pushed`. A function whose instructions agree with its entry gets their rows
+/// instead of the entry's one rule (exact in its prologue and epilogues too).
+fn merge_exidx(
+    rows: &[(u64, u64, Rule)],
+    code: Option<&ArmCode<'_>>,
+    sections: &CfiSections<'_>,
+    collected: &mut Collected<Rule>,
+    stats: &mut ArmStats,
+    pushed: &mut Vec<(u64, u64)>,
+) -> Result<(), DwarfError> {
+    let count = |n: &mut u64| *n = n.saturating_add(1);
+    for &(start, end, rule) in rows {
+        // Function addresses are even; a Thumb bit left in a bound would misalign it.
+        let (mut start, mut end) = (start & !1, end & !1);
+        if let Some((lo, hi)) = sections.code_range {
+            (start, end) = (start.max(lo), end.min(hi));
+            if end <= start {
+                count(&mut stats.exidx_rows_outside_code);
+                continue;
+            }
+        }
+        if end <= start {
+            continue;
+        }
+        let pieces = uncovered(start, end, &collected.covered);
+        match pieces.as_slice() {
+            [] => count(&mut stats.exidx_rows_shadowed),
+            [(s, e)] if (*s, *e) == (start, end) => count(&mut stats.exidx_rows_used),
+            _ => {
+                count(&mut stats.exidx_rows_used);
+                count(&mut stats.exidx_rows_partial);
+            }
+        }
+        if pieces.is_empty() {
+            continue;
+        }
+        let refined = code.and_then(|code| refine_exidx(code, start, end, &rule, stats));
+        for &(s, e) in &pieces {
+            match &refined {
+                Some(rules) => {
+                    push_clipped(collected, rules, s, e, RowSource::Exidx { start, end })?
+                }
+                None => {
+                    collected.builder.push(s, e, rule)?;
+                    collected
+                        .extremes
+                        .note(s, e, RowSource::Exidx { start, end });
+                }
+            }
+            count(&mut stats.exidx_ranges);
+            pushed.push((s, e));
+        }
+    }
+    Ok(())
+}
+
+/// The rows of `[start, end)` from its instructions, if they agree with `rule` (its EXIDX
+/// entry's) at some instruction; addresses where the instructions leave the frame unknown
+/// keep `rule`. `None` for entries that stop walks or describe a leaf (the instructions cannot
+/// improve those), and when no reading agrees: the instruction set the symbols suggest is
+/// tried first, then the other.
+fn refine_exidx(
+    code: &ArmCode<'_>,
+    start: u64,
+    end: u64,
+    rule: &Rule,
+    stats: &mut ArmStats,
+) -> Option<Vec<(u64, u64, Rule)>> {
+    if rule.pc == RegRule::Undefined || FrameState::ENTRY.describes(rule) {
+        return None;
+    }
+    let first = code.isa_at(start).unwrap_or(Isa::Thumb);
+    let other = match first {
+        Isa::Arm => Isa::Thumb,
+        Isa::Thumb => Isa::Arm,
+    };
+    let agreeing = [first, other]
+        .into_iter()
+        .filter_map(|isa| code.analyze(start, end, isa))
+        .find(|a| a.agrees_with(rule));
+    let Some(analysis) = agreeing else {
+        stats.exidx_rows_disagreeing = stats.exidx_rows_disagreeing.saturating_add(1);
+        return None;
+    };
+    stats.exidx_rows_from_instructions = stats.exidx_rows_from_instructions.saturating_add(1);
+    let mut rows = Vec::new();
+    let mut at = start;
+    for (s, e, r) in analysis.rules() {
+        if s > at {
+            rows.push((at, s, *rule));
+        }
+        rows.push((s, e, r));
+        at = e;
+    }
+    if at < end {
+        rows.push((at, end, *rule));
+    }
+    Some(rows)
+}
+
+/// Gives each function of the symbol table that no row describes (in whole or in part) the
+/// rows of its instructions, where nothing in `covered` describes them.
+fn merge_functions(
+    code: &ArmCode<'_>,
+    covered: &[(u64, u64)],
+    collected: &mut Collected<Rule>,
+    stats: &mut ArmStats,
+) -> Result<(), DwarfError> {
+    // Symbols may overlap (aliases of different sizes): each address is pushed once.
+    let mut done = 0u64;
+    for f in &code.functions {
+        let pieces = uncovered(f.start.max(done), f.end, covered);
+        if pieces.is_empty() {
+            continue;
+        }
+        let Some(analysis) = code.analyze(f.start, f.end, f.isa) else {
+            continue;
+        };
+        let rules = analysis.rules();
+        let source = RowSource::Instructions {
+            start: f.start,
+            end: f.end,
+        };
+        for &(s, e) in &pieces {
+            push_clipped(collected, &rules, s, e, source)?;
+        }
+        done = f.end;
+        stats.functions_from_instructions = stats.functions_from_instructions.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// Pushes the parts of `rules` (sorted, not overlapping) inside `[start, end)`.
+fn push_clipped(
+    collected: &mut Collected<Rule>,
+    rules: &[(u64, u64, Rule)],
+    start: u64,
+    end: u64,
+    source: RowSource,
+) -> Result<(), DwarfError> {
+    let first = rules.partition_point(|r| r.1 <= start);
+    for &(s, e, rule) in rules.get(first..).unwrap_or(&[]) {
+        let (s, e) = (s.max(start), e.min(end));
+        if s >= end {
+            break;
+        }
+        if s < e {
+            collected.builder.push(s, e, rule)?;
+            collected.extremes.note(s, e, source);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -673,7 +836,7 @@ mod tests {
                 debug_frame: Some(&data),
                 ..Default::default()
             },
-            Some(&ex),
+            Some(&ex.into()),
         )
         .unwrap();
         let source = |a: u64| rules.lookup(a).map(|r| r.source);
@@ -712,7 +875,7 @@ mod tests {
                 code_range: Some((0x1000, 0x1050)),
                 ..Default::default()
             },
-            Some(&ex),
+            Some(&ex.into()),
         )
         .unwrap();
         assert_eq!(rules.lookup(0x104e).map(|r| r.source), Some(Source::Exidx));
@@ -737,7 +900,7 @@ mod tests {
                 debug_frame: Some(&data),
                 ..Default::default()
             },
-            Some(&ex),
+            Some(&ex.into()),
         )
         .unwrap();
         assert_eq!(stats.cfi.bad_entries, 1);

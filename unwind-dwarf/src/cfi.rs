@@ -245,11 +245,18 @@ pub enum RowSource {
         /// One past its last address.
         end: u64,
     },
+    /// The instructions of the function `[start, end)` of the symbol table (ARM).
+    Instructions {
+        /// The function's first address.
+        start: u64,
+        /// One past its last address.
+        end: u64,
+    },
 }
 
 impl fmt::Display for RowSource {
     /// `.eh_frame at offset 0x40: FDE for 0x1000..0x1010`, `PLT section at 0x400 (0x60
-    /// bytes)`, `.ARM.exidx row 0x8000..0x8040`.
+    /// bytes)`, `.ARM.exidx row 0x8000..0x8040`, `instructions of the function 0x8000..0x8040`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             RowSource::Fde {
@@ -266,6 +273,9 @@ impl fmt::Display for RowSource {
             }
             RowSource::Exidx { start, end } => {
                 write!(f, ".ARM.exidx row {start:#x}..{end:#x}")
+            }
+            RowSource::Instructions { start, end } => {
+                write!(f, "instructions of the function {start:#x}..{end:#x}")
             }
         }
     }

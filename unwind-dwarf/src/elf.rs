@@ -153,29 +153,40 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
 /// glibc's `start_thread` lies in the `EXIDX_CANTUNWIND` range of an exported function: cut
 /// there, every thread's walk would end with `NoRule` instead of at its outermost frame).
 pub fn function_extents(elf: &object::File<'_>, code_end: Option<u64>) -> Vec<(u64, u64)> {
+    function_symbols(elf, code_end)
+        .into_iter()
+        .map(|(start, end, _)| (start, end))
+        .collect()
+}
+
+/// [`function_extents`], each with whether its symbol has bit 0 set (ARM: a Thumb function).
+pub(crate) fn function_symbols(
+    elf: &object::File<'_>,
+    code_end: Option<u64>,
+) -> Vec<(u64, u64, bool)> {
     use object::{ObjectSymbol, SymbolKind};
-    let mut found: Vec<(u64, u64)> = elf
+    let mut found: Vec<(u64, u64, bool)> = elf
         .symbols()
         .filter(|s| {
             s.kind() == SymbolKind::Text
                 && s.is_definition()
                 && !s.name().is_ok_and(|n| n.starts_with('$'))
         })
-        .map(|s| (s.address() & !1, s.size()))
+        .map(|s| (s.address() & !1, s.size(), s.address() & 1 != 0))
         .collect();
     found.sort_unstable();
-    found.dedup();
+    found.dedup_by_key(|f| (f.0, f.1));
     let starts: Vec<u64> = found.iter().map(|f| f.0).collect();
     found
         .iter()
-        .filter_map(|&(start, size)| {
+        .filter_map(|&(start, size, thumb)| {
             let end = if size > 0 {
                 start.checked_add(size)?
             } else {
                 let next = starts.partition_point(|&s| s <= start);
                 starts.get(next).copied().or(code_end)?
             };
-            (end > start).then_some((start, end))
+            (end > start).then_some((start, end, thumb))
         })
         .collect()
 }

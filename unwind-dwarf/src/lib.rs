@@ -77,6 +77,7 @@
 
 mod arch;
 mod arm;
+mod arm_code;
 // The exporter writes rule tables already built (not file bytes): its arithmetic is on
 // addresses the table guarantees ordered (extents below the image base are skipped) and on
 // counters, and its indexing is on arrays indexed by its own enums.
@@ -90,6 +91,7 @@ mod x86_64;
 
 pub use arch::{ArchVisitor, Architecture, DwarfArch, NoExtraSource};
 pub use arm::ArmStats;
+pub use arm_code::{ArmCode, ArmFunction, ArmSections};
 pub use cfi::{
     rules_from_sections, BadEntry, BadEntryKind, CfiSection, CfiSections, CfiStats, DropReason,
     FdeOutsideCode, LoadStats, RowSource,
@@ -97,6 +99,7 @@ pub use cfi::{
 pub use compile::compile_expression;
 pub use elf::{load_elf_file, rules_from_elf, LoadedRules};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
+pub use unwind_arm_prologue::Isa;
 pub use unwind_core::{Arm, X86_64};
 
 use std::fmt;

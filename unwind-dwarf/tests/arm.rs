@@ -220,6 +220,12 @@ fn print_stats(what: &str, loaded: &LoadedRules<Arm>) {
         None => println!("  no .ARM.exidx"),
     }
     println!(
+        "  from instructions: {} EXIDX rows (where they agree with the entry; {} do not), {} functions no table describes",
+        s.arch.exidx_rows_from_instructions,
+        s.arch.exidx_rows_disagreeing,
+        s.arch.functions_from_instructions
+    );
+    println!(
         "  table: {} rows in, {} merged, {} overlapping, {} empty",
         s.cfi.table.rows_in, s.cfi.table.merged, s.cfi.table.overlapping, s.cfi.table.empty
     );
@@ -288,6 +294,7 @@ fn compiled_programs_have_rules_everywhere() {
 
             let rules = &loaded.rules;
             let all = functions(&elf);
+            let data = unwind_dwarf::ArmCode::read(&elf, None).data;
             let mut checked = 0;
             for name in FUNCTIONS {
                 let &(_, start, end) = all
@@ -296,22 +303,23 @@ fn compiled_programs_have_rules_everywhere() {
                     .unwrap_or_else(|| panic!("{flags:?}: no symbol {name}"));
                 let in_fde = fdes.iter().any(|&(s, e)| s <= start && end <= e);
                 assert_eq!(in_fde, debug, "{flags:?}: {name} has an FDE with -g only");
-                if !debug && rules.lookup(start).is_none() {
-                    // GCC gives the noreturn `die` no index entry in ARM code: no table
-                    // describes it, and the rows before it end where their functions end.
-                    assert_eq!(name, "die", "{flags:?}: {name} has no EXIDX entry");
-                    for a in (start..end).step_by(2) {
-                        assert_eq!(rules.lookup(a), None, "{flags:?}: {name} at {a:#x}");
-                    }
-                    continue;
-                }
-                // Every instruction (Thumb instructions are 2-byte aligned, ARM ones 4).
+                // Every instruction (Thumb instructions are 2-byte aligned, ARM ones 4; literal
+                // pools are not instructions, and only GCC's FDEs describe them). Without
+                // -g: the EXIDX entry's rule, or the function's instructions where they agree
+                // with it; and GCC gives the noreturn `die` no index entry in ARM code, so its
+                // rows come from its instructions.
                 for a in (start..end).step_by(2) {
+                    if !debug && data.iter().any(|&(s, e)| s <= a && a < e) {
+                        continue;
+                    }
                     let rule = rules
                         .lookup(a)
                         .unwrap_or_else(|| panic!("{flags:?}: no rule at {a:#x} in {name}"));
-                    let want = if debug { Source::Dwarf } else { Source::Exidx };
-                    assert_eq!(rule.source, want, "{flags:?}: {name} at {a:#x}: {rule:?}");
+                    let ok = match debug {
+                        true => rule.source == Source::Dwarf,
+                        false => matches!(rule.source, Source::Exidx | Source::Instructions),
+                    };
+                    assert!(ok, "{flags:?}: {name} at {a:#x}: {rule:?}");
                     checked += 1;
                 }
             }
@@ -346,11 +354,11 @@ fn compiled_programs_have_rules_everywhere() {
 }
 
 #[test]
-fn programs_built_without_unwind_tables_leave_their_code_to_the_fallbacks() {
+fn programs_built_without_unwind_tables_get_rules_from_their_instructions() {
     // Debian's armhf gcc defaults: no -funwind-tables, so the program's only index entry is
     // crt1's `_start` (EXIDX_CANTUNWIND), which used to cover every function after it and stop
-    // every walk there. Its symbol ends it: the program's functions have no rule (the
-    // fallbacks apply), `_start` keeps its stop.
+    // every walk there. Its symbol ends it (`_start` keeps its stop), and the program's
+    // functions get rows from their instructions.
     if !have_gcc() {
         missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
         return;
@@ -365,6 +373,7 @@ fn programs_built_without_unwind_tables_leave_their_code_to_the_fallbacks() {
         assert_eq!(exidx.cant_unwind, 1, "{isa}: {exidx:?}");
         assert_eq!(exidx.clipped_cant_unwind, 1, "{isa}: {exidx:?}");
         assert!(exidx.bytes_without_entry > 0, "{isa}: {exidx:?}");
+        assert!(loaded.stats.arch.functions_from_instructions >= FUNCTIONS.len() as u64);
         let start = elf
             .symbols()
             .find(|s| s.name() == Ok("_start"))
@@ -375,15 +384,105 @@ fn programs_built_without_unwind_tables_leave_their_code_to_the_fallbacks() {
         let all = functions(&elf);
         for name in FUNCTIONS {
             let &(_, lo, hi) = all.iter().find(|f| f.0 == name).unwrap();
+            assert_eq!(
+                loaded.rules.lookup(lo),
+                Some(Rule {
+                    source: Source::Instructions,
+                    ..Rule::default()
+                }),
+                "{isa}: {name}'s first instruction: nothing pushed, the return address in LR"
+            );
             for a in (lo..hi).step_by(2) {
-                assert_eq!(
-                    loaded.rules.lookup(a),
-                    None,
-                    "{isa}: {name} at {a:#x} has a rule, in code no table describes"
+                let rule = loaded.rules.lookup(a);
+                assert!(
+                    rule.is_none_or(|r| r.source == Source::Instructions),
+                    "{isa}: {name} at {a:#x}: {rule:?}"
                 );
             }
         }
     }
+}
+
+/// A rule, in the terms two sources of the same function can be compared in.
+fn comparable(r: &Rule) -> Rule {
+    Rule {
+        source: Source::Dwarf,
+        ..*r
+    }
+}
+
+#[test]
+fn rules_from_instructions_match_gcc_cfi() {
+    // The same program compiled twice, once with -g: the code is the same, and GCC's
+    // `.debug_frame` says what the frame is at every instruction. Every address where the
+    // build without tables has a rule read from its instructions must have GCC's rule, except
+    // where GCC's CFA is the frame pointer (ours is SP while SP is known: both are right).
+    if !have_gcc() {
+        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        return;
+    }
+    let mut report = Vec::new();
+    for variant in VARIANTS {
+        for tables in [false, true] {
+            let mut flags = variant.to_vec();
+            if tables {
+                flags.push("-funwind-tables");
+            }
+            let plain = compile_exactly("differential", &flags);
+            flags.push("-g");
+            let debug = compile_exactly("differential", &flags);
+            flags.pop();
+            let ours = unwind_dwarf::load_elf_file::<Arm>(&plain).unwrap();
+            let gcc = unwind_dwarf::load_elf_file::<Arm>(&debug).unwrap();
+            let data = std::fs::read(&plain).unwrap();
+            let elf = object::File::parse(&*data).unwrap();
+            // Literal pools (`$d`) are not instructions: GCC's FDE covers them, we need not.
+            let data = unwind_dwarf::ArmCode::read(&elf, None).data;
+            let (mut same, mut by_fp, mut exidx, mut differ) = (0, 0, 0, Vec::new());
+            for (name, lo, hi) in functions(&elf) {
+                if !FUNCTIONS.contains(&name.as_str()) {
+                    continue;
+                }
+                for a in (lo..hi).step_by(2) {
+                    if data.iter().any(|&(s, e)| s <= a && a < e) {
+                        continue;
+                    }
+                    // A Thumb `nop` after a function's last return pads it before its literal
+                    // pool: never executed, and GCC's CFI there is whatever it last said.
+                    let text = elf.section_by_name(".text").unwrap();
+                    let at = (a - text.address()) as usize;
+                    if text.data().unwrap().get(at..at + 2) == Some(&[0x00, 0xbf][..]) {
+                        continue;
+                    }
+                    let (Some(o), Some(g)) = (ours.rules.lookup(a), gcc.rules.lookup(a)) else {
+                        differ.push(format!("{name}+{:#x}: a rule missing", a - lo));
+                        continue;
+                    };
+                    assert_eq!(g.source, Source::Dwarf, "{flags:?}: {name} at {a:#x}");
+                    if o.source != Source::Instructions {
+                        exidx += 1;
+                    } else if comparable(&o) == comparable(&g) {
+                        same += 1;
+                    } else if matches!(g.cfa, unwind_core::arm::CfaRule::RegOffset(r, _) if r != unwind_core::arm::Reg::Sp)
+                    {
+                        by_fp += 1;
+                    } else {
+                        differ.push(format!("{name}+{:#x}: ours {o:?}, gcc {g:?}", a - lo));
+                    }
+                }
+            }
+            report.push(format!(
+                "{flags:?}: {same} addresses the same, {by_fp} with GCC's CFA by the frame pointer, {exidx} left to EXIDX, {} different",
+                differ.len()
+            ));
+            for d in differ.iter().take(8) {
+                report.push(format!("    {d}"));
+            }
+        }
+    }
+    println!("{}", report.join("\n"));
+    let differ: Vec<_> = report.iter().filter(|l| l.starts_with("    ")).collect();
+    assert!(differ.is_empty(), "{}", report.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------

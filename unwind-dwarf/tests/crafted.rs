@@ -293,7 +293,7 @@ fn exidx_error_keeps_the_dwarf_rows() {
                 debug_frame: Some(&df),
                 ..Default::default()
             },
-            Some(&ex),
+            Some(&ex.into()),
         )
         .unwrap_or_else(|e| panic!("{what}: the DWARF rows were lost: {e}"));
         assert_eq!(stats.arch.exidx_error, Some(expected), "{what}");
@@ -309,7 +309,7 @@ fn exidx_error_keeps_the_dwarf_rows() {
         }
         assert_eq!(rules.lookup(0x1002).map(|r| r.source), Some(Source::Dwarf));
         // The index alone: nothing else to keep.
-        match rules_from_sections::<Arm>(&CfiSections::default(), Some(&ex)) {
+        match rules_from_sections::<Arm>(&CfiSections::default(), Some(&ex.into())) {
             Err(DwarfError::Exidx(e)) => assert_eq!(e, expected, "{what}"),
             other => panic!("{what}: expected the EXIDX error, got {other:?}"),
         }
@@ -654,7 +654,7 @@ proptest! {
             functions: &[],
         };
         let sections = CfiSections { debug_frame: Some(&df), ..Default::default() };
-        match rules_from_sections::<Arm>(&sections, Some(&ex)) {
+        match rules_from_sections::<Arm>(&sections, Some(&ex.into())) {
             Ok((rules, stats)) => {
                 prop_assert_eq!(rules.lookup(0x1002).map(|r| r.source), Some(Source::Dwarf));
                 prop_assert!(stats.arch.exidx.is_some() != stats.arch.exidx_error.is_some());

@@ -15,7 +15,7 @@ pub struct StackCfiRule {
     pub others: Vec<Option<StackCfiReg>>,
     /// A signal frame's rule (Breakpad has no such flag; counted).
     pub signal_frame: bool,
-    /// Starts a record of its own (an EHABI row: one function).
+    /// Starts a record of its own (an EHABI row, or a row read from instructions).
     pub own_record: bool,
 }
 

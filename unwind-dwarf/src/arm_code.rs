@@ -1,0 +1,166 @@
+//! A 32-bit ARM module's code as prologue analysis (`unwind-arm-prologue`) reads it: the bytes
+//! of its executable sections, its functions and the instruction set each is written in, and
+//! the data (literal pools) inside them.
+
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionKind, SymbolKind};
+use unwind_arm_exidx::ExidxSections;
+use unwind_arm_prologue::{analyze, Analysis, Isa};
+
+/// The rule sources of a 32-bit ARM module besides DWARF CFI ([`crate::DwarfArch::ExtraSections`]
+/// of [`crate::Arm`]): its EHABI index and its code.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArmSections<'a> {
+    /// `.ARM.exidx` and `.ARM.extab`, if the module has them.
+    pub exidx: Option<ExidxSections<'a>>,
+    /// Its code, if it can be read: EXIDX functions whose instructions agree with their
+    /// entry get exact rows in their prologues and epilogues, and functions that no table
+    /// describes get rows from their instructions.
+    pub code: Option<&'a ArmCode<'a>>,
+}
+
+impl<'a> From<ExidxSections<'a>> for ArmSections<'a> {
+    /// The index alone (a module read from memory, whose code is not read).
+    fn from(exidx: ExidxSections<'a>) -> Self {
+        ArmSections {
+            exidx: Some(exidx),
+            code: None,
+        }
+    }
+}
+
+/// One function of the symbol table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArmFunction {
+    /// First address (bit 0 clear).
+    pub start: u64,
+    /// End (exclusive).
+    pub end: u64,
+    /// Its instruction set (bit 0 of the symbol's value).
+    pub isa: Isa,
+}
+
+/// What analysis needs of a module's file: code bytes by address, functions, instruction sets
+/// and data ranges. Built from an ELF file by [`ArmCode::read`], or by hand.
+#[derive(Clone, Debug, Default)]
+pub struct ArmCode<'a> {
+    /// The executable sections' contents, by file address, sorted.
+    pub sections: Vec<(u64, &'a [u8])>,
+    /// The functions of `.symtab` (empty for a stripped file), sorted by start.
+    pub functions: Vec<ArmFunction>,
+    /// Where each instruction set starts, sorted: ARM mapping symbols (`$a`, `$t`) and
+    /// function symbols of `.symtab` and `.dynsym`. The instruction set of code that no
+    /// symbol names (a stripped file's internal functions) is guessed from the mark before it.
+    pub isa_marks: Vec<(u64, Isa)>,
+    /// Data inside code (`$d` mapping symbols, up to the next mapping symbol), sorted.
+    pub data: Vec<(u64, u64)>,
+}
+
+impl<'a> ArmCode<'a> {
+    /// Reads `elf`'s code, functions and mapping symbols (`code_end`: where its code ends, for
+    /// the last function without a size).
+    pub fn read(elf: &object::File<'a>, code_end: Option<u64>) -> Self {
+        let mut sections: Vec<(u64, &'a [u8])> = elf
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| Some((s.address(), s.data().ok()?)))
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
+        sections.sort_unstable_by_key(|s| s.0);
+        let functions = crate::elf::function_symbols(elf, code_end)
+            .into_iter()
+            .map(|(start, end, thumb)| ArmFunction {
+                start,
+                end,
+                isa: if thumb { Isa::Thumb } else { Isa::Arm },
+            })
+            .collect();
+        let mut marks: Vec<(u64, char)> = Vec::new();
+        for s in elf.symbols().chain(elf.dynamic_symbols()) {
+            let Ok(name) = s.name() else { continue };
+            if let Some(kind) = name.strip_prefix('$').and_then(|n| n.chars().next()) {
+                marks.push((s.address(), kind));
+            } else if s.kind() == SymbolKind::Text && s.is_definition() {
+                marks.push((
+                    s.address() & !1,
+                    if s.address() & 1 != 0 { 't' } else { 'a' },
+                ));
+            }
+        }
+        marks.sort_unstable();
+        marks.dedup();
+        let isa_marks = marks
+            .iter()
+            .filter_map(|&(a, k)| match k {
+                'a' => Some((a, Isa::Arm)),
+                't' => Some((a, Isa::Thumb)),
+                _ => None,
+            })
+            .collect();
+        // A `$d` range ends at the next mapping symbol, or at the end of its section.
+        let mapping: Vec<(u64, char)> = elf
+            .symbols()
+            .filter_map(|s| {
+                let name = s.name().ok()?.strip_prefix('$')?;
+                Some((s.address(), name.chars().next()?))
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let section_end = |a: u64| {
+            let i = sections.partition_point(|s| s.0 <= a);
+            let (start, data) = sections.get(i.checked_sub(1)?)?;
+            Some(start.saturating_add(data.len() as u64))
+        };
+        let data = mapping
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.1 == 'd')
+            .filter_map(|(i, &(a, _))| {
+                let end = mapping
+                    .get(i.saturating_add(1)..)?
+                    .iter()
+                    .find(|m| m.0 > a && m.1 != 'd')
+                    .map(|m| m.0);
+                let end = match (end, section_end(a)) {
+                    (Some(e), Some(s)) => e.min(s),
+                    (e, s) => e.or(s)?,
+                };
+                (end > a).then_some((a, end))
+            })
+            .collect();
+        ArmCode {
+            sections,
+            functions,
+            isa_marks,
+            data,
+        }
+    }
+
+    /// The code bytes of `[start, end)`, if one section holds them all.
+    pub fn bytes(&self, start: u64, end: u64) -> Option<&'a [u8]> {
+        let i = self.sections.partition_point(|s| s.0 <= start);
+        let &(base, data) = self.sections.get(i.checked_sub(1)?)?;
+        let lo = usize::try_from(start.checked_sub(base)?).ok()?;
+        let hi = usize::try_from(end.checked_sub(base)?).ok()?;
+        data.get(lo..hi)
+    }
+
+    /// The instruction set of the last mark at or before `addr`, if any.
+    pub fn isa_at(&self, addr: u64) -> Option<Isa> {
+        let i = self.isa_marks.partition_point(|m| m.0 <= addr);
+        self.isa_marks.get(i.checked_sub(1)?).map(|m| m.1)
+    }
+
+    /// Analyzes the code of `[start, end)` as `isa`, if it can be read.
+    pub fn analyze(&self, start: u64, end: u64, isa: Isa) -> Option<Analysis> {
+        let code = self.bytes(start, end)?;
+        let lo = self.data.partition_point(|d| d.1 <= start);
+        let hi = self.data.partition_point(|d| d.0 < end);
+        Some(analyze(
+            code,
+            start,
+            isa,
+            self.data.get(lo..hi).unwrap_or(&[]),
+        ))
+    }
+}
