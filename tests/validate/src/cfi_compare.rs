@@ -616,6 +616,8 @@ struct Facts {
     present: bool,
     /// From `.ARM.exidx`.
     exidx: bool,
+    /// Read from the function's instructions (ARM).
+    instructions: bool,
     /// A signal frame's rule.
     signal: bool,
     /// The CFA is an expression.
@@ -640,6 +642,7 @@ impl OurRules {
                 Facts {
                     present: true,
                     exidx: false,
+                    instructions: false,
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
@@ -657,6 +660,7 @@ impl OurRules {
                 Facts {
                     present: true,
                     exidx: r.source == unwind_core::arm::Source::Exidx,
+                    instructions: r.source == unwind_core::arm::Source::Instructions,
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
@@ -921,6 +925,8 @@ fn classify(c: &mut TableComparison, iv: Interval<'_>, arch: Architecture, rules
             let f = iv.facts;
             let class = if f.exidx {
                 Some("EHABI row (dump_syms reads no .ARM.exidx)")
+            } else if f.instructions {
+                Some("row read from the function's instructions (dump_syms reads no code)")
             } else if f.signal && f.cfa_expression {
                 Some("signal frame (its FDE starts with a CFA expression: dump_syms drops it)")
             } else if f.cfa_expression && !f.cfa_reads_pc {
