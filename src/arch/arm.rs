@@ -157,7 +157,7 @@ pub fn rules_from_image(
             functions: &[],
         });
     }
-    unwind_dwarf::rules_from_sections::<Native>(&sections, exidx_sections.as_ref())
+    unwind_dwarf::rules_from_sections::<Native>(&sections, exidx_sections.map(Into::into).as_ref())
         .map(|(rules, stats)| Read::new(rules, stats))
 }
 
