@@ -21,8 +21,10 @@ pub struct ModuleReport {
     pub bytes: usize,
     /// Bytes of its code (the span of its executable segments; 0 if unknown).
     pub code_bytes: u64,
-    /// Of them, bytes that no unwind table describes (built without unwind tables, or padding):
-    /// a sample there is unwound by the fallbacks, or stops.
+    /// Of them, bytes without a rule: no unwind table describes them (built without unwind
+    /// tables, or padding) and, on ARM, no rule could be read from their instructions (no
+    /// symbol says where a function starts); a sample there is unwound by the fallbacks, or
+    /// stops.
     pub code_without_rules: u64,
     /// FDE and row counts, with drops by reason (none if the module has no CFI).
     pub stats: Option<CfiStats>,
@@ -130,7 +132,7 @@ impl fmt::Display for ModuleReport {
         if self.code_bytes > 0 {
             write!(
                 f,
-                ", {} of {} code bytes ({:.1} %) without unwind tables",
+                ", {} of {} code bytes ({:.1} %) without rules",
                 self.code_without_rules,
                 self.code_bytes,
                 100.0 * self.code_without_rules as f64 / self.code_bytes as f64
@@ -296,7 +298,7 @@ mod tests {
         let line = report.to_string();
         assert!(line.starts_with("/lib/libbad.so: 12 rows"), "{line}");
         assert!(
-            line.contains(", 512 of 4096 code bytes (12.5 %) without unwind tables"),
+            line.contains(", 512 of 4096 code bytes (12.5 %) without rules"),
             "{line}"
         );
         assert!(
