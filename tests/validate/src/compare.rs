@@ -146,6 +146,14 @@ pub struct Tally {
     pub cfi_classes: BTreeMap<Class, usize>,
     /// Samples where Breakpad found every frame we found, identically.
     pub identical_stacks: usize,
+    /// Samples whose two walks are the same frames, no more and no fewer.
+    pub whole_identical: usize,
+    /// Samples where our walk is the start of Breakpad's and stops earlier.
+    pub ours_shorter: usize,
+    /// Our frames (past frame 0) that Breakpad's walk does not have at the same depth
+    /// (invented, or found where Breakpad found none or another), by the class of the stack's
+    /// first difference (`AfterDifference` for the frames after it).
+    pub only_ours: BTreeMap<Class, usize>,
     /// Samples whose two `minidump_stackwalk -m` traces are the same text.
     pub identical_traces: usize,
     /// Samples our offline walk of the minidump unwinds exactly as the handler did.
@@ -182,6 +190,11 @@ impl Tally {
             *self.cfi_classes.entry(*k).or_default() += v;
         }
         self.identical_stacks += other.identical_stacks;
+        self.whole_identical += other.whole_identical;
+        self.ours_shorter += other.ours_shorter;
+        for (k, v) in &other.only_ours {
+            *self.only_ours.entry(*k).or_default() += v;
+        }
         self.offline_same += other.offline_same;
         self.identical_traces += other.identical_traces;
         self.genuine.extend(other.genuine.iter().cloned());
@@ -281,6 +294,9 @@ pub fn compare(
             c
         };
         *tally.classes.entry(class).or_default() += 1;
+        if o.is_some() && class != Class::Identical {
+            *tally.only_ours.entry(class).or_default() += 1;
+        }
         if t.is_some_and(|f| is_cfi(f.trust)) {
             if chained {
                 tally.cfi_frames += 1;
@@ -296,6 +312,11 @@ pub fn compare(
     // Every frame we found is matched (Breakpad may go on past our end by scanning).
     if first.is_none_or(|(i, _)| i >= ours.len()) {
         tally.identical_stacks += 1;
+        if theirs.len() == ours.len() {
+            tally.whole_identical += 1;
+        } else if theirs.len() > ours.len() {
+            tally.ours_shorter += 1;
+        }
     }
 }
 

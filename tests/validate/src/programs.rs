@@ -201,8 +201,9 @@ fn sample(arch: Architecture, exe: &Path, samples: &Path, s: &Sampling) -> Resul
 const VDSO: &str = "linux-vdso.so.1";
 
 /// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
-/// ARM and as Thumb code), the C++ workload at -O2, all with -fomit-frame-pointer, and the Rust
-/// release workload.
+/// ARM and as Thumb code) with -g and -fomit-frame-pointer, and built the ordinary way (-O2
+/// alone, and with -fno-omit-frame-pointer; on armv7 as ARM and as Thumb code), the C++
+/// workload at -O2 with -fomit-frame-pointer, and the Rust release workload.
 pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
     let root = workspace_root();
     let target = root.join("target").join("test-programs");
@@ -213,6 +214,9 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         Architecture::X86_64 => &[
             ("O0", &["-O0", "-g", "-fomit-frame-pointer"]),
             ("O2", &["-O2", "-g", "-fomit-frame-pointer"]),
+            // Built the ordinary way: the distribution's defaults, no -g.
+            ("ordinary", &["-O2"]),
+            ("ordinary-fp", &["-O2", "-fno-omit-frame-pointer"]),
         ],
         Architecture::Arm => &[
             (
@@ -234,6 +238,19 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
                     "-fomit-frame-pointer",
                     "-funwind-tables",
                 ],
+            ),
+            // Built the ordinary way: Debian's armhf defaults, no -funwind-tables, no -g (the
+            // program's own functions have no unwind tables; their rules come from their
+            // instructions).
+            ("ordinary-arm", &["-O2", "-marm"]),
+            ("ordinary-thumb", &["-O2", "-mthumb"]),
+            (
+                "ordinary-arm-fp",
+                &["-O2", "-marm", "-fno-omit-frame-pointer"],
+            ),
+            (
+                "ordinary-thumb-fp",
+                &["-O2", "-mthumb", "-fno-omit-frame-pointer"],
             ),
         ],
     };

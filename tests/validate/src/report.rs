@@ -19,6 +19,44 @@ pub fn agreement_line(r: &ArchResult) -> String {
     )
 }
 
+/// The whole-stack lines for an architecture (headline symbol files): `x86_64 stacks
+/// identical: <p> % of <n> stacks`, how many stop earlier than Breakpad's walk, and
+/// `x86_64 frames only ours: <k>` with its breakdown by the class of each stack's first
+/// difference.
+pub fn whole_stack_lines(r: &ArchResult) -> String {
+    let t = r.total(Symbols::Combined);
+    let arch = r.arch.name();
+    let only: usize = t.only_ours.values().sum();
+    let breakdown: Vec<String> = t
+        .only_ours
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, n)| format!("{n} {}", c.describe()))
+        .collect();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{arch} stacks identical: {} of {} stacks  ",
+        pct(t.whole_identical, t.samples),
+        t.samples
+    );
+    let _ = writeln!(
+        o,
+        "{arch} stacks where ours stops earlier (every frame we found matched): {} of {} stacks  ",
+        t.ours_shorter, t.samples
+    );
+    let _ = writeln!(
+        o,
+        "{arch} frames only ours: {only}{}  ",
+        if breakdown.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", breakdown.join(", "))
+        }
+    );
+    o
+}
+
 fn pct(a: usize, b: usize) -> String {
     if b == 0 {
         "-".into()
@@ -54,6 +92,10 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
             t.cfi_frames
         );
     }
+    let _ = writeln!(o);
+    for r in archs {
+        let _ = write!(o, "{}", whole_stack_lines(r));
+    }
     for r in archs {
         let t = r.total(Symbols::Combined);
         let differing: Vec<String> = t
@@ -85,11 +127,11 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(
         o,
-        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | CFI frames after a scan | stacks with all our frames matched | identical `-m` traces | offline walk = handler |"
+        "| arch | program | samples | our frames | Breakpad frames | Breakpad CFI frames | identical | agreement | CFI frames after a scan | stacks with all our frames matched | whole stacks identical | ours stops earlier | frames only ours | identical `-m` traces | offline walk = handler |"
     );
     let _ = writeln!(
         o,
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in archs {
         for p in &r.programs {
@@ -100,7 +142,7 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 .unwrap_or_default();
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.arch.name(),
                 p.run.name,
                 t.samples,
@@ -111,6 +153,9 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
                 pct(t.cfi_identical, t.cfi_frames),
                 t.cfi_after_scan,
                 t.identical_stacks,
+                t.whole_identical,
+                t.ours_shorter,
+                t.only_ours.values().sum::<usize>(),
                 t.identical_traces,
                 t.offline_same
             );
