@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use unwind_test_support::call_graph::{
+    c_graph, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
+};
 use unwind_test_support::run;
 
 const SECONDS: &str = "1.5";
@@ -45,85 +48,6 @@ fn build_agent(root: &Path, target: &Path) -> PathBuf {
         ])
         .arg(target));
     target.join("release")
-}
-
-/// A call graph: allowed `caller>callee` steps, outermost first.
-struct Graph {
-    roots: HashSet<&'static str>,
-    edges: HashSet<(&'static str, &'static str)>,
-}
-
-impl Graph {
-    fn new(roots: &[&'static str], edges: &str) -> Self {
-        let edges = edges
-            .split_whitespace()
-            .map(|e| {
-                let (a, b) = e.split_once('>').expect("edge a>b");
-                // Leak: a handful of short strings for the duration of the test.
-                (&*Box::leak(a.into()), &*Box::leak(b.into()))
-            })
-            .collect();
-        Graph {
-            roots: roots.iter().copied().collect(),
-            edges,
-        }
-    }
-}
-
-const KEEP: [&str; 4] = ["_start", "__restore_rt", "start_thread", "clone"];
-
-/// Names outermost first, with foreign frames collapsed.
-fn tokens(
-    frames: &[(&str, &str)],
-    own: &dyn Fn(&str) -> bool,
-    name: &dyn Fn(&str) -> String,
-) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for &(module, function) in frames.iter().rev() {
-        let f = function.split('.').next().unwrap_or(function);
-        let f = match f {
-            "__clone3" | "clone3" | "__clone" => "clone",
-            // glibc's ARM signal return trampoline.
-            "__default_rt_sa_restorer" | "__default_sa_restorer" => "__restore_rt",
-            f => f,
-        };
-        let t = if KEEP.contains(&f) {
-            f.to_string()
-        } else if own(module) {
-            if f.starts_with("?+") {
-                "[nosym]".to_string()
-            } else {
-                name(f)
-            }
-        } else {
-            "[ext]".to_string()
-        };
-        if out.last().is_some_and(|l| l == &t && t.starts_with('[')) {
-            continue;
-        }
-        out.push(t);
-    }
-    out
-}
-
-/// Checks one stack; returns why it is invalid.
-fn check(tokens: &[String], graph: &Graph) -> Result<(), String> {
-    let foreign = |t: &str| t.starts_with('[');
-    let body_len = tokens
-        .iter()
-        .rposition(|t| !foreign(t))
-        .map_or(0, |i| i + 1);
-    let body = &tokens[..body_len];
-    let first = body.first().ok_or("no program frame")?;
-    if !graph.roots.contains(first.as_str()) {
-        return Err(format!("starts at {first}, not at a root"));
-    }
-    for w in body.windows(2) {
-        if !graph.edges.contains(&(w[0].as_str(), w[1].as_str())) {
-            return Err(format!("no edge {}>{}", w[0], w[1]));
-        }
-    }
-    Ok(())
 }
 
 struct Outcome {
@@ -195,7 +119,7 @@ fn validate(
         let complete = stop == "EndOfStack" || stop == "ZeroReturnAddress" || stop == "CantUnwind";
         o.complete += usize::from(complete);
         let verdict = if complete {
-            check(&t, graph)
+            graph.check(&t)
         } else {
             Err(format!("incomplete walk ({stop})"))
         };
@@ -217,23 +141,6 @@ fn validate(
     o
 }
 
-/// The C workload's call graph (see tests/programs/workload.c).
-fn c_graph() -> Graph {
-    Graph::new(&["_start", "clone"], &format!("{C_EDGES} {C_ASM_EDGES}"))
-}
-
-/// Edges of the C workload on every architecture.
-const C_EDGES: &str = "_start>[ext] [ext]>main clone>start_thread start_thread>thread_main
-    thread_main>top_a main>top_a main>via_alloca main>phase_plt main>phase_signal
-    top_a>mid_b mid_b>leaf_c leaf_c>spin via_alloca>leaf_c
-    phase_plt>shlib_entry shlib_entry>shlib_inner shlib_inner>cb_from_lib cb_from_lib>leaf_c
-    phase_signal>[ext] [ext]>__restore_rt __restore_rt>on_usr1 on_usr1>sig_a sig_a>leaf_c
-    main>now thread_main>now";
-
-/// The asm phase (frames.S, x86_64 only).
-const C_ASM_EDGES: &str = "main>phase_asm phase_asm>asm_frame asm_frame>asm_fp_frame
-    asm_fp_frame>cb_from_asm cb_from_asm>spin";
-
 /// Edges every C sample set must contain: each feature was sampled and unwound through.
 const C_MUST_SEE: [&str; 7] = [
     "start_thread>thread_main",
@@ -245,16 +152,6 @@ const C_MUST_SEE: [&str; 7] = [
     "[ext]>main",
 ];
 
-/// The C workload's call graph on armv7. armhf glibc's entry points (`__libc_start_main`,
-/// `start_thread`) and `pthread_kill` are EXIDX_CANTUNWIND and have no symbols, so stacks may
-/// start at the collapsed `[ext]`; there is no asm phase (frames.S is x86_64).
-fn c_graph_arm() -> Graph {
-    Graph::new(
-        &["_start", "clone", "[ext]"],
-        &format!("{C_EDGES} [ext]>thread_main"),
-    )
-}
-
 const C_MUST_SEE_ARM: [&str; 6] = [
     "[ext]>thread_main",
     "leaf_c>spin",
@@ -264,26 +161,7 @@ const C_MUST_SEE_ARM: [&str; 6] = [
     "[ext]>main",
 ];
 
-/// The Rust workload's call graph on armv7 (glibc's thread and process entries as `[ext]`).
-fn rust_graph_arm() -> Graph {
-    Graph::new(
-        &["_start", "clone", "[ext]"],
-        &format!("{RUST_EDGES} [ext]>[std]"),
-    )
-}
-
 const RUST_MUST_SEE_ARM: [&str; 3] = ["rw_recurse>rw_leaf", "rw_thread>rw_sort", "[std]>rw::main"];
-
-/// The Rust workload's call graph: its own functions by name, std's frames collapsed to `[std]`.
-fn rust_graph() -> Graph {
-    Graph::new(&["_start", "clone"], RUST_EDGES)
-}
-
-/// Edges of the Rust workload on every architecture.
-const RUST_EDGES: &str = "_start>[ext] [ext]>main main>[std] [std]>rw::main
-    rw::main>rw_recurse rw_recurse>rw_recurse rw_recurse>rw_leaf
-    clone>start_thread start_thread>[std] [std]>rw_thread
-    rw_thread>rw_recurse rw_thread>rw_sort";
 
 const RUST_MUST_SEE: [&str; 4] = [
     "rw_recurse>rw_leaf",
@@ -291,16 +169,6 @@ const RUST_MUST_SEE: [&str; 4] = [
     "start_thread>[std]",
     "[std]>rw::main",
 ];
-
-fn rust_name(f: &str) -> String {
-    match f.strip_prefix("rust_workload::") {
-        Some("main") => "rw::main".into(),
-        Some(rest) if rest.starts_with("main::") => "rw::main::closure".into(),
-        Some(rest) => rest.to_string(),
-        None if f == "main" => "main".into(),
-        None => "[std]".into(),
-    }
-}
 
 fn report(
     name: &str,

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! [`Checks`] is the tally of a `harness = false` test that checks many things and reports every
-//! failure, not only the first.
+//! failure, not only the first. [`call_graph`] holds the test programs' known call graphs.
+
+pub mod call_graph;
 
 use std::io::Write;
 use std::process::Command;
