@@ -150,6 +150,15 @@ pub struct Tally {
     pub whole_identical: usize,
     /// Samples where our walk is the start of Breakpad's and stops earlier.
     pub ours_shorter: usize,
+    /// Samples whose two walks differ (not `whole_identical`).
+    pub differing: usize,
+    /// Of them, checked against the program's known call graph.
+    pub arbitrated: usize,
+    /// Of those, samples where a step of Breakpad's walk is not on the graph.
+    pub theirs_wrong: usize,
+    /// Of those, samples where a step of ours is not on the graph, each with the step and both
+    /// walks' names: every one is listed.
+    pub ours_wrong: Vec<String>,
     /// Our frames (past frame 0) that Breakpad's walk does not have at the same depth
     /// (invented, or found where Breakpad found none or another), by the class of the stack's
     /// first difference (`AfterDifference` for the frames after it).
@@ -191,6 +200,10 @@ impl Tally {
         }
         self.identical_stacks += other.identical_stacks;
         self.whole_identical += other.whole_identical;
+        self.differing += other.differing;
+        self.arbitrated += other.arbitrated;
+        self.theirs_wrong += other.theirs_wrong;
+        self.ours_wrong.extend(other.ours_wrong.iter().cloned());
         self.ours_shorter += other.ours_shorter;
         for (k, v) in &other.only_ours {
             *self.only_ours.entry(*k).or_default() += v;
@@ -219,14 +232,15 @@ fn is_cfi(t: FrameTrust) -> bool {
 }
 
 /// Compares one sample's walks and adds them to `tally`. `symbols(addr)` says which symbol
-/// file, if any, the walker had for the module holding `addr`.
+/// file, if any, the walker had for the module holding `addr`. Returns whether the two walks
+/// are the same frames.
 pub fn compare(
     sample: &Sample,
     theirs: &[BreakpadFrame],
     offline: Option<&OurWalk>,
     symbols: &dyn Fn(u64) -> Option<SymbolSource>,
     tally: &mut Tally,
-) {
+) -> bool {
     let ours = &sample.ours;
     tally.samples += 1;
     tally.breakpad_frames += theirs.len();
@@ -317,6 +331,50 @@ pub fn compare(
         } else if theirs.len() > ours.len() {
             tally.ours_shorter += 1;
         }
+    }
+    let same = first.is_none();
+    if !same {
+        tally.differing += 1;
+    }
+    same
+}
+
+/// Names each frame of a walk: `(module file name, function)`.
+pub type FrameNames<'a> = dyn Fn(&[u64]) -> Vec<(String, String)> + 'a;
+
+/// Checks both walks of a sample whose walks differ against the program's known call graph,
+/// and counts in `tally` which has a step that is not on it. `names(pcs)` gives each frame's
+/// `(module file name, function)`.
+pub fn arbitrate(
+    sample: &Sample,
+    theirs: &[BreakpadFrame],
+    known: &crate::programs::KnownGraph,
+    names: &FrameNames<'_>,
+    tally: &mut Tally,
+) {
+    let tokens = |pcs: &[u64]| {
+        let named = names(pcs);
+        let frames: Vec<(&str, &str)> = named.iter().map(|(m, f)| (&**m, &**f)).collect();
+        known.tokens(&frames)
+    };
+    let bp: Vec<u64> = theirs.iter().map(|f| f.address).collect();
+    let (ours, breakpad) = (tokens(&sample.ours), tokens(&bp));
+    tally.arbitrated += 1;
+    if known.graph.check_steps(&breakpad).is_err() {
+        tally.theirs_wrong += 1;
+    }
+    if let Err(why) = known.graph.check_steps(&ours) {
+        let file = |p: &std::path::Path| {
+            p.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        };
+        let dir = sample.path.parent().map_or_else(String::new, file);
+        tally.ours_wrong.push(format!(
+            "{dir}/{}: {why}; ours {}; Breakpad {}",
+            file(&sample.path),
+            ours.join(">"),
+            breakpad.join(">")
+        ));
     }
 }
 

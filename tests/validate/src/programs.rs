@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use unwind_dwarf::Architecture;
+use unwind_test_support::call_graph::{self, Graph};
 
 use crate::tools::workspace_root;
 
@@ -36,6 +37,32 @@ pub struct ProgramRun {
     pub name: String,
     /// The directory holding its `NNNN.dmp` files.
     pub samples: PathBuf,
+    /// Its known call graph, if it has one: where the two walks differ, it says which is
+    /// wrong.
+    pub known: Option<KnownGraph>,
+}
+
+/// A program's call graph and how its frames are named for it.
+#[derive(Clone, Debug)]
+pub struct KnownGraph {
+    /// The graph.
+    pub graph: Graph,
+    /// The file names of the program's own modules (the others are `[ext]`).
+    pub own: Vec<String>,
+    /// Rust function names are mapped by [`call_graph::rust_name`].
+    pub rust: bool,
+}
+
+impl KnownGraph {
+    /// The graph's tokens for a stack given innermost first as `(module file name, function)`.
+    pub fn tokens(&self, frames: &[(&str, &str)]) -> Vec<String> {
+        let own = |m: &str| self.own.iter().any(|o| o == m);
+        let name = |f: &str| match self.rust {
+            true => call_graph::rust_name(f),
+            false => f.to_string(),
+        };
+        call_graph::tokens(frames, &own, &name)
+    }
 }
 
 /// How many samples to take and how long to run.
@@ -255,6 +282,10 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         ],
     };
     let mut runs = Vec::new();
+    let (c_graph, rust_graph) = match arch {
+        Architecture::X86_64 => (call_graph::c_graph(), call_graph::rust_graph()),
+        Architecture::Arm => (call_graph::c_graph_arm(), call_graph::rust_graph_arm()),
+    };
     for (tag, flags) in variants {
         let exe = build_c(arch, flags, tag, &agent, &out)?;
         let dir = out.join(format!("c-{tag}"));
@@ -263,6 +294,14 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
             arch,
             name: format!("C workload {tag}"),
             samples: dir,
+            known: Some(KnownGraph {
+                graph: c_graph.clone(),
+                own: vec![
+                    format!("validate-workload-{tag}"),
+                    format!("libvalidate-{tag}.so"),
+                ],
+                rust: false,
+            }),
         });
     }
     let exe = build_cpp(arch, &agent, &out)?;
@@ -272,6 +311,8 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         arch,
         name: "C++ workload -O2".into(),
         samples: dir,
+        // Not written down: its call graph goes through libstdc++'s templates and threads.
+        known: None,
     });
     let dir = out.join("rust");
     sample(arch, &agent.join("rust-workload"), &dir, s)?;
@@ -279,6 +320,11 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         arch,
         name: "Rust workload (release)".into(),
         samples: dir,
+        known: Some(KnownGraph {
+            graph: rust_graph,
+            own: vec!["rust-workload".into()],
+            rust: true,
+        }),
     });
     Ok(runs)
 }

@@ -54,6 +54,17 @@ pub fn whole_stack_lines(r: &ArchResult) -> String {
             format!(" ({})", breakdown.join(", "))
         }
     );
+    let _ = writeln!(
+        o,
+        "{arch} stacks where the walks differ: {}, of them {} checked against the program's known call graph: Breakpad's walk wrong in {}, ours wrong in {}  ",
+        t.differing,
+        t.arbitrated,
+        t.theirs_wrong,
+        t.ours_wrong.len()
+    );
+    for w in &t.ours_wrong {
+        let _ = writeln!(o, "- {arch} ours wrong: {w}");
+    }
     o
 }
 
@@ -123,6 +134,14 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
          agent wrote from inside the sampled process (registers, a 64 KiB stack copy, the module \
          list with build ids) together with the frames it unwound there.\n",
         Symbols::Combined.describe()
+    );
+    let _ = writeln!(
+        o,
+        "Whole stacks: a stack is identical when both walks have the same frames, no more and no \
+         fewer; our frames that Breakpad's walk does not have at the same depth are counted by the \
+         class of the stack's first difference. Where the walks differ, the program's known call \
+         graph (`unwind_test_support::call_graph`: the C workload's and the Rust workload's; the \
+         C++ workload has none) says which walk has a step that is not a call the program makes.\n"
     );
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use minidump_unwind::Symbolizer;
 
-use crate::compare::{compare, Tally};
+use crate::compare::{arbitrate, compare, Tally};
 use unwind_dwarf::Architecture;
 
 use crate::programs::{minidumps, sample_programs, ProgramRun, Sampling};
@@ -119,7 +119,14 @@ pub fn validate_runs(
                             tally.identical_traces += 1;
                         }
                         let before = tally.identical_stacks;
-                        compare(s, &theirs, offline.as_ref(), &has, tally);
+                        let same = compare(s, &theirs, offline.as_ref(), &has, tally);
+                        if let (false, Symbols::Combined, Some(known)) =
+                            (same, *choice, run.known.as_ref())
+                        {
+                            let sym = traces.symbolizer(s);
+                            let names = |pcs: &[u64]| frame_names(s, sym, pcs);
+                            arbitrate(s, &theirs, known, &names, tally);
+                        }
                         if verbose && tally.identical_stacks == before {
                             eprintln!(
                                 "{} {:?}: ours {:x?} stop {:?}",
@@ -153,4 +160,34 @@ pub fn validate_runs(
         programs,
         stores,
     })
+}
+
+/// `(module file name, function)` of each frame (frame 0 at its PC, callers at their call
+/// site), as the programs test names the frames of the agent's reports: `?+0x...` for an
+/// address in a module without a symbol there, `?!0x...` for one in no module.
+fn frame_names(
+    s: &Sample,
+    sym: &unwind_samples::symbolize::Symbolizer,
+    pcs: &[u64],
+) -> Vec<(String, String)> {
+    pcs.iter()
+        .enumerate()
+        .map(|(i, &pc)| {
+            let symbol = match (i, s.arch) {
+                (0, Architecture::Arm) => sym.lookup(pc & !1),
+                (0, _) => sym.lookup(pc),
+                _ => sym.lookup_return_address(pc),
+            };
+            match symbol {
+                Some(found) => {
+                    let module = found.module.rsplit('/').next().unwrap_or(found.module);
+                    let function = found
+                        .function
+                        .map_or_else(|| format!("?+{:#x}", found.offset), str::to_string);
+                    (module.to_string(), function)
+                }
+                None => ("?".to_string(), format!("?!{pc:#x}")),
+            }
+        })
+        .collect()
 }

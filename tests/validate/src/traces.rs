@@ -20,7 +20,8 @@ pub struct Traces {
 }
 
 impl Traces {
-    fn symbolizer(&mut self, s: &Sample) -> &Symbolizer {
+    /// The symbolizer for `s`'s module list (made on first use).
+    pub fn symbolizer(&mut self, s: &Sample) -> &Symbolizer {
         self.symbolizers
             .entry(s.modules.clone())
             .or_insert_with(|| {

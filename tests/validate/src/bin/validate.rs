@@ -143,6 +143,8 @@ fn minidumps_only(dir: PathBuf, dump_syms: &std::path::Path) -> ExitCode {
         arch,
         name: dir.display().to_string(),
         samples: dir,
+        // Minidumps of any program: no known call graph.
+        known: None,
     };
     match run::validate_runs(arch, vec![run], dump_syms) {
         Ok(r) => {
