@@ -44,7 +44,7 @@
 //!     .iter()
 //!     .flat_map(|h| h.to_le_bytes())
 //!     .collect();
-//! let analysis = analyze(&code, 0x1000, Isa::Thumb, &[]);
+//! let analysis = analyze(&code, 0x1000, Isa::Thumb, &[], &[]);
 //! let rule_at = |pc: u64| {
 //!     let (_, _, state) = analysis.rows.iter().find(|(s, e, _)| (*s..*e).contains(&pc))?;
 //!     state.rule()
@@ -259,6 +259,10 @@ pub struct Analysis {
     /// the same state are merged. Data ranges and the bytes of a last incomplete instruction
     /// have none.
     pub rows: Vec<(u64, u64, FrameState)>,
+    /// The epilogues read to their end (a return or a tail branch): `[start, end)` from the
+    /// instruction after the first one that raised SP to the end of the return, with the state
+    /// before the epilogue began (the body's).
+    pub epilogues: Vec<(u64, u64, FrameState)>,
     /// Instructions read.
     pub instructions: u64,
 }
@@ -293,13 +297,17 @@ impl Analysis {
 
 /// Reads the function whose code is `code`, at address `start` (bit 0 clear), written in
 /// `isa`. `data` lists `[start, end)` ranges inside it that hold data, not code (from `$d`
-/// mapping symbols), sorted; they are skipped.
-pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)]) -> Analysis {
+/// mapping symbols), sorted; they are skipped. `starts` lists addresses inside it where other
+/// functions start (symbols: a stripped library's EHABI entry may cover several functions),
+/// sorted; the frame there is a function's entry again.
+pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &[u64]) -> Analysis {
     let mut out = Analysis::default();
     let end = start.saturating_add(code.len() as u64);
     let mut state = FrameState::ENTRY;
-    // The state before the epilogue under way began, if one is.
+    // The state before the epilogue under way began, and where its rows begin, if one is.
     let mut resume: Option<FrameState> = None;
+    let mut epilogue_from = start;
+    let mut next_start = 0usize;
     // The states at forward branches, by target.
     let mut targets: BTreeMap<u64, FrameState> = BTreeMap::new();
     // The previous instruction did not fall through.
@@ -318,10 +326,19 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)]) -> Analys
             break;
         };
         let next = addr.saturating_add(u64::from(ins.len));
-        if after_jump {
-            state = targets.remove(&addr).unwrap_or(state);
-            after_jump = false;
+        while starts.get(next_start).is_some_and(|&s| s < addr) {
+            next_start = next_start.saturating_add(1);
         }
+        if starts.get(next_start) == Some(&addr) {
+            // Another function: nothing of this one's frame carries over.
+            state = FrameState::ENTRY;
+            resume = None;
+            targets.clear();
+            it_left = 0;
+        } else if after_jump {
+            state = targets.remove(&addr).unwrap_or(state);
+        }
+        after_jump = false;
         out.push(addr, next.min(end), state);
         out.instructions = out.instructions.saturating_add(1);
         let conditional = ins.conditional || it_left > 0;
@@ -346,8 +363,9 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)]) -> Analys
             match ins.effect {
                 Effect::Push(_) => resume = None,
                 Effect::SpAdd(v) if v < 0 => resume = None,
-                Effect::Pop(_) | Effect::SpAdd(_) | Effect::SpFromFp { .. } => {
-                    resume.get_or_insert(before);
+                Effect::Pop(_) | Effect::SpAdd(_) | Effect::SpFromFp { .. } if resume.is_none() => {
+                    resume = Some(before);
+                    epilogue_from = next;
                 }
                 _ => {}
             }
@@ -364,6 +382,9 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)]) -> Analys
                 after_jump = true;
                 // Code after the epilogue runs with the body's frame.
                 if let Some(body) = resume.take() {
+                    if epilogue_from < next {
+                        out.epilogues.push((epilogue_from, next.min(end), body));
+                    }
                     state = body;
                 }
             }

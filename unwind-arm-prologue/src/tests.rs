@@ -28,7 +28,7 @@ fn thumb_prologue_body_and_epilogue() {
     let code = thumb(&[
         0xb590, 0xed2d, 0x8b04, 0xb082, 0x2000, 0xb002, 0xecbd, 0x8b04, 0xbd90,
     ]);
-    let a = analyze(&code, 0x1000, Isa::Thumb, &[]);
+    let a = analyze(&code, 0x1000, Isa::Thumb, &[], &[]);
     assert_eq!(at(&a, 0x1000), Some(FrameState::ENTRY));
     let body = at(&a, 0x1008).unwrap();
     assert_eq!(body.sp, Some(12 + 16 + 8));
@@ -58,7 +58,7 @@ fn arm_frame_pointer_prologue_and_epilogue() {
         0xe24b_d008,
         0xe8bd_8810,
     ]);
-    let a = analyze(&code, 0x2000, Isa::Arm, &[]);
+    let a = analyze(&code, 0x2000, Isa::Arm, &[], &[]);
     let s = at(&a, 0x200c).unwrap();
     assert_eq!(s.sp, Some(28));
     assert_eq!(s.fp, Some((Reg::R11, 4)));
@@ -83,7 +83,7 @@ fn alloca_uses_the_frame_pointer() {
     let code = thumb(&[
         0xb580, 0xb082, 0xaf00, 0xebad, 0x0d03, 0xbf00, 0x46bd, 0xb002, 0xbd80,
     ]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     let s = at(&a, 10).unwrap();
     assert_eq!((s.sp, s.fp), (None, Some((Reg::R7, 16))));
     assert_eq!(s.rule().unwrap().cfa, CfaRule::RegOffset(Reg::R7, 16));
@@ -95,7 +95,7 @@ fn alloca_uses_the_frame_pointer() {
 fn unknown_sp_without_a_frame_pointer_gives_no_rule() {
     // push {r4, lr}; mov sp, r4; pop {r4, pc}
     let code = thumb(&[0xb510, 0x46a5, 0xbd10]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(sp(&a, 4), None);
     assert_eq!(
         a.rules().iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
@@ -107,12 +107,12 @@ fn unknown_sp_without_a_frame_pointer_gives_no_rule() {
 fn conditional_return_leaves_the_frame() {
     // push {r4, lr}; cmp r0, #0; it eq; popeq {r4, pc}; movs r0, #1; pop {r4, pc}
     let code = thumb(&[0xb510, 0x2800, 0xbf08, 0xbd10, 0x2001, 0xbd10]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(sp(&a, 6), Some(8)); // the conditional pop
     assert_eq!(sp(&a, 8), Some(8)); // not taken: the frame is unchanged
                                     // A32: ldmfdeq sp!, {r4, pc}
     let code = arm(&[0xe92d_4010, 0x08bd_8010, 0xe3a0_0001, 0xe8bd_8010]);
-    let a = analyze(&code, 0, Isa::Arm, &[]);
+    let a = analyze(&code, 0, Isa::Arm, &[], &[]);
     assert_eq!(sp(&a, 8), Some(8));
 }
 
@@ -138,7 +138,7 @@ fn code_after_a_return_runs_with_the_body_frame_or_the_branch_state() {
         0xde00, // udf
         0x4770,
     ]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(sp(&a, 0xc), Some(16), "the branch's state (the body)");
     assert_eq!(sp(&a, 0xe), Some(16));
     assert_eq!(
@@ -155,7 +155,7 @@ fn code_after_a_tail_call_runs_with_the_body_frame() {
     let code = thumb(&[
         0xb510, 0x2800, 0xd103, 0xe8bd, 0x4010, 0xf7ff, 0xbffe, 0x2001, 0xbd10,
     ]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(sp(&a, 0xa), Some(0), "after pop {{r4, lr}}");
     assert_eq!(at(&a, 0xa).unwrap().lr, None);
     assert_eq!(sp(&a, 0xe), Some(8));
@@ -169,15 +169,41 @@ fn switch_tables_and_data_are_skipped() {
     let mut code = thumb(&[0xb510, 0xe8df, 0xf000]);
     code.extend_from_slice(&[2, 3, 4, 0xb4]); // 0xb4 would be a push if read as code
     code.extend(thumb(&[0x2000, 0x2001, 0x2002, 0xbd10]));
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(at(&a, 6), None, "the table has no row");
     assert_eq!(sp(&a, 0xa), Some(8));
     assert_eq!(sp(&a, 0x10), Some(8));
     // A literal pool marked as data, between two parts of a function.
     let code = thumb(&[0xb510, 0xe001, 0xb4ff, 0xb4ff, 0xbd10]);
-    let a = analyze(&code, 0, Isa::Thumb, &[(4, 8)]);
+    let a = analyze(&code, 0, Isa::Thumb, &[(4, 8)], &[]);
     assert_eq!(at(&a, 4), None);
     assert_eq!(sp(&a, 8), Some(8));
+}
+
+#[test]
+fn function_starts_reset_the_frame() {
+    // Two of armhf glibc's syscall wrappers back to back, as one stripped EHABI entry may
+    // cover them: push {r7}; mov.w r7, #158; svc 0; pop {r7}; cmn.w r0, #4096; it cc;
+    // bxcc lr; b.w __syscall_error; nop -- twice (0x18 bytes each).
+    let wrapper = [
+        0xb480u16, 0xf04f, 0x079e, 0xdf00, 0xbc80, 0xf510, 0x5f80, 0xbf38, 0x4770, 0xf782, 0xb8d5,
+        0xbf00,
+    ];
+    let code = thumb(&[wrapper, wrapper].concat());
+    // After the tail branch, the straight-line reading resumes with the body's frame (r7
+    // pushed): without the second function's start, its frame looks 4 bytes deeper.
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    assert_eq!(sp(&a, 0x18 + 8), Some(8));
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[0x18]);
+    for base in [0, 0x18] {
+        assert_eq!(at(&a, base), Some(FrameState::ENTRY));
+        let at_svc_return = at(&a, base + 8).unwrap();
+        assert_eq!((at_svc_return.sp, at_svc_return.r7), (Some(4), Some(-4)));
+        assert_eq!(sp(&a, base + 10), Some(0), "after pop {{r7}}");
+    }
+    // Each epilogue: from after the pop to the end of the tail branch, the body before it.
+    let body = at(&a, 8).unwrap();
+    assert_eq!(a.epilogues, [(10, 22, body), (0x18 + 10, 0x18 + 22, body)]);
 }
 
 #[test]
@@ -189,7 +215,7 @@ fn thumb_wide_sp_adjustments() {
         0xf84d, 0xed04, 0xf5ad, 0x6d80, 0xf2ad, 0x4d04, 0xf20d, 0x4d04, 0xf50d, 0x6d80, 0xf85d,
         0xfb04,
     ]);
-    let a = analyze(&code, 0, Isa::Thumb, &[]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
     assert_eq!(sp(&a, 4), Some(4));
     assert_eq!(at(&a, 4).unwrap().lr, Some(-4));
     assert_eq!(sp(&a, 8), Some(4 + 0x400));
@@ -228,7 +254,7 @@ proptest! {
         start in (0u64..0x1_0000).prop_map(|s| s * 2),
     ) {
         let isa = if thumb_code { Isa::Thumb } else { Isa::Arm };
-        let a = analyze(&code, start, isa, &[]);
+        let a = analyze(&code, start, isa, &[], &[]);
         let end = start + code.len() as u64;
         let mut last = start;
         for &(s, e, _) in &a.rows {

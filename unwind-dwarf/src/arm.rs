@@ -448,11 +448,16 @@ fn merge_exidx(
     Ok(())
 }
 
-/// The rows of `[start, end)` from its instructions, if they agree with `rule` (its EXIDX
-/// entry's) at some instruction; addresses where the instructions leave the frame unknown
-/// keep `rule`. `None` for entries that stop walks or describe a leaf (the instructions cannot
-/// improve those), and when no reading agrees: the instruction set the symbols suggest is
-/// tried first, then the other.
+/// The rows of `[start, end)` with its instructions' states where the EXIDX entry's `rule`
+/// is wrong: in the prologue (before the first instruction whose state `rule` describes) and in
+/// each epilogue that starts from a state `rule` describes; the entry's rule everywhere else
+/// (the body, and code that cannot be read). A function the symbols name inside the range has
+/// a prologue of its own. `None` for entries that stop walks or describe a
+/// leaf (the instructions cannot improve those), and when no reading agrees with `rule`: the
+/// instruction set the symbols suggest is tried first, then the other. A stripped library's
+/// entry may cover several functions, of which the symbols name only the exported ones; the
+/// body rule is kept for all but these well-delimited parts so that a misread boundary between
+/// unnamed functions changes nothing.
 fn refine_exidx(
     code: &ArmCode<'_>,
     start: u64,
@@ -477,17 +482,33 @@ fn refine_exidx(
         return None;
     };
     stats.exidx_rows_from_instructions = stats.exidx_rows_from_instructions.saturating_add(1);
-    let mut rows = Vec::new();
+    let mut rows: Vec<(u64, u64, Rule)> = Vec::new();
+    let mut push = |s: u64, e: u64, r: Rule| match rows.last_mut() {
+        Some((_, last_end, last)) if *last_end == s && *last == r => *last_end = e,
+        _ => rows.push((s, e, r)),
+    };
+    let mut prologue = true;
     let mut at = start;
-    for (s, e, r) in analysis.rules() {
+    for &(s, e, state) in &analysis.rows {
         if s > at {
-            rows.push((at, s, *rule));
+            push(at, s, *rule);
         }
-        rows.push((s, e, r));
+        // A function the symbols name starts its own prologue (the reading restarts there).
+        prologue |= s != start && code.function_starts.binary_search(&s).is_ok();
+        prologue &= !state.describes(rule);
+        let epilogue = analysis
+            .epilogues
+            .iter()
+            .any(|&(es, ee, body)| es <= s && e <= ee && body.describes(rule));
+        let r = match (prologue || epilogue, state.rule()) {
+            (true, Some(r)) => r,
+            _ => *rule,
+        };
+        push(s, e, r);
         at = e;
     }
     if at < end {
-        rows.push((at, end, *rule));
+        push(at, end, *rule);
     }
     Some(rows)
 }

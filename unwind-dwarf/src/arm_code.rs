@@ -53,6 +53,9 @@ pub struct ArmCode<'a> {
     pub isa_marks: Vec<(u64, Isa)>,
     /// Data inside code (`$d` mapping symbols, up to the next mapping symbol), sorted.
     pub data: Vec<(u64, u64)>,
+    /// Where functions start (bit 0 clear), by the function symbols of `.symtab` and
+    /// `.dynsym`, sorted: the frame there is a function's entry, whatever the code before it.
+    pub function_starts: Vec<u64>,
 }
 
 impl<'a> ArmCode<'a> {
@@ -75,6 +78,7 @@ impl<'a> ArmCode<'a> {
             })
             .collect();
         let mut marks: Vec<(u64, char)> = Vec::new();
+        let mut function_starts = Vec::new();
         for s in elf.symbols().chain(elf.dynamic_symbols()) {
             let Ok(name) = s.name() else { continue };
             if let Some(kind) = name.strip_prefix('$').and_then(|n| n.chars().next()) {
@@ -84,8 +88,11 @@ impl<'a> ArmCode<'a> {
                     s.address() & !1,
                     if s.address() & 1 != 0 { 't' } else { 'a' },
                 ));
+                function_starts.push(s.address() & !1);
             }
         }
+        function_starts.sort_unstable();
+        function_starts.dedup();
         marks.sort_unstable();
         marks.dedup();
         let isa_marks = marks
@@ -133,6 +140,7 @@ impl<'a> ArmCode<'a> {
             functions,
             isa_marks,
             data,
+            function_starts,
         }
     }
 
@@ -151,16 +159,16 @@ impl<'a> ArmCode<'a> {
         self.isa_marks.get(i.checked_sub(1)?).map(|m| m.1)
     }
 
-    /// Analyzes the code of `[start, end)` as `isa`, if it can be read.
+    /// Analyzes the code of `[start, end)` as `isa`, if it can be read (each function
+    /// starting inside it from its entry).
     pub fn analyze(&self, start: u64, end: u64, isa: Isa) -> Option<Analysis> {
         let code = self.bytes(start, end)?;
         let lo = self.data.partition_point(|d| d.1 <= start);
         let hi = self.data.partition_point(|d| d.0 < end);
-        Some(analyze(
-            code,
-            start,
-            isa,
-            self.data.get(lo..hi).unwrap_or(&[]),
-        ))
+        let data = self.data.get(lo..hi).unwrap_or(&[]);
+        let lo = self.function_starts.partition_point(|&s| s <= start);
+        let hi = self.function_starts.partition_point(|&s| s < end);
+        let starts = self.function_starts.get(lo..hi).unwrap_or(&[]);
+        Some(analyze(code, start, isa, data, starts))
     }
 }

@@ -1219,6 +1219,39 @@ fn debian_armhf_libraries_load() {
         );
         // Functions under EXIDX_CANTUNWIND entries (hand-written assembly) may have no rule.
         assert!(with_rule > 0, "{with_rule} of {}", funcs.len());
+        // One stripped index entry may cover several functions (glibc's syscall wrappers):
+        // where rows come from instructions, every function the symbols name starts from its
+        // entry frame, not from the frame the code before it left (the reading once carried
+        // `push {r7}` from one wrapper into the next, and walks through sched_yield read the
+        // wrong slot).
+        let entry = Rule {
+            source: Source::Instructions,
+            ..Rule::default()
+        };
+        let from_instructions: Vec<_> = funcs
+            .iter()
+            .filter(|f| {
+                loaded
+                    .rules
+                    .lookup(f.1)
+                    .is_some_and(|r| r.source == Source::Instructions)
+            })
+            .collect();
+        for f in &from_instructions {
+            assert_eq!(
+                loaded.rules.lookup(f.1),
+                Some(entry),
+                "{name}: {} at {:#x}",
+                f.0,
+                f.1
+            );
+        }
+        println!(
+            "  {} function starts from instructions, extents from instructions {}",
+            from_instructions.len(),
+            sources(Source::Instructions)
+        );
+        assert!(!from_instructions.is_empty(), "{name}");
     }
 }
 
