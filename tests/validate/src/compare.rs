@@ -50,6 +50,9 @@ pub enum Class {
     OurStop,
     /// Breakpad stopped before our walk did, though it had symbols.
     BreakpadStopped,
+    /// Our walk refused the caller both rules gave, because it is in no module's code
+    /// (`StopReason::OutsideModules`); Breakpad wrote it as a frame.
+    OursRefusedOutside,
     /// An earlier frame differed.
     AfterDifference,
     /// None of the above.
@@ -58,7 +61,7 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 13] = [
+    pub const ALL: [Class; 14] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
@@ -70,6 +73,7 @@ impl Class {
         Class::PastOurEnd,
         Class::OurStop,
         Class::BreakpadStopped,
+        Class::OursRefusedOutside,
         Class::AfterDifference,
         Class::Genuine,
     ];
@@ -88,6 +92,9 @@ impl Class {
             Class::PastOurEnd => "Breakpad CFI frame past our end of stack",
             Class::OurStop => "our walk stopped first (no rule, e.g. an untracked register)",
             Class::BreakpadStopped => "Breakpad stopped earlier",
+            Class::OursRefusedOutside => {
+                "our walk refused a caller in no module's code, which Breakpad wrote as a frame"
+            }
             Class::AfterDifference => "after an earlier difference",
             Class::Genuine => "genuine disagreement",
         }
@@ -436,6 +443,12 @@ fn classify(
         {
             Class::PastOurEnd
         }
+        (None, Some(t)) if sample.stop == StopReason::OutsideModules => {
+            match sample.module_of(norm(sample, t.address)) {
+                None => Class::OursRefusedOutside,
+                Some(_) => Class::OurStop,
+            }
+        }
         (None, Some(_)) => Class::OurStop,
         (Some(_), None) => Class::BreakpadStopped,
         _ => Class::Genuine,
@@ -622,6 +635,18 @@ mod tests {
             &mut t,
         );
         assert_eq!(t.classes.get(&Class::OurStop), Some(&1));
+        // A caller in no module, which our walk refused and Breakpad wrote.
+        s.stop = StopReason::OutsideModules;
+        let outside = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x9300, CFI)]);
+        let mut refused = Tally::default();
+        compare(
+            &s,
+            &outside,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut refused,
+        );
+        assert_eq!(refused.classes.get(&Class::OursRefusedOutside), Some(&1));
         // Both are measured CFI frames we do not match.
         assert_eq!((t.cfi_frames, t.cfi_identical), (2, 1));
         assert!(t.genuine.is_empty());
