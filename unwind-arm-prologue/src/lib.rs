@@ -13,7 +13,10 @@
 //! - EHABI entries, which describe the function body only: in a prologue (before the pushes)
 //!   and after an epilogue's pops, the entry's rule reads a stale stack slot. Where the
 //!   instructions agree with the entry ([`FrameState::describes`] the entry's rule at some
-//!   instruction), their states replace it, and samples there unwind exactly.
+//!   instruction), `unwind-dwarf` takes their states in the prologue and in the epilogues
+//!   ([`Analysis::epilogues`]), and samples there unwind exactly.
+//! - A function start known from symbols (`starts` of [`analyze`]) restarts the reading from
+//!   the entry frame: one EHABI entry of a stripped library may cover several functions.
 //!
 //! How the straight-line reading handles control flow:
 //! - An instruction with a condition (A32 condition field, Thumb `IT` block) does not change
