@@ -132,9 +132,14 @@ impl FrameState {
     /// The rule for this state (source [`Source::Instructions`]), or `None` if the CFA is not
     /// known here.
     pub fn rule(&self) -> Option<Rule> {
+        Some(self.rule_with(self.cfa()?))
+    }
+
+    /// This state's rule with `cfa` as its CFA.
+    fn rule_with(&self, cfa: CfaRule) -> Rule {
         let saved = |o: Option<i32>| o.map_or(RegRule::Same, RegRule::Offset);
-        Some(Rule {
-            cfa: self.cfa()?,
+        Rule {
+            cfa,
             pc: self.lr.map_or(RegRule::Register(Reg::Lr), RegRule::Offset),
             lr: saved(self.lr),
             sp: RegRule::ValOffset(0),
@@ -143,7 +148,7 @@ impl FrameState {
             r7: saved(self.r7),
             source: Source::Instructions,
             signal_frame: false,
-        })
+        }
     }
 
     /// Whether `rule` (of any source) finds the same CFA, by SP or by the frame pointer, and
@@ -154,14 +159,11 @@ impl FrameState {
             CfaRule::RegOffset(r, k) => self.fp == Some((r, k)),
             CfaRule::Expr(_) => false,
         };
-        let saved = |o: Option<i32>| o.map_or(RegRule::Same, RegRule::Offset);
-        let pc = self.lr.map_or(RegRule::Register(Reg::Lr), RegRule::Offset);
-        cfa && rule.pc == pc
-            && rule.lr == saved(self.lr)
-            && rule.sp == RegRule::ValOffset(0)
-            && rule.r7 == saved(self.r7)
-            && rule.r11 == saved(self.r11)
-            && rule.r12 == saved(self.r12)
+        let same = Rule {
+            source: rule.source,
+            ..self.rule_with(rule.cfa)
+        };
+        cfa && *rule == same
     }
 
     /// The slot of tracked register `n`, if tracked.
