@@ -31,7 +31,7 @@ use crate::breakpad::SkipReason;
 use crate::cfi::{
     common_rule, expression, offset, Bad, CfiSections, Collected, CommonRule, DropReason, RowSource,
 };
-use crate::elf::{function_extents, section_data, section_named};
+use crate::elf::{section_data, section_named};
 use crate::plt::{uncovered, PltKind, PltSection};
 use crate::{DwarfError, UnreadableSection};
 
@@ -255,10 +255,9 @@ impl DwarfArch for Arm {
         let code_end = code_range.map(|(_, end)| end);
         let code = ArmCode::read(elf, code_end);
         // Symbols say where each entry's function ends (code after it has no entry).
-        let functions = if exidx.is_some() {
-            function_extents(elf, code_end)
-        } else {
-            Vec::new()
+        let functions: Vec<(u64, u64)> = match exidx {
+            Some(_) => code.functions.iter().map(|f| (f.start, f.end)).collect(),
+            None => Vec::new(),
         };
         let exidx = exidx.as_ref().map(|(d, exidx_svma)| ExidxSections {
             exidx: d,

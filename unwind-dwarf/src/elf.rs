@@ -143,7 +143,8 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
 }
 
 /// The functions `elf`'s symbol table (`.symtab`) defines, as `[start, end)` file addresses
-/// with bit 0 (ARM's Thumb bit) clear, sorted by start; empty if the file is stripped. A
+/// with bit 0 (ARM's Thumb bit) clear and whether that bit was set (a Thumb function), sorted
+/// by start; empty if the file is stripped. A
 /// function symbol without a size (one written in assembly, like `_start`) ends where the next
 /// function starts (the last such one at `code_end`, if known). Symbols of other kinds (data,
 /// ARM's `$a`/`$t`/`$d` mapping symbols) are not functions.
@@ -152,14 +153,6 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
 /// after one is usually its internal functions, which its EHABI entry covers on purpose (armhf
 /// glibc's `start_thread` lies in the `EXIDX_CANTUNWIND` range of an exported function: cut
 /// there, every thread's walk would end with `NoRule` instead of at its outermost frame).
-pub fn function_extents(elf: &object::File<'_>, code_end: Option<u64>) -> Vec<(u64, u64)> {
-    function_symbols(elf, code_end)
-        .into_iter()
-        .map(|(start, end, _)| (start, end))
-        .collect()
-}
-
-/// [`function_extents`], each with whether its symbol has bit 0 set (ARM: a Thumb function).
 pub(crate) fn function_symbols(
     elf: &object::File<'_>,
     code_end: Option<u64>,
