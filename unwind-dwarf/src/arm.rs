@@ -288,7 +288,6 @@ impl DwarfArch for Arm {
         let mut stats = ArmStats::default();
         let mut pushed = Vec::new();
         if let Some(exidx) = &extra.exidx {
-            let only_source = only_source && extra.code.is_none_or(|c| c.functions.is_empty());
             match unwind_arm_exidx::rows(exidx) {
                 Ok((rows, exidx_stats)) => {
                     stats.exidx = Some(exidx_stats);
@@ -301,9 +300,7 @@ impl DwarfArch for Arm {
                         &mut pushed,
                     )?;
                 }
-                // Nothing else to keep: the index's error is the module's.
-                Err(e) if only_source => return Err(DwarfError::Exidx(e)),
-                // Keep the DWARF and PLT rows.
+                // Keep the DWARF and PLT rows, and the rows read from instructions.
                 Err(e) => stats.exidx_error = Some(e),
             }
         }
@@ -312,6 +309,12 @@ impl DwarfArch for Arm {
             covered.extend(pushed);
             covered.sort_unstable();
             merge_functions(code, &covered, collected, &mut stats)?;
+        }
+        // Nothing else was kept: the index's error is the module's.
+        if only_source && stats.functions_from_instructions == 0 {
+            if let Some(e) = stats.exidx_error.take() {
+                return Err(DwarfError::Exidx(e));
+            }
         }
         Ok(stats)
     }

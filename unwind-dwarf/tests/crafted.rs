@@ -313,6 +313,24 @@ fn exidx_error_keeps_the_dwarf_rows() {
             Err(DwarfError::Exidx(e)) => assert_eq!(e, expected, "{what}"),
             other => panic!("{what}: expected the EXIDX error, got {other:?}"),
         }
+        // With a symbol table whose function's code cannot be read: still nothing kept, so
+        // still the index's error (not an empty module without one).
+        let code = unwind_dwarf::ArmCode {
+            functions: vec![unwind_dwarf::ArmFunction {
+                start: 0x1000,
+                end: 0x1040,
+                isa: unwind_dwarf::Isa::Thumb,
+            }],
+            ..Default::default()
+        };
+        let with_code = unwind_dwarf::ArmSections {
+            exidx: Some(ex),
+            code: Some(&code),
+        };
+        match rules_from_sections::<Arm>(&CfiSections::default(), Some(&with_code)) {
+            Err(DwarfError::Exidx(e)) => assert_eq!(e, expected, "{what}: with code"),
+            other => panic!("{what}: with code: expected the EXIDX error, got {other:?}"),
+        }
     }
 }
 
