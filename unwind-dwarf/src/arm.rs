@@ -484,11 +484,9 @@ fn refine_exidx(
         return None;
     };
     stats.exidx_rows_from_instructions = stats.exidx_rows_from_instructions.saturating_add(1);
+    // Neighbours with the same rule are merged when the table is built.
     let mut rows: Vec<(u64, u64, Rule)> = Vec::new();
-    let mut push = |s: u64, e: u64, r: Rule| match rows.last_mut() {
-        Some((_, last_end, last)) if *last_end == s && *last == r => *last_end = e,
-        _ => rows.push((s, e, r)),
-    };
+    let mut push = |s: u64, e: u64, r: Rule| rows.push((s, e, r));
     let mut prologue = true;
     let mut at = start;
     for &(s, e, state) in &analysis.rows {
