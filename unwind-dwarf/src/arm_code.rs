@@ -103,27 +103,19 @@ impl<'a> ArmCode<'a> {
                 _ => None,
             })
             .collect();
-        // A `$d` range ends at the next mapping symbol, or at the end of its section.
-        let mapping: Vec<(u64, char)> = elf
-            .symbols()
-            .filter_map(|s| {
-                let name = s.name().ok()?.strip_prefix('$')?;
-                Some((s.address(), name.chars().next()?))
-            })
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        // A `$d` range ends at the next mark that is not data (a mapping symbol or a
+        // function), or at the end of its section.
         let section_end = |a: u64| {
             let i = sections.partition_point(|s| s.0 <= a);
             let (start, data) = sections.get(i.checked_sub(1)?)?;
             Some(start.saturating_add(data.len() as u64))
         };
-        let data = mapping
+        let data = marks
             .iter()
             .enumerate()
             .filter(|(_, m)| m.1 == 'd')
             .filter_map(|(i, &(a, _))| {
-                let end = mapping
+                let end = marks
                     .get(i.saturating_add(1)..)?
                     .iter()
                     .find(|m| m.0 > a && m.1 != 'd')
