@@ -3,7 +3,9 @@
 //! from the outermost frame (`_start`, or `clone3` for threads) to the innermost program function.
 //!
 //! Programs: tests/programs/workload.c (with frames.S and libshared.so) at -O0, -O2 and -O3
-//! with -fomit-frame-pointer, and the Rust release program tests/agent/src/bin/rust_workload.rs.
+//! with -g and -fomit-frame-pointer, and built the ordinary way (-O2 alone, and with
+//! -fno-omit-frame-pointer); on armv7 the same as ARM and Thumb code, with and without
+//! -funwind-tables; and the Rust release program tests/agent/src/bin/rust_workload.rs.
 //! They exercise: deep chains of distinct frames, a shared library reached through the PLT that
 //! calls back into the program, `alloca` (CFA on rbp), hand-written asm with CFI directives,
 //! threads, and a signal handler (`SIGUSR1`) interrupted by `SIGPROF`, so the stack crosses the
@@ -309,11 +311,19 @@ fn main() {
     let mut passed = 0usize;
     let mut failed = Vec::new();
 
-    for opt in ["-O0", "-O2", "-O3"] {
-        let tag = opt.trim_start_matches('-');
+    // With -g, at three levels; then built the ordinary way (the distribution's defaults, no
+    // -g), with and without frame pointers.
+    let variants: [(&str, &[&str]); 5] = [
+        ("O0", &["-O0", "-g", "-fomit-frame-pointer"]),
+        ("O2", &["-O2", "-g", "-fomit-frame-pointer"]),
+        ("O3", &["-O3", "-g", "-fomit-frame-pointer"]),
+        ("ordinary", &["-O2"]),
+        ("ordinary-fp", &["-O2", "-fno-omit-frame-pointer"]),
+    ];
+    for (tag, flags) in variants {
         let w = Workload::build(
             "gcc",
-            &[opt, "-g", "-fomit-frame-pointer"],
+            flags,
             &[src.join("frames.S")],
             &src,
             &out,
@@ -329,7 +339,7 @@ fn main() {
         let text = std::fs::read_to_string(&report_path).expect("report");
         let o = validate(&text, &|m| w.own(m), &|f: &str| f.to_string(), &c_graph());
         report(
-            &format!("C {opt}"),
+            &format!("C {}", flags.join(" ")),
             &o,
             &C_MUST_SEE,
             &mut passed,
