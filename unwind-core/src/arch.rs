@@ -25,6 +25,9 @@ pub trait Arch:
     /// The architecture's name as the tools print it (`"x86_64"`, `"arm"`).
     const NAME: &'static str;
 
+    /// The size of a stack word (and of a return address on the stack) in bytes: 4 or 8.
+    const WORD_BYTES: u8;
+
     /// The registers the unwinder tracks, with their values in one frame.
     type Regs: Copy + Default + Debug + PartialEq;
 
@@ -87,6 +90,21 @@ pub trait Arch:
         frame: usize,
         mem: &M,
     ) -> Result<Step<Self::Regs>, StopReason>;
+
+    /// The caller implied by a return address `ret` that a stack scan ([`crate::scan`]) found
+    /// in the word just below `sp`: its PC is `ret`, its stack pointer `sp`, and the other
+    /// registers are assumed unchanged (as Breakpad's scanning walkers assume).
+    fn scanned_caller(regs: &Self::Regs, ret: u64, sp: u64) -> Self::Regs;
+
+    /// Reads the stack word at `addr` ([`Arch::WORD_BYTES`] bytes, little-endian).
+    #[inline]
+    fn read_word<M: Memory + ?Sized>(mem: &M, addr: u64) -> Option<u64> {
+        if Self::WORD_BYTES == 8 {
+            mem.read_u64(addr)
+        } else {
+            mem.read_u32(addr).map(u64::from)
+        }
+    }
 
     /// True if the caller's stack pointer is acceptable after the callee's: it must increase
     /// (architectures whose frame 0 may be a leaf that has not moved SP allow equality there).

@@ -393,6 +393,7 @@ pub struct Arm;
 
 impl Arch for Arm {
     const NAME: &'static str = "arm";
+    const WORD_BYTES: u8 = 4;
     type Regs = Regs;
     type Rule = Rule;
     type Simple = Simple;
@@ -531,6 +532,17 @@ impl Arch for Arm {
             }
         }
         step_frame_pointer(*regs, mem)
+    }
+
+    /// `ret` keeps its Thumb bit, as a return site does. An `sp` past 4 GiB (a word read at the
+    /// top of the address space) wraps to 0, which the stack-pointer check refuses.
+    #[inline]
+    fn scanned_caller(regs: &Regs, ret: u64, sp: u64) -> Regs {
+        Regs {
+            pc: ret as u32,
+            sp: sp as u32,
+            ..*regs
+        }
     }
 
     /// SP must not decrease, and must increase after frame 0 (a leaf's caller can have the

@@ -319,6 +319,7 @@ mod tests {
 
     impl Arch for Bytes {
         const NAME: &'static str = "bytes";
+        const WORD_BYTES: u8 = 8;
         type Regs = u64;
         type Rule = u8;
         type Simple = u8;
@@ -360,6 +361,9 @@ mod tests {
             _: &M,
         ) -> Result<crate::Step<u64>, StopReason> {
             Err(StopReason::NoRule)
+        }
+        fn scanned_caller(_: &u64, ret: u64, _: u64) -> u64 {
+            ret
         }
         fn sp_increases(_: &u64, _: &u64, _: usize) -> bool {
             false

@@ -14,6 +14,7 @@
 //! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
 //! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
 //! - [`memory`]: bounds-checked reads of a copied stack image or of the live stack.
+//! - [`scan`]: stack scanning for return addresses, the opt-in last fallback.
 //!
 //! A table of two functions, a copied stack, and a walk through it:
 //!
@@ -56,6 +57,7 @@ pub mod arm;
 pub mod cache;
 pub mod expr;
 pub mod memory;
+pub mod scan;
 pub mod table;
 pub mod unwind;
 pub mod x86_64;
@@ -64,6 +66,7 @@ pub use arch::{Arch, Step};
 pub use arm::Arm;
 pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS};
 pub use memory::{LiveStack, Memory, StackImage};
+pub use scan::{CallFit, ReturnSites};
 pub use table::{Found, ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
 pub use unwind::{unwind, StopReason, Trust, UnwindResult};
 pub use x86_64::X86_64;

@@ -20,6 +20,7 @@ use core::num::NonZeroU32;
 
 use crate::cache::RuleRef;
 use crate::expr::Expr;
+use crate::scan::{CallFit, ReturnSites};
 
 /// The rule index of an extent that no rule describes (a gap). Private: it never leaves this
 /// module, whose lookups answer `None` for it; the builder refuses a dictionary large enough to
@@ -300,12 +301,16 @@ pub struct TableModule<R> {
     pub name: String,
     /// Its rules, shared between tables.
     pub rules: Arc<ModuleRules<R>>,
+    /// Its return sites, for stack scanning ([`crate::scan`]); `None`: no word is taken for a
+    /// return address into this module.
+    pub return_sites: Option<Arc<ReturnSites>>,
 }
 
 /// The rules of every module of a process: immutable once built, shared by all unwinders.
 #[derive(Clone, Debug)]
 pub struct RuleTable<R> {
     generation: u32,
+    scan: bool,
     modules: Vec<TableModule<R>>,
 }
 
@@ -348,6 +353,32 @@ impl<R: Copy> RuleTable<R> {
     /// The modules, sorted by start address.
     pub fn modules(&self) -> &[TableModule<R>] {
         &self.modules
+    }
+
+    /// True if walks scan the stack when every other way to a caller failed
+    /// ([`RuleTableBuilder::scan_stack`]).
+    #[inline]
+    pub fn scans(&self) -> bool {
+        self.scan
+    }
+
+    /// Whether runtime address `ret` is a return site of the module containing it whose call
+    /// could have made a frame at runtime address `callee_pc` ([`ReturnSites::call_from`]).
+    #[inline]
+    pub fn return_site_fit(&self, ret: u64, callee_pc: u64) -> CallFit {
+        let Some(found) = self.module_for(ret) else {
+            return CallFit::No;
+        };
+        let m = found.module;
+        let Some(sites) = m.return_sites.as_ref() else {
+            return CallFit::No;
+        };
+        // The callee's address in the module's file addresses, if it is in the same module.
+        let same = self
+            .module_for(callee_pc)
+            .filter(|h| h.index == found.index)
+            .map(|_| callee_pc.wrapping_sub(m.bias));
+        sites.call_from(ret.wrapping_sub(m.bias), same)
     }
 
     /// The module containing runtime address `addr`, with its index.
@@ -421,6 +452,7 @@ impl<R: Copy> RuleTable<R> {
 #[derive(Debug)]
 pub struct RuleTableBuilder<R> {
     generation: NonZeroU32,
+    scan: bool,
     modules: Vec<TableModule<R>>,
 }
 
@@ -430,11 +462,22 @@ impl<R: Copy> RuleTableBuilder<R> {
     pub fn new(generation: NonZeroU32) -> Self {
         RuleTableBuilder {
             generation,
+            scan: false,
             modules: Vec::new(),
         }
     }
 
-    /// Adds a module loaded at runtime addresses `start..end` with load bias `bias`.
+    /// Whether walks scan the stack for a return address when the rules and the
+    /// architecture's fallbacks found no caller ([`crate::scan`]): off unless set. A scan
+    /// accepts only the return sites of modules that have them
+    /// ([`TableModule::return_sites`]).
+    pub fn scan_stack(&mut self, scan: bool) -> &mut Self {
+        self.scan = scan;
+        self
+    }
+
+    /// Adds a module loaded at runtime addresses `start..end` with load bias `bias`, without
+    /// return sites; returns it, to set them.
     pub fn add(
         &mut self,
         start: u64,
@@ -442,14 +485,17 @@ impl<R: Copy> RuleTableBuilder<R> {
         bias: u64,
         name: String,
         rules: Arc<ModuleRules<R>>,
-    ) {
+    ) -> &mut TableModule<R> {
         self.modules.push(TableModule {
             start,
             end,
             bias,
             name,
             rules,
+            return_sites: None,
         });
+        let last = self.modules.len() - 1;
+        &mut self.modules[last]
     }
 
     /// Sorts the modules and checks that they do not overlap.
@@ -466,6 +512,7 @@ impl<R: Copy> RuleTableBuilder<R> {
         }
         Ok(RuleTable {
             generation: self.generation.get(),
+            scan: self.scan,
             modules: self.modules,
         })
     }

@@ -81,6 +81,9 @@ pub enum Trust {
     FramePointer,
     /// From the link register: frame 0 had no rule and was assumed to be a leaf (ARM).
     LinkRegister,
+    /// From a stack scan ([`crate::scan`]): a word above the callee's stack pointer that is
+    /// the address just after a call instruction. Only a table built to scan gives it.
+    Scan,
 }
 
 impl From<crate::expr::ExprError> for StopReason {
@@ -109,9 +112,10 @@ pub struct UnwindResult {
 ///
 /// Rules are looked up through `cache` at [`Arch::lookup_address`]: the PC for frame 0 and
 /// after signal frames, inside the call instruction for callers. A frame no rule describes goes
-/// to the architecture's fallbacks ([`Arch::step_without_rule`]). A caller whose return address
-/// is 0, whose stack pointer does not increase ([`Arch::sp_increases`]) or whose return address
-/// is in no module's code ([`StopReason::OutsideModules`]; checked the same way whichever rule
+/// to the architecture's fallbacks ([`Arch::step_without_rule`]), then, if the table was built
+/// to scan ([`crate::RuleTableBuilder::scan_stack`]), to a stack scan ([`crate::scan`]). A
+/// caller whose return address is 0, whose stack pointer does not increase
+/// ([`Arch::sp_increases`]) or whose return address is in no module's code ([`StopReason::OutsideModules`]; checked the same way whichever rule
 /// or fallback found it) ends the walk, and only the first is counted as a frame. A PC from
 /// registers (frame 0, or the one a signal interrupted) is a frame wherever it is. Every memory
 /// read goes through `mem`. If `trust` is given, its element `i` receives how frame `i` was
@@ -155,12 +159,13 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
         // a PC from registers is (frame 0, or interrupted by a signal): the fallbacks apply.
         Cached::Outside if !exact => Err(StopReason::OutsideModules),
         Cached::NoRule | Cached::Outside => {
-            let step = A::step_without_rule(table, &regs, frame, mem)?;
-            // A fallback's guess that returns into no module's code: the fallback failed.
-            if returns_into_code::<A>(table, &step.caller) {
-                Ok(step)
-            } else {
-                Err(StopReason::NoRule)
+            // A fallback's guess that returns into no module's code: the fallback failed. Then
+            // the stack is scanned, if the table asks for it.
+            match A::step_without_rule(table, &regs, frame, mem) {
+                Ok(step) if returns_into_code::<A>(table, &step.caller) => Ok(step),
+                _ if table.scans() => crate::scan::scan::<A, M>(table, &regs, exact, mem),
+                Ok(_) => Err(StopReason::NoRule),
+                Err(stop) => Err(stop),
             }
         }
         Cached::Stop(stop) => Err(stop),

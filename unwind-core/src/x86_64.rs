@@ -268,6 +268,7 @@ pub struct X86_64;
 
 impl Arch for X86_64 {
     const NAME: &'static str = "x86_64";
+    const WORD_BYTES: u8 = 8;
     type Regs = Regs;
     type Rule = Rule;
     type Simple = Simple;
@@ -378,6 +379,15 @@ impl Arch for X86_64 {
         mem: &M,
     ) -> Result<Step, StopReason> {
         step_frame_pointer(*regs, mem)
+    }
+
+    #[inline]
+    fn scanned_caller(regs: &Regs, ret: u64, sp: u64) -> Regs {
+        Regs {
+            pc: ret,
+            sp,
+            fp: regs.fp,
+        }
     }
 
     /// Strictly: a call pushes the return address, so even a leaf's CFA is above its SP.

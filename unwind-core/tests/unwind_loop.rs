@@ -10,7 +10,7 @@ use unwind_core::expr::{Expr, Op};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder};
 use unwind_core::x86_64::{CfaRule, RegRule, Regs, Rule};
 use unwind_core::{
-    unwind, Arch, Cache, Cached, StackImage, StopReason, Trust, UnwindResult, X86_64,
+    unwind, Arch, Cache, Cached, ReturnSites, StackImage, StopReason, Trust, UnwindResult, X86_64,
 };
 
 /// Where the hand-built module is loaded: runtime = file address + BIAS.
@@ -837,4 +837,248 @@ fn garbage_stacks_stop_cleanly() {
     }
     println!("garbage stacks: {reasons:?}");
     assert!(reasons.contains_key("OutsideModules"), "{reasons:?}");
+}
+
+/// `three_functions` with return sites at the given file addresses (their calls' callees
+/// unknown), scanning or not.
+fn scanning_table(sites: &[u64], scan: bool) -> RuleTable<Rule> {
+    let sites = sites.iter().map(|&s| (s, None)).collect();
+    scanning_table_with(ReturnSites::new(0x1000, sites, Vec::new()).unwrap(), scan)
+}
+
+fn scanning_table_with(sites: ReturnSites, scan: bool) -> RuleTable<Rule> {
+    let rules = three_functions().modules()[0].rules.clone();
+    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+    b.scan_stack(scan);
+    b.add(
+        BIAS + 0x1000,
+        BIAS + 0x10_0000,
+        BIAS,
+        "hand-built".into(),
+        rules,
+    )
+    .return_sites = Some(Arc::new(sites));
+    b.build().unwrap()
+}
+
+/// A word left by a call that has returned (a direct call to another function than the one
+/// being unwound) is passed over; the site of a call to this frame's function is taken, before
+/// a nearer site whose callee is not known, which is taken only when there is none.
+#[test]
+fn scanning_passes_over_calls_to_other_functions() {
+    let sites = || {
+        ReturnSites::new(
+            0x1000,
+            vec![
+                (0x2050, Some(0x1000)),
+                (0x2040, Some(0x1700)),
+                (0x2060, None),
+            ],
+            vec![0x1000, 0x1700, 0x2000, 0x3000],
+        )
+        .unwrap()
+    };
+    assert_eq!(sites().function_start(0x1800), Some(0x1700));
+    assert_eq!(sites().function_start(0x1180), Some(0x1000));
+    let t = scanning_table_with(sites(), true);
+    let sp = STACK + 0x100;
+    let mut w = vec![0u64; 0x200];
+    put(&mut w, sp + 8, BIAS + 0x2050);
+    put(&mut w, sp + 0x10, BIAS + 0x2060);
+    put(&mut w, sp + 0x20, BIAS + 0x2040);
+    // In the function at 0x1700 (no rule): the call to 0x1000 is passed over.
+    let regs = Regs {
+        pc: BIAS + 0x1800,
+        sp,
+        fp: 0,
+    };
+    let (_, pcs, trust) = run(&t, regs, &image_bytes(&w), 2);
+    assert_eq!(pcs, [BIAS + 0x1800, BIAS + 0x2040]);
+    assert_eq!(trust, [Trust::Context, Trust::Scan]);
+    // In the function at 0x1000, past its rows: the call to it is the caller.
+    let regs = Regs {
+        pc: BIAS + 0x1180,
+        ..regs
+    };
+    let (_, pcs, _) = run(&t, regs, &image_bytes(&w), 2);
+    assert_eq!(pcs, [BIAS + 0x1180, BIAS + 0x2050]);
+    // In another module's code (none here: the PC is outside every module), a direct call's
+    // site is never taken; only a site whose callee is unknown is.
+    let regs = Regs { pc: 0x1234, ..regs };
+    let (_, pcs, _) = run(&t, regs, &image_bytes(&w), 2);
+    assert_eq!(pcs, [0x1234, BIAS + 0x2060]);
+    put(&mut w, sp + 0x10, 0);
+    let (r, pcs, _) = run(&t, regs, &image_bytes(&w), 2);
+    assert_eq!((r.stop, pcs), (StopReason::NoRule, vec![0x1234]));
+}
+
+/// A frame without a rule whose frame pointer is no frame record: the walk finds its caller
+/// only by scanning, past stack words that are not return sites (a stack address, an address
+/// in the module's code that follows no call), and goes on by the caller's rule.
+#[test]
+fn scanning_finds_a_return_site_when_the_fallbacks_fail() {
+    let (_, mut w) = three_frame_stack();
+    let sp = STACK + 0x100;
+    put(&mut w, sp, STACK + 0x180);
+    put(&mut w, sp + 8, BIAS + 0x2050);
+    // mid's return site, as a call in it would have pushed it.
+    put(&mut w, sp + 0x20, BIAS + 0x2040);
+    let bytes = image_bytes(&w);
+    // rbp is mid's (its frame record at STACK + 0x200), as a leaf that did not touch it leaves.
+    let regs = Regs {
+        pc: BIAS + 0x1800,
+        sp,
+        fp: STACK + 0x200 + 1,
+    };
+    let scanning = scanning_table(&[0x2040, 0x3010], true);
+    // The frame pointer is misaligned: the fallback fails.
+    let (r, pcs, trust) = run(&scanning, regs, &bytes, 2);
+    assert_eq!(pcs, [BIAS + 0x1800, BIAS + 0x2040], "{r:?}");
+    assert_eq!(trust, [Trust::Context, Trust::Scan]);
+    // A good frame record whose return address is in no module: the fallback's candidate is
+    // refused, and the scan runs.
+    let mut w2 = w.clone();
+    put(&mut w2, STACK + 0x208, 0x10);
+    let regs = Regs {
+        fp: STACK + 0x200,
+        ..regs
+    };
+    let (r, pcs, trust) = run(&scanning, regs, &image_bytes(&w2), 2);
+    assert_eq!(pcs, [BIAS + 0x1800, BIAS + 0x2040], "{r:?}");
+    assert_eq!(trust, [Trust::Context, Trust::Scan]);
+
+    // The same walks without scanning, or with scanning but no sites, stop with NoRule.
+    for t in [scanning_table(&[0x2040], false), scanning_table(&[], true)] {
+        let regs = Regs {
+            pc: BIAS + 0x1800,
+            sp,
+            fp: STACK + 0x201,
+        };
+        let (r, pcs, _) = run(&t, regs, &bytes, 16);
+        assert_eq!((r.stop, pcs), (StopReason::NoRule, vec![BIAS + 0x1800]));
+    }
+}
+
+/// A scanned caller goes on by its own rule to the end of the stack.
+#[test]
+fn a_scanned_caller_is_unwound_by_its_rule() {
+    let (_, mut w) = three_frame_stack();
+    let sp = STACK + 0x100;
+    // leaf-like frame with no rule: mid's return site at sp + 0x30, and rbp is mid's record.
+    put(&mut w, sp + 8, 0);
+    put(&mut w, sp + 0x30, BIAS + 0x2040);
+    let regs = Regs {
+        pc: BIAS + 0x1800,
+        sp,
+        fp: 0,
+    };
+    let t = scanning_table(&[0x2040], true);
+    let (r, pcs, trust) = run(&t, regs, &image_bytes(&w), 16);
+    // rbp 0 was left as found: mid's rule (CFA = rbp + 16) reads outside the image.
+    assert_eq!(pcs, [BIAS + 0x1800, BIAS + 0x2040]);
+    assert_eq!(trust, [Trust::Context, Trust::Scan]);
+    assert_eq!(r.stop, StopReason::ReadFailed);
+    let regs = Regs {
+        fp: STACK + 0x200,
+        ..regs
+    };
+    // With rbp mid's own, the frame-pointer fallback finds mid's caller directly (skipping mid,
+    // as frame-pointer walks do); scanning is not needed.
+    let (r, pcs, trust) = run(&t, regs, &image_bytes(&w), 16);
+    assert_eq!(pcs, [BIAS + 0x1800, BIAS + 0x3010]);
+    assert_eq!(trust, [Trust::Context, Trust::FramePointer]);
+    assert_eq!(r.stop, StopReason::EndOfStack);
+}
+
+/// The scan reads at most 120 words above the interrupted frame's stack pointer, 30 above a
+/// caller's, and never past the readable stack.
+#[test]
+fn scanning_is_bounded() {
+    let t = scanning_table(&[0x2040], true);
+    let sp = STACK + 0x100;
+    for (word, found) in [(119, true), (120, false)] {
+        let mut w = vec![0u64; 0x200];
+        put(&mut w, sp + word * 8, BIAS + 0x2040);
+        let regs = Regs {
+            pc: BIAS + 0x1800,
+            sp,
+            fp: 0,
+        };
+        let (_, pcs, _) = run(&t, regs, &image_bytes(&w), 2);
+        assert_eq!(pcs.len() == 2, found, "word {word}: {pcs:x?}");
+    }
+    // A caller (found by leaf's rule: CFA = sp + 16) with no rule of its own: 30 words.
+    for (word, found) in [(29, true), (30, false)] {
+        let mut w = vec![0u64; 0x200];
+        put(&mut w, sp + 8, BIAS + 0x1901);
+        put(&mut w, sp + 16 + word * 8, BIAS + 0x2040);
+        let regs = Regs {
+            pc: BIAS + 0x1050,
+            sp,
+            fp: 0,
+        };
+        let (r, pcs, _) = run(&t, regs, &image_bytes(&w), 3);
+        assert_eq!(pcs.len() == 3, found, "word {word}: {pcs:x?} {r:?}");
+    }
+    // The image ends 3 words above sp: the scan stops there without finding anything.
+    let w = vec![0u64; 0x23];
+    let regs = Regs {
+        pc: BIAS + 0x1800,
+        sp,
+        fp: 0,
+    };
+    let (r, pcs, _) = run(&t, regs, &image_bytes(&w), 4);
+    assert_eq!((r.stop, pcs), (StopReason::NoRule, vec![BIAS + 0x1800]));
+}
+
+/// Random stacks full of return sites and code addresses, scanning on: every frame found by a
+/// scan is a return site of the module, and every walk ends with a reason.
+#[test]
+fn scanned_frames_are_return_sites() {
+    let sites: Vec<u64> = (0..64).map(|i| 0x1000 + i * 0x40 + 5).collect();
+    // Half of them calls to a known function.
+    let t = scanning_table_with(
+        ReturnSites::new(
+            0x1000,
+            sites
+                .iter()
+                .map(|&s| (s, (s % 0x80 == 5).then_some(0x1000)))
+                .collect(),
+            vec![0x1000, 0x1400],
+        )
+        .unwrap(),
+        true,
+    );
+    let mut state = 0x0bad_5eed_u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut scanned = 0;
+    for _ in 0..2000 {
+        let words: Vec<u64> = (0..0x200)
+            .map(|_| match next() % 6 {
+                0 => STACK + (next() % 0x200) * 8,
+                1 => BIAS + sites[(next() % 64) as usize],
+                2 => BIAS + 0x1000 + next() % 0x2100,
+                _ => next() % 0x100,
+            })
+            .collect();
+        let regs = Regs {
+            pc: BIAS + 0x1000 + next() % 0x2100,
+            sp: STACK + (next() % 0x200) * 8,
+            fp: next(),
+        };
+        let (r, pcs, trust) = run(&t, regs, &image_bytes(&words), 32);
+        assert!(r.frames <= 32);
+        for (pc, how) in pcs.iter().zip(&trust).skip(1) {
+            if *how == Trust::Scan {
+                scanned += 1;
+                assert!(sites.contains(&(pc - BIAS)), "{pc:#x} is no return site");
+            }
+        }
+    }
+    assert!(scanned > 100, "only {scanned} frames found by scanning");
 }
