@@ -32,6 +32,9 @@
 //!   comes from the frame pointer if one was set up, else the state is unknown and gives no
 //!   rule. Loads into PC, `bx rN` and other indirect branches end the straight line.
 //!
+//! [`calls::return_sites`] finds the addresses just after call instructions, which a stack
+//! scan accepts as return addresses.
+//!
 //! Never reads memory at sample time: the code is read from the module's file when its rules
 //! are built, so a library unmapped during a sample cannot fault the unwinder.
 //!
@@ -75,6 +78,7 @@
     )
 )]
 
+pub mod calls;
 pub mod decode;
 
 use std::collections::BTreeMap;

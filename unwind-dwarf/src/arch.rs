@@ -101,6 +101,17 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         Ok(Self::ArchStats::default())
     }
 
+    /// Appends to `out` the return sites (file addresses just after a call instruction) of
+    /// `code`, at file address `svma`, for stack scanning ([`crate::return_sites()`]), each with
+    /// its call's target if it is an immediate. Such calls count only if `is_code` accepts the
+    /// target.
+    fn return_sites(
+        code: &[u8],
+        svma: u64,
+        is_code: &dyn Fn(u64) -> bool,
+        out: &mut Vec<(u64, Option<u64>)>,
+    );
+
     /// Its name on a Breakpad `MODULE` line (`x86_64`, `arm`).
     const BREAKPAD_NAME: &'static str;
     /// Breakpad names of its tracked registers, by expression register number.

@@ -107,6 +107,15 @@ impl DwarfArch for Arm {
     const ELF_MACHINE: object::elf::Machine = object::elf::EM_ARM;
     const ADDRESS_SIZE: u8 = 4;
 
+    fn return_sites(
+        code: &[u8],
+        svma: u64,
+        is_code: &dyn Fn(u64) -> bool,
+        out: &mut Vec<(u64, Option<u64>)>,
+    ) {
+        unwind_arm_prologue::calls::return_sites(code, svma, is_code, out);
+    }
+
     type ArchStats = ArmStats;
     type ExtraSections<'a> = ArmSections<'a>;
 

@@ -87,6 +87,7 @@ mod cfi;
 mod compile;
 mod elf;
 pub mod plt;
+pub mod return_sites;
 mod x86_64;
 
 pub use arch::{ArchVisitor, Architecture, DwarfArch, NoExtraSource};
@@ -98,6 +99,7 @@ pub use cfi::{
 };
 pub use compile::compile_expression;
 pub use elf::{load_elf_file, rules_from_elf, LoadedRules};
+pub use return_sites::{return_sites, return_sites_from_elf, CallSiteSources};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
 pub use unwind_arm_prologue::Isa;
 pub use unwind_core::{Arm, X86_64};

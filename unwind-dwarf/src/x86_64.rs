@@ -55,6 +55,15 @@ impl DwarfArch for X86_64 {
     const ELF_MACHINE: object::elf::Machine = object::elf::EM_X86_64;
     const ADDRESS_SIZE: u8 = 8;
 
+    fn return_sites(
+        code: &[u8],
+        svma: u64,
+        is_code: &dyn Fn(u64) -> bool,
+        out: &mut Vec<(u64, Option<u64>)>,
+    ) {
+        crate::return_sites::x86_64(code, svma, is_code, out);
+    }
+
     type ArchStats = ();
     type ExtraSections<'a> = NoExtraSource;
 

@@ -1,0 +1,173 @@
+//! Return sites of A32 and Thumb-2 code: the addresses just after its call instructions, which
+//! a stack scan accepts as return addresses (`unwind_core::scan`).
+
+/// Appends to `out` the return site of every call instruction in `code` (file address `svma`),
+/// with its target for a call to a label, read at every alignment because the instruction set
+/// of a stripped library's code is not known:
+/// - Thumb (every halfword): `bl`, `blx <label>` (32-bit), `blx <Rm>` (16-bit). The site has
+///   bit 0 set, as the return address those calls leave in LR.
+/// - A32 (every word): `bl`, `blx <label>`, `blx <Rm>`, unconditional or not.
+///
+/// A call with an immediate target counts only if `is_code` accepts its target (calls stay in
+/// their module: other modules are reached through its PLT), which rejects most of the data and
+/// misaligned reads that happen to look like one. A register call cannot be checked so.
+pub fn return_sites(
+    code: &[u8],
+    svma: u64,
+    is_code: &dyn Fn(u64) -> bool,
+    out: &mut Vec<(u64, Option<u64>)>,
+) {
+    let half = |i: usize| -> Option<u32> {
+        let b = code.get(i..)?.first_chunk::<2>()?;
+        Some(u32::from(u16::from_le_bytes(*b)))
+    };
+    let word = |i: usize| -> Option<u32> {
+        let b = code.get(i..)?.first_chunk::<4>()?;
+        Some(u32::from_le_bytes(*b))
+    };
+    let start = usize::from(svma % 2 == 1);
+    for i in (start..code.len()).step_by(2) {
+        let at = svma.wrapping_add(i as u64);
+        let Some(hw1) = half(i) else { break };
+        // 16-bit `blx <Rm>`: 0100 0111 1 Rm 000.
+        if hw1 & 0xff87 == 0x4780 {
+            out.push((at.wrapping_add(2) | 1, None));
+        }
+        if let Some(hw2) = half(i.wrapping_add(2)) {
+            if let Some(target) = thumb_call_target(hw1, hw2, at) {
+                if is_code(target) {
+                    out.push((at.wrapping_add(4) | 1, Some(target)));
+                }
+            }
+        }
+        if at.is_multiple_of(4) {
+            if let Some(w) = word(i) {
+                match a32_call(w, at) {
+                    Some(A32Call::Label(target)) if is_code(target) => {
+                        out.push((at.wrapping_add(4), Some(target)));
+                    }
+                    Some(A32Call::Register) => out.push((at.wrapping_add(4), None)),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The target of a Thumb-2 `bl` or `blx <label>` made of halfwords `hw1`, `hw2` at `at`.
+fn thumb_call_target(hw1: u32, hw2: u32, at: u64) -> Option<u64> {
+    if hw1 & 0xf800 != 0xf000 || hw2 & 0xc000 != 0xc000 {
+        return None;
+    }
+    let s = (hw1 >> 10) & 1;
+    let i1 = !((hw2 >> 13) ^ s) & 1;
+    let i2 = !((hw2 >> 11) ^ s) & 1;
+    let imm = (s << 24) | (i1 << 23) | (i2 << 22) | ((hw1 & 0x3ff) << 12) | ((hw2 & 0x7ff) << 1);
+    // Sign-extend the 25-bit offset.
+    let offset = i64::from(((imm << 7) as i32) >> 7);
+    let pc = at.wrapping_add(4);
+    if hw2 & 0x1000 != 0 {
+        // `bl`: T1 encoding, to Thumb code.
+        Some(pc.wrapping_add_signed(offset))
+    } else if hw2 & 1 == 0 {
+        // `blx <label>`: T2 encoding, to A32 code at a word-aligned address.
+        Some((pc & !3).wrapping_add_signed(offset))
+    } else {
+        None
+    }
+}
+
+/// An A32 call instruction.
+enum A32Call {
+    /// `bl` or `blx` to this address.
+    Label(u64),
+    /// `blx <Rm>`.
+    Register,
+}
+
+/// The A32 call that word `w` at `at` is, if it is one.
+fn a32_call(w: u32, at: u64) -> Option<A32Call> {
+    let cond = w >> 28;
+    // Offset in words, sign-extended from 24 bits, then in bytes.
+    let offset = i64::from(((w << 8) as i32) >> 6);
+    let pc = at.wrapping_add(8);
+    if cond != 0xf && w & 0x0f00_0000 == 0x0b00_0000 {
+        Some(A32Call::Label(pc.wrapping_add_signed(offset)))
+    } else if cond == 0xf && w & 0x0e00_0000 == 0x0a00_0000 {
+        // `blx <label>`: the H bit adds a halfword (the target is Thumb code).
+        let h = u64::from((w >> 23) & 2);
+        Some(A32Call::Label(
+            pc.wrapping_add_signed(offset).wrapping_add(h),
+        ))
+    } else if cond != 0xf && w & 0x0fff_fff0 == 0x012f_ff30 {
+        Some(A32Call::Register)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sites(code: &[u8], svma: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        return_sites(code, svma, &|t| (0x1000..0x3000).contains(&t), &mut out);
+        out.into_iter().map(|(site, _)| site).collect()
+    }
+
+    /// Encodings as GNU as writes them (`arm-linux-gnueabihf-objdump -d`).
+    #[test]
+    fn calls_of_both_instruction_sets() {
+        // Thumb at 0x1000: `bl 0x1100` = f000 f87e; `blx r3` = 4798; `blx 0x1200` = f000 e8fc
+        // (from 0x1006: Align(0x100a, 4) = 0x1008, + 0x1f8).
+        let thumb: Vec<u8> = [0xf000u16, 0xf87e, 0x4798, 0xf000, 0xe8fc]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        assert_eq!(sites(&thumb, 0x1000), [0x1005, 0x1007, 0x100b]);
+        let mut out = Vec::new();
+        return_sites(&thumb, 0x1000, &|_| true, &mut out);
+        assert_eq!(
+            out,
+            [
+                (0x1005, Some(0x1100)),
+                (0x1007, None),
+                (0x100b, Some(0x1200))
+            ]
+        );
+        // A32 at 0x2000: `bl 0x1000` = ebfffbfe; `blx r2` = e12fff32; `blxne r1` = 112fff31;
+        // `mov r0, r1` = e1a00001 (no call); `blx 0x210c` (Thumb) = fa00003d.
+        let a32: Vec<u8> = [
+            0xebff_fbfeu32,
+            0xe12f_ff32,
+            0x112f_ff31,
+            0xe1a0_0001,
+            0xfa00_003d,
+        ]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+        let found = sites(&a32, 0x2000);
+        for site in [0x2004, 0x2008, 0x200c, 0x2014] {
+            assert!(found.contains(&site), "{site:#x} not in {found:x?}");
+        }
+        assert!(!found.contains(&0x2010), "{found:x?}");
+        // A call out of the accepted code is not a site.
+        let far: Vec<u8> = 0xeb00_1000u32.to_le_bytes().to_vec();
+        assert_eq!(sites(&far, 0x2000), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn targets_decode_as_the_architecture_manual_says() {
+        // `bl` backwards by 4 bytes from 0x1000: PC 0x1004 - 8 = 0xffc.
+        assert_eq!(thumb_call_target(0xf7ff, 0xfffc, 0x1000), Some(0xffc));
+        // Thumb `blx` at 0x1002: Align(0x1006, 4) + 4.
+        assert_eq!(thumb_call_target(0xf000, 0xe802, 0x1002), Some(0x1008));
+        assert!(a32_call(0xe1a0_0001, 0).is_none());
+        assert!(matches!(
+            a32_call(0xebff_fffe, 0x1000),
+            Some(A32Call::Label(0x1000))
+        ));
+    }
+}
