@@ -129,6 +129,8 @@ impl std::error::Error for Error {}
 /// Everything the (rare, non-signal) refresh path owns.
 struct State {
     generation: u32,
+    /// Whether tables scan the stack ([`set_stack_scanning`]).
+    scan: bool,
     cache: modules::ModuleCache,
     modules: Vec<LoadedModule>,
     /// Replaced tables not yet freed because a hazard pointer may still name them.
@@ -153,6 +155,7 @@ static STATE: StateLock = StateLock {
     holder: AtomicUsize::new(0),
     state: UnsafeCell::new(State {
         generation: 0,
+        scan: false,
         cache: modules::ModuleCache::new(),
         modules: Vec::new(),
         retired: Vec::new(),
@@ -265,7 +268,7 @@ pub fn init() -> Result<PreloadReport, Error> {
 pub fn refresh() -> Result<PreloadReport, Error> {
     let started = Instant::now();
     let mut state = lock_state().ok_or(Error::Reentrant)?;
-    let discovered = modules::discover(&state.cache);
+    let discovered = modules::discover(&state.cache, state.scan);
     let parsed = &discovered.modules;
     let generation = state
         .generation
@@ -273,15 +276,18 @@ pub fn refresh() -> Result<PreloadReport, Error> {
         .and_then(NonZeroU32::new)
         .ok_or(Error::GenerationsExhausted)?;
     let mut builder = RuleTableBuilder::new(generation);
+    builder.scan_stack(state.scan);
     // Modules whose code overlaps another's are left out (and reported).
     for p in parsed.iter().filter(|p| p.overlaps.is_none()) {
-        builder.add(
-            p.module.start,
-            p.module.end,
-            p.module.bias,
-            p.module.name.clone(),
-            p.parsed.rules.clone(),
-        );
+        builder
+            .add(
+                p.module.start,
+                p.module.end,
+                p.module.bias,
+                p.module.name.clone(),
+                p.parsed.rules.clone(),
+            )
+            .return_sites = p.parsed.return_sites.clone();
     }
     let old = publish::publish(builder.build().map_err(Error::Table)?);
     let state = &mut *state;
@@ -302,6 +308,29 @@ pub fn refresh() -> Result<PreloadReport, Error> {
         started.elapsed(),
         discovered.loader_lock,
     ))
+}
+
+/// Turns stack scanning on or off for the tables built from now on (by the next [`init`] or
+/// [`refresh`]); off unless turned on.
+///
+/// When a frame has no unwind rule and the architecture's fallbacks (a leaf's link register,
+/// the frame-pointer chain) find no caller, a scanning walk looks at the next stack words (30,
+/// or 120 above the interrupted frame) for one that is the address just after a call
+/// instruction in a module's code, as Breakpad's walkers do, and marks that frame
+/// [`Trust::Scan`]. Such a frame may be a stale return address left in a dead frame, so
+/// scanning trades certainty for depth where the unwind tables end (code generated at run time,
+/// hand-written assembly). The call sites are found in each module's file on disk when the table
+/// is built (about 2 ms for libc); modules without a matching file take no part. Turning it on
+/// or off makes the next refresh parse every module again. Returns the previous setting;
+/// [`Error::Reentrant`] from a signal handler that interrupted a refresh.
+pub fn set_stack_scanning(on: bool) -> Result<bool, Error> {
+    let mut state = lock_state().ok_or(Error::Reentrant)?;
+    let was = state.scan;
+    if was != on {
+        state.scan = on;
+        state.cache = modules::ModuleCache::new();
+    }
+    Ok(was)
 }
 
 /// Frees retired tables that have become unused since the last refresh. Returns how many remain

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::arch::{self, Native, Phdr, Rule};
 use unwind_core::table::ModuleRules;
+use unwind_core::ReturnSites;
 use unwind_dwarf::{CfiSections, CfiStats, DwarfError, ExidxError, ExidxStats, LoadStats};
 
 /// One loaded module as the dynamic loader reports it.
@@ -92,6 +93,9 @@ pub(crate) struct Parsed {
     /// Why rules that only the module's file on disk has (PLT sections, ARM `.debug_frame`) were
     /// not used, if they were not.
     pub file_note: Option<String>,
+    /// Its return sites, found when stack scanning is on and its file on disk is the mapped
+    /// image ([`crate::set_stack_scanning`]).
+    pub return_sites: Option<Arc<ReturnSites>>,
 }
 
 impl Parsed {
@@ -104,6 +108,7 @@ impl Parsed {
             exidx_error: None,
             error: Some(error),
             file_note,
+            return_sites: None,
         }
     }
 }
@@ -147,7 +152,7 @@ const NT_GNU_BUILD_ID: u32 = object::elf::NT_GNU_BUILD_ID.0;
 /// and copies the parts of a new module's segments that its unwind tables are read from (a
 /// module may be unloaded as soon as the lock is released); the parsing, which takes 0.1 s for
 /// the largest libraries, happens after the lock, on the copies.
-pub(crate) fn discover(cache: &ModuleCache) -> Discovered {
+pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
     let mut walk = Walk {
         cache,
         out: Vec::new(),
@@ -170,7 +175,7 @@ pub(crate) fn discover(cache: &ModuleCache) -> Discovered {
                 overlaps: None,
             },
             Seen::New(module, phdrs, image) => {
-                let parsed = guarded(|| parse(&module, &phdrs, &image));
+                let parsed = guarded(|| parse(&module, &phdrs, &image, scan));
                 ParsedModule {
                     module,
                     parsed,
@@ -515,7 +520,7 @@ fn matching_file(module: &LoadedModule) -> Result<(std::fs::File, memmap2::Mmap)
 }
 
 /// Parses a new module from the copy of its image (and, where they match, its file on disk).
-fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
+fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -> Parsed {
     let hdr = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
     let code = (
         module.start.wrapping_sub(module.bias),
@@ -532,6 +537,12 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
     };
     let file_note = file.as_ref().err().cloned();
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
+    // Read from the file, not the image: copying a module's code under the loader's lock would
+    // hold it for as long as the copy takes.
+    let return_sites = map
+        .filter(|_| scan)
+        .and_then(|m| unwind_dwarf::return_sites_from_elf::<Native>(m).ok())
+        .map(Arc::new);
     match arch::rules_from_image(image, map, hdr, phdrs, &plt, code) {
         Ok(read) => Parsed {
             rules: Arc::new(read.rules),
@@ -540,8 +551,12 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy) -> Parsed {
             exidx_error: read.exidx_error,
             error: None,
             file_note,
+            return_sites,
         },
-        Err(e) => Parsed::failed(e.to_string(), file_note),
+        Err(e) => Parsed {
+            return_sites,
+            ..Parsed::failed(e.to_string(), file_note)
+        },
     }
 }
 

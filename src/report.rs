@@ -44,6 +44,9 @@ pub struct ModuleReport {
     pub overlaps: Option<String>,
     /// Its rules came from an earlier table (not parsed again).
     pub reused: bool,
+    /// With stack scanning on ([`crate::set_stack_scanning`]): how many return sites a scan
+    /// accepts in its code; `None` when scanning is off or its file could not be read.
+    pub return_sites: Option<usize>,
 }
 
 /// What [`crate::init`] or [`crate::refresh`] built.
@@ -87,6 +90,7 @@ impl PreloadReport {
                 file_note: p.parsed.file_note.clone(),
                 overlaps: p.overlaps.clone(),
                 reused: p.reused,
+                return_sites: p.parsed.return_sites.as_ref().map(|r| r.len()),
             })
             .collect();
         modules.sort_by(|a, b| a.name.cmp(&b.name));
@@ -137,6 +141,9 @@ impl fmt::Display for ModuleReport {
                 self.code_bytes,
                 100.0 * self.code_without_rules as f64 / self.code_bytes as f64
             )?;
+        }
+        if let Some(n) = self.return_sites {
+            write!(f, ", {n} return sites for scanning")?;
         }
         if let Some(s) = &self.stats {
             write!(
@@ -249,6 +256,7 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             file_note: None,
             overlaps: None,
             reused: false,
+            return_sites: None,
         },
         elapsed,
     ))
@@ -294,8 +302,10 @@ mod tests {
             file_note: None,
             overlaps: None,
             reused: false,
+            return_sites: Some(1234),
         };
         let line = report.to_string();
+        assert!(line.contains(", 1234 return sites for scanning"), "{line}");
         assert!(line.starts_with("/lib/libbad.so: 12 rows"), "{line}");
         assert!(
             line.contains(", 512 of 4096 code bytes (12.5 %) without rules"),

@@ -209,7 +209,7 @@ fn guard_runs(
         let refused = text
             .lines()
             .find_map(|l| l.split("not unwound ").nth(1))
-            .and_then(|v| v.trim().parse::<u64>().ok())
+            .and_then(|v| v.split(',').next()?.trim().parse::<u64>().ok())
             .unwrap_or(0);
         checks.check(
             samples.len() >= 1000,

@@ -25,9 +25,16 @@ pub struct Ours {
 impl Ours {
     /// Builds the table for `sample`'s modules.
     pub fn new(sample: &Sample) -> Self {
-        let (table, _) = unwind_samples::offline::table_from_files::<unwind_dwarf::X86_64>(
+        Self::with_scanning(sample, false)
+    }
+
+    /// Builds the table for `sample`'s modules, scanning the stack where rules and frame
+    /// pointers end if `scan`.
+    pub fn with_scanning(sample: &Sample, scan: bool) -> Self {
+        let (table, _) = unwind_samples::offline::table_from_files_with::<unwind_dwarf::X86_64>(
             &sample.modules,
             NonZeroU32::MIN,
+            scan,
         )
         .expect("table");
         Ours {

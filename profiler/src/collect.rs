@@ -318,6 +318,7 @@ impl Collector {
             table_rows: self.table_rows,
             refreshes: self.refreshes,
             collector_cpu: self.busy,
+            stack_scanning: sampler::scanning(),
             ..Counters::default()
         };
         let mut dropped = [0u64; DropReason::ALL.len()];
@@ -329,6 +330,7 @@ impl Collector {
             c.signals += t.signals.get();
             c.stored += t.stored.get();
             c.frames += t.frames.get();
+            c.scanned_frames += t.scanned.get();
             overruns += t.overruns.get();
             perf_unsignalled += t.perf_unsignalled.get();
             cpu_ns += t.cpu_ns.get();

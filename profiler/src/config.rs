@@ -42,6 +42,9 @@ pub struct Config {
     pub snapshot_signal: Option<libc::c_int>,
     /// Whether the preload library stays silent (no summary on stderr at exit).
     pub quiet: bool,
+    /// Whether walks scan the stack for a return address where the unwind tables and the
+    /// frame-pointer chain end ([`unwind_in_process::set_stack_scanning`]).
+    pub stack_scanning: bool,
 }
 
 impl Default for Config {
@@ -58,6 +61,7 @@ impl Default for Config {
             stem: "profile".into(),
             snapshot_signal: None,
             quiet: false,
+            stack_scanning: false,
         }
     }
 }
@@ -123,6 +127,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "N",
         env: "UNWIND_PROFILER_MAX_FRAMES",
         help: "deepest stack recorded, 1 to 256 (default 128)",
+    },
+    OptionSpec {
+        flag: "--stack-scanning",
+        value: "",
+        env: "UNWIND_PROFILER_STACK_SCANNING",
+        help: "where a frame has no unwind rule and no frame pointer leads on, look up the stack for a return address just after a call (as Breakpad does): deeper stacks through code without unwind tables, at the risk of a stale frame; those frames are counted in the summary (default off)",
     },
     OptionSpec {
         flag: "--quiet",
@@ -248,6 +258,9 @@ impl Config {
                         .ok_or_else(|| err(o.env, &v, "a depth from 1 to 256"))?
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
+                "UNWIND_PROFILER_STACK_SCANNING" => {
+                    c.stack_scanning = !matches!(v.trim(), "" | "0")
+                }
                 _ => {}
             }
         }
@@ -280,6 +293,7 @@ impl Config {
             },
             max_frames: self.max_frames,
             ring_words: self.ring_words,
+            stack_scanning: self.stack_scanning,
         }
     }
 }
@@ -315,6 +329,7 @@ mod tests {
             ("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "SIGUSR2"),
             ("UNWIND_PROFILER_MAX_FRAMES", "64"),
             ("UNWIND_PROFILER_QUIET", "1"),
+            ("UNWIND_PROFILER_STACK_SCANNING", "1"),
         ]))
         .unwrap();
         assert_eq!(c.frequency, 10000);
@@ -327,6 +342,8 @@ mod tests {
         assert_eq!(c.snapshot_signal, Some(libc::SIGUSR2));
         assert_eq!(c.max_frames, 64);
         assert!(c.quiet);
+        assert!(c.stack_scanning);
+        assert!(!Config::default().stack_scanning);
         // Every timer by its name, and the option's value list names each of them.
         for (name, choice) in TimerChoice::NAMES {
             let c = Config::from_vars(vars(&[("UNWIND_PROFILER_TIMER", name)])).unwrap();

@@ -95,6 +95,8 @@ impl Profiler {
     /// Once per process: a second call, while this profiler runs or after its
     /// [`stop`](Self::stop), fails with [`StartError::Signal`] and changes nothing.
     pub fn start(config: Config) -> Result<Profiler, StartError> {
+        unwind_in_process::set_stack_scanning(config.stack_scanning)
+            .map_err(StartError::Unwinder)?;
         let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
         sampler::install(config.timing()).map_err(StartError::Signal)?;
         let shared = Arc::new(Shared {

@@ -94,6 +94,10 @@ pub struct Counters {
     pub stops: Vec<(String, u64)>,
     /// Frames in all stored samples.
     pub frames: u64,
+    /// Whether walks scanned the stack (`--stack-scanning`).
+    pub stack_scanning: bool,
+    /// Of the frames, those found by stack scanning.
+    pub scanned_frames: u64,
     /// Rule-cache hits and misses of the sampled threads.
     pub cache_hits: u64,
     /// See `cache_hits`.

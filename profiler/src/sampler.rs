@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use crate::ring::Ring;
 use crate::timer::{self, ThreadTimer, TimerChoice, TimerSpec};
-use unwind_in_process::{SampleError, StopReason};
+use unwind_in_process::{SampleError, StopReason, Trust};
 
 /// The most threads sampled at once (records are reused after a thread exits).
 pub const MAX_THREADS: usize = 4096;
@@ -118,6 +118,8 @@ pub struct ThreadCounters {
     pub stops: [Counter; StopReason::ALL.len()],
     /// Frames in the stored samples.
     pub frames: Counter,
+    /// Of them, frames found by stack scanning ([`Trust::Scan`]), counted when it is on.
+    pub scanned: Counter,
     /// Nanoseconds spent unwinding, over stored samples.
     pub unwind_ns: Counter,
     /// Nanoseconds spent storing, over stored samples.
@@ -189,11 +191,20 @@ pub struct Timing {
     pub max_frames: usize,
     /// Words per thread ring.
     pub ring_words: usize,
+    /// Whether walks scan the stack: the handler then counts the frames scans found.
+    pub stack_scanning: bool,
 }
 
 static TIMING: std::sync::OnceLock<Timing> = std::sync::OnceLock::new();
 /// `Timing::max_frames`, for the handler (read without the OnceLock).
 static MAX_FRAMES_NOW: AtomicUsize = AtomicUsize::new(MAX_FRAMES);
+/// `Timing::stack_scanning`, for the handler.
+static SCANNING: AtomicBool = AtomicBool::new(false);
+/// Whether walks scan the stack ([`Timing::stack_scanning`]).
+pub fn scanning() -> bool {
+    SCANNING.load(Relaxed)
+}
+
 /// CLOCK_MONOTONIC at start, in ns; sample times are relative to it.
 static EPOCH_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -237,6 +248,7 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         return Err(std::io::Error::other("sampling was already set up"));
     }
     MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
+    SCANNING.store(timing.stack_scanning, Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
     set_handler(timing.timer.signal, on_signal, None)?;
     if timing.timer.choice == TimerChoice::PerfSigtrap {
@@ -613,9 +625,13 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         Some(p) => p,
         None => &mut buf[..],
     };
+    // How each frame was found, only with scanning on (the walk without it keeps fewer values).
+    let mut trust = [Trust::Context; MAX_FRAMES];
+    let scanning = SCANNING.load(Relaxed);
     let t0 = now_ns();
     // SAFETY: `uc` is this handler's context, on the interrupted thread.
-    let result = unsafe { unwind_in_process::unwind_signal(uc, pcs, None) };
+    let result =
+        unsafe { unwind_in_process::unwind_signal(uc, pcs, scanning.then_some(&mut trust[..])) };
     let t1 = now_ns();
     let result = match result {
         Ok(r) => r,
@@ -640,6 +656,11 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         s.add(1);
     }
     c.frames.add(stack.len() as u64);
+    if scanning {
+        let found = trust.get(..stack.len()).unwrap_or(&trust);
+        c.scanned
+            .add(found.iter().filter(|&&t| t == Trust::Scan).count() as u64);
+    }
     c.unwind_ns.add(t1.wrapping_sub(t0));
     c.store_ns.add(t2.wrapping_sub(t1));
 }

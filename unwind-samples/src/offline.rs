@@ -32,7 +32,18 @@ pub fn table_from_files<A: unwind_dwarf::DwarfArch>(
     modules: &[ModuleFile],
     generation: NonZeroU32,
 ) -> Result<(RuleTable<A::Rule>, FileErrors), TableError> {
+    table_from_files_with::<A>(modules, generation, false)
+}
+
+/// [`table_from_files`], with stack scanning on if `scan` (each module's return sites read
+/// from its file: [`unwind_dwarf::return_sites_from_elf`]).
+pub fn table_from_files_with<A: unwind_dwarf::DwarfArch>(
+    modules: &[ModuleFile],
+    generation: NonZeroU32,
+    scan: bool,
+) -> Result<(RuleTable<A::Rule>, FileErrors), TableError> {
     let mut builder = RuleTableBuilder::new(generation);
+    builder.scan_stack(scan);
     let mut errors = Vec::new();
     for m in modules {
         let rules = match unwind_dwarf::load_elf_file::<A>(&m.path) {
@@ -42,13 +53,20 @@ pub fn table_from_files<A: unwind_dwarf::DwarfArch>(
                 ModuleRules::empty()
             }
         };
-        builder.add(
-            m.start,
-            m.end,
-            m.bias,
-            m.path.display().to_string(),
-            Arc::new(rules),
-        );
+        let return_sites = scan
+            .then(|| std::fs::read(&m.path).ok())
+            .flatten()
+            .and_then(|data| unwind_dwarf::return_sites_from_elf::<A>(&data).ok())
+            .map(Arc::new);
+        builder
+            .add(
+                m.start,
+                m.end,
+                m.bias,
+                m.path.display().to_string(),
+                Arc::new(rules),
+            )
+            .return_sites = return_sites;
     }
     Ok((builder.build()?, errors))
 }

@@ -7,6 +7,8 @@
 //!   two of the stack's addresses share a slot, in ours's victim slots).
 //! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
 //! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
+//! - `ours-scan`: `ours` with stack scanning on (frames without a rule or a frame record are
+//!   found by scanning: every such frame scans on every walk).
 //! - `fp`: the frame-pointer walk from the sample's `fp` (the floor).
 //! - `breakpad`: rust-minidump's Breakpad-compatible walker with `dump_syms` symbol files from
 //!   `syms/` beside the sample (loaded during the warm-up walk, so not counted per frame).
@@ -32,8 +34,8 @@ fn main() {
     // Lookups answered by the victim slots, in the K unwinds (ours only).
     let mut victim_hits = 0;
     let (frames, misses) = match mode.as_str() {
-        "ours" | "ours-cold" | "ours-reset" => {
-            let mut ours = Ours::new(&sample);
+        "ours" | "ours-cold" | "ours-reset" | "ours-scan" => {
+            let mut ours = Ours::with_scanning(&sample, mode == "ours-scan");
             let frames = ours.unwind(&sample, &image, &mut pcs);
             let before = ours.cache.misses();
             let victims_before = ours.cache.victim_hits();
@@ -41,7 +43,7 @@ fn main() {
             let mut cold_misses = 0;
             for _ in 0..k {
                 match mode.as_str() {
-                    "ours" => {
+                    "ours" | "ours-scan" => {
                         black_box(ours.unwind(&sample, &image, &mut pcs));
                     }
                     "ours-cold" => {
@@ -55,7 +57,7 @@ fn main() {
                     }
                 }
             }
-            let misses = if mode == "ours" {
+            let misses = if mode == "ours" || mode == "ours-scan" {
                 victim_hits = ours.cache.victim_hits() - victims_before;
                 ours.cache.misses() - before
             } else {

@@ -210,6 +210,13 @@ pub fn text(profile: &Profile) -> String {
         "mean stack depth  {depth} frames ({} frames / {} stored)",
         c.frames, c.stored
     ));
+    if c.stack_scanning {
+        line(format_args!(
+            "stack scanning    {} of the frames ({} frames found by a scan)",
+            percent(c.scanned_frames, c.frames),
+            c.scanned_frames
+        ));
+    }
     line(format_args!(
         "rule cache        {} hits ({} hits, {} misses)",
         percent(c.cache_hits, c.cache_hits + c.cache_misses),

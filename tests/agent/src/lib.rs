@@ -99,6 +99,10 @@ fn write_captures(dir: &str) {
     }
 }
 static FAILED: AtomicUsize = AtomicUsize::new(0);
+/// With `AGENT_STACK_SCANNING` set (not `0`), walks scan the stack where the rules and the
+/// fallbacks end ([`unwind_in_process::set_stack_scanning`]); frames found so are counted.
+static SCANNING: AtomicBool = AtomicBool::new(false);
+static SCANNED_FRAMES: AtomicUsize = AtomicUsize::new(0);
 static TIDS: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREADS];
 static RUNNING: AtomicBool = AtomicBool::new(false);
 static SAMPLER: Mutex<Option<JoinHandle<u64>>> = Mutex::new(None);
@@ -117,11 +121,23 @@ pub unsafe extern "C" fn agent_handle_signal(
     uc: *mut libc::c_void,
 ) {
     let mut pcs = [0u64; MAX_FRAMES];
+    let mut trust = [unwind_in_process::Trust::Context; MAX_FRAMES];
+    let scanning = SCANNING.load(Ordering::Relaxed);
     // SAFETY: `uc` is the running handler's context (the caller's contract).
-    let Ok(r) = (unsafe { unwind_in_process::unwind_signal(uc, &mut pcs, None) }) else {
+    let Ok(r) = (unsafe {
+        unwind_in_process::unwind_signal(uc, &mut pcs, scanning.then_some(&mut trust[..]))
+    }) else {
         FAILED.fetch_add(1, Ordering::Relaxed);
         return;
     };
+    if scanning {
+        let found = trust.get(..r.frames).unwrap_or(&[]);
+        let n = found
+            .iter()
+            .filter(|&&t| t == unwind_in_process::Trust::Scan)
+            .count();
+        SCANNED_FRAMES.fetch_add(n, Ordering::Relaxed);
+    }
     let Some(samples) = SAMPLES.get() else { return };
     let pcs = pcs.get(..r.frames).unwrap_or(&[]);
     if !samples.push(pcs, r.stop) {
@@ -144,11 +160,20 @@ pub fn init() -> Result<(), String> {
             unwind_in_process::Captures::new(max, every, CAPTURE_BYTES, MAX_FRAMES)
         });
     }
+    if std::env::var_os("AGENT_STACK_SCANNING").is_some_and(|v| v != "0") {
+        unwind_in_process::set_stack_scanning(true).map_err(|e| e.to_string())?;
+        SCANNING.store(true, Ordering::Relaxed);
+    }
     let report = unwind_in_process::init().map_err(|e| e.to_string())?;
     eprintln!(
-        "agent: preloaded {} modules, {} rows",
+        "agent: preloaded {} modules, {} rows{}",
         report.modules.len(),
-        report.rows()
+        report.rows(),
+        if SCANNING.load(Ordering::Relaxed) {
+            ", stack scanning on"
+        } else {
+            ""
+        }
     );
     Ok(())
 }
@@ -260,8 +285,9 @@ pub fn stop() -> String {
     }
     let _ = writeln!(
         out,
-        "# signals sent {sent}, samples {taken}, not unwound {}",
-        FAILED.load(Ordering::Relaxed)
+        "# signals sent {sent}, samples {taken}, not unwound {}, frames found by scanning {}",
+        FAILED.load(Ordering::Relaxed),
+        SCANNED_FRAMES.load(Ordering::Relaxed)
     );
     out
 }
