@@ -726,7 +726,7 @@ mod tests {
     #[cfg(target_arch = "arm")]
     #[test]
     fn arm_modules_report_their_exidx() {
-        let found = discover(&ModuleCache::new());
+        let found = discover(&ModuleCache::new(), false);
         let exe = std::env::current_exe().expect("current_exe");
         let exe = exe.to_str().expect("utf-8");
         let me = found

@@ -6,8 +6,15 @@
 //! once, when the table is built (from the code's bytes; see `unwind-dwarf`'s `return_sites`),
 //! and kept per module as a sorted array ([`ReturnSites`]); the unwind path never reads code.
 //!
-//! A word found that way is only a guess (a stale return address left in a dead frame looks the
-//! same), so its frame is marked [`Trust::Scan`], and the scan is bounded: as Breakpad's
+//! A word found that way is only a guess: a return address left in a dead frame by a call that
+//! has returned looks the same. Unlike Breakpad's scan, which takes any word in a module's code,
+//! this one knows which function each direct call calls ([`ReturnSites::call_from`]): it passes
+//! over the sites of direct calls to other functions than the frame's own, and takes the site of
+//! a call to the frame's own function before a nearer one whose callee is not known (indirect,
+//! or through the PLT). On a C program built without unwind tables or frame pointers
+//! (`tests/programs.rs`) that took the share of x86_64 samples whose every frame is right from
+//! 5 % (any return site) to 82 %. Frames found so are marked [`Trust::Scan`], and the scan is
+//! bounded: as Breakpad's
 //! walkers, [`SCAN_WORDS`] words above the stack pointer, four times as many for a frame whose
 //! PC came from registers (the interrupted one), which may have left more of its frame in use.
 //! Breakpad and Valgrind scan; framehop, LUL and libunwind do not. A table scans only if built
