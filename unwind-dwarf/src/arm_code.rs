@@ -78,7 +78,6 @@ impl<'a> ArmCode<'a> {
             })
             .collect();
         let mut marks: Vec<(u64, char)> = Vec::new();
-        let mut function_starts = Vec::new();
         for s in elf.symbols().chain(elf.dynamic_symbols()) {
             let Ok(name) = s.name() else { continue };
             if let Some(kind) = name.strip_prefix('$').and_then(|n| n.chars().next()) {
@@ -88,11 +87,9 @@ impl<'a> ArmCode<'a> {
                     s.address() & !1,
                     if s.address() & 1 != 0 { 't' } else { 'a' },
                 ));
-                function_starts.push(s.address() & !1);
             }
         }
-        function_starts.sort_unstable();
-        function_starts.dedup();
+        let function_starts = crate::elf::function_starts(elf);
         marks.sort_unstable();
         marks.dedup();
         let isa_marks = marks

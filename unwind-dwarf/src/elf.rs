@@ -142,6 +142,23 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
     }
 }
 
+/// The start of every function `elf`'s symbol tables (`.symtab` and `.dynsym`) define, with
+/// bit 0 (ARM's Thumb bit) clear, sorted and without duplicates. ARM's `$a`/`$t`/`$d` mapping
+/// symbols are not functions.
+pub(crate) fn function_starts(elf: &object::File<'_>) -> Vec<u64> {
+    use object::{ObjectSymbol, SymbolKind};
+    let mut starts: Vec<u64> = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter(|s| s.name().is_ok_and(|n| !n.starts_with('$')))
+        .map(|s| s.address() & !1)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    starts
+}
+
 /// The functions `elf`'s symbol table (`.symtab`) defines, as `[start, end)` file addresses
 /// with bit 0 (ARM's Thumb bit) clear and whether that bit was set (a Thumb function), sorted
 /// by start; empty if the file is stripped. A

@@ -7,7 +7,7 @@
 //! library does not say which instruction set its code is in): both try every position, and a
 //! call with an immediate target counts only if the target is in the module's code.
 
-use object::{Object, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+use object::{Object, ObjectSegment, SegmentFlags};
 use unwind_core::ReturnSites;
 
 use crate::arch::DwarfArch;
@@ -39,13 +39,7 @@ impl<'a> CallSiteSources<'a> {
             .iter()
             .map(|p| (p.svma, p.svma.saturating_add(p.size)))
             .collect();
-        let function_starts = elf
-            .symbols()
-            .chain(elf.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
-            .filter(|s| !s.name().is_ok_and(|n| n.starts_with('$')))
-            .map(|s| s.address() & !1)
-            .collect();
+        let function_starts = crate::elf::function_starts(elf);
         CallSiteSources {
             segments,
             plt,
