@@ -29,12 +29,19 @@ pub struct LoadedRules<A: DwarfArch> {
 /// Maps `path` (an ELF file of architecture `A`) and reads its unwind information (see
 /// [`rules_from_elf`]).
 pub fn load_elf_file<A: DwarfArch>(path: &Path) -> Result<LoadedRules<A>, DwarfError> {
+    with_mapped_file(path, rules_from_elf::<A>)?
+}
+
+/// Maps the file at `path` and calls `read` with its bytes, which stay mapped only during the
+/// call (to read several things from one mapping: [`rules_from_elf`],
+/// [`crate::return_sites_from_elf`]).
+pub fn with_mapped_file<T>(path: &Path, read: impl FnOnce(&[u8]) -> T) -> Result<T, DwarfError> {
     let file = File::open(path).map_err(DwarfError::Io)?;
-    // SAFETY: the mapping is read-only and private, and lives only while this function parses
-    // it; a file truncated concurrently by another process could fault, which is the accepted
-    // risk of every mmap-based ELF reader (the alternative is reading whole files into memory).
+    // SAFETY: the mapping is read-only and private, and lives only while `read` parses it; a
+    // file truncated concurrently by another process could fault, which is the accepted risk
+    // of every mmap-based ELF reader (the alternative is reading whole files into memory).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(DwarfError::Io)?;
-    rules_from_elf::<A>(&map)
+    Ok(read(&map))
 }
 
 /// Reads the unwind information of an ELF image of architecture `A` held in `data`:

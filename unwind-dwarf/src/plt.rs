@@ -60,11 +60,10 @@ pub fn plt_sections(elf: &object::File<'_>) -> Vec<PltSection> {
 
 /// Reads the PLT sections of the ELF file at `path` (section headers only).
 pub fn plt_sections_of_file(path: &std::path::Path) -> Result<Vec<PltSection>, crate::DwarfError> {
-    let file = std::fs::File::open(path).map_err(crate::DwarfError::Io)?;
-    // SAFETY: read-only private mapping used only during this call (see `load_elf_file`).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(crate::DwarfError::Io)?;
-    let elf = object::File::parse(&*map).map_err(crate::DwarfError::Elf)?;
-    Ok(plt_sections(&elf))
+    crate::with_mapped_file(path, |data| {
+        let elf = object::File::parse(data).map_err(crate::DwarfError::Elf)?;
+        Ok(plt_sections(&elf))
+    })?
 }
 
 /// `[start, end)` minus the sorted, possibly overlapping `covered` ranges.

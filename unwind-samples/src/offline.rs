@@ -46,18 +46,22 @@ pub fn table_from_files_with<A: unwind_dwarf::DwarfArch>(
     builder.scan_stack(scan);
     let mut errors = Vec::new();
     for m in modules {
-        let rules = match unwind_dwarf::load_elf_file::<A>(&m.path) {
+        // One mapping of the file for its rules and, when scanning, its return sites.
+        let (rules, return_sites) = unwind_dwarf::with_mapped_file(&m.path, |data| {
+            let sites = scan.then(|| unwind_dwarf::return_sites_from_elf::<A>(data).ok());
+            (
+                unwind_dwarf::rules_from_elf::<A>(data),
+                sites.flatten().map(Arc::new),
+            )
+        })
+        .unwrap_or_else(|e| (Err(e), None));
+        let rules = match rules {
             Ok(loaded) => loaded.rules,
             Err(e) => {
                 errors.push((m.path.clone(), e));
                 ModuleRules::empty()
             }
         };
-        let return_sites = scan
-            .then(|| std::fs::read(&m.path).ok())
-            .flatten()
-            .and_then(|data| unwind_dwarf::return_sites_from_elf::<A>(&data).ok())
-            .map(Arc::new);
         builder
             .add(
                 m.start,
