@@ -69,17 +69,6 @@ pub enum CallFit {
     Yes,
 }
 
-/// What a stack word is, as a return address into a module ([`ReturnSites::call_at`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallSite {
-    /// Not the address just after a call.
-    None,
-    /// Just after a call whose callee is not known (indirect, or through the PLT).
-    UnknownCallee,
-    /// Just after a direct call to the function starting at this file address.
-    Calls(u64),
-}
-
 impl ReturnSites {
     /// The sites (file addresses, each with the file address of the function its call calls if
     /// known) and function starts of a module whose code starts at file address `base`; sites
@@ -124,26 +113,6 @@ impl ReturnSites {
         Ok(out)
     }
 
-    /// What file address `svma` is as a return address.
-    #[inline]
-    pub fn call_at(&self, svma: u64) -> CallSite {
-        let Some(rel) = svma
-            .checked_sub(self.base)
-            .and_then(|r| u32::try_from(r).ok())
-        else {
-            return CallSite::None;
-        };
-        let Ok(i) = self.sites.binary_search(&rel) else {
-            return CallSite::None;
-        };
-        match self.callees.get(i) {
-            Some(&c) if c != UNKNOWN_CALLEE => {
-                CallSite::Calls(self.base.wrapping_add(u64::from(c)))
-            }
-            _ => CallSite::UnknownCallee,
-        }
-    }
-
     /// The start of the function containing file address `svma`, as far as the known starts
     /// tell (the greatest one not above it).
     #[inline]
@@ -159,16 +128,21 @@ impl ReturnSites {
     /// file address `callee_pc` of the same module (`None`: of another module).
     #[inline]
     pub fn call_from(&self, ret: u64, callee_pc: Option<u64>) -> CallFit {
-        match self.call_at(ret) {
-            CallSite::None => CallFit::No,
-            CallSite::UnknownCallee => CallFit::Maybe,
-            CallSite::Calls(callee) => {
-                if callee_pc.is_some_and(|pc| self.function_start(pc) == Some(callee)) {
-                    CallFit::Yes
-                } else {
-                    CallFit::No
-                }
-            }
+        let site = ret
+            .checked_sub(self.base)
+            .and_then(|r| u32::try_from(r).ok())
+            .and_then(|r| self.sites.binary_search(&r).ok());
+        let Some(callee) = site.and_then(|i| self.callees.get(i).copied()) else {
+            return CallFit::No;
+        };
+        if callee == UNKNOWN_CALLEE {
+            return CallFit::Maybe;
+        }
+        let callee = self.base.wrapping_add(u64::from(callee));
+        if callee_pc.is_some_and(|pc| self.function_start(pc) == Some(callee)) {
+            CallFit::Yes
+        } else {
+            CallFit::No
         }
     }
 
@@ -180,14 +154,6 @@ impl ReturnSites {
     /// True if there are none.
     pub fn is_empty(&self) -> bool {
         self.sites.is_empty()
-    }
-
-    /// Sites whose callee is known.
-    pub fn known_callees(&self) -> usize {
-        self.callees
-            .iter()
-            .filter(|&&c| c != UNKNOWN_CALLEE)
-            .count()
     }
 
     /// Heap bytes.
