@@ -527,22 +527,24 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         module.end.wrapping_sub(module.bias),
     );
     let file = matching_file(module);
+    let map = file.as_ref().ok().map(|(_, m)| &m[..]);
+    let elf = map.and_then(|m| object::File::parse(m).ok());
     // PLT stubs without CFI (lld writes none) get synthesized rules; only the file on disk has
     // the section headers that locate them.
-    let plt = match &file {
-        Ok((_, map)) => object::File::parse(&**map)
-            .map(|elf| unwind_dwarf::plt::plt_sections(&elf))
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
-    };
-    let file_note = file.as_ref().err().cloned();
-    let map = file.as_ref().ok().map(|(_, m)| &m[..]);
+    let plt = elf
+        .as_ref()
+        .map(unwind_dwarf::plt::plt_sections)
+        .unwrap_or_default();
     // Read from the file, not the image: copying a module's code under the loader's lock would
     // hold it for as long as the copy takes.
-    let return_sites = map
+    let return_sites = elf
+        .as_ref()
         .filter(|_| scan)
-        .and_then(|m| unwind_dwarf::return_sites_from_elf::<Native>(m).ok())
+        .and_then(|elf| {
+            unwind_dwarf::return_sites::<Native>(&unwind_dwarf::CallSiteSources::of_elf(elf)).ok()
+        })
         .map(Arc::new);
+    let file_note = file.as_ref().err().cloned();
     match arch::rules_from_image(image, map, hdr, phdrs, &plt, code) {
         Ok(read) => Parsed {
             rules: Arc::new(read.rules),
