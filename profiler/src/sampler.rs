@@ -625,13 +625,23 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         Some(p) => p,
         None => &mut buf[..],
     };
-    // How each frame was found, only with scanning on (the walk without it keeps fewer values).
-    let mut trust = [Trust::Context; MAX_FRAMES];
-    let scanning = SCANNING.load(Relaxed);
+    // Frames found by a stack scan; how each frame was found is asked for only with scanning on
+    // (the walk without it keeps fewer values, and the array is not filled).
+    let mut scanned = 0;
     let t0 = now_ns();
-    // SAFETY: `uc` is this handler's context, on the interrupted thread.
-    let result =
-        unsafe { unwind_in_process::unwind_signal(uc, pcs, scanning.then_some(&mut trust[..])) };
+    let result = if SCANNING.load(Relaxed) {
+        let mut trust = [Trust::Context; MAX_FRAMES];
+        // SAFETY: `uc` is this handler's context, on the interrupted thread.
+        let result = unsafe { unwind_in_process::unwind_signal(uc, pcs, Some(&mut trust)) };
+        if let Ok(r) = &result {
+            let found = trust.get(..r.frames).unwrap_or(&trust);
+            scanned = found.iter().filter(|&&t| t == Trust::Scan).count() as u64;
+        }
+        result
+    } else {
+        // SAFETY: as above.
+        unsafe { unwind_in_process::unwind_signal(uc, pcs, None) }
+    };
     let t1 = now_ns();
     let result = match result {
         Ok(r) => r,
@@ -656,11 +666,7 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         s.add(1);
     }
     c.frames.add(stack.len() as u64);
-    if scanning {
-        let found = trust.get(..stack.len()).unwrap_or(&trust);
-        c.scanned
-            .add(found.iter().filter(|&&t| t == Trust::Scan).count() as u64);
-    }
+    c.scanned.add(scanned);
     c.unwind_ns.add(t1.wrapping_sub(t0));
     c.store_ns.add(t2.wrapping_sub(t1));
 }
