@@ -1,14 +1,15 @@
 //! ARM's fallbacks for a frame no rule describes (the link register of a leaf, then the frame
 //! record) accept a candidate only if it returns into a module's code; a rule's caller in no
-//! module ends the walk unwritten.
+//! module ends the walk unwritten. With scanning on, a 4-byte stack word that is a return site
+//! is the last resort.
 
 use std::sync::Arc;
 
 use std::num::NonZeroU32;
 use unwind_core::arm::{Regs, Rule};
 use unwind_core::{
-    unwind, Arm, Cache, ModuleRulesBuilder, RuleTable, RuleTableBuilder, StackImage, StopReason,
-    Trust,
+    unwind, Arm, Cache, ModuleRulesBuilder, ReturnSites, RuleTable, RuleTableBuilder, StackImage,
+    StopReason, Trust,
 };
 
 /// The module's code: 0x10000..0x20000, with no rules at all (code built without unwind
@@ -81,4 +82,45 @@ fn no_candidate_in_code_is_no_rule() {
     let (stop, pcs, _) = walk(regs(0x4000_0001), &stack(STACK + 0x30));
     assert_eq!(pcs, [0x1_2001]);
     assert_eq!(stop, StopReason::NoRule);
+}
+
+/// With scanning on, the same frame (no rule, LR and the frame record in no module) finds its
+/// caller in a 4-byte stack word that is a Thumb return site, Thumb bit and all; a word that is
+/// an A32 site of a direct call to another function is passed over.
+#[test]
+fn scanning_finds_a_thumb_return_site_in_4_byte_words() {
+    let rules = table().modules()[0].rules.clone();
+    let sites = ReturnSites::new(
+        0x10000,
+        // A Thumb `bl` to the frame's function (0x12000), an A32 `bl` to another (0x15000).
+        vec![(0x1_3005, Some(0x1_2000)), (0x1_4004, Some(0x1_5000))],
+        vec![0x1_2000, 0x1_5000],
+    )
+    .unwrap();
+    let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    b.scan_stack(true);
+    b.add(0x10000, 0x20000, 0, "armhf".into(), rules)
+        .return_sites = Some(Arc::new(sites));
+    let t = b.build().unwrap();
+    let mut bytes = stack(STACK + 0x30);
+    let mut put = |at: u32, v: u32| {
+        let i = (at - STACK) as usize;
+        bytes[i..i + 4].copy_from_slice(&v.to_le_bytes());
+    };
+    put(STACK + 0x24, 0x1_4004);
+    put(STACK + 0x2c, 0x1_3005);
+    let mut cache = Cache::<Arm>::new();
+    let mem = StackImage::new(u64::from(STACK), &bytes);
+    let (mut pcs, mut trust) = ([0u64; 2], [Trust::Context; 2]);
+    let r = unwind(
+        &t,
+        &mut cache,
+        regs(0x4000_0001),
+        &mem,
+        &mut pcs,
+        Some(&mut trust),
+    );
+    assert_eq!(r.frames, 2, "{r:?}");
+    assert_eq!(pcs, [0x1_2001, 0x1_3005]);
+    assert_eq!(trust, [Trust::Context, Trust::Scan]);
 }
