@@ -53,8 +53,17 @@ pub enum Effect {
         /// Added to it.
         offset: i32,
     },
-    /// Writes the frame-pointer candidates (r7, r11) of the mask in a way not followed: a
-    /// frame pointer held in one is lost.
+    /// `ldr rN, [sp, #offset]` (no writeback) into LR, r7 or r11: where it reads the
+    /// register's save slot, the caller's value is back in the register.
+    LoadSp {
+        /// The register: 7, 11 or 14.
+        reg: u8,
+        /// Added to SP.
+        offset: i32,
+    },
+    /// Writes LR or the frame-pointer candidates (r7, r11) of the mask in a way not followed:
+    /// a frame pointer held in one is lost, and so is a return address still in LR (a call
+    /// writes LR).
     Writes(u16),
     /// Any other write to SP (`sub sp, sp, r3` for `alloca`, `mov sp, r4`, ...).
     SpUnknown,
@@ -145,8 +154,12 @@ fn arm_effect(w: u32, addr: u64) -> Effect {
         return Effect::Trap; // udf
     }
     if w >> 28 == 0xf {
-        // The unconditional space (`blx imm`, `pld`, ...): nothing that moves SP.
-        return Effect::None;
+        // The unconditional space: `blx imm` is a call (it writes LR); `pld` and the others
+        // do not move SP.
+        return match w & 0x0e00_0000 {
+            0x0a00_0000 => Effect::Writes(1 << 14),
+            _ => Effect::None,
+        };
     }
     let rn = (w >> 16) & 0xf;
     let rd = (w >> 12) & 0xf;
@@ -167,6 +180,16 @@ fn arm_effect(w: u32, addr: u64) -> Effect {
     }
     if op & 0x0fff_fff0 == 0x012f_ff10 {
         return Effect::IndirectBranch; // bx rm
+    }
+    if op & 0x0fff_fff0 == 0x012f_ff30 || op & 0x0f00_0000 == 0x0b00_0000 {
+        return Effect::Writes(1 << 14); // blx rm, bl: calls
+    }
+    if op & 0x0fff_0000 == 0x059d_0000 && matches!(rd, 7 | 11 | 14) {
+        // ldr rt, [sp, #imm12]
+        return Effect::LoadSp {
+            reg: rd as u8,
+            offset: (w & 0xfff) as i32,
+        };
     }
     if op & 0x0fbf_0e00 == 0x0d2d_0a00 {
         return Effect::SpAdd(-(((w & 0xff) * 4) as i32)); // vpush
@@ -275,11 +298,51 @@ pub fn thumb(hw1: u16, hw2: Option<u16>, addr: u64) -> Option<Decoded> {
             e => (2, e),
         }
     };
+    // Conditional branches (B<c> T1 and T3, cbz, cbnz) fall through when not taken; other
+    // instructions are conditional only inside an `IT` block, which the caller follows.
+    let conditional = match (wide, effect) {
+        (_, Effect::Branch(_)) if !wide => {
+            (hw1 & 0xf000 == 0xd000 && (hw1 >> 8) & 0xf < 0xe) || hw1 & 0xf500 == 0xb100
+        }
+        (_, Effect::Branch(_)) => hw2.is_some_and(|h2| h2 & 0x1000 == 0),
+        _ => false,
+    };
     Some(Decoded {
         len,
-        conditional: false,
+        conditional,
         effect,
     })
+}
+
+/// Whether the 16-bit Thumb instruction `h` is plain: it does nothing to the frame and writes
+/// neither r7 nor LR ([`thumb`] gives [`Effect::None`]), so the reading can pass over it
+/// without decoding it. Most instructions are (loads, stores and arithmetic on other
+/// registers); the answer is conservative (`false` for whole classes the decoder looks at).
+pub fn thumb16_is_plain(h: u16) -> bool {
+    let r7 = |r: u16| r & 7 == 7;
+    match h >> 11 {
+        // Shifts, add/sub (register, 3-bit immediate): Rd in bits 2:0.
+        0b00000..=0b00011 => !r7(h),
+        // mov, add, sub with an 8-bit immediate: Rd in bits 10:8; cmp writes nothing.
+        0b00100 | 0b00110 | 0b00111 => !r7(h >> 8),
+        0b00101 => true,
+        // Data processing on low registers (high registers, bx and blx are decoded).
+        0b01000 => h & 0xfc00 == 0x4000 && !r7(h),
+        // ldr literal: Rt in bits 10:8.
+        0b01001 => !r7(h >> 8),
+        // Loads and stores with a register or an immediate offset: Rt in bits 2:0.
+        0b01010..=0b10001 => !r7(h),
+        // str sp-relative.
+        0b10010 => true,
+        // ldr sp-relative, adr, add Rd, sp: Rd in bits 10:8.
+        0b10011..=0b10101 => !r7(h >> 8),
+        // stm.
+        0b11000 => true,
+        // ldm: the register list.
+        0b11001 => h & 0x80 == 0,
+        // SP adjustments, push, pop, cbz, it, branches, udf, 32-bit instructions.
+        _ => false,
+    }
 }
 
 fn thumb16(h: u32, addr: u64) -> Effect {
@@ -351,6 +414,13 @@ fn thumb16(h: u32, addr: u64) -> Effect {
     if h & 0xff00 == 0xde00 {
         return Effect::Trap;
     }
+    if h & 0xff00 == 0x9f00 {
+        // ldr r7, [sp, #imm8 * 4]
+        return Effect::LoadSp {
+            reg: 7,
+            offset: ((h & 0xff) * 4) as i32,
+        };
+    }
     if h & 0xf000 == 0xd000 && (h >> 8) & 0xf < 0xe {
         return Effect::Branch(target(addr, 4 + sign_extend(h & 0xff, 8) * 2));
     }
@@ -406,6 +476,8 @@ fn thumb32(h1: u32, h2: u32, addr: u64) -> Effect {
                 let v = s << 20 | j2 << 19 | j1 << 18 | (h1 & 0x3f) << 12 | (h2 & 0x7ff) << 1;
                 Effect::Branch(target(addr, 4 + sign_extend(v, 21)))
             }
+            // bl, blx: calls write LR.
+            0x4000 | 0x5000 => Effect::Writes(1 << 14),
             _ => Effect::None,
         };
     }
@@ -482,6 +554,13 @@ fn thumb32(h1: u32, h2: u32, addr: u64) -> Effect {
         }
         return Effect::None;
     }
+    // ldr.w rt, [sp, #imm12] into a register whose save slot it may read.
+    if h1 == 0xf8dd && matches!(h2 >> 12, 7 | 11 | 14) {
+        return Effect::LoadSp {
+            reg: (h2 >> 12) as u8,
+            offset: (h2 & 0xfff) as i32,
+        };
+    }
     // Single loads and stores: a load into PC, or SP written back (pre/post-indexed).
     if h1 & 0xfe00 == 0xf800 {
         let rt = h2 >> 12;
@@ -499,16 +578,16 @@ fn thumb32(h1: u32, h2: u32, addr: u64) -> Effect {
     Effect::None
 }
 
-/// [`Effect::Writes`] for the frame-pointer candidates in `mask`, if any.
+/// [`Effect::Writes`] for the frame-pointer candidates and LR in `mask`, if any.
 fn writes(mask: u16) -> Effect {
-    match mask & (1 << 7 | 1 << 11) {
+    match mask & (1 << 7 | 1 << 11 | 1 << 14) {
         0 => Effect::None,
         m => Effect::Writes(m),
     }
 }
 
 /// The registers a 16-bit Thumb instruction writes (of those [`thumb16`] leaves as
-/// [`Effect::None`]), as a mask; only r7 matters, the one frame pointer it can write.
+/// [`Effect::None`]), as a mask; only r7 (the one frame pointer it can write) and LR matter.
 fn thumb16_writes(h: u32) -> u16 {
     let low = |r: u32| 1u16 << (r & 7);
     match h >> 11 {
@@ -521,10 +600,12 @@ fn thumb16_writes(h: u32) -> u16 {
             0b1000 | 0b1010 | 0b1011 => 0,
             _ => low(h),
         },
-        // add / mov with high registers (cmp and bx/blx write nothing): Rd is D:Rdn.
+        // add / mov with high registers (cmp and bx write nothing): Rd is D:Rdn.
         0b01000 if h & 0xfc00 == 0x4400 && matches!((h >> 8) & 3, 0 | 2) => {
             1 << ((h >> 4) & 8 | h & 7)
         }
+        // blx rm: a call.
+        0b01000 if h & 0xff80 == 0x4780 => 1 << 14,
         // ldr literal, ldr sp-relative, adr: Rt in bits 10:8.
         0b01001 | 0b10011 | 0b10100 => low(h >> 8),
         // Loads with a register offset (ldrsb, ldr, ldrh, ldrb, ldrsh).

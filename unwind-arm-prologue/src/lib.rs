@@ -17,15 +17,31 @@
 //!   ([`Analysis::epilogues`]), and samples there unwind exactly.
 //! - A function start known from symbols (`starts` of [`analyze`]) restarts the reading from
 //!   the entry frame: one EHABI entry of a stripped library may cover several functions.
+//! - `EXIDX_CANTUNWIND` entries, which GCC gives every function that cannot throw in code built
+//!   without `-funwind-tables` (most of armhf glibc and libstdc++, libgcc's unwinder): a
+//!   function's states are used only where its exits confirm the reading
+//!   ([`Analysis::confirmed_rules`]): it returns or tail-calls with SP back at the CFA and the
+//!   return address where the entry had it, never otherwise. Functions that never return
+//!   (`_start`, thread entries) keep the entry's stop.
+//!
+//! Where the return address is: in LR at the entry, then in its save slot once pushed. A call
+//! or any other write to LR while it holds the return address loses it, and so does raising SP
+//! above its save slot (a signal handler's frame may overwrite the slot at any moment): such a
+//! state gives no rule rather than a wrong caller. `ldr lr, [sp, #n]` from the save slot puts
+//! it back in LR. A second push of LR marks a block of saved registers built for other code
+//! ([`Analysis::register_blocks`]), whose slots that code may rewrite: its function gets no
+//! rule.
 //!
 //! How the straight-line reading handles control flow:
-//! - An instruction with a condition (A32 condition field, Thumb `IT` block) does not change
-//!   the state: when it is not taken, execution falls through with the frame as it was.
+//! - An instruction with a condition (A32 condition field, Thumb `IT` block, and Thumb's
+//!   conditional branches `b<c>`, `cbz`, `cbnz`) does not change the state: when it is not
+//!   taken, execution falls through with the frame as it was.
 //! - After an instruction that does not fall through (a return, an unconditional branch, an
 //!   indirect branch), the next instruction is only reached by a branch: its state is the one
 //!   recorded at the first forward branch to it if there is one (shrink-wrapped early exits,
 //!   reached before the pushes), else the state before the epilogue that just ended (code
-//!   after a mid-function return runs with the body's frame).
+//!   after a mid-function return runs with the body's frame). That last state is a guess
+//!   ([`Analysis::guessed`]): the code may be another function no symbol names.
 //! - Thumb `tbb`/`tbh` tables are skipped (their end is the lowest target they branch to), and
 //!   ranges the caller marks as data (ARM `$d` mapping symbols: literal pools) are skipped.
 //! - Any other write to SP (`sub sp, sp, r3` for `alloca`) makes SP unknown; the CFA then
@@ -81,7 +97,8 @@
 pub mod calls;
 pub mod decode;
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use decode::{Decoded, Effect};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
@@ -111,6 +128,11 @@ pub struct FrameState {
     pub r11: Option<i32>,
     /// Where the caller's r12 is saved.
     pub r12: Option<i32>,
+    /// LR itself still holds the return address: nothing (a call, a load) has overwritten it
+    /// since the entry, or it was reloaded from a save slot. Where it does not and no save slot
+    /// above SP holds it (a slot below SP may be overwritten by a signal handler's frame at any
+    /// moment), the return address is lost and the state gives no rule.
+    pub lr_holds_return: bool,
 }
 
 impl FrameState {
@@ -122,6 +144,7 @@ impl FrameState {
         r7: None,
         r11: None,
         r12: None,
+        lr_holds_return: true,
     };
 
     /// The CFA: from SP while SP is known, else from the frame pointer.
@@ -133,9 +156,12 @@ impl FrameState {
         }
     }
 
-    /// The rule for this state (source [`Source::Instructions`]), or `None` if the CFA is not
-    /// known here.
+    /// The rule for this state (source [`Source::Instructions`]), or `None` if the CFA or the
+    /// return address is not known here.
     pub fn rule(&self) -> Option<Rule> {
+        if self.lr_lost() {
+            return None;
+        }
         Some(self.rule_with(self.cfa()?))
     }
 
@@ -167,7 +193,26 @@ impl FrameState {
             source: rule.source,
             ..self.rule_with(rule.cfa)
         };
-        cfa && *rule == same
+        cfa && !self.lr_lost() && *rule == same
+    }
+
+    /// The return address is nowhere known (see [`FrameState::lr_holds_return`]).
+    pub fn lr_lost(&self) -> bool {
+        self.lr.is_none() && !self.lr_holds_return
+    }
+
+    /// Whether the frame is the entry's again, as it must be where the function returns or
+    /// tail-calls: SP back at the CFA, the return address in LR.
+    fn at_entry(&self) -> bool {
+        self.sp == Some(0) && self.lr.is_none() && self.lr_holds_return
+    }
+
+    /// Whether `pop` of `mask` (with PC) here returns to the caller: it loads PC from the
+    /// return address's save slot and leaves SP at the CFA.
+    fn pops_return(&self, mask: u16) -> bool {
+        let n = mask.count_ones() as i32; // at most 16
+                                          // PC, the highest register, is loaded from the highest slot, just below the CFA.
+        self.sp == Some(n.wrapping_mul(4)) && self.lr == Some(-4)
     }
 
     /// The slot of tracked register `n`, if tracked.
@@ -191,7 +236,13 @@ impl FrameState {
                     // The lowest-numbered register is stored at the new SP.
                     let mut at = sp.wrapping_neg();
                     for r in (0..16).filter(|r| mask & (1 << r) != 0) {
-                        if let Some(slot) = self.slot(r) {
+                        if r == 14 {
+                            // LR saves the return address only while it holds it; a second
+                            // save is a register block (see `Analysis::register_blocks`).
+                            if self.lr_holds_return && self.lr.is_none() {
+                                self.lr = Some(at);
+                            }
+                        } else if let Some(slot) = self.slot(r) {
                             // A register saved twice: the first save holds the caller's value.
                             slot.get_or_insert(at);
                         }
@@ -203,6 +254,10 @@ impl FrameState {
                 let n = mask.count_ones() as i32;
                 self.sp = self.sp.and_then(|sp| sp.checked_sub(n.wrapping_mul(4)));
                 for r in (0..16).filter(|r| mask & (1 << r) != 0) {
+                    if r == 14 {
+                        // LR popped holds the return address if it was saved.
+                        self.lr_holds_return = self.lr.is_some();
+                    }
                     if let Some(slot) = self.slot(r) {
                         *slot = None;
                     }
@@ -237,11 +292,35 @@ impl FrameState {
                     other => other,
                 }
             }
+            Effect::LoadSp { reg, offset } => {
+                let n = u32::from(reg);
+                // The load's address, relative to the CFA.
+                let from = self.sp.and_then(|sp| offset.checked_sub(sp));
+                if from.is_some() && n == 14 && from == self.lr {
+                    // The return address is back in LR.
+                    self.lr_holds_return = true;
+                    return self;
+                }
+                match self.slot(n) {
+                    // The caller's value is back in the register.
+                    Some(slot) if slot.is_some() && *slot == from => *slot = None,
+                    _ => return self.apply(Effect::Writes(1 << n)),
+                }
+                if self
+                    .fp
+                    .is_some_and(|(r, _)| Some(r) == Reg::from_number(reg.into()))
+                {
+                    self.fp = None;
+                }
+            }
             Effect::Writes(mask) => {
                 if self.fp.is_some_and(|(r, _)| {
                     (r == Reg::R7 && mask & 0x80 != 0) || (r == Reg::R11 && mask & 0x800 != 0)
                 }) {
                     self.fp = None;
+                }
+                if mask & 1 << 14 != 0 {
+                    self.lr_holds_return = false;
                 }
             }
             Effect::SpUnknown => self.sp = None,
@@ -256,6 +335,16 @@ impl FrameState {
         // SP above the CFA: not a frame this reading understands.
         if self.sp.is_some_and(|sp| sp < 0) {
             self.sp = None;
+        }
+        // A save slot below SP may be overwritten by a signal handler's frame at any moment: a
+        // register saved there has no known value.
+        if let Some(sp) = self.sp {
+            let below = |o: Option<i32>| o.is_some_and(|o| o < sp.wrapping_neg());
+            for slot in [&mut self.lr, &mut self.r7, &mut self.r11, &mut self.r12] {
+                if below(*slot) {
+                    *slot = None;
+                }
+            }
         }
         self
     }
@@ -274,26 +363,99 @@ pub struct Analysis {
     pub epilogues: Vec<(u64, u64, FrameState)>,
     /// Instructions read.
     pub instructions: u64,
+    /// Where the reading started from a function's entry frame: the start of the code, and
+    /// each function start met ([`analyze`]'s `starts`).
+    pub entries: Vec<u64>,
+    /// Where the code leaves its function, read with a known frame: returns (conditional or
+    /// not) and unconditional branches out of the code read (tail calls), each with whether
+    /// the frame there is the entry's again (SP back at the CFA, and the return address
+    /// loaded from its save slot or still in LR). A reading that leaves through an exit that
+    /// is not is a misreading (another instruction set, code that is not a function's start).
+    pub exits: Vec<(u64, bool)>,
+    /// Where LR is pushed while a save slot already holds the return address: not a frame's
+    /// prologue but a block of saved registers built for other code to read and rewrite (the
+    /// wrappers of libgcc's ARM unwinder, `_Unwind_RaiseException` and its siblings, pass theirs
+    /// to `__gnu_Unwind_RaiseException`, which rewrites the saved PC and LR as it unwinds):
+    /// no slot of it can be trusted, and its function is never confirmed.
+    pub register_blocks: Vec<u64>,
+    /// Ranges whose state is a guess: after an instruction that does not fall through, code
+    /// that no forward branch read leads to and no function start names (the body's frame is
+    /// assumed; it may be another function that no symbol names).
+    pub guessed: Vec<(u64, u64)>,
 }
 
 impl Analysis {
-    /// The rows as rules: ranges whose CFA is unknown are left out, adjacent equal rules merged.
+    /// The rows as rules: ranges whose CFA or return address is unknown are left out, and so
+    /// are the functions with a register block ([`Analysis::register_blocks`]); adjacent equal
+    /// rules merged.
     pub fn rules(&self) -> Vec<(u64, u64, Rule)> {
-        let mut out: Vec<(u64, u64, Rule)> = Vec::new();
-        for &(start, end, state) in &self.rows {
-            let Some(rule) = state.rule() else { continue };
-            match out.last_mut() {
-                Some((_, e, r)) if *e == start && *r == rule => *e = end,
-                _ => out.push((start, end, rule)),
+        let mut out = Vec::new();
+        for (from, to) in self.functions() {
+            if !self.has_register_block(from, to) {
+                self.push_rules(from, to, &[], &mut out);
             }
         }
         out
+    }
+
+    /// `[start, end)` of each function read: from each of [`Analysis::entries`] to the next.
+    fn functions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().enumerate().map(|(i, &from)| {
+            let to = self.entries.get(i.saturating_add(1));
+            (from, to.copied().unwrap_or(u64::MAX))
+        })
+    }
+
+    fn has_register_block(&self, from: u64, to: u64) -> bool {
+        self.register_blocks.iter().any(|b| (from..to).contains(b))
+    }
+
+    /// Pushes the rules of the rows inside `[from, to)`, outside `skip` (sorted), onto `out`,
+    /// merging equal neighbours.
+    fn push_rules(&self, from: u64, to: u64, skip: &[(u64, u64)], out: &mut Vec<(u64, u64, Rule)>) {
+        // Rows are in address order.
+        let lo = self.rows.partition_point(|r| r.1 <= from);
+        let hi = self.rows.partition_point(|r| r.0 < to);
+        for &(start, end, state) in self.rows.get(lo..hi).unwrap_or(&[]) {
+            let (start, end) = (start.max(from), end.min(to));
+            let Some(rule) = state.rule().filter(|_| start < end) else {
+                continue;
+            };
+            for (s, e) in outside(start, end, skip) {
+                match out.last_mut() {
+                    Some((_, le, r)) if *le == s && *r == rule => *le = e,
+                    _ => out.push((s, e, rule)),
+                }
+            }
+        }
     }
 
     /// Whether some instruction's state is described by `rule` (see
     /// [`FrameState::describes`]).
     pub fn agrees_with(&self, rule: &Rule) -> bool {
         self.rows.iter().any(|(_, _, s)| s.describes(rule))
+    }
+
+    /// The rules of the functions whose reading its exits confirm, for code that no table
+    /// describes usefully (an EHABI `EXIDX_CANTUNWIND` entry covers functions that cannot
+    /// throw, not only the ends of stacks): from each of [`Analysis::entries`] to the next is
+    /// one function, confirmed when at least one exit of it was read and every one leaves the
+    /// entry's frame ([`Analysis::exits`]). [`Analysis::guessed`] ranges are left out. A
+    /// function that never returns (`_start`, a thread's entry, code after `clone`) has no
+    /// exit, and gets no rule.
+    pub fn confirmed_rules(&self) -> Vec<(u64, u64, Rule)> {
+        let mut out = Vec::new();
+        for (from, to) in self.functions() {
+            // Exits are in address order.
+            let lo = self.exits.partition_point(|e| e.0 < from);
+            let hi = self.exits.partition_point(|e| e.0 < to);
+            let exits = self.exits.get(lo..hi).unwrap_or(&[]);
+            if exits.is_empty() || exits.iter().any(|e| !e.1) || self.has_register_block(from, to) {
+                continue;
+            }
+            self.push_rules(from, to, &self.guessed, &mut out);
+        }
+        out
     }
 
     fn push(&mut self, start: u64, end: u64, state: FrameState) {
@@ -304,21 +466,85 @@ impl Analysis {
     }
 }
 
+/// The states recorded at forward branches, by target, for the straight-line reading: the first
+/// state recorded for a target is the one taken there. A heap of `(target, order)` over the
+/// states in the order recorded, so that passed targets are dropped as the reading moves on
+/// (the reading only moves forward).
+#[derive(Default)]
+struct Targets {
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    states: Vec<FrameState>,
+}
+
+impl Targets {
+    fn record(&mut self, target: u64, state: FrameState) {
+        self.heap.push(Reverse((target, self.states.len())));
+        self.states.push(state);
+    }
+
+    /// The first state recorded for `addr`, dropping every target up to it.
+    fn take(&mut self, addr: u64) -> Option<FrameState> {
+        let mut found = None;
+        while let Some(&Reverse((t, i))) = self.heap.peek() {
+            if t > addr {
+                break;
+            }
+            self.heap.pop();
+            if t == addr && found.is_none() {
+                found = self.states.get(i).copied();
+            }
+        }
+        found
+    }
+
+    fn clear(&mut self) {
+        self.heap.clear();
+        self.states.clear();
+    }
+}
+
+/// The parts of `[start, end)` outside `ranges` (sorted, not overlapping).
+fn outside(start: u64, end: u64, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    let first = ranges.partition_point(|r| r.1 <= start);
+    for &(s, e) in ranges.get(first..).unwrap_or(&[]) {
+        if s >= end {
+            break;
+        }
+        if s > at {
+            out.push((at, s));
+        }
+        at = at.max(e);
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
 /// Reads the function whose code is `code`, at address `start` (bit 0 clear), written in
 /// `isa`. `data` lists `[start, end)` ranges inside it that hold data, not code (from `$d`
 /// mapping symbols), sorted; they are skipped. `starts` lists addresses inside it where other
 /// functions start (symbols: a stripped library's EHABI entry may cover several functions),
 /// sorted; the frame there is a function's entry again.
 pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &[u64]) -> Analysis {
-    let mut out = Analysis::default();
+    let mut out = Analysis {
+        entries: vec![start],
+        ..Analysis::default()
+    };
     let end = start.saturating_add(code.len() as u64);
     let mut state = FrameState::ENTRY;
+    // The state is a guess (see `Analysis::guessed`) from this address on, if it is.
+    let mut guessed_from: Option<u64> = None;
+    // The state may differ from the last row's.
+    let mut changed = true;
     // The state before the epilogue under way began, and where its rows begin, if one is.
     let mut resume: Option<FrameState> = None;
     let mut epilogue_from = start;
     let mut next_start = 0usize;
     // The states at forward branches, by target.
-    let mut targets: BTreeMap<u64, FrameState> = BTreeMap::new();
+    let mut targets = Targets::default();
     // The previous instruction did not fall through.
     let mut after_jump = false;
     // Instructions left in the current Thumb `IT` block.
@@ -331,44 +557,109 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
             continue;
         }
         let offset = addr.wrapping_sub(start) as usize; // addr < end = start + code.len()
+        while starts.get(next_start).is_some_and(|&s| s < addr) {
+            next_start = next_start.saturating_add(1);
+        }
+        let function_start = starts.get(next_start) == Some(&addr);
+        // Most instructions are plain (see `decode::thumb16_is_plain`): their row is the
+        // previous instruction's state, and nothing else changes.
+        if isa == Isa::Thumb && !after_jump && !function_start {
+            let plain = code
+                .get(offset..offset.saturating_add(2))
+                .and_then(|b| Some(u16::from_le_bytes([*b.first()?, *b.get(1)?])))
+                .filter(|&h| decode::thumb16_is_plain(h));
+            if plain.is_some() {
+                let next = addr.saturating_add(2).min(end);
+                match out.rows.last_mut() {
+                    Some((_, e, _)) if !changed && *e == addr => *e = next,
+                    _ => out.push(addr, next, state),
+                }
+                changed = false;
+                out.instructions = out.instructions.saturating_add(1);
+                it_left = it_left.saturating_sub(1);
+                addr = next;
+                continue;
+            }
+        }
         let Some(ins) = decode_at(code, offset, addr, isa) else {
             break;
         };
         let next = addr.saturating_add(u64::from(ins.len));
-        while starts.get(next_start).is_some_and(|&s| s < addr) {
-            next_start = next_start.saturating_add(1);
-        }
-        if starts.get(next_start) == Some(&addr) {
+        let known = if function_start {
             // Another function: nothing of this one's frame carries over.
             state = FrameState::ENTRY;
+            changed = true;
             resume = None;
             targets.clear();
             it_left = 0;
+            if out.entries.last() != Some(&addr) {
+                out.entries.push(addr);
+            }
+            true
         } else if after_jump {
-            state = targets.remove(&addr).unwrap_or(state);
+            match targets.take(addr) {
+                Some(s) => {
+                    state = s;
+                    changed = true;
+                    true
+                }
+                None => {
+                    guessed_from.get_or_insert(addr);
+                    false
+                }
+            }
+        } else {
+            false
+        };
+        if known {
+            if let Some(from) = guessed_from.take() {
+                out.guessed.push((from, addr));
+            }
         }
         after_jump = false;
-        out.push(addr, next.min(end), state);
+        match out.rows.last_mut() {
+            // Most instructions leave the frame as it was: extend the row without comparing.
+            Some((_, e, _)) if !changed && *e == addr => *e = next.min(end),
+            _ => out.push(addr, next.min(end), state),
+        }
+        changed = false;
         out.instructions = out.instructions.saturating_add(1);
         let conditional = ins.conditional || it_left > 0;
         it_left = it_left.saturating_sub(1);
+        let exit = match ins.effect {
+            Effect::Return => Some(state.at_entry()),
+            Effect::Pop(mask) if mask & 0x8000 != 0 => Some(state.pops_return(mask)),
+            Effect::Branch(t) if !conditional && !(start..end).contains(&t) => {
+                Some(state.at_entry())
+            }
+            _ => None,
+        };
+        if let (Some(good), None) = (exit, guessed_from) {
+            out.exits.push((addr, good));
+        }
         let mut skip_to = next;
         match ins.effect {
             Effect::It(n) => it_left = n,
             Effect::Branch(t) if t > addr && t < end => {
-                targets.entry(t).or_insert(state);
+                targets.record(t, state);
             }
             Effect::TableBranch { half } if !conditional => {
                 skip_to = table_end(code, start, next, half, |t| {
-                    targets.entry(t).or_insert(state);
+                    targets.record(t, state);
                 })
                 .unwrap_or(end);
             }
             _ => {}
         }
-        if !conditional {
+        if let (Effect::Push(mask), Some(_)) = (ins.effect, state.lr) {
+            if mask & 1 << 14 != 0 && guessed_from.is_none() {
+                out.register_blocks.push(addr);
+            }
+        }
+        if !conditional && ins.effect != Effect::None {
             let before = state;
             state = state.apply(ins.effect);
+            changed = state != before;
             match ins.effect {
                 Effect::Push(_) => resume = None,
                 Effect::SpAdd(v) if v < 0 => resume = None,
@@ -395,10 +686,14 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
                         out.epilogues.push((epilogue_from, next.min(end), body));
                     }
                     state = body;
+                    changed = true;
                 }
             }
         }
         addr = skip_to;
+    }
+    if let Some(from) = guessed_from {
+        out.guessed.push((from, addr.min(end)));
     }
     out
 }

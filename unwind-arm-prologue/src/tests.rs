@@ -206,6 +206,168 @@ fn function_starts_reset_the_frame() {
     assert_eq!(a.epilogues, [(10, 22, body), (0x18 + 10, 0x18 + 22, body)]);
 }
 
+/// libgcc's `_Unwind_RaiseException` on armhf (an `EXIDX_CANTUNWIND` function): it saves LR,
+/// then a block of registers with LR again for the unwinder, which rewrites the saved PC (LR's
+/// first slot) as it unwinds; it returns through LR reloaded from the block.
+const UNWIND_WRAPPER: [u16; 18] = [
+    0x46ec, // mov ip, sp
+    0xb500, // push {lr}
+    0xe92d, 0x5000, // stmdb sp!, {ip, lr}
+    0xe92d, 0x1fff, // stmdb sp!, {r0-r12}
+    0xf04f, 0x0300, // mov.w r3, #0
+    0xe92d, 0x000c, // stmdb sp!, {r2, r3}
+    0xa901, // add r1, sp, #4
+    0xf7ff, 0xfb91, // bl
+    0xf8dd, 0xe040, // ldr.w lr, [sp, #64]
+    0xb012, // add sp, #72
+    0x4770, // bx lr
+    0xbf00, // nop
+];
+
+#[test]
+fn conditional_branches_fall_through() {
+    // push {r4, lr}; cmp r0, #0; beq .L (T1); cbz r1, .L; beq.w .L (T3); movs r0, #1;
+    // pop {r4, pc}; .L: movs r0, #2; pop {r4, pc}
+    //  0 push  2 cmp  4 beq  6 cbz  8 beq.w  c movs  e pop  10 movs  12 pop
+    let code = thumb(&[
+        0xb510, 0x2800, 0xd004, 0xb119, 0xf000, 0x8002, 0x2001, 0xbd10, 0x2002, 0xbd10,
+    ]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    for (pc, what) in [(4, "beq"), (6, "cbz"), (8, "beq.w")] {
+        let d = decode::thumb(
+            u16::from_le_bytes([code[pc], code[pc + 1]]),
+            Some(u16::from_le_bytes([code[pc + 2], code[pc + 3]])),
+            pc as u64,
+        )
+        .unwrap();
+        assert!(d.conditional, "{what}");
+        assert_eq!(d.effect, decode::Effect::Branch(0x10), "{what}");
+    }
+    // Each falls through: nothing after them is a guess, and both returns are read.
+    assert!(a.guessed.is_empty(), "{:x?}", a.guessed);
+    assert_eq!(sp(&a, 0xc), Some(8));
+    assert_eq!(sp(&a, 0x10), Some(8), "the branches' state");
+    assert_eq!(a.exits, [(0xe, true), (0x12, true)]);
+    assert_eq!(a.confirmed_rules().last().map(|r| r.1), Some(0x14));
+}
+
+#[test]
+fn a_register_block_is_not_a_frame() {
+    let a = analyze(&thumb(&UNWIND_WRAPPER), 0x1000, Isa::Thumb, &[], &[]);
+    assert_eq!(a.register_blocks, [0x1004]);
+    assert_eq!(a.confirmed_rules(), []);
+    // LR was loaded from the block, not from its save slot: at the return it is not known to
+    // hold the return address.
+    assert_eq!(a.exits, [(0x1020, false)]);
+}
+
+#[test]
+fn lr_reloaded_from_its_slot_returns_through_lr() {
+    // push {r4, lr}; sub sp, #8; bl f; ldr.w lr, [sp, #12]; add sp, #16; bx lr
+    let code = thumb(&[
+        0xb510, 0xb082, 0xf7ff, 0xfffe, 0xf8dd, 0xe00c, 0xb004, 0x4770,
+    ]);
+    let a = analyze(&code, 0x1000, Isa::Thumb, &[], &[]);
+    let at_call_return = at(&a, 0x1008).unwrap();
+    assert_eq!((at_call_return.sp, at_call_return.lr), (Some(16), Some(-4)));
+    assert!(!at_call_return.lr_holds_return, "the call wrote LR");
+    assert!(at(&a, 0x100c).unwrap().lr_holds_return, "after ldr.w lr");
+    assert_eq!(at(&a, 0x100e), Some(FrameState::ENTRY), "at bx lr");
+    assert_eq!(a.exits, [(0x100e, true)]);
+    assert!(a.register_blocks.is_empty());
+    let rules = a.confirmed_rules();
+    assert_eq!(rules.first().map(|r| r.0), Some(0x1000));
+    assert_eq!(rules.last().map(|r| r.1), Some(0x1000 + code.len() as u64));
+}
+
+#[test]
+fn a_save_slot_below_sp_holds_nothing() {
+    // push {r4, lr}; bl f; add sp, #8; bx lr: LR's slot is below SP at the return, where a
+    // signal frame may have overwritten it, and the call overwrote LR.
+    let code = thumb(&[0xb510, 0xf7ff, 0xfffe, 0xb002, 0x4770]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    let s = at(&a, 8).unwrap();
+    assert!(s.lr_lost());
+    assert_eq!(s.rule(), None);
+    assert_eq!(a.exits, [(8, false)]);
+    assert_eq!(a.confirmed_rules(), []);
+    // Without the call, LR still holds the return address at the return.
+    let a = analyze(&thumb(&[0xb510, 0xb002, 0x4770]), 0, Isa::Thumb, &[], &[]);
+    assert_eq!(at(&a, 4), Some(FrameState::ENTRY));
+}
+
+#[test]
+fn a_call_overwrites_a_return_address_still_in_lr() {
+    // movs r0, #0; bl abort (no push: the call does not return) -- Thumb and A32.
+    let a = analyze(
+        &thumb(&[0x2000, 0xf7ff, 0xfffe, 0xbf00]),
+        0,
+        Isa::Thumb,
+        &[],
+        &[],
+    );
+    assert_eq!(
+        at(&a, 0).and_then(|s| s.rule()).map(|r| r.pc),
+        Some(RegRule::Register(Reg::Lr))
+    );
+    assert_eq!(at(&a, 6).and_then(|s| s.rule()), None, "after the call");
+    let a = analyze(
+        &arm(&[0xe3a0_0000, 0xebff_fffe, 0xe320_f000]),
+        0,
+        Isa::Arm,
+        &[],
+        &[],
+    );
+    assert_eq!(at(&a, 8).and_then(|s| s.rule()), None);
+    // blx r3 (Thumb), and the call after a push saving LR changes nothing.
+    let a = analyze(&thumb(&[0x4798, 0xbf00]), 0, Isa::Thumb, &[], &[]);
+    assert!(at(&a, 2).unwrap().lr_lost());
+    let a = analyze(&thumb(&[0xb510, 0x4798, 0xbd10]), 0, Isa::Thumb, &[], &[]);
+    assert_eq!(at(&a, 4).unwrap().lr, Some(-4));
+    assert_eq!(a.exits, [(4, true)]);
+}
+
+#[test]
+fn confirmed_rules_need_a_good_exit_and_no_bad_one() {
+    // The code after clone's system call in the child: no exit (it ends with exit's svc).
+    // ldr r0, [sp, #4]; ldr ip, [sp], #8; blx ip; movs r7, #1; svc 0
+    let child = thumb(&[0x9801, 0xf85d, 0xcb08, 0x47e0, 0x2701, 0xdf00]);
+    let a = analyze(&child, 0, Isa::Thumb, &[], &[]);
+    assert!(a.exits.is_empty());
+    assert_eq!(a.confirmed_rules(), []);
+    // A function that returns with its frame unwound, then one reached by no branch and named
+    // by no symbol: the second is a guess, left out until a function start names it.
+    let two = thumb(&[0xb510, 0x2000, 0xbd10, 0xb530, 0x2000, 0xbd30]);
+    let a = analyze(&two, 0, Isa::Thumb, &[], &[]);
+    assert_eq!(a.guessed, [(6, 12)]);
+    assert_eq!(a.exits, [(4, true)]);
+    let rules = a.confirmed_rules();
+    assert_eq!(rules.last().map(|r| r.1), Some(6));
+    let a = analyze(&two, 0, Isa::Thumb, &[], &[6]);
+    assert!(a.guessed.is_empty());
+    assert_eq!(a.entries, [0, 6]);
+    assert_eq!(a.confirmed_rules().last().map(|r| r.1), Some(12));
+    // A pop that does not load PC from the return address's slot: misread code.
+    // push {r4, lr}; pop {r4, r5, pc}
+    let a = analyze(&thumb(&[0xb510, 0xbd30]), 0, Isa::Thumb, &[], &[]);
+    assert_eq!(a.exits, [(2, false)]);
+    assert_eq!(a.confirmed_rules(), []);
+}
+
+#[test]
+fn plain_thumb_instructions_do_nothing_the_decoder_sees() {
+    let mut plain = 0;
+    for h in 0..=u16::MAX {
+        if decode::thumb16_is_plain(h) {
+            plain += 1;
+            let d = decode::thumb(h, Some(0), 0x1000).unwrap();
+            assert_eq!((d.len, d.effect), (2, decode::Effect::None), "{h:#06x}");
+        }
+    }
+    // Most of the space: a check that would pass nothing would fail here.
+    assert!(plain > 40_000, "{plain}");
+}
+
 #[test]
 fn thumb_wide_sp_adjustments() {
     // sub.w sp, sp, #0x400 (F5AD 6D80); subw sp, sp, #0x404 (F2AD 4D04); addw sp, sp, #0x404
@@ -233,6 +395,7 @@ fn describes_matches_exidx_style_rules() {
         r7: Some(-8),
         r11: None,
         r12: None,
+        lr_holds_return: true,
     };
     let mut rule = s.rule().unwrap();
     rule.source = Source::Exidx;
@@ -264,6 +427,16 @@ proptest! {
         for (s, e, rule) in a.rules() {
             prop_assert!(start <= s && s < e && e <= end);
             prop_assert_eq!(rule.source, Source::Instructions);
+        }
+        // Confirmed rows: ordered, inside the code, never in a guessed range.
+        let mut last = start;
+        for (s, e, _) in a.confirmed_rules() {
+            prop_assert!(last <= s && s < e && e <= end);
+            prop_assert!(a.guessed.iter().all(|g| e <= g.0 || g.1 <= s));
+            last = e;
+        }
+        for &(s, e) in &a.guessed {
+            prop_assert!(start <= s && s < e && e <= end);
         }
     }
 }
