@@ -26,6 +26,10 @@ pub struct ModuleReport {
     /// symbol says where a function starts); a sample there is unwound by the fallbacks, or
     /// stops.
     pub code_without_rules: u64,
+    /// Of its code, bytes whose rules were read from their instructions rather than from an
+    /// unwind table (32-bit ARM: functions no table describes, EHABI prologues and epilogues,
+    /// `EXIDX_CANTUNWIND` functions confirmed by their exits; always 0 on x86_64).
+    pub code_from_instructions: u64,
     /// FDE and row counts, with drops by reason (none if the module has no CFI).
     pub stats: Option<CfiStats>,
     /// 32-bit ARM: what reading `.ARM.exidx` found (entries, rows, drops by reason with the first
@@ -82,6 +86,11 @@ impl PreloadReport {
                 code_without_rules: p.parsed.rules.bytes_without_rules(
                     p.module.start.wrapping_sub(p.module.bias),
                     p.module.end.wrapping_sub(p.module.bias),
+                ),
+                code_from_instructions: p.parsed.rules.bytes_with_rules_where(
+                    p.module.start.wrapping_sub(p.module.bias),
+                    p.module.end.wrapping_sub(p.module.bias),
+                    crate::arch::from_instructions,
                 ),
                 stats: p.parsed.stats.clone(),
                 exidx: p.parsed.exidx.clone(),
@@ -141,6 +150,14 @@ impl fmt::Display for ModuleReport {
                 self.code_bytes,
                 100.0 * self.code_without_rules as f64 / self.code_bytes as f64
             )?;
+            if self.code_from_instructions > 0 {
+                write!(
+                    f,
+                    ", {} ({:.1} %) with rules read from instructions",
+                    self.code_from_instructions,
+                    100.0 * self.code_from_instructions as f64 / self.code_bytes as f64
+                )?;
+            }
         }
         if let Some(n) = self.return_sites {
             write!(f, ", {n} return sites for scanning")?;
@@ -249,6 +266,11 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             bytes: loaded.rules.bytes(),
             code_bytes: hi.saturating_sub(lo),
             code_without_rules: loaded.rules.bytes_without_rules(lo, hi),
+            code_from_instructions: loaded.rules.bytes_with_rules_where(
+                lo,
+                hi,
+                crate::arch::from_instructions,
+            ),
             stats: Some(loaded.stats.cfi),
             exidx,
             exidx_error,
@@ -291,6 +313,7 @@ mod tests {
             bytes: 100,
             code_bytes: 0x1000,
             code_without_rules: 0x200,
+            code_from_instructions: 0x400,
             stats: None,
             exidx: Some(exidx),
             exidx_error: Some(ExidxError::NotSorted {
@@ -308,7 +331,10 @@ mod tests {
         assert!(line.contains(", 1234 return sites for scanning"), "{line}");
         assert!(line.starts_with("/lib/libbad.so: 12 rows"), "{line}");
         assert!(
-            line.contains(", 512 of 4096 code bytes (12.5 %) without rules"),
+            line.contains(
+                ", 512 of 4096 code bytes (12.5 %) without rules, 1024 (25.0 %) with rules read \
+                 from instructions"
+            ),
             "{line}"
         );
         assert!(

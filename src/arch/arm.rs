@@ -167,6 +167,12 @@ pub fn report_extra(stats: &ArmStats) -> (Option<ExidxStats>, Option<ExidxError>
     (stats.exidx.clone(), stats.exidx_error)
 }
 
+/// Whether a rule was read from its function's instructions (`unwind-arm-prologue`), not from
+/// an unwind table.
+pub fn from_instructions(rule: &Rule) -> bool {
+    rule.source == unwind_core::arm::Source::Instructions
+}
+
 /// This CPU for a minidump's SystemInfo stream. No cpuid (user space cannot read MIDR): level 7
 /// (ARMv7) and the hardware capabilities.
 pub fn cpu_info() -> Processor {

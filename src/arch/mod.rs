@@ -10,7 +10,8 @@
 //! - `cpu_info` (the CPU as a minidump's SystemInfo stream describes it);
 //! - image discovery: `UNWIND_SEGMENTS` (program header types of its own unwind tables, kept
 //!   whole in the image copy), `rules_from_image` (a module's rules from its mapped image or
-//!   file) and `report_extra` (what the preload report shows besides the CFI statistics).
+//!   file), `report_extra` (what the preload report shows besides the CFI statistics) and
+//!   `from_instructions` (whether a rule was read from code rather than from a table).
 //!
 //! Adding an architecture to the runtime means one more such module (see ARCHITECTURE.md).
 

@@ -159,6 +159,11 @@ pub fn report_extra(
     (None, None)
 }
 
+/// Whether a rule was read from its function's instructions (x86_64's never are).
+pub fn from_instructions(_: &Rule) -> bool {
+    false
+}
+
 /// This CPU for a minidump's SystemInfo stream, with family, model and stepping as Breakpad's Linux
 /// writer records them, and the cpuid vendor and features.
 pub fn cpu_info() -> Processor {

@@ -148,11 +148,17 @@ impl<R: Copy> ModuleRules<R> {
     /// Bytes of the file addresses `[lo, hi)` that no rule describes (a stop is a rule): with
     /// `[lo, hi)` a module's code, the code that no unwind table describes.
     pub fn bytes_without_rules(&self, lo: u64, hi: u64) -> u64 {
-        let with: u64 = self
-            .extents()
+        hi.saturating_sub(lo)
+            .saturating_sub(self.bytes_with_rules_where(lo, hi, |_| true))
+    }
+
+    /// Bytes of the file addresses `[lo, hi)` whose rule `which` accepts (e.g. the rules of one
+    /// source).
+    pub fn bytes_with_rules_where(&self, lo: u64, hi: u64, which: impl Fn(&R) -> bool) -> u64 {
+        self.extents()
+            .filter(|(_, _, r)| which(r))
             .map(|(s, e, _)| e.min(hi).saturating_sub(s.max(lo)))
-            .sum();
-        hi.saturating_sub(lo).saturating_sub(with)
+            .sum()
     }
 
     /// Counts from building.

@@ -399,6 +399,13 @@ pub struct ArmStats {
     /// Functions of the symbol table that no table describes (in whole or in part) and that
     /// got rows from their instructions.
     pub functions_from_instructions: u64,
+    /// `EXIDX_CANTUNWIND` entries (functions that cannot throw, most of them, not ends of
+    /// stacks) with functions whose instructions were read and confirmed by their exits
+    /// ([`unwind_arm_prologue::Analysis::confirmed_rules`]): those functions get rows from
+    /// their instructions; the rest of the entry still stops walks.
+    pub cant_unwind_from_instructions: u64,
+    /// Of the entries' bytes, those that got rows from their instructions this way.
+    pub cant_unwind_bytes_from_instructions: u64,
 }
 
 /// Pushes the EXIDX rows where no FDE or PLT row describes their addresses (an EXIDX row is a
@@ -439,7 +446,10 @@ fn merge_exidx(
         if pieces.is_empty() {
             continue;
         }
-        let refined = code.and_then(|code| refine_exidx(code, start, end, &rule, stats));
+        let refined = code.and_then(|code| match rule.pc {
+            RegRule::Undefined => confirm_cant_unwind(code, start, end, &rule, stats),
+            _ => refine_exidx(code, start, end, &rule, stats),
+        });
         for &(s, e) in &pieces {
             match &refined {
                 Some(rules) => {
@@ -518,6 +528,50 @@ fn refine_exidx(
     }
     if at < end {
         push(at, end, *rule);
+    }
+    Some(rows)
+}
+
+/// The rows of an `EXIDX_CANTUNWIND` entry's `[start, end)`: its functions' instructions'
+/// states where their exits confirm the reading, the entry's stop (`rule`) everywhere else
+/// (functions that never return, like `_start` and thread entries, code read as a guess, code
+/// that cannot be read). GCC marks every function that cannot throw `.cantunwind` in code
+/// built without `-funwind-tables` (armhf glibc's and libstdc++'s internal functions, libgcc's
+/// unwinder): stopping there would cut stacks at their innermost frames. The instruction set
+/// the symbols suggest is tried first, the other only if it confirms nothing. `None` when no
+/// function is confirmed.
+fn confirm_cant_unwind(
+    code: &ArmCode<'_>,
+    start: u64,
+    end: u64,
+    rule: &Rule,
+    stats: &mut ArmStats,
+) -> Option<Vec<(u64, u64, Rule)>> {
+    let first = code.isa_at(start).unwrap_or(Isa::Thumb);
+    let other = match first {
+        Isa::Arm => Isa::Thumb,
+        Isa::Thumb => Isa::Arm,
+    };
+    let confirmed = [first, other]
+        .into_iter()
+        .filter_map(|isa| code.analyze(start, end, isa))
+        .map(|a| a.confirmed_rules())
+        .find(|rules| !rules.is_empty())?;
+    stats.cant_unwind_from_instructions = stats.cant_unwind_from_instructions.saturating_add(1);
+    let mut rows = Vec::with_capacity(confirmed.len().saturating_mul(2));
+    let mut at = start;
+    for (s, e, r) in confirmed {
+        if s > at {
+            rows.push((at, s, *rule));
+        }
+        stats.cant_unwind_bytes_from_instructions = stats
+            .cant_unwind_bytes_from_instructions
+            .saturating_add(e.saturating_sub(s));
+        rows.push((s, e, r));
+        at = e;
+    }
+    if at < end {
+        rows.push((at, end, *rule));
     }
     Some(rows)
 }

@@ -24,7 +24,7 @@ use gimli::{
     RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-use unwind_core::arm::{Regs, Rule, Source, Step};
+use unwind_core::arm::{RegRule, Regs, Rule, Source, Step};
 use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{Arch, Arm};
@@ -220,10 +220,12 @@ fn print_stats(what: &str, loaded: &LoadedRules<Arm>) {
         None => println!("  no .ARM.exidx"),
     }
     println!(
-        "  from instructions: {} EXIDX rows (where they agree with the entry; {} do not), {} functions no table describes",
+        "  from instructions: {} EXIDX rows (where they agree with the entry; {} do not), {} functions no table describes, {} CANTUNWIND entries ({} bytes confirmed by their exits)",
         s.arch.exidx_rows_from_instructions,
         s.arch.exidx_rows_disagreeing,
-        s.arch.functions_from_instructions
+        s.arch.functions_from_instructions,
+        s.arch.cant_unwind_from_instructions,
+        s.arch.cant_unwind_bytes_from_instructions,
     );
     println!(
         "  table: {} rows in, {} merged, {} overlapping, {} empty",
@@ -422,18 +424,23 @@ fn rules_from_instructions_match_gcc_cfi() {
         return;
     }
     let mut report = Vec::new();
+    let mut cant_unwind = 0;
     for variant in VARIANTS {
-        for tables in [false, true] {
+        // No tables; EHABI tables; and -fexceptions, where GCC marks each function that cannot
+        // throw (all of them here: glibc declares its functions nothrow) `.cantunwind`, whose
+        // rows come from its instructions where its exits confirm them.
+        for tables in [None, Some("-funwind-tables"), Some("-fexceptions")] {
             let mut flags = variant.to_vec();
-            if tables {
-                flags.push("-funwind-tables");
-            }
+            flags.extend(tables);
             let plain = compile_exactly("differential", &flags);
             flags.push("-g");
             let debug = compile_exactly("differential", &flags);
             flags.pop();
             let ours = unwind_dwarf::load_elf_file::<Arm>(&plain).unwrap();
             let gcc = unwind_dwarf::load_elf_file::<Arm>(&debug).unwrap();
+            if tables == Some("-fexceptions") {
+                cant_unwind += ours.stats.arch.cant_unwind_from_instructions;
+            }
             let data = std::fs::read(&plain).unwrap();
             let elf = object::File::parse(&*data).unwrap();
             // Literal pools (`$d`) are not instructions: GCC's FDE covers them, we need not.
@@ -483,6 +490,8 @@ fn rules_from_instructions_match_gcc_cfi() {
     println!("{}", report.join("\n"));
     let differ: Vec<_> = report.iter().filter(|l| l.starts_with("    ")).collect();
     assert!(differ.is_empty(), "{}", report.join("\n"));
+    // The -fexceptions builds' `.cantunwind` functions were read (and compared above).
+    assert!(cant_unwind >= VARIANTS.len() as u64, "{cant_unwind}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1252,6 +1261,31 @@ fn debian_armhf_libraries_load() {
             sources(Source::Instructions)
         );
         assert!(!from_instructions.is_empty(), "{name}");
+        // EXIDX_CANTUNWIND functions whose exits confirm their reading unwind; those that
+        // never return, or that build a register block for other code to rewrite, still stop.
+        let rule_in = |function: &str| {
+            let f = funcs.iter().find(|f| f.0 == function).expect(function);
+            (f.1..f.2)
+                .step_by(2)
+                .filter_map(|a| loaded.rules.lookup(a))
+                .collect::<Vec<_>>()
+        };
+        let stops = |rules: &[Rule]| rules.iter().all(|r| r.pc == RegRule::Undefined);
+        match name {
+            "libc.so.6" => {
+                assert!(s.arch.cant_unwind_from_instructions > 100, "{:?}", s.arch);
+                let find_exidx = rule_in("__gnu_Unwind_Find_exidx");
+                assert!(find_exidx.iter().all(|r| r.source == Source::Instructions));
+            }
+            "libstdc++.so.6" => {
+                assert!(s.arch.cant_unwind_from_instructions > 100, "{:?}", s.arch);
+            }
+            "libgcc_s.so.1" => {
+                assert!(stops(&rule_in("_Unwind_RaiseException")));
+                assert!(stops(&rule_in("_Unwind_Resume")));
+            }
+            _ => {}
+        }
     }
 }
 
