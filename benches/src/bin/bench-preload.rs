@@ -1,5 +1,7 @@
-//! Preload cost: `bench-preload FILE...` builds the rule table of each ELF file and, in the same
-//! run, the floor: gimli iterating every row of the same `.eh_frame` without building anything.
+//! Preload cost: `bench-preload FILE...` builds the rule table of each ELF file (x86_64 or 32-bit
+//! ARM, by its header) and, in the same run, the floor: its unwind tables read without building
+//! anything (gimli iterating every row of `.eh_frame` and `.debug_frame`; on ARM the EHABI index
+//! decoded, without the rows read from instructions).
 //! `bench-preload --process` does the same for every module loaded in this process (the table
 //! built by `unwind_in_process::refresh`, the floor over the modules' files). Prints one line per input:
 //! `preload NAME: build S s, floor S s, ratio R x, rows N, distinct D, bytes/row B, rss BYTES`.
@@ -13,8 +15,11 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection};
+use gimli::{
+    BaseAddresses, CieOrFde, DebugFrame, EhFrame, LittleEndian, UnwindContext, UnwindSection,
+};
 use object::{Object, ObjectSection};
+use unwind_dwarf::{ArchVisitor, Architecture, DwarfArch};
 
 /// Resident set size of this process, in bytes.
 fn rss() -> u64 {
@@ -28,24 +33,64 @@ fn rss() -> u64 {
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
 
-/// The floor: maps the file and walks every row of every FDE of its `.eh_frame` with gimli.
-fn gimli_floor(path: &str) -> u64 {
+/// The floor: maps the file and reads every row of its unwind tables without building anything:
+/// gimli iterating every row of every FDE of `.eh_frame` and `.debug_frame`, and on 32-bit ARM
+/// the EHABI index decoded into rules (`unwind_arm_exidx::rows`, no instructions read).
+fn floor(path: &str) -> u64 {
     let Ok(data) = std::fs::read(path) else {
         return 0;
     };
     let Ok(file) = object::File::parse(&*data) else {
         return 0;
     };
-    let Some(section) = file.section_by_name(".eh_frame") else {
-        return 0;
-    };
-    let Ok(bytes) = section.data() else { return 0 };
-    let mut eh = EhFrame::new(bytes, LittleEndian);
-    eh.set_address_size(8);
-    let bases = BaseAddresses::default().set_eh_frame(section.address());
+    let address_size = if file.is_64() { 8 } else { 4 };
+    let mut rows = 0;
+    for name in [".eh_frame", ".debug_frame"] {
+        let Some(section) = file.section_by_name(name) else {
+            continue;
+        };
+        let Ok(bytes) = section.data() else { continue };
+        rows += if name == ".eh_frame" {
+            let mut eh = EhFrame::new(bytes, LittleEndian);
+            eh.set_address_size(address_size);
+            let bases = BaseAddresses::default().set_eh_frame(section.address());
+            cfi_rows(&eh, &bases)
+        } else {
+            let mut debug = DebugFrame::new(bytes, LittleEndian);
+            debug.set_address_size(address_size);
+            cfi_rows(&debug, &BaseAddresses::default())
+        };
+    }
+    if let (Some(exidx), extab) = (
+        file.section_by_name(".ARM.exidx"),
+        file.section_by_name(".ARM.extab"),
+    ) {
+        let extab_data = extab.as_ref().and_then(|s| s.data().ok());
+        if let Ok(data) = exidx.data() {
+            let sections = unwind_arm_exidx::ExidxSections {
+                exidx: data,
+                exidx_svma: exidx.address(),
+                extab: extab_data,
+                extab_svma: extab.as_ref().map_or(0, |s| s.address()),
+                text_end: None,
+                functions: &[],
+            };
+            if let Ok((exidx_rows, _)) = unwind_arm_exidx::rows(&sections) {
+                rows += black_box(exidx_rows).len() as u64;
+            }
+        }
+    }
+    rows
+}
+
+/// Every row of every FDE of a CFI section, read with gimli.
+fn cfi_rows<'a, S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>>(
+    section: &S,
+    bases: &BaseAddresses,
+) -> u64 {
     let mut ctx = UnwindContext::new();
     let mut rows = 0u64;
-    let mut entries = eh.entries(&bases);
+    let mut entries = section.entries(bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
@@ -53,7 +98,7 @@ fn gimli_floor(path: &str) -> u64 {
         let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
             continue;
         };
-        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else {
+        let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             continue;
         };
         while let Ok(Some(row)) = table.next_row() {
@@ -62,6 +107,35 @@ fn gimli_floor(path: &str) -> u64 {
         }
     }
     rows
+}
+
+/// A file's table, built for the architecture its ELF header names.
+struct Built {
+    rows: u64,
+    distinct: usize,
+    bytes: usize,
+}
+
+/// Builds the table of the file at `.0` for architecture `A`.
+struct Load<'p>(&'p str);
+
+impl ArchVisitor for Load<'_> {
+    type Output = Result<Built, unwind_dwarf::DwarfError>;
+    fn visit<A: DwarfArch>(self) -> Self::Output {
+        let loaded = unwind_dwarf::load_elf_file::<A>(self.0.as_ref())?;
+        Ok(Built {
+            rows: loaded.rules.rows(),
+            distinct: loaded.rules.dictionary().len(),
+            bytes: loaded.rules.bytes(),
+        })
+    }
+}
+
+/// The architecture of the ELF file at `path`.
+fn architecture(path: &str) -> Architecture {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let file = object::File::parse(&*data).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Architecture::of_elf(&file).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -152,7 +226,7 @@ fn main() {
             .filter(|m| m.name.starts_with('/'))
             .map(|m| m.name.clone())
             .collect();
-        let (mut build, mut floor) = (vec![first.build_time], Vec::new());
+        let (mut build, mut floor_times) = (vec![first.build_time], Vec::new());
         for _ in 0..RUNS {
             // A full rebuild: parse every module again (refresh would reuse them).
             let t = Instant::now();
@@ -162,14 +236,14 @@ fn main() {
             build.push(t.elapsed());
             let t = Instant::now();
             for p in &paths {
-                black_box(gimli_floor(p));
+                black_box(floor(p));
             }
-            floor.push(t.elapsed());
+            floor_times.push(t.elapsed());
         }
         report(
             "process",
             median(build),
-            median(floor),
+            median(floor_times),
             first.rows(),
             first.distinct_rules(),
             first.bytes(),
@@ -178,31 +252,33 @@ fn main() {
         return;
     }
     for path in &args {
-        let (mut build, mut floor) = (Vec::new(), Vec::new());
+        let arch = architecture(path);
+        let (mut build, mut floor_times) = (Vec::new(), Vec::new());
         let rss0 = rss();
         let mut kept = None;
         for _ in 0..RUNS {
             let t = Instant::now();
-            let loaded =
-                unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path.as_ref()).expect("load");
+            let built = arch
+                .dispatch(Load(path))
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
             build.push(t.elapsed());
             let t = Instant::now();
-            black_box(gimli_floor(path));
-            floor.push(t.elapsed());
-            kept.get_or_insert(loaded);
+            black_box(floor(path));
+            floor_times.push(t.elapsed());
+            kept.get_or_insert(built);
         }
-        let loaded = kept.expect("runs");
+        let built = kept.expect("runs");
         let rss1 = rss();
         let name = std::path::Path::new(path)
             .file_name()
             .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
         report(
-            &name,
+            &format!("{name} ({arch})"),
             median(build),
-            median(floor),
-            loaded.rules.rows(),
-            loaded.rules.dictionary().len(),
-            loaded.rules.bytes(),
+            median(floor_times),
+            built.rows,
+            built.distinct,
+            built.bytes,
             rss1.saturating_sub(rss0),
         );
     }
