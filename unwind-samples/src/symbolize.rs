@@ -58,16 +58,29 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
                     }),
                 n => n,
             };
-            Some((
-                s.address(),
-                size,
-                format!("{:#}", rustc_demangle::demangle(name)),
-            ))
+            Some((s.address(), size, demangle(name)))
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     out.dedup_by_key(|s| s.0);
     out
+}
+
+/// A symbol's name demangled: Rust (legacy and v0 mangling) and C++ (Itanium ABI, `_Z...`);
+/// other names as they are.
+pub fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(cpp) = cpp_demangle::Symbol::new(name).and_then(|s| {
+            s.demangle()
+                .map_err(|_| cpp_demangle::error::Error::UnexpectedText)
+        }) {
+            return cpp;
+        }
+    }
+    name.to_string()
 }
 
 /// Symbols of the file at `path`, completed from its separate debug file
@@ -311,5 +324,21 @@ mod tests {
         assert_eq!(count(module(&saved), None), 0);
         assert_eq!(count(module(&dir.join("libmissing.so")), Some(&image)), 0);
         std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn rust_and_cpp_names_are_demangled() {
+        for (mangled, want) in [
+            ("_ZN3std2rt10lang_start17h0123456789abcdefE", "std::rt::lang_start"),
+            ("_RNvCs1234_7mycrate4main", "mycrate::main"),
+            ("_Z10cpp_formatB5cxx11m", "cpp_format[abi:cxx11](unsigned long)"),
+            ("_ZN5space3fooEibc", "space::foo(int, bool, char)"),
+            ("_ZNKSt5ctypeIcE8do_widenEc", "std::ctype<char>::do_widen(char) const"),
+            ("_ZZ10cpp_workermENKUlmE_clEm", "cpp_worker(unsigned long)::{lambda(unsigned long)#1}::operator()(unsigned long) const"),
+            ("main", "main"),
+            ("_Zgarbage", "_Zgarbage"),
+        ] {
+            assert_eq!(demangle(mangled), want, "{mangled}");
+        }
     }
 }
