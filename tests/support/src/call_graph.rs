@@ -1,6 +1,6 @@
-//! The known call graphs of the test programs (tests/programs/workload.c and its library, and
-//! the Rust workload tests/agent/src/bin/rust_workload.rs), and how a stack is checked against
-//! one: seen outermost first, with frames outside the program's own modules collapsed to
+//! The known call graphs of the test programs (tests/programs/workload.c and its library, the
+//! C++ workload tests/programs/workload.cpp, and the Rust workload
+//! tests/agent/src/bin/rust_workload.rs), and how a stack is checked against one: seen outermost first, with frames outside the program's own modules collapsed to
 //! `[ext]` (named exceptions: `_start`, `__restore_rt`, `start_thread`, `clone`), every step
 //! must be an edge of the graph.
 //!
@@ -166,6 +166,41 @@ pub fn rust_name(f: &str) -> String {
     }
 }
 
+/// Edges of the C++ workload (tests/programs/workload.cpp) on every architecture: its own
+/// functions by name ([`cpp_name`]), the template code instantiated in it (`std::sort`'s
+/// helpers, `std::function`'s invoker, `std::thread`'s state) as `[std]`, libstdc++ and the
+/// other libraries as `[ext]`. Exceptions are thrown and caught inside libstdc++ and libgcc_s:
+/// nothing there calls back into the program. `std::thread`'s `_M_run` may tail-call the
+/// thread's function (its frame is then gone: `[ext]>cpp_worker`).
+pub const CPP_EDGES: &str = "_start>[ext] [ext]>main clone>start_thread start_thread>[ext]
+    [ext]>[std] [std]>[ext] [std]>cpp_worker [ext]>cpp_worker
+    main>cpp_catch main>cpp_format main>now main>[std] main>[ext] now>[ext]
+    cpp_catch>cpp_thrower cpp_catch>[ext] cpp_thrower>[ext]
+    cpp_format>[ext] cpp_format>[std]
+    cpp_worker>cpp_recurse cpp_worker>cpp_format cpp_worker>now cpp_worker>[std]
+    cpp_worker>[ext]
+    cpp_recurse>cpp_recurse cpp_recurse>[std] [std]>lambda [std]>cpp_sort lambda>cpp_sort
+    cpp_sort>[std] cpp_sort>by_digits cpp_sort>[ext] [std]>by_digits";
+
+/// The C++ workload's call graph (threads start in libstdc++'s trampoline, `[ext]`).
+pub fn cpp_graph() -> Graph {
+    Graph::new(&["_start", "clone", "[ext]"], CPP_EDGES)
+}
+
+/// The C++ workload's function names as its graph has them: the name before its parameters
+/// (`cpp_format[abi:cxx11](unsigned long)` is `cpp_format`), lambdas as `lambda`, the standard
+/// library's templates instantiated in the program as `[std]`.
+pub fn cpp_name(f: &str) -> String {
+    if f.starts_with("std::") || f.starts_with("__gnu_cxx::") || f.starts_with("void std::") {
+        return "[std]".into();
+    }
+    if f.contains("{lambda") {
+        return "lambda".into();
+    }
+    let end = f.find(['(', '[', '<']).unwrap_or(f.len());
+    f[..end].to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +232,53 @@ mod tests {
             g.check_steps(&wrong),
             Err("no edge main>leaf_c".to_string())
         );
+    }
+
+    #[test]
+    fn cpp_names_and_graph() {
+        assert_eq!(
+            cpp_name("cpp_format[abi:cxx11](unsigned long)"),
+            "cpp_format"
+        );
+        assert_eq!(cpp_name("cpp_catch(unsigned long)"), "cpp_catch");
+        assert_eq!(cpp_name("main"), "main");
+        assert_eq!(
+            cpp_name("cpp_worker(unsigned long)::{lambda(unsigned long)#1}::operator()(unsigned long) const"),
+            "lambda"
+        );
+        assert_eq!(
+            cpp_name("void std::__introsort_loop<unsigned long*, long, __gnu_cxx::__ops::_Iter_comp_iter<bool (*)(unsigned long, unsigned long)> >(unsigned long*, unsigned long*, long, __gnu_cxx::__ops::_Iter_comp_iter<bool (*)(unsigned long, unsigned long)>)"),
+            "[std]"
+        );
+        let own = |m: &str| m == "workload-cpp";
+        let frames = [
+            ("workload-cpp", "by_digits(unsigned long, unsigned long)"),
+            ("workload-cpp", "void std::__insertion_sort<unsigned long*>(unsigned long*)"),
+            ("workload-cpp", "cpp_sort(unsigned long)"),
+            ("workload-cpp", "std::_Function_handler<unsigned long (unsigned long), cpp_worker(unsigned long)::{lambda(unsigned long)#1}>::_M_invoke(std::_Any_data const&, unsigned long&&)"),
+            ("workload-cpp", "cpp_recurse(int, unsigned long, std::function<unsigned long (unsigned long)> const&)"),
+            ("workload-cpp", "cpp_recurse(int, unsigned long, std::function<unsigned long (unsigned long)> const&)"),
+            ("workload-cpp", "cpp_worker(unsigned long)"),
+            ("workload-cpp", "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (*)(unsigned long), unsigned long> > >::_M_run()"),
+            ("libstdc++.so.6", "execute_native_thread_routine"),
+            ("libc.so.6", "start_thread"),
+            ("libc.so.6", "clone3"),
+        ];
+        let t = tokens(&frames, &own, &cpp_name);
+        assert_eq!(
+            t.join(">"),
+            "clone>start_thread>[ext]>[std]>cpp_worker>cpp_recurse>cpp_recurse>[std]>cpp_sort>[std]>by_digits"
+        );
+        assert_eq!(cpp_graph().check(&t), Ok(()));
+        // A skipped frame: the thrower called from main.
+        let t = tokens(
+            &[
+                ("workload-cpp", "cpp_thrower(unsigned long)"),
+                ("workload-cpp", "main"),
+            ],
+            &own,
+            &cpp_name,
+        );
+        assert!(cpp_graph().check_steps(&t).is_err());
     }
 }

@@ -49,17 +49,29 @@ pub struct KnownGraph {
     pub graph: Graph,
     /// The file names of the program's own modules (the others are `[ext]`).
     pub own: Vec<String>,
-    /// Rust function names are mapped by [`call_graph::rust_name`].
-    pub rust: bool,
+    /// How its function names map to the graph's.
+    pub names: Names,
+}
+
+/// How a program's function names map to its graph's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// As they are (C).
+    C,
+    /// By [`call_graph::cpp_name`].
+    Cpp,
+    /// By [`call_graph::rust_name`].
+    Rust,
 }
 
 impl KnownGraph {
     /// The graph's tokens for a stack given innermost first as `(module file name, function)`.
     pub fn tokens(&self, frames: &[(&str, &str)]) -> Vec<String> {
         let own = |m: &str| self.own.iter().any(|o| o == m);
-        let name = |f: &str| match self.rust {
-            true => call_graph::rust_name(f),
-            false => f.to_string(),
+        let name = |f: &str| match self.names {
+            Names::C => f.to_string(),
+            Names::Cpp => call_graph::cpp_name(f),
+            Names::Rust => call_graph::rust_name(f),
         };
         call_graph::tokens(frames, &own, &name)
     }
@@ -300,7 +312,7 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
                     format!("validate-workload-{tag}"),
                     format!("libvalidate-{tag}.so"),
                 ],
-                rust: false,
+                names: Names::C,
             }),
         });
     }
@@ -311,8 +323,11 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         arch,
         name: "C++ workload -O2".into(),
         samples: dir,
-        // Not written down: its call graph goes through libstdc++'s templates and threads.
-        known: None,
+        known: Some(KnownGraph {
+            graph: call_graph::cpp_graph(),
+            own: vec!["validate-workload-cpp".into()],
+            names: Names::Cpp,
+        }),
     });
     let dir = out.join("rust");
     sample(arch, &agent.join("rust-workload"), &dir, s)?;
@@ -323,7 +338,7 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
         known: Some(KnownGraph {
             graph: rust_graph,
             own: vec!["rust-workload".into()],
-            rust: true,
+            names: Names::Rust,
         }),
     });
     Ok(runs)

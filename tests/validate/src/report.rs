@@ -140,8 +140,8 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
         "Whole stacks: a stack is identical when both walks have the same frames, no more and no \
          fewer; our frames that Breakpad's walk does not have at the same depth are counted by the \
          class of the stack's first difference. Where the walks differ, the program's known call \
-         graph (`unwind_test_support::call_graph`: the C workload's and the Rust workload's; the \
-         C++ workload has none) says which walk has a step that is not a call the program makes.\n"
+         graph (`unwind_test_support::call_graph`: the C, C++ and Rust workloads') says which walk \
+         has a step that is not a call the program makes.\n"
     );
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(

@@ -110,6 +110,18 @@ pub fn validate_runs(
         let mut tallies: BTreeMap<Symbols, Tally> = BTreeMap::new();
         for s in &samples {
             let offline = tables.walk(s);
+            if let (true, Some(w)) = (verbose, &offline) {
+                if w.frames != s.ours {
+                    eprintln!(
+                        "{}: the offline walk differs from the handler's: offline {:x?} stop {:?}, handler {:x?} stop {:?}",
+                        s.path.display(),
+                        w.frames,
+                        w.stop,
+                        s.ours,
+                        s.stop
+                    );
+                }
+            }
             for (choice, symbolizer, supplier) in &symbolizers {
                 let tally = tallies.entry(*choice).or_default();
                 match breakpad_walk(s, symbolizer) {

@@ -97,6 +97,34 @@ pub fn image_base_svma(path: &Path) -> Option<u64> {
     Some(unwind_dwarf::breakpad::image_base_svma(&file))
 }
 
+/// Where an ELF file's code is: its lowest PT_LOAD address (which a minidump's module base
+/// corresponds to) and the extent of its executable PT_LOAD segments, as the runtime places
+/// modules in its table (a return address outside them is no frame, in the handler as here).
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    base_svma: u64,
+    code: (u64, u64),
+}
+
+impl Layout {
+    fn of(path: &Path) -> Option<Layout> {
+        use object::{Object as _, ObjectSegment as _, SegmentFlags};
+        let data = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        let code = file
+            .segments()
+            .filter(|s| {
+                matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0)
+            })
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))?;
+        Some(Layout {
+            base_svma: unwind_dwarf::breakpad::image_base_svma(&file),
+            code,
+        })
+    }
+}
+
 /// One architecture's rules: per file, and tables per distinct module list.
 struct ArchTables<R> {
     rules: HashMap<PathBuf, Arc<ModuleRules<R>>>,
@@ -116,7 +144,7 @@ impl<R: Copy> ArchTables<R> {
     /// The table placing `sample`'s modules, their rules read by `load`.
     fn table(
         &mut self,
-        bases: &mut HashMap<PathBuf, Option<u64>>,
+        layouts: &mut HashMap<PathBuf, Option<Layout>>,
         sample: &Sample,
         load: impl Fn(&Path) -> Option<ModuleRules<R>>,
     ) -> Option<Arc<RuleTable<R>>> {
@@ -126,19 +154,20 @@ impl<R: Copy> ArchTables<R> {
         let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
         for m in &sample.modules {
             let path = host_path(&m.code_file, sample.arch);
-            let svma = *bases
+            let layout = *layouts
                 .entry(path.clone())
-                .or_insert_with(|| image_base_svma(&path));
-            let Some(svma) = svma else { continue };
+                .or_insert_with(|| Layout::of(&path));
+            let Some(layout) = layout else { continue };
             let r = self
                 .rules
                 .entry(path.clone())
                 .or_insert_with(|| Arc::new(load(&path).unwrap_or_else(ModuleRules::empty)))
                 .clone();
+            let bias = m.base.wrapping_sub(layout.base_svma);
             b.add(
-                m.base,
-                m.base.saturating_add(m.size),
-                m.base.wrapping_sub(svma),
+                layout.code.0.wrapping_add(bias),
+                layout.code.1.wrapping_add(bias),
+                bias,
                 m.code_file.clone(),
                 r,
             );
@@ -152,7 +181,7 @@ impl<R: Copy> ArchTables<R> {
 /// Rule tables for offline walks, built once per distinct module list.
 #[derive(Default)]
 pub struct Tables {
-    bases: HashMap<PathBuf, Option<u64>>,
+    layouts: HashMap<PathBuf, Option<Layout>>,
     x86: ArchTables<x86_64::Rule>,
     arm: ArchTables<arm::Rule>,
 }
@@ -189,7 +218,7 @@ impl Tables {
     pub fn walk(&mut self, sample: &Sample) -> Option<OurWalk> {
         let image = StackImage::new(sample.stack_base, &sample.stack);
         if let Some(regs) = sample.context.x86_64_regs() {
-            let table = self.x86.table(&mut self.bases, sample, |p| {
+            let table = self.x86.table(&mut self.layouts, sample, |p| {
                 unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p)
                     .ok()
                     .map(|l| l.rules)
@@ -225,7 +254,7 @@ impl Tables {
             )
         } else {
             let regs = sample.context.arm_regs()?;
-            let table = self.arm.table(&mut self.bases, sample, |p| {
+            let table = self.arm.table(&mut self.layouts, sample, |p| {
                 unwind_dwarf::load_elf_file::<unwind_dwarf::Arm>(p)
                     .ok()
                     .map(|l| l.rules)
