@@ -248,15 +248,24 @@ extern "C" fn fp_callback(frame: *mut libc::c_void) {
     capture_now();
 }
 
-/// A recursion 200 deep built with frame pointers (C, compiled here with gcc); the sample's
-/// `fp` is the innermost C frame, where the frame-pointer walk starts.
-pub fn fp_chain(dir: &Path, depth: i32) -> std::io::Result<Sample> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("c")
-        .join("fp_chain.c");
-    let lib: PathBuf = dir.join("libfpchain.so");
+/// A C recursion `(depth, callback)` that calls back at its bottom.
+type CRecursion = extern "C" fn(libc::c_int, extern "C" fn(*mut libc::c_void)) -> libc::c_long;
+
+/// Builds `c/SOURCE` into `dir/LIB` with gcc and `flags` (`-shared -fPIC` added), loads it,
+/// refreshes the runtime's table and returns its function `symbol`: a recursion
+/// `(depth, callback)`.
+fn c_recursion(
+    dir: &Path,
+    source: &str,
+    lib: &str,
+    flags: &[&str],
+    symbol: &std::ffi::CStr,
+) -> std::io::Result<CRecursion> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(source);
+    let lib: PathBuf = dir.join(lib);
     let status = std::process::Command::new("gcc")
-        .args(["-O2", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .args(flags)
+        .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
         .arg(&src)
         .status()?;
@@ -265,20 +274,57 @@ pub fn fp_chain(dir: &Path, depth: i32) -> std::io::Result<Sample> {
     }
     let path = std::ffi::CString::new(lib.to_string_lossy().as_bytes()).expect("path");
     // SAFETY: dlopen/dlsym of a library we just built; the symbol has the declared C signature.
-    let chain: extern "C" fn(libc::c_int, extern "C" fn(*mut libc::c_void)) -> libc::c_long = unsafe {
+    let f = unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
         if h.is_null() {
             return Err(std::io::Error::other("dlopen failed"));
         }
-        let f = libc::dlsym(h, c"fp_chain".as_ptr());
+        let f = libc::dlsym(h, symbol.as_ptr());
         if f.is_null() {
             return Err(std::io::Error::other("dlsym failed"));
         }
-        std::mem::transmute::<*mut libc::c_void, _>(f)
+        std::mem::transmute::<*mut libc::c_void, CRecursion>(f)
     };
     unwind_in_process::refresh().map_err(std::io::Error::other)?;
+    Ok(f)
+}
+
+/// A recursion 200 deep built with frame pointers (C, compiled here with gcc); the sample's
+/// `fp` is the innermost C frame, where the frame-pointer walk starts.
+pub fn fp_chain(dir: &Path, depth: i32) -> std::io::Result<Sample> {
+    let chain = c_recursion(
+        dir,
+        "fp_chain.c",
+        "libfpchain.so",
+        &["-O2", "-fno-omit-frame-pointer"],
+        c"fp_chain",
+    )?;
     black_box(chain(depth, fp_callback));
     let (mut c, stack) = take_captured();
     c.regs.fp = *FP_FRAME.lock().unwrap_or_else(|e| e.into_inner());
     Ok(sample(dir, &format!("fp{depth}"), c, stack))
+}
+
+extern "C" fn scan_callback(_: *mut libc::c_void) {
+    capture_now();
+}
+
+/// A recursion `depth` deep in C built without unwind tables or frame pointers, between Rust
+/// frames: only stack scanning finds its frames (and the Rust frames above them).
+pub fn no_tables(dir: &Path, depth: i32) -> std::io::Result<Sample> {
+    let chain = c_recursion(
+        dir,
+        "no_tables.c",
+        "libnotables.so",
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+        c"scan_chain",
+    )?;
+    black_box(chain(depth, scan_callback));
+    let (c, stack) = take_captured();
+    Ok(sample(dir, &format!("scan{depth}"), c, stack))
 }

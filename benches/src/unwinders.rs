@@ -52,6 +52,24 @@ impl Ours {
         std::hint::black_box(r.stop);
         r.frames
     }
+
+    /// How many frames of `sample`'s walk a stack scan found.
+    pub fn scanned_frames(&mut self, sample: &Sample, image: &StackImage<'_>) -> usize {
+        let mut pcs = vec![0u64; 1024];
+        let mut trust = vec![unwind_core::Trust::Context; 1024];
+        let r = unwind_core::unwind(
+            &self.table,
+            &mut self.cache,
+            sample.regs,
+            image,
+            &mut pcs,
+            Some(&mut trust),
+        );
+        trust[..r.frames]
+            .iter()
+            .filter(|&&t| t == unwind_core::Trust::Scan)
+            .count()
+    }
 }
 
 /// framehop 0.16 with its no-allocation cache policy.

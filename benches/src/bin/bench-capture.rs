@@ -23,6 +23,10 @@ fn main() {
         Ok(s) => samples.push(s),
         Err(e) => eprintln!("bench-capture: no frame-pointer sample: {e}"),
     }
+    match unwind_benches::capture::no_tables(&dir, 20) {
+        Ok(s) => samples.push(s),
+        Err(e) => eprintln!("bench-capture: no sample without unwind tables: {e}"),
+    }
     for s in &samples {
         let path = dir.join(format!("{}.sample", s.name));
         s.save(&path).expect("save sample");

@@ -8,7 +8,8 @@
 //! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
 //! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
 //! - `ours-scan`: `ours` with stack scanning on (frames without a rule or a frame record are
-//!   found by scanning: every such frame scans on every walk).
+//!   found by scanning: every such frame scans on every walk). Prints how many frames a scan
+//!   found (`scanned N`).
 //! - `fp`: the frame-pointer walk from the sample's `fp` (the floor).
 //! - `breakpad`: rust-minidump's Breakpad-compatible walker with `dump_syms` symbol files from
 //!   `syms/` beside the sample (loaded during the warm-up walk, so not counted per frame).
@@ -33,9 +34,14 @@ fn main() {
     let mut pcs = vec![0u64; 1024];
     // Lookups answered by the victim slots, in the K unwinds (ours only).
     let mut victim_hits = 0;
+    // Frames found by a stack scan (ours-scan only, counted before the K unwinds).
+    let mut scanned = 0;
     let (frames, misses) = match mode.as_str() {
         "ours" | "ours-cold" | "ours-reset" | "ours-scan" => {
             let mut ours = Ours::with_scanning(&sample, mode == "ours-scan");
+            if mode == "ours-scan" {
+                scanned = ours.scanned_frames(&sample, &image);
+            }
             let frames = ours.unwind(&sample, &image, &mut pcs);
             let before = ours.cache.misses();
             let victims_before = ours.cache.victim_hits();
@@ -108,5 +114,5 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("frames {frames} misses {misses} victim_hits {victim_hits}");
+    println!("frames {frames} misses {misses} victim_hits {victim_hits} scanned {scanned}");
 }
