@@ -532,18 +532,16 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
     Ok(Some((host / f, qemu / f, samples.len())))
 }
 
-/// `dump_syms`, on the PATH or installed by `scripts/bench` under `target/tools`.
+/// `dump_syms` where `scripts/setup` installs it (see `unwind_validate::tools::dump_syms`), if
+/// it runs.
 fn find_dump_syms() -> Option<PathBuf> {
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/bin/dump_syms");
-    if local.exists() {
-        return Some(local);
-    }
-    Command::new("dump_syms")
+    let tool = unwind_validate::tools::dump_syms();
+    Command::new(&tool)
         .arg("--version")
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .map(|_| PathBuf::from("dump_syms"))
+        .map(|_| tool)
 }
 
 /// Writes `SYMS/<file name>.sym` for every module of every sample in `samples`.
