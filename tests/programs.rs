@@ -35,23 +35,6 @@ const SECONDS: &str = "1.5";
 const HZ: &str = "1000";
 const MIN_SAMPLES: usize = 300;
 
-/// Builds the agent (cdylib) and the Rust workload in release mode, in a target directory of
-/// their own so that this nested cargo never waits on the outer one's lock.
-fn build_agent(root: &Path, target: &Path) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "unwind-test-agent",
-            "--target-dir",
-        ])
-        .arg(target));
-    target.join("release")
-}
-
 struct Outcome {
     samples: usize,
     /// Samples stopped in the dynamic linker's lazy-binding trampoline (see `validate`).
@@ -337,7 +320,7 @@ fn early_and_outside(name: &str, o: &Outcome, text: &str, failed: &mut Vec<Strin
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = root.join("target").join("test-programs");
-    let agent_dir = build_agent(&root, &target);
+    let agent_dir = unwind_test_support::build_agent(&root, &target, None);
     let src = root.join("tests").join("programs");
     let out = target.join("c");
     std::fs::create_dir_all(&out).expect("mkdir");
@@ -453,20 +436,7 @@ fn arm_programs(
     passed: &mut usize,
     failed: &mut Vec<String>,
 ) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "unwind-test-agent",
-            "--target",
-            ARM,
-            "--target-dir",
-        ])
-        .arg(target));
-    let agent_dir = target.join(ARM).join("release");
+    let agent_dir = unwind_test_support::build_agent(root, target, Some(ARM));
     let out = target.join("arm");
     std::fs::create_dir_all(&out).expect("mkdir");
     let qemu = |exe: &Path| {

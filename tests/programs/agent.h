@@ -5,4 +5,5 @@ int agent_start(unsigned hz);
 int agent_register_thread(void);
 void agent_unregister_thread(void);
 int agent_stop(const char *path);
+int agent_refresh(void);
 #endif

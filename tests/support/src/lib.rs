@@ -106,6 +106,29 @@ pub fn run(cmd: &mut Command) {
     );
 }
 
+/// Builds the test agent (`libunwind_agent.so`, tests/agent) and the Rust workload in release
+/// mode for `target` (the host if `None`) into `target_dir`, a target directory of their own
+/// (so that a nested cargo never waits on the outer one's lock); returns the directory holding
+/// them. `root` is the workspace.
+pub fn build_agent(
+    root: &std::path::Path,
+    target_dir: &std::path::Path,
+    target: Option<&str>,
+) -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["build", "--release", "-p", "unwind-test-agent"]);
+    if let Some(t) = target {
+        cmd.args(["--target", t]);
+    }
+    run(cmd.arg("--target-dir").arg(target_dir));
+    match target {
+        Some(t) => target_dir.join(t).join("release"),
+        None => target_dir.join("release"),
+    }
+}
+
 /// The checks of a `harness = false` test: each prints an `ok`/`FAIL` line as it is made, and
 /// [`Checks::finish`] exits non-zero naming every failure.
 #[derive(Debug, Default)]
