@@ -8,21 +8,85 @@
 //! PCs attributed to modules when it is drained, a few milliseconds after it was taken, so a
 //! module unloaded later keeps its samples.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::profile::{Counters, Location, Module, Profile, Sample, Thread};
+use crate::profile::{
+    Counters, Location, Module, Profile, Sample, Thread, Total, TIMELINE_SAMPLES,
+};
 use crate::sampler::{self, DropReason};
 use crate::symbolize::Symbolizer;
 use unwind_in_process::StopReason;
 
-/// A drained sample.
+/// A drained sample, kept in the timeline (24 bytes: a million of them is 24 MiB).
 struct Drained {
-    tid: i32,
     time_ns: u64,
-    weight: u64,
-    stack: usize,
+    tid: i32,
+    /// Index into the collector's stacks.
+    stack: u32,
+    weight: u32,
+    /// The samples it stands for in a thinned timeline (a power of two).
+    represents: u32,
 }
+
+/// The timeline (see [`Profile::samples`]): every sample while it has room, then one in
+/// `stride`; when full, every other sample is dropped, the rest stand for twice as many, and
+/// `stride` doubles. Memory stays at `cap` samples however long the run.
+struct Timeline {
+    samples: Vec<Drained>,
+    cap: usize,
+    /// Samples offered so far.
+    offered: u64,
+    stride: u64,
+}
+
+impl Timeline {
+    fn new(cap: usize) -> Self {
+        Timeline {
+            samples: Vec::new(),
+            cap: cap.max(2),
+            offered: 0,
+            stride: 1,
+        }
+    }
+
+    /// Offers a sample (its `represents` is set here); returns true if the timeline was thinned.
+    fn offer(&mut self, mut sample: Drained) -> bool {
+        // Sample `index` (from 0) is kept while `index % stride == 0`: the kept ones stay one
+        // stride apart as the stride doubles.
+        let index = self.offered;
+        self.offered += 1;
+        if !index.is_multiple_of(self.stride) {
+            return false;
+        }
+        let mut thinned = false;
+        if self.samples.len() >= self.cap {
+            let mut i = 0usize;
+            self.samples.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            for s in &mut self.samples {
+                s.represents = s.represents.saturating_mul(2);
+            }
+            self.stride *= 2;
+            thinned = true;
+            if !index.is_multiple_of(self.stride) {
+                return true;
+            }
+        }
+        sample.represents = u32::try_from(self.stride).unwrap_or(u32::MAX);
+        self.samples.push(sample);
+        thinned
+    }
+}
+
+/// A stack's PCs (leaf first) with their modules.
+type Resolved = Arc<[(u64, Option<usize>)]>;
+
+/// Samples and periods of one (thread, stack).
+type Counts = HashMap<usize, (u64, u64)>;
 
 /// What the collector has gathered so far.
 pub struct Collector {
@@ -38,8 +102,18 @@ pub struct Collector {
     /// std's SipHash took most of the collector's time per sample.
     stack_ids: HashMap<Vec<u64>, usize, rustc_hash::FxBuildHasher>,
     /// Each distinct stack: its PCs (leaf first) with their modules.
-    stacks: Vec<Vec<(u64, Option<usize>)>>,
-    samples: Vec<Drained>,
+    stacks: Vec<Resolved>,
+    /// The same stacks by their resolved PCs, never emptied: a stack seen again after the
+    /// modules changed (a `dlopen` elsewhere) is the same stack, and a run that loads and
+    /// unloads libraries all along does not grow its stacks.
+    resolved_ids: HashMap<Resolved, usize, rustc_hash::FxBuildHasher>,
+    timeline: Timeline,
+    /// Exact totals of the threads that have not exited, by tid, then stack.
+    live: HashMap<i32, Counts>,
+    /// Exact totals of the threads that have exited, by name, then stack.
+    exited: HashMap<String, Counts>,
+    /// Threads that had a sample.
+    threads_seen: u64,
     names: HashMap<i32, String>,
     outside_seen: u64,
     /// No refresh for an outside-module PC before this (backs off when refreshes find
@@ -97,7 +171,11 @@ impl Collector {
             epoch: 0,
             stack_ids: HashMap::default(),
             stacks: Vec::new(),
-            samples: Vec::new(),
+            resolved_ids: HashMap::default(),
+            timeline: Timeline::new(TIMELINE_SAMPLES),
+            live: HashMap::new(),
+            exited: HashMap::new(),
+            threads_seen: 0,
             names: HashMap::new(),
             outside_seen: unwind_in_process::outside_modules().count,
             next_outside_refresh: Instant::now(),
@@ -203,16 +281,24 @@ impl Collector {
             r.ring.drain(|record| {
                 if let Some(s) = sampler::decode(record) {
                     let stack = self.stack_id(s.pcs);
-                    self.samples.push(Drained {
-                        tid,
-                        time_ns: s.time_ns,
-                        weight: s.weight,
-                        stack,
-                    });
+                    self.add(tid, s.time_ns, s.weight, stack);
                 }
             });
             if exited {
-                if let Some(n) = r.exit_name() {
+                let name = r.exit_name().or_else(|| self.names.get(&tid).cloned());
+                // Its totals join those of its name: thread churn does not grow them.
+                if let Some(counts) = self.live.remove(&tid) {
+                    let merged = self
+                        .exited
+                        .entry(name.clone().unwrap_or_default())
+                        .or_default();
+                    for (stack, (n, periods)) in counts {
+                        let e = merged.entry(stack).or_default();
+                        e.0 += n;
+                        e.1 += periods;
+                    }
+                }
+                if let Some(n) = name {
                     self.names.insert(tid, n);
                 }
                 r.release_if_gone();
@@ -224,24 +310,61 @@ impl Collector {
         }
     }
 
+    /// Counts a drained sample in its thread's totals and offers it to the timeline.
+    fn add(&mut self, tid: i32, time_ns: u64, weight: u64, stack: usize) {
+        let counts = self.live.entry(tid).or_insert_with(|| {
+            self.threads_seen += 1;
+            Counts::new()
+        });
+        let e = counts.entry(stack).or_default();
+        e.0 += 1;
+        e.1 += weight;
+        let thinned = self.timeline.offer(Drained {
+            tid,
+            time_ns,
+            weight: u32::try_from(weight).unwrap_or(u32::MAX),
+            stack: u32::try_from(stack).unwrap_or(u32::MAX),
+            represents: 1,
+        });
+        if thinned {
+            // Only threads still in the timeline, or alive, need their names.
+            let kept: HashSet<i32> = self.timeline.samples.iter().map(|s| s.tid).collect();
+            let live = &self.live;
+            self.names
+                .retain(|tid, _| kept.contains(tid) || live.contains_key(tid));
+        }
+    }
+
     fn stack_id(&mut self, pcs: &[u64]) -> usize {
         if let Some(&id) = self.stack_ids.get(pcs) {
             return id;
         }
-        let resolved = pcs
+        let resolved: Resolved = pcs
             .iter()
             .enumerate()
             .map(|(i, &pc)| (pc, self.module_of(pc, i == 0)))
             .collect();
-        let id = self.stacks.len();
-        self.stacks.push(resolved);
+        let id = match self.resolved_ids.get(&resolved) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len();
+                self.stacks.push(resolved.clone());
+                self.resolved_ids.insert(resolved, id);
+                id
+            }
+        };
         self.stack_ids.insert(pcs.to_vec(), id);
         id
     }
 
     /// Samples drained so far.
     pub fn samples(&self) -> usize {
-        self.samples.len()
+        usize::try_from(self.timeline.offered).unwrap_or(usize::MAX)
+    }
+
+    /// Samples in the timeline now (at most [`TIMELINE_SAMPLES`]).
+    pub fn timeline_samples(&self) -> usize {
+        self.timeline.samples.len()
     }
 
     /// Symbolizes everything gathered into a profile of the running program.
@@ -274,26 +397,53 @@ impl Collector {
             .collect();
         let mut thread_ids: HashMap<i32, usize> = HashMap::new();
         let mut threads = Vec::new();
+        let mut thread_of = |tid: i32| {
+            *thread_ids.entry(tid).or_insert_with(|| {
+                threads.push(Thread {
+                    tid,
+                    name: self.names.get(&tid).cloned().unwrap_or_default(),
+                });
+                threads.len() - 1
+            })
+        };
         let mut samples: Vec<Sample> = self
+            .timeline
             .samples
             .iter()
-            .map(|s| {
-                let thread = *thread_ids.entry(s.tid).or_insert_with(|| {
-                    threads.push(Thread {
-                        tid: s.tid,
-                        name: self.names.get(&s.tid).cloned().unwrap_or_default(),
-                    });
-                    threads.len() - 1
-                });
-                Sample {
-                    thread,
-                    time: Duration::from_nanos(s.time_ns),
-                    weight: s.weight,
-                    stack: s.stack,
-                }
+            .map(|s| Sample {
+                thread: thread_of(s.tid),
+                time: Duration::from_nanos(s.time_ns),
+                weight: u64::from(s.weight) * u64::from(s.represents),
+                stack: s.stack as usize,
             })
             .collect();
         samples.sort_by_key(|s| (s.thread, s.time));
+        let mut totals = Vec::new();
+        let mut push = |thread: usize, counts: &Counts| {
+            for (&stack, &(samples, periods)) in counts {
+                totals.push(Total {
+                    thread,
+                    stack,
+                    samples,
+                    periods,
+                });
+            }
+        };
+        let mut live: Vec<_> = self.live.iter().collect();
+        live.sort_by_key(|(tid, _)| **tid);
+        for (&tid, counts) in live {
+            push(thread_of(tid), counts);
+        }
+        let mut exited: Vec<_> = self.exited.iter().collect();
+        exited.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, counts) in exited {
+            threads.push(Thread {
+                tid: 0,
+                name: name.clone(),
+            });
+            push(threads.len() - 1, counts);
+        }
+        totals.sort_by_key(|t| (t.thread, t.stack));
         Profile {
             program: program(),
             pid: std::process::id(),
@@ -306,6 +456,7 @@ impl Collector {
             stacks,
             threads,
             samples,
+            totals,
             counters: self.counters(),
         }
     }
@@ -372,12 +523,7 @@ impl Collector {
         let (hits, misses) = unwind_in_process::cache_totals();
         c.cache_hits = hits;
         c.cache_misses = misses;
-        c.threads = self
-            .samples
-            .iter()
-            .map(|s| s.tid)
-            .collect::<std::collections::HashSet<_>>()
-            .len() as u64;
+        c.threads = self.threads_seen;
         c
     }
 }
@@ -392,4 +538,56 @@ fn program() -> String {
     std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| std::env::args().next().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(i: u64) -> Drained {
+        Drained {
+            tid: (i % 3) as i32,
+            time_ns: i,
+            weight: 1,
+            stack: 0,
+            represents: 0,
+        }
+    }
+
+    #[test]
+    fn a_timeline_sample_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Drained>(), 24);
+    }
+
+    #[test]
+    fn the_timeline_thins_evenly_and_stays_within_its_cap() {
+        let mut t = Timeline::new(8);
+        for i in 0..8 {
+            assert!(!t.offer(sample(i)));
+        }
+        assert_eq!(t.samples.len(), 8);
+        assert!(t.samples.iter().all(|s| s.represents == 1));
+        // The ninth halves it: samples 0, 2, 4, 6 stand for two each; the ninth (8) is kept.
+        assert!(t.offer(sample(8)));
+        let times: Vec<u64> = t.samples.iter().map(|s| s.time_ns).collect();
+        assert_eq!(times, [0, 2, 4, 6, 8]);
+        assert!(t.samples.iter().all(|s| s.represents == 2));
+        for i in 9..10_000 {
+            t.offer(sample(i));
+            assert!(t.samples.len() <= 8);
+        }
+        // What the kept samples stand for adds up to the samples offered, within one stride.
+        let represented: u64 = t.samples.iter().map(|s| u64::from(s.represents)).sum();
+        assert!(
+            represented.abs_diff(10_000) < t.stride,
+            "{represented} of 10000, stride {}",
+            t.stride
+        );
+        // Evenly spread: consecutive kept samples are one stride apart.
+        let times: Vec<u64> = t.samples.iter().map(|s| s.time_ns).collect();
+        assert!(
+            times.windows(2).all(|w| w[1] - w[0] == t.stride),
+            "{times:?}"
+        );
+    }
 }

@@ -41,13 +41,27 @@ pub struct Location {
     pub frames: Vec<Frame>,
 }
 
-/// A thread of the profiled process.
+/// A thread of the profiled process, or every thread of one name that has exited.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Thread {
-    /// Its kernel thread id.
+    /// Its kernel thread id; 0 for the merged totals of the threads named `name` that exited
+    /// during the run (see [`Profile::totals`]).
     pub tid: i32,
     /// Its name (`/proc/self/task/TID/comm`), if it could be read.
     pub name: String,
+}
+
+/// How many samples of one thread had one stack, over the whole run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Total {
+    /// Index into [`Profile::threads`].
+    pub thread: usize,
+    /// Index into [`Profile::stacks`].
+    pub stack: usize,
+    /// Samples.
+    pub samples: u64,
+    /// The sampling periods they stand for (see [`Sample::weight`]).
+    pub periods: u64,
 }
 
 /// One sample: a thread's stack at a timer tick.
@@ -59,7 +73,8 @@ pub struct Sample {
     pub time: Duration,
     /// The sampling periods it stands for: 1, plus timer expirations the kernel merged into
     /// its signal (CPU-time timers fire at most once per kernel tick, so at rates above the
-    /// tick rate most samples stand for several periods). Counts and shares use it.
+    /// tick rate most samples stand for several periods), times the samples it stands for in
+    /// a long run's thinned timeline (see [`Profile::samples`]).
     pub weight: u64,
     /// Index into [`Profile::stacks`].
     pub stack: usize,
@@ -143,15 +158,58 @@ pub struct Profile {
     pub locations: Vec<Location>,
     /// Every distinct stack, as indices into `locations`, leaf first.
     pub stacks: Vec<Vec<usize>>,
-    /// Every thread sampled.
+    /// Every thread sampled (and, with tid 0, the threads of each name that exited).
     pub threads: Vec<Thread>,
-    /// Every sample, in time order per thread.
+    /// The timeline: every sample, in time order per thread, while the run has taken at most
+    /// [`TIMELINE_SAMPLES`]; beyond that, an evenly spread subset of that many at most, each
+    /// weighted for the samples it stands for (so that memory stays flat in long runs). The
+    /// Firefox profile is drawn from it.
     pub samples: Vec<Sample>,
+    /// Samples per (thread, stack), exact over the whole run: folded stacks, the flame graph,
+    /// pprof and the summary are counted from these. A thread that exited has its totals
+    /// merged into those of its name (a [`Thread`] with tid 0), so that thread churn does not
+    /// grow them.
+    pub totals: Vec<Total>,
     /// The run's counters.
     pub counters: Counters,
 }
 
+/// The most samples [`Profile::samples`] keeps: beyond it, every other sample is dropped from the
+/// timeline (and the rest weighted twice as much), as often as needed.
+pub const TIMELINE_SAMPLES: usize = 1 << 20;
+
+/// Totals of `samples`, per (thread, stack), in order of first appearance: for a profile built
+/// from a complete timeline.
+pub fn totals_of(samples: &[Sample]) -> Vec<Total> {
+    let mut totals: Vec<Total> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for s in samples {
+        let i = *index.entry((s.thread, s.stack)).or_insert_with(|| {
+            totals.push(Total {
+                thread: s.thread,
+                stack: s.stack,
+                samples: 0,
+                periods: 0,
+            });
+            totals.len() - 1
+        });
+        totals[i].samples += 1;
+        totals[i].periods += s.weight;
+    }
+    totals
+}
+
 impl Profile {
+    /// Samples in the whole run (the sum of [`Profile::totals`]).
+    pub fn sample_count(&self) -> u64 {
+        self.totals.iter().map(|t| t.samples).sum()
+    }
+
+    /// Sampling periods in the whole run.
+    pub fn period_count(&self) -> u64 {
+        self.totals.iter().map(|t| t.periods).sum()
+    }
+
     /// The location at `index`, or `None` if the index is out of range.
     pub fn location(&self, index: usize) -> Option<&Location> {
         self.locations.get(index)

@@ -19,7 +19,9 @@ use firefox::check_firefox;
 use prost::Message;
 use serde_json::Value;
 use unwind_profiler::output::{self, folded, pprof, summary, Outputs};
-use unwind_profiler::profile::{Counters, Frame, Location, Module, Profile, Sample, Thread};
+use unwind_profiler::profile::{
+    totals_of, Counters, Frame, Location, Module, Profile, Sample, Thread,
+};
 
 const MS: Duration = Duration::from_millis(1);
 const PERIOD_NS: i64 = 10_000_000;
@@ -135,6 +137,7 @@ fn sample_profile() -> Profile {
                 name: "worker".to_string(),
             },
         ],
+        totals: totals_of(&samples),
         samples,
         counters: Counters {
             signals: 15,
@@ -177,6 +180,7 @@ fn empty_profile() -> Profile {
         stacks: Vec::new(),
         threads: Vec::new(),
         samples: Vec::new(),
+        totals: Vec::new(),
         counters: Counters::default(),
     }
 }
@@ -691,6 +695,7 @@ fn odd_input_does_not_panic() {
     p.stacks[3].push(1000);
     p.samples[0].stack = 77;
     p.samples[1].thread = 55;
+    p.totals = totals_of(&p.samples);
     let dir = out_dir("odd");
     let outputs = output::write_all(&p, &dir, "odd").unwrap();
     let folded = std::fs::read_to_string(&outputs.folded).unwrap();
@@ -741,4 +746,78 @@ fn errors_name_the_file() {
     );
     assert_eq!(err.kind(), std::io::ErrorKind::IsADirectory);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A long run's profile: a thinned timeline (each sample standing for two), and the exact totals
+/// with the threads that exited merged by name (tid 0). Counted outputs use the totals; the
+/// Firefox profile draws the timeline, weighted, with no track for the merged threads.
+#[test]
+fn totals_count_and_the_timeline_is_drawn() {
+    let mut p = sample_profile();
+    let exact = p.totals.clone();
+    p.samples
+        .retain(|s| s.time.as_millis() % 20 == 0 || s.thread == 1);
+    for s in &mut p.samples {
+        s.weight = 2;
+    }
+    p.threads.push(Thread {
+        tid: 0,
+        name: "short-lived".into(),
+    });
+    let merged = p.threads.len() - 1;
+    p.totals.push(unwind_profiler::profile::Total {
+        thread: merged,
+        stack: 2,
+        samples: 5,
+        periods: 5,
+    });
+    let dir = out_dir("totals");
+    let outputs = output::write_all(&p, &dir, "totals").unwrap();
+    let folded = folded::parse(&std::fs::read_to_string(&outputs.folded).unwrap());
+    let total: u64 = folded.iter().map(|(_, n)| n).sum();
+    let exact_total: u64 = exact.iter().map(|t| t.periods).sum();
+    assert_eq!(total, exact_total + 5);
+    let pp = decode_pprof(&outputs.pprof);
+    assert_eq!(
+        pp.sample.iter().map(|s| s.value[0]).sum::<i64>(),
+        exact_total as i64 + 5
+    );
+    let merged_sample = pp
+        .sample
+        .iter()
+        .find(|s| {
+            s.label
+                .iter()
+                .any(|l| pp.string_table[l.str as usize] == "short-lived")
+        })
+        .expect("the merged threads' sample");
+    let thread_id = pp
+        .string_table
+        .iter()
+        .position(|s| s == "thread_id")
+        .unwrap() as i64;
+    assert!(
+        merged_sample.label.iter().all(|l| l.key != thread_id),
+        "no thread id for merged threads"
+    );
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    assert!(summary.contains("  exited  short-lived"), "{summary}");
+    assert!(
+        summary.contains("of the samples kept, evenly spread"),
+        "{summary}"
+    );
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    let (stacks, threads) = check_firefox(&json, None);
+    assert_eq!(threads.len(), 2, "no track for the merged threads");
+    let drawn: i64 = stacks.values().sum();
+    assert_eq!(
+        drawn as usize,
+        p.samples.len(),
+        "every timeline sample drawn"
+    );
+    for t in &threads {
+        let weights = t["samples"]["weight"].as_array().expect("weights");
+        assert!(weights.iter().all(|w| w.as_i64() == Some(2)), "{weights:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -53,18 +53,9 @@ pub fn build(profile: &Profile) -> FxProfile {
 
     let process = fx.add_process(name, profile.pid, timestamp(Duration::ZERO));
     fx.set_process_end_time(process, timestamp(profile.duration));
-    let mut threads: Vec<ThreadHandle> = profile
-        .threads
-        .iter()
-        .map(|t| {
-            let tid = t.tid as u32;
-            let handle = fx.add_thread(process, tid, timestamp(Duration::ZERO), tid == profile.pid);
-            if !t.name.is_empty() {
-                fx.set_thread_name(handle, &t.name);
-            }
-            handle
-        })
-        .collect();
+    // A thread of the model gets a track when the timeline has samples of it (the threads that
+    // exited, merged by name for the totals, have none).
+    let mut handles: Vec<Option<ThreadHandle>> = vec![None; profile.threads.len()];
     let mut unknown_thread = None;
 
     // CPU time is known only when the timer counts it; a sample stands for `weight` periods.
@@ -81,21 +72,28 @@ pub fn build(profile: &Profile) -> FxProfile {
     };
     let mut stacks: HashMap<(usize, usize), Option<StackHandle>> = HashMap::new();
     for sample in &profile.samples {
-        let thread_index = if sample.thread < threads.len() {
-            sample.thread
-        } else {
+        let thread = match (
+            profile.threads.get(sample.thread),
+            handles.get_mut(sample.thread),
+        ) {
+            (Some(t), Some(handle)) => *handle.get_or_insert_with(|| {
+                let tid = t.tid as u32;
+                let h = fx.add_thread(process, tid, timestamp(Duration::ZERO), tid == profile.pid);
+                if !t.name.is_empty() {
+                    fx.set_thread_name(h, &t.name);
+                }
+                h
+            }),
             // Samples of a thread the model does not list still count; they get a thread of
             // their own.
-            *unknown_thread.get_or_insert_with(|| {
-                let handle = fx.add_thread(process, 0, timestamp(Duration::ZERO), false);
-                fx.set_thread_name(handle, UNKNOWN_THREAD);
-                threads.push(handle);
-                threads.len() - 1
-            })
+            _ => *unknown_thread.get_or_insert_with(|| {
+                let h = fx.add_thread(process, 0, timestamp(Duration::ZERO), false);
+                fx.set_thread_name(h, UNKNOWN_THREAD);
+                h
+            }),
         };
-        let thread = threads[thread_index];
         let stack = *stacks
-            .entry((thread_index, sample.stack))
+            .entry((sample.thread, sample.stack))
             .or_insert_with(|| {
                 let frames: Vec<FrameInfo> = profile
                     .stack_frames_root_first(sample.stack)

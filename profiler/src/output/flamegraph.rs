@@ -9,7 +9,7 @@ use crate::profile::Profile;
 
 /// The flame graph's title: the program's file name and the sample count.
 pub fn title(profile: &Profile) -> String {
-    let samples = profile.samples.len();
+    let samples = profile.sample_count();
     let plural = if samples == 1 { "" } else { "s" };
     format!("{}: {samples} sample{plural}", file_name(&profile.program))
 }

@@ -30,8 +30,8 @@ pub fn frame_name(frame: &Frame) -> Cow<'_, str> {
 /// are: by count, highest first, then by text.
 pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
     let mut per_stack: HashMap<usize, u64> = HashMap::new();
-    for sample in &profile.samples {
-        *per_stack.entry(sample.stack).or_default() += sample.weight;
+    for t in &profile.totals {
+        *per_stack.entry(t.stack).or_default() += t.periods;
     }
     // Two stacks of the model may fold to the same text (same names at other addresses).
     let mut per_text: HashMap<String, u64> = HashMap::new();

@@ -372,18 +372,17 @@ pub fn build(profile: &Profile) -> proto::Profile {
         });
     }
 
-    // Samples, aggregated per (stack, thread) in order of first appearance.
-    // (samples, periods) per key: a sample stands for `weight` periods.
+    // Samples, aggregated per (stack, thread): (samples, periods) per key.
     let mut counts: Vec<((usize, usize), (i64, i64))> = Vec::new();
     let mut index: HashMap<(usize, usize), usize> = HashMap::new();
-    for s in &profile.samples {
-        let key = (s.stack, s.thread);
+    for t in &profile.totals {
+        let key = (t.stack, t.thread);
         let i = *index.entry(key).or_insert_with(|| {
             counts.push((key, (0, 0)));
             counts.len() - 1
         });
-        counts[i].1 .0 += 1;
-        counts[i].1 .1 += i64::try_from(s.weight).unwrap_or(i64::MAX);
+        counts[i].1 .0 += i64::try_from(t.samples).unwrap_or(i64::MAX);
+        counts[i].1 .1 += i64::try_from(t.periods).unwrap_or(i64::MAX);
     }
     let thread_key = strings.intern("thread");
     let thread_id_key = strings.intern("thread_id");
@@ -408,11 +407,14 @@ pub fn build(profile: &Profile) -> proto::Profile {
                         ..Default::default()
                     });
                 }
-                label.push(proto::Label {
-                    key: thread_id_key,
-                    num: i64::from(thread.tid),
-                    ..Default::default()
-                });
+                // Exited threads merged by name have no id.
+                if thread.tid != 0 {
+                    label.push(proto::Label {
+                        key: thread_id_key,
+                        num: i64::from(thread.tid),
+                        ..Default::default()
+                    });
+                }
             }
             proto::Sample {
                 location_id,

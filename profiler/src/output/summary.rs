@@ -43,8 +43,8 @@ pub struct TopFunctions {
 /// orders them.
 pub fn top_functions(profile: &Profile, n: usize) -> TopFunctions {
     let mut per_stack: HashMap<usize, u64> = HashMap::new();
-    for sample in &profile.samples {
-        *per_stack.entry(sample.stack).or_default() += sample.weight;
+    for t in &profile.totals {
+        *per_stack.entry(t.stack).or_default() += t.periods;
     }
     let mut self_samples: HashMap<String, u64> = HashMap::new();
     let mut total_samples: HashMap<String, u64> = HashMap::new();
@@ -61,7 +61,7 @@ pub fn top_functions(profile: &Profile, n: usize) -> TopFunctions {
         }
     }
     TopFunctions {
-        samples: profile.samples.iter().map(|s| s.weight).sum(),
+        samples: profile.period_count(),
         by_self: top(self_samples, n),
         by_total: top(total_samples, n),
     }
@@ -132,10 +132,16 @@ pub fn text(profile: &Profile) -> String {
         "samples stored    {} ({} of signals; {} in the profile)",
         c.stored,
         percent(c.stored, c.signals),
-        profile.samples.len()
+        profile.sample_count()
     ));
+    if profile.samples.len() as u64 != profile.sample_count() {
+        line(format_args!(
+            "timeline          {} of the samples kept, evenly spread (the Firefox profile); every count is exact",
+            profile.samples.len()
+        ));
+    }
     line(format_args!("signals           {}", c.signals));
-    let periods: u64 = profile.samples.iter().map(|s| s.weight).sum();
+    let periods: u64 = profile.period_count();
     let timers: Vec<String> = c
         .timers
         .iter()
@@ -246,17 +252,23 @@ pub fn text(profile: &Profile) -> String {
     ));
     line(format_args!("threads           {} sampled", c.threads));
     let mut per_thread = vec![0u64; profile.threads.len()];
-    for sample in &profile.samples {
-        if let Some(n) = per_thread.get_mut(sample.thread) {
-            *n += 1;
+    for t in &profile.totals {
+        if let Some(n) = per_thread.get_mut(t.thread) {
+            *n += t.samples;
         }
     }
     for (thread, n) in profile.threads.iter().zip(per_thread) {
+        if n == 0 {
+            continue;
+        }
+        let tid = match thread.tid {
+            0 => "exited".to_string(),
+            tid => tid.to_string(),
+        };
         line(format_args!(
-            "  {:>8}  {:<16}  {n:>10} samples  {:>7}",
-            thread.tid,
+            "  {tid:>8}  {:<16}  {n:>10} samples  {:>7}",
             thread.name,
-            percent(n, profile.samples.len() as u64)
+            percent(n, profile.sample_count())
         ));
     }
 
