@@ -8,7 +8,7 @@
 //! PCs attributed to modules when it is drained, a few milliseconds after it was taken, so a
 //! module unloaded later keeps its samples.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -88,6 +88,11 @@ type Resolved = Arc<[(u64, Option<usize>)]>;
 /// Samples and periods of one (thread, stack).
 type Counts = HashMap<usize, (u64, u64)>;
 
+/// How many exited threads keep totals of their own; those that exit after them are counted
+/// with the others of their name (a [`Thread`] with tid 0), so that a run that starts and ends
+/// threads all along does not grow its totals.
+pub const EXITED_THREADS_KEPT: usize = 1024;
+
 /// What the collector has gathered so far.
 pub struct Collector {
     /// Every module seen, in order of first sight.
@@ -110,8 +115,11 @@ pub struct Collector {
     timeline: Timeline,
     /// Exact totals of the threads that have not exited, by tid, then stack.
     live: HashMap<i32, Counts>,
-    /// Exact totals of the threads that have exited, by name, then stack.
-    exited: HashMap<String, Counts>,
+    /// Exact totals of the first [`EXITED_THREADS_KEPT`] threads that exited, by tid, then
+    /// stack.
+    exited: HashMap<i32, Counts>,
+    /// Exact totals of the threads that exited after those, by name, then stack.
+    exited_by_name: HashMap<String, Counts>,
     /// Threads that had a sample.
     threads_seen: u64,
     names: HashMap<i32, String>,
@@ -175,6 +183,7 @@ impl Collector {
             timeline: Timeline::new(TIMELINE_SAMPLES),
             live: HashMap::new(),
             exited: HashMap::new(),
+            exited_by_name: HashMap::new(),
             threads_seen: 0,
             names: HashMap::new(),
             outside_seen: unwind_in_process::outside_modules().count,
@@ -286,12 +295,18 @@ impl Collector {
             });
             if exited {
                 let name = r.exit_name().or_else(|| self.names.get(&tid).cloned());
-                // Its totals join those of its name: thread churn does not grow them.
+                // Its totals are kept apart for the first threads that exit; later ones join
+                // those of their name, so that thread churn does not grow them.
                 if let Some(counts) = self.live.remove(&tid) {
-                    let merged = self
-                        .exited
-                        .entry(name.clone().unwrap_or_default())
-                        .or_default();
+                    let merged = if self.exited.len() < EXITED_THREADS_KEPT
+                        || self.exited.contains_key(&tid)
+                    {
+                        self.exited.entry(tid).or_default()
+                    } else {
+                        self.exited_by_name
+                            .entry(name.clone().unwrap_or_default())
+                            .or_default()
+                    };
                     for (stack, (n, periods)) in counts {
                         let e = merged.entry(stack).or_default();
                         e.0 += n;
@@ -429,12 +444,20 @@ impl Collector {
                 });
             }
         };
-        let mut live: Vec<_> = self.live.iter().collect();
-        live.sort_by_key(|(tid, _)| **tid);
-        for (&tid, counts) in live {
-            push(thread_of(tid), counts);
+        // A tid the kernel reused after its thread exited is one thread here, as in the timeline.
+        let mut by_tid: BTreeMap<i32, Counts> = BTreeMap::new();
+        for (&tid, counts) in self.live.iter().chain(&self.exited) {
+            let merged = by_tid.entry(tid).or_default();
+            for (&stack, &(n, periods)) in counts {
+                let e = merged.entry(stack).or_default();
+                e.0 += n;
+                e.1 += periods;
+            }
         }
-        let mut exited: Vec<_> = self.exited.iter().collect();
+        for (tid, counts) in &by_tid {
+            push(thread_of(*tid), counts);
+        }
+        let mut exited: Vec<_> = self.exited_by_name.iter().collect();
         exited.sort_by(|a, b| a.0.cmp(b.0));
         for (name, counts) in exited {
             threads.push(Thread {

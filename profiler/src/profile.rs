@@ -45,7 +45,8 @@ pub struct Location {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Thread {
     /// Its kernel thread id; 0 for the merged totals of the threads named `name` that exited
-    /// during the run (see [`Profile::totals`]).
+    /// after the first [`EXITED_THREADS_KEPT`](crate::collect::EXITED_THREADS_KEPT) had (see
+    /// [`Profile::totals`]).
     pub tid: i32,
     /// Its name (`/proc/self/task/TID/comm`), if it could be read.
     pub name: String,
@@ -158,7 +159,8 @@ pub struct Profile {
     pub locations: Vec<Location>,
     /// Every distinct stack, as indices into `locations`, leaf first.
     pub stacks: Vec<Vec<usize>>,
-    /// Every thread sampled (and, with tid 0, the threads of each name that exited).
+    /// Every thread sampled (and, with tid 0, the threads of each name that exited after the
+    /// first [`EXITED_THREADS_KEPT`](crate::collect::EXITED_THREADS_KEPT) had).
     pub threads: Vec<Thread>,
     /// The timeline: every sample, in time order per thread, while the run has taken at most
     /// [`TIMELINE_SAMPLES`]; beyond that, an evenly spread subset of that many at most, each
@@ -166,9 +168,10 @@ pub struct Profile {
     /// Firefox profile is drawn from it.
     pub samples: Vec<Sample>,
     /// Samples per (thread, stack), exact over the whole run: folded stacks, the flame graph,
-    /// pprof and the summary are counted from these. A thread that exited has its totals
-    /// merged into those of its name (a [`Thread`] with tid 0), so that thread churn does not
-    /// grow them.
+    /// pprof and the summary are counted from these. A thread that exited after the first
+    /// [`EXITED_THREADS_KEPT`](crate::collect::EXITED_THREADS_KEPT) had has its totals merged
+    /// into those of its name (a [`Thread`] with tid 0), so that thread churn does not grow
+    /// them.
     pub totals: Vec<Total>,
     /// The run's counters.
     pub counters: Counters,
