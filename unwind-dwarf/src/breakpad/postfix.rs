@@ -209,9 +209,9 @@ pub(crate) enum ExpandError {
 pub(crate) const MAX_EXPANSION: u64 = 1 << 16;
 
 /// Expands a CFA expression that reads the PC over file addresses `start..end`: at each address
-/// it is evaluated with the PC at that address (and at that address plus a page-aligned load
-/// bias), with two values of SP and of every other register, and must give `SP + k` for one `k`.
-/// Returns `(start, end, k)` for each run of addresses with the same `k`.
+/// it is evaluated with the PC at that address (and at that address plus page-aligned load
+/// biases), every other register symbolic, and must give `SP + k` for one `k`. Returns
+/// `(start, end, k)` for each run of addresses with the same `k`.
 pub(crate) fn expand_cfa(
     expr: &Expr,
     t: &Target,
@@ -223,28 +223,22 @@ pub(crate) fn expand_cfa(
     if end.saturating_sub(start) > MAX_EXPANSION {
         return Err(ExpandError::TooLarge);
     }
-    let n = t.names.len();
+    if usize::from(sp) >= t.names.len() || sp == pc {
+        return Err(ExpandError::NotLinear);
+    }
     let mut out: Vec<(u64, u64, i64)> = Vec::new();
     for a in start..end {
         let mut k: Option<i64> = None;
-        for (variant, bias) in [(0u64, 0u64), (1, 0), (0, 0x7f00_0000), (1, 0x2000_0000)] {
-            let mut regs = vec![0u64; n];
-            for (i, r) in regs.iter_mut().enumerate() {
-                // Distinct, word-sized, well away from 0 and from the top of the address space.
-                *r = t.mask(0x1000_0000 + (i as u64) * 0x0100_0000 + variant * 0x0040_0000);
+        for bias in [0u64, 0x7f00_0000, 0x2000_0000] {
+            let v = linear_eval(expr, t, pc, t.mask(a.wrapping_add(bias)))?;
+            let only_sp = v.coeffs.iter().enumerate().all(|(r, &c)| {
+                let want = u64::from(r == usize::from(sp));
+                t.mask(c) == want
+            });
+            if !only_sp {
+                return Err(ExpandError::NotLinear);
             }
-            let pc_slot = regs
-                .get_mut(usize::from(pc))
-                .ok_or(ExpandError::NotLinear)?;
-            *pc_slot = t.mask(a.wrapping_add(bias));
-            let sp_value = *regs.get(usize::from(sp)).ok_or(ExpandError::NotLinear)?;
-            let ctx = EvalContext {
-                regs: &regs,
-                memory: &NoMemory,
-                word_size: t.word_size,
-            };
-            let v = expr.eval(&ctx, None).map_err(|_| ExpandError::NotLinear)?;
-            let this = t.signed(t.mask(v.wrapping_sub(sp_value)));
+            let this = t.signed(v.constant);
             if k.is_some_and(|k| k != this) {
                 return Err(ExpandError::NotLinear);
             }
@@ -257,6 +251,131 @@ pub(crate) fn expand_cfa(
         }
     }
     Ok(out)
+}
+
+/// A value linear in the registers other than the PC: `constant + sum(coeffs[r] * reg r)`,
+/// modulo 2^(8 * word size).
+#[derive(Clone, Debug)]
+struct Linear {
+    constant: u64,
+    coeffs: Vec<u64>,
+}
+
+impl Linear {
+    fn is_constant(&self) -> bool {
+        self.coeffs.iter().all(|&c| c == 0)
+    }
+
+    /// `self * k`.
+    fn scaled(mut self, k: u64, t: &Target) -> Linear {
+        self.constant = t.mask(self.constant.wrapping_mul(k));
+        for c in &mut self.coeffs {
+            *c = t.mask(c.wrapping_mul(k));
+        }
+        self
+    }
+
+    /// `self + sign * other`, `sign` being 1 or -1 (as `u64::MAX`).
+    fn plus(mut self, other: &Linear, sign: u64, t: &Target) -> Linear {
+        self.constant = t.mask(
+            self.constant
+                .wrapping_add(other.constant.wrapping_mul(sign)),
+        );
+        for (c, o) in self.coeffs.iter_mut().zip(&other.coeffs) {
+            *c = t.mask(c.wrapping_add(o.wrapping_mul(sign)));
+        }
+        self
+    }
+}
+
+/// Runs `expr` as [`Expr::eval`] would with the PC equal to `pc_value` and every other register
+/// unknown, keeping each value as a [`Linear`] form of those registers: exact for sums,
+/// differences, negations and products or left shifts by constants, and any operation on
+/// constants (folded as the evaluator folds them). Anything else on a register's value (memory,
+/// comparisons, masks), and every error the evaluator could meet, is `NotLinear`.
+fn linear_eval(expr: &Expr, t: &Target, pc: u8, pc_value: u64) -> Result<Linear, ExpandError> {
+    use unwind_core::expr::STACK_DEPTH;
+    let n = t.names.len();
+    let constant = |c: u64| Linear {
+        constant: t.mask(c),
+        coeffs: vec![0; n],
+    };
+    let mut stack: Vec<Linear> = Vec::with_capacity(STACK_DEPTH);
+    let push = |stack: &mut Vec<Linear>, v: Linear| {
+        if stack.len() >= STACK_DEPTH {
+            return Err(ExpandError::NotLinear);
+        }
+        stack.push(v);
+        Ok(())
+    };
+    let pop = |stack: &mut Vec<Linear>| stack.pop().ok_or(ExpandError::NotLinear);
+    for op in expr.ops() {
+        match *op {
+            Op::Nop => {}
+            Op::Reg(r) if r == pc => push(&mut stack, constant(pc_value))?,
+            Op::Reg(r) => {
+                let mut v = constant(0);
+                *v.coeffs
+                    .get_mut(usize::from(r))
+                    .ok_or(ExpandError::NotLinear)? = 1;
+                push(&mut stack, v)?;
+            }
+            Op::Const(c) => push(&mut stack, constant(c as u64))?,
+            Op::Deref => return Err(ExpandError::NotLinear),
+            // -x; !x is -x - 1.
+            Op::Neg | Op::Not => {
+                let mut v = pop(&mut stack)?.scaled(u64::MAX, t);
+                if *op == Op::Not {
+                    v.constant = t.mask(v.constant.wrapping_sub(1));
+                }
+                push(&mut stack, v)?;
+            }
+            Op::Dup => {
+                let a = pop(&mut stack)?;
+                push(&mut stack, a.clone())?;
+                push(&mut stack, a)?;
+            }
+            Op::Drop => {
+                pop(&mut stack)?;
+            }
+            Op::Swap | Op::Over => {
+                let b = pop(&mut stack)?;
+                let a = pop(&mut stack)?;
+                if *op == Op::Swap {
+                    push(&mut stack, b)?;
+                    push(&mut stack, a)?;
+                } else {
+                    push(&mut stack, a.clone())?;
+                    push(&mut stack, b)?;
+                    push(&mut stack, a)?;
+                }
+            }
+            binary => {
+                let b = pop(&mut stack)?;
+                let a = pop(&mut stack)?;
+                let v = match binary {
+                    _ if a.is_constant() && b.is_constant() => constant(
+                        binary
+                            .apply(a.constant, b.constant, t.word_size)
+                            .ok_or(ExpandError::NotLinear)?,
+                    ),
+                    Op::Add => a.plus(&b, 1, t),
+                    Op::Sub => a.plus(&b, u64::MAX, t),
+                    Op::Mul if b.is_constant() => a.scaled(b.constant, t),
+                    Op::Mul if a.is_constant() => b.scaled(a.constant, t),
+                    // x << k is x * 2^k (0 once k reaches the word size, as the evaluator's
+                    // masked result).
+                    Op::Shl if b.is_constant() => {
+                        let k = u32::try_from(b.constant).unwrap_or(u32::MAX);
+                        a.scaled(1u64.checked_shl(k).unwrap_or(0), t)
+                    }
+                    _ => return Err(ExpandError::NotLinear),
+                };
+                push(&mut stack, v)?;
+            }
+        }
+    }
+    pop(&mut stack)
 }
 
 #[cfg(test)]
@@ -357,6 +476,33 @@ mod tests {
         let pc = e(&[Op::Reg(1), Op::Reg(0), Op::Add]);
         assert_eq!(
             expand_cfa(&pc, &X86, 0, 1, 0, 4),
+            Err(ExpandError::NotLinear)
+        );
+        // Another register, moved in step with SP (fuzz/regressions/stack_cfi: an LR that
+        // the sampling variants moved with SP read as SP + 16 MiB).
+        let lr = e(&[Op::Reg(5), Op::Reg(4)]);
+        assert_eq!(
+            expand_cfa(&lr, &ARM, 5, 3, 0, 4),
+            Err(ExpandError::NotLinear)
+        );
+        // Registers that cancel out are no dependence; one that only shifts out is one, and
+        // is refused.
+        let cancel = e(&[
+            Op::Reg(1),
+            Op::Reg(2),
+            Op::Add,
+            Op::Reg(2),
+            Op::Sub,
+            Op::Reg(0),
+            Op::Drop,
+        ]);
+        assert_eq!(
+            expand_cfa(&cancel, &X86, 0, 1, 0x10, 0x12),
+            Ok(vec![(0x10, 0x12, 0)])
+        );
+        let shifted = e(&[Op::Reg(1), Op::Reg(2), Op::Const(1), Op::And, Op::Add]);
+        assert_eq!(
+            expand_cfa(&shifted, &X86, 0, 1, 0, 4),
             Err(ExpandError::NotLinear)
         );
         // Reads memory.
