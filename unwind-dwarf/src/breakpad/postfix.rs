@@ -10,8 +10,7 @@
 //! `x & -2^k` is `x 2^k @`, `-x` is `x -1 *`, `!x` is `x -1 * -1 +`). Anything else (comparisons
 //! or bitwise operations on register values, arithmetic shifts) has no Breakpad form.
 
-use unwind_core::expr::{EvalContext, Expr, Op};
-use unwind_core::Memory;
+use unwind_core::expr::{Expr, Op};
 
 /// How one architecture's expressions are written.
 pub(crate) struct Target {
@@ -181,18 +180,6 @@ pub(crate) fn translate(expr: &Expr, t: &Target, initial_cfa: bool) -> Option<St
 /// True if `expr` reads register `reg`.
 pub(crate) fn reads(expr: &Expr, reg: u8) -> bool {
     expr.ops().contains(&Op::Reg(reg))
-}
-
-/// Memory that cannot be read: an expression that dereferences cannot be expanded.
-struct NoMemory;
-
-impl Memory for NoMemory {
-    fn read_u64(&self, _: u64) -> Option<u64> {
-        None
-    }
-    fn read_u32(&self, _: u64) -> Option<u32> {
-        None
-    }
 }
 
 /// Why a PC-dependent CFA expression could not be expanded.
