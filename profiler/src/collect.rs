@@ -122,6 +122,9 @@ pub struct Collector {
     exited_by_name: HashMap<String, Counts>,
     /// Threads that had a sample.
     threads_seen: u64,
+    /// The names of the threads that had a sample and are alive, kept apart in `exited`, or in
+    /// the timeline (a program that starts threads all along names far more threads than it
+    /// has samples of).
     names: HashMap<i32, String>,
     outside_seen: u64,
     /// No refresh for an outside-module PC before this (backs off when refreshes find
@@ -295,6 +298,7 @@ impl Collector {
             });
             if exited {
                 let name = r.exit_name().or_else(|| self.names.get(&tid).cloned());
+                let sampled = self.live.contains_key(&tid) || self.exited.contains_key(&tid);
                 // Its totals are kept apart for the first threads that exit; later ones join
                 // those of their name, so that thread churn does not grow them.
                 if let Some(counts) = self.live.remove(&tid) {
@@ -313,11 +317,14 @@ impl Collector {
                         e.1 += periods;
                     }
                 }
-                if let Some(n) = name {
+                if let Some(n) = name.filter(|_| sampled) {
                     self.names.insert(tid, n);
                 }
                 r.release_if_gone();
-            } else if r.active() && !self.names.contains_key(&tid) {
+            } else if r.active()
+                && self.live.contains_key(&tid)
+                && !self.names.contains_key(&tid)
+            {
                 if let Ok(n) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
                     self.names.insert(tid, n.trim_end().to_owned());
                 }
@@ -342,11 +349,12 @@ impl Collector {
             represents: 1,
         });
         if thinned {
-            // Only threads still in the timeline, or alive, need their names.
+            // Only threads still in the timeline, alive or kept apart need their names.
             let kept: HashSet<i32> = self.timeline.samples.iter().map(|s| s.tid).collect();
-            let live = &self.live;
-            self.names
-                .retain(|tid, _| kept.contains(tid) || live.contains_key(tid));
+            let (live, exited) = (&self.live, &self.exited);
+            self.names.retain(|tid, _| {
+                kept.contains(tid) || live.contains_key(tid) || exited.contains_key(tid)
+            });
         }
     }
 
