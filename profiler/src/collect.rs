@@ -321,10 +321,7 @@ impl Collector {
                     self.names.insert(tid, n);
                 }
                 r.release_if_gone();
-            } else if r.active()
-                && self.live.contains_key(&tid)
-                && !self.names.contains_key(&tid)
-            {
+            } else if r.active() && self.live.contains_key(&tid) && !self.names.contains_key(&tid) {
                 if let Ok(n) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
                     self.names.insert(tid, n.trim_end().to_owned());
                 }
