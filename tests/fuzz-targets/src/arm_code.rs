@@ -1,0 +1,68 @@
+//! 32-bit ARM and Thumb-2 code read for its frame states (`unwind-arm-prologue`), as the
+//! loader reads the functions of a module's file, and scanned for return sites.
+
+use unwind_arm_prologue::{analyze, calls, Isa};
+
+const START: u64 = 0x1_0000;
+
+/// Input: a selector byte (bit 0: Thumb, else A32; bits 1-3: how many function starts follow,
+/// two bytes each, as offsets into the code; bit 4: a data range from the first start to the
+/// second), then the starts, then the code.
+pub fn run(data: &[u8]) {
+    let Some((&selector, mut rest)) = data.split_first() else {
+        return;
+    };
+    let isa = if selector & 1 != 0 {
+        Isa::Thumb
+    } else {
+        Isa::Arm
+    };
+    let mut starts = Vec::new();
+    for _ in 0..(selector >> 1) & 7 {
+        let Some((o, r)) = rest.split_first_chunk::<2>() else {
+            return;
+        };
+        rest = r;
+        starts.push(START + u64::from(u16::from_le_bytes(*o) & !1));
+    }
+    let code = rest;
+    let end = START + code.len() as u64;
+    starts.retain(|&s| s > START && s < end);
+    starts.sort_unstable();
+    starts.dedup();
+    let data_ranges: Vec<(u64, u64)> = match (selector & 16 != 0, starts.first(), starts.get(1)) {
+        (true, Some(&a), Some(&b)) => vec![(a, b)],
+        _ => Vec::new(),
+    };
+    let a = analyze(code, START, isa, &data_ranges, &starts);
+    let inside = |s: u64, e: u64| START <= s && s < e && e <= end;
+    let mut last = START;
+    for &(s, e, _) in &a.rows {
+        assert!(last <= s && inside(s, e), "rows");
+        last = e;
+    }
+    for (s, e, _) in a.rules() {
+        assert!(inside(s, e), "rules");
+    }
+    let mut last = START;
+    for (s, e, _) in a.confirmed_rules() {
+        assert!(last <= s && inside(s, e), "confirmed rules");
+        assert!(
+            a.guessed.iter().all(|g| e <= g.0 || g.1 <= s),
+            "a guess confirmed"
+        );
+        last = e;
+    }
+    for &(s, e, _) in &a.epilogues {
+        assert!(inside(s, e), "epilogues");
+    }
+    assert!(a.exits.windows(2).all(|w| w[0].0 < w[1].0), "exits");
+    assert!(a.entries.windows(2).all(|w| w[0] < w[1]), "entries");
+    assert!(a.instructions <= code.len() as u64);
+    let mut sites = Vec::new();
+    calls::return_sites(code, START, &|t| (START..end).contains(&t), &mut sites);
+    for (site, callee) in sites {
+        assert!(site > START && site <= end + 1, "site {site:#x}");
+        assert!(callee.is_none_or(|c| (START..end).contains(&(c & !1))));
+    }
+}
