@@ -168,20 +168,7 @@ impl Chain for X86_64 {
             fp,
             signal_frame,
         };
-        let plt = Expr::new(&[
-            Op::Reg(1),
-            Op::Const(8),
-            Op::Add,
-            Op::Reg(0),
-            Op::Const(15),
-            Op::And,
-            Op::Const(11),
-            Op::Ge,
-            Op::Const(3),
-            Op::Shl,
-            Op::Add,
-        ])
-        .unwrap();
+        let plt = x86_64::plt_cfa_expression();
         let at_sp = |k: i64| Expr::new(&[Op::Reg(1), Op::Const(k), Op::Add]).unwrap();
         let deref_sp = Expr::new(&[Op::Reg(1), Op::Const(160), Op::Add, Op::Deref]).unwrap();
         let exprs = [plt, deref_sp, at_sp(168), at_sp(120)];
