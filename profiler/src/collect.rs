@@ -88,6 +88,15 @@ type Resolved = Arc<[(u64, Option<usize>)]>;
 /// Samples and periods of one (thread, stack).
 type Counts = HashMap<usize, (u64, u64)>;
 
+/// Adds `from`'s samples and periods to `into`'s, stack by stack.
+fn add_counts(into: &mut Counts, from: &Counts) {
+    for (&stack, &(n, periods)) in from {
+        let e = into.entry(stack).or_default();
+        e.0 += n;
+        e.1 += periods;
+    }
+}
+
 /// How many exited threads keep totals of their own; those that exit after them are counted
 /// with the others of their name (a [`Thread`] with tid 0), so that a run that starts and ends
 /// threads all along does not grow its totals.
@@ -311,11 +320,7 @@ impl Collector {
                             .entry(name.clone().unwrap_or_default())
                             .or_default()
                     };
-                    for (stack, (n, periods)) in counts {
-                        let e = merged.entry(stack).or_default();
-                        e.0 += n;
-                        e.1 += periods;
-                    }
+                    add_counts(merged, &counts);
                 }
                 if let Some(n) = name.filter(|_| sampled) {
                     self.names.insert(tid, n);
@@ -452,12 +457,7 @@ impl Collector {
         // A tid the kernel reused after its thread exited is one thread here, as in the timeline.
         let mut by_tid: BTreeMap<i32, Counts> = BTreeMap::new();
         for (&tid, counts) in self.live.iter().chain(&self.exited) {
-            let merged = by_tid.entry(tid).or_default();
-            for (&stack, &(n, periods)) in counts {
-                let e = merged.entry(stack).or_default();
-                e.0 += n;
-                e.1 += periods;
-            }
+            add_counts(by_tid.entry(tid).or_default(), counts);
         }
         for (tid, counts) in &by_tid {
             push(thread_of(*tid), counts);

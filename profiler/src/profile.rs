@@ -167,11 +167,11 @@ pub struct Profile {
     /// weighted for the samples it stands for (so that memory stays flat in long runs). The
     /// Firefox profile is drawn from it.
     pub samples: Vec<Sample>,
-    /// Samples per (thread, stack), exact over the whole run: folded stacks, the flame graph,
-    /// pprof and the summary are counted from these. A thread that exited after the first
-    /// [`EXITED_THREADS_KEPT`](crate::collect::EXITED_THREADS_KEPT) had has its totals merged
-    /// into those of its name (a [`Thread`] with tid 0), so that thread churn does not grow
-    /// them.
+    /// Samples per (thread, stack), one entry for each, exact over the whole run: folded
+    /// stacks, the flame graph, pprof and the summary are counted from these. A thread that
+    /// exited after the first [`EXITED_THREADS_KEPT`](crate::collect::EXITED_THREADS_KEPT) had
+    /// has its totals merged into those of its name (a [`Thread`] with tid 0), so that thread
+    /// churn does not grow them.
     pub totals: Vec<Total>,
     /// The run's counters.
     pub counters: Counters,
@@ -211,6 +211,15 @@ impl Profile {
     /// Sampling periods in the whole run.
     pub fn period_count(&self) -> u64 {
         self.totals.iter().map(|t| t.periods).sum()
+    }
+
+    /// Sampling periods per stack (index into [`Profile::stacks`]), over every thread.
+    pub fn periods_per_stack(&self) -> std::collections::HashMap<usize, u64> {
+        let mut per_stack = std::collections::HashMap::new();
+        for t in &self.totals {
+            *per_stack.entry(t.stack).or_default() += t.periods;
+        }
+        per_stack
     }
 
     /// The location at `index`, or `None` if the index is out of range.

@@ -29,10 +29,7 @@ pub fn frame_name(frame: &Frame) -> Cow<'_, str> {
 /// Every distinct folded stack (without its count) with its sample count, sorted as the lines
 /// are: by count, highest first, then by text.
 pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
-    let mut per_stack: HashMap<usize, u64> = HashMap::new();
-    for t in &profile.totals {
-        *per_stack.entry(t.stack).or_default() += t.periods;
-    }
+    let per_stack = profile.periods_per_stack();
     // Two stacks of the model may fold to the same text (same names at other addresses).
     let mut per_text: HashMap<String, u64> = HashMap::new();
     for (stack, count) in per_stack {

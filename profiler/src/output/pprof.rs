@@ -24,7 +24,7 @@ use flate2::Compression;
 use prost::Message;
 
 use super::function_name;
-use crate::profile::{Frame, Profile};
+use crate::profile::{Frame, Profile, Total};
 
 /// The messages of `profile.proto` (package `perftools.profiles`) this crate writes, with
 /// prost's encoding. Field names and tags follow the `.proto` file; the fields pprof added
@@ -372,56 +372,55 @@ pub fn build(profile: &Profile) -> proto::Profile {
         });
     }
 
-    // Samples, aggregated per (stack, thread): (samples, periods) per key.
-    let mut counts: Vec<((usize, usize), (i64, i64))> = Vec::new();
-    let mut index: HashMap<(usize, usize), usize> = HashMap::new();
-    for t in &profile.totals {
-        let key = (t.stack, t.thread);
-        let i = *index.entry(key).or_insert_with(|| {
-            counts.push((key, (0, 0)));
-            counts.len() - 1
-        });
-        counts[i].1 .0 += i64::try_from(t.samples).unwrap_or(i64::MAX);
-        counts[i].1 .1 += i64::try_from(t.periods).unwrap_or(i64::MAX);
-    }
+    // A sample per (thread, stack) total.
     let thread_key = strings.intern("thread");
     let thread_id_key = strings.intern("thread_id");
-    let sample = counts
-        .into_iter()
-        .map(|((stack, thread), (count, periods))| {
-            let location_id = profile
-                .stacks
-                .get(stack)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .filter(|&&l| l < profile.locations.len())
-                .map(|&l| l as u64 + 1)
-                .collect();
-            let mut label = Vec::new();
-            if let Some(thread) = profile.threads.get(thread) {
-                if !thread.name.is_empty() {
-                    label.push(proto::Label {
-                        key: thread_key,
-                        str: strings.intern(&thread.name),
-                        ..Default::default()
-                    });
+    let sample = profile
+        .totals
+        .iter()
+        .map(
+            |&Total {
+                 thread,
+                 stack,
+                 samples,
+                 periods,
+             }| {
+                let count = i64::try_from(samples).unwrap_or(i64::MAX);
+                let periods = i64::try_from(periods).unwrap_or(i64::MAX);
+                let location_id = profile
+                    .stacks
+                    .get(stack)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|&&l| l < profile.locations.len())
+                    .map(|&l| l as u64 + 1)
+                    .collect();
+                let mut label = Vec::new();
+                if let Some(thread) = profile.threads.get(thread) {
+                    if !thread.name.is_empty() {
+                        label.push(proto::Label {
+                            key: thread_key,
+                            str: strings.intern(&thread.name),
+                            ..Default::default()
+                        });
+                    }
+                    // Exited threads merged by name have no id.
+                    if thread.tid != 0 {
+                        label.push(proto::Label {
+                            key: thread_id_key,
+                            num: i64::from(thread.tid),
+                            ..Default::default()
+                        });
+                    }
                 }
-                // Exited threads merged by name have no id.
-                if thread.tid != 0 {
-                    label.push(proto::Label {
-                        key: thread_id_key,
-                        num: i64::from(thread.tid),
-                        ..Default::default()
-                    });
+                proto::Sample {
+                    location_id,
+                    value: vec![count, periods.saturating_mul(period)],
+                    label,
                 }
-            }
-            proto::Sample {
-                location_id,
-                value: vec![count, periods.saturating_mul(period)],
-                label,
-            }
-        })
+            },
+        )
         .collect();
 
     let time_nanos = profile.start.duration_since(UNIX_EPOCH).map_or(0, nanos);

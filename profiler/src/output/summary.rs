@@ -42,10 +42,7 @@ pub struct TopFunctions {
 /// [module documentation](self) for how they are counted). Ties are ordered by name, as pprof
 /// orders them.
 pub fn top_functions(profile: &Profile, n: usize) -> TopFunctions {
-    let mut per_stack: HashMap<usize, u64> = HashMap::new();
-    for t in &profile.totals {
-        *per_stack.entry(t.stack).or_default() += t.periods;
-    }
+    let per_stack = profile.periods_per_stack();
     let mut self_samples: HashMap<String, u64> = HashMap::new();
     let mut total_samples: HashMap<String, u64> = HashMap::new();
     for (&stack, &count) in &per_stack {
