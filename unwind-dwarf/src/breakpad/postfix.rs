@@ -218,10 +218,12 @@ pub(crate) fn expand_cfa(
         let mut k: Option<i64> = None;
         for bias in [0u64, 0x7f00_0000, 0x2000_0000] {
             let v = linear_eval(expr, t, pc, t.mask(a.wrapping_add(bias)))?;
-            let only_sp = v.coeffs.iter().enumerate().all(|(r, &c)| {
-                let want = u64::from(r == usize::from(sp));
-                t.mask(c) == want
-            });
+            // Coefficients are kept masked: SP's must be 1, every other 0.
+            let only_sp = v
+                .coeffs
+                .iter()
+                .enumerate()
+                .all(|(r, &c)| c == u64::from(r == usize::from(sp)));
             if !only_sp {
                 return Err(ExpandError::NotLinear);
             }
