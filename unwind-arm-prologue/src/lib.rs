@@ -41,7 +41,9 @@
 //!   recorded at the first forward branch to it if there is one (shrink-wrapped early exits,
 //!   reached before the pushes), else the state before the epilogue that just ended (code
 //!   after a mid-function return runs with the body's frame). That last state is a guess
-//!   ([`Analysis::guessed`]): the code may be another function no symbol names.
+//!   ([`Analysis::guessed`]): the code may be another function no symbol names. A state
+//!   recorded at a branch read in a guess is a guess too; the guess ends where a branch read
+//!   with a known state lands, or at a function start.
 //! - Thumb `tbb`/`tbh` tables are skipped (their end is the lowest target they branch to), and
 //!   ranges the caller marks as data (ARM `$d` mapping symbols: literal pools) are skipped.
 //! - Any other write to SP (`sub sp, sp, r3` for `alloca`) makes SP unknown; the CFA then
@@ -372,6 +374,10 @@ pub struct Analysis {
     /// loaded from its save slot or still in LR). A reading that leaves through an exit that
     /// is not is a misreading (another instruction set, code that is not a function's start).
     pub exits: Vec<(u64, bool)>,
+    /// Of [`Analysis::exits`], those that return (load PC from the return address or branch
+    /// to it), not branches out of the code: a misreading leaves through branches more often
+    /// than through a return with the entry's frame.
+    pub returns: Vec<u64>,
     /// Where LR is pushed while a save slot already holds the return address: not a frame's
     /// prologue but a block of saved registers built for other code to read and rewrite (the
     /// wrappers of libgcc's ARM unwinder, `_Unwind_RaiseException` and its siblings, pass theirs
@@ -379,8 +385,9 @@ pub struct Analysis {
     /// no slot of it can be trusted, and its function is never confirmed.
     pub register_blocks: Vec<u64>,
     /// Ranges whose state is a guess: after an instruction that does not fall through, code
-    /// that no forward branch read leads to and no function start names (the body's frame is
-    /// assumed; it may be another function that no symbol names).
+    /// that no forward branch read with a known state leads to and no function start names (the
+    /// body's frame, or the state of a branch read in the guess, is assumed; it may be another
+    /// function that no symbol names), up to where such a branch or a function start is met.
     pub guessed: Vec<(u64, u64)>,
 }
 
@@ -439,10 +446,12 @@ impl Analysis {
     /// The rules of the functions whose reading its exits confirm, for code that no table
     /// describes usefully (an EHABI `EXIDX_CANTUNWIND` entry covers functions that cannot
     /// throw, not only the ends of stacks): from each of [`Analysis::entries`] to the next is
-    /// one function, confirmed when at least one exit of it was read and every one leaves the
-    /// entry's frame ([`Analysis::exits`]). [`Analysis::guessed`] ranges are left out. A
-    /// function that never returns (`_start`, a thread's entry, code after `clone`) has no
-    /// exit, and gets no rule.
+    /// one function, confirmed when at least one of its exits returns and every one leaves the
+    /// entry's frame ([`Analysis::exits`], [`Analysis::returns`]). [`Analysis::guessed`]
+    /// ranges are left out. A function that never returns (`_start`, a thread's entry, code
+    /// after `clone`) has no exit, and gets no rule; nor does one that only branches out (a
+    /// misreading of the other instruction set does that by chance: an A32 `b` is a Thumb-2
+    /// `and.w`'s second halfword and the next instruction's first).
     pub fn confirmed_rules(&self) -> Vec<(u64, u64, Rule)> {
         let mut out = Vec::new();
         for (from, to) in self.functions() {
@@ -450,12 +459,28 @@ impl Analysis {
             let lo = self.exits.partition_point(|e| e.0 < from);
             let hi = self.exits.partition_point(|e| e.0 < to);
             let exits = self.exits.get(lo..hi).unwrap_or(&[]);
-            if exits.is_empty() || exits.iter().any(|e| !e.1) || self.has_register_block(from, to) {
+            let returns = self.returns.partition_point(|&r| r < to)
+                > self.returns.partition_point(|&r| r < from);
+            if !returns || exits.iter().any(|e| !e.1) || self.has_register_block(from, to) {
                 continue;
             }
             self.push_rules(from, to, &self.guessed, &mut out);
         }
         out
+    }
+
+    /// Appends the analysis of the code that follows this one's.
+    fn append(&mut self, next: Analysis) {
+        for (s, e, state) in next.rows {
+            self.push(s, e, state);
+        }
+        self.epilogues.extend(next.epilogues);
+        self.instructions = self.instructions.saturating_add(next.instructions);
+        self.entries.extend(next.entries);
+        self.exits.extend(next.exits);
+        self.returns.extend(next.returns);
+        self.register_blocks.extend(next.register_blocks);
+        self.guessed.extend(next.guessed);
     }
 
     fn push(&mut self, start: u64, end: u64, state: FrameState) {
@@ -466,40 +491,48 @@ impl Analysis {
     }
 }
 
-/// The states recorded at forward branches, by target, for the straight-line reading: the first
-/// state recorded for a target is the one taken there. A heap of `(target, order)` over the
-/// states in the order recorded, so that passed targets are dropped as the reading moves on
-/// (the reading only moves forward).
+/// The states recorded at forward branches, by target, for the straight-line reading, each with
+/// whether it was recorded while the reading was a guess (see [`Analysis::guessed`]): a state
+/// read from a guess is one too. A heap of `(target, order)` over the states in the order
+/// recorded, so that passed targets are dropped as the reading moves on (the reading only moves
+/// forward).
 #[derive(Default)]
 struct Targets {
     heap: BinaryHeap<Reverse<(u64, usize)>>,
-    states: Vec<FrameState>,
+    states: Vec<(FrameState, bool)>,
 }
 
 impl Targets {
-    fn record(&mut self, target: u64, state: FrameState) {
+    fn record(&mut self, target: u64, state: FrameState, guessed: bool) {
         self.heap.push(Reverse((target, self.states.len())));
-        self.states.push(state);
+        self.states.push((state, guessed));
     }
 
-    /// The first state recorded for `addr`, dropping every target up to it.
-    fn take(&mut self, addr: u64) -> Option<FrameState> {
-        let mut found = None;
+    /// The state recorded for `addr` (the first one recorded from a known state, else the
+    /// first one recorded at all) and whether it is a guess, dropping every target up to it.
+    fn take(&mut self, addr: u64) -> Option<(FrameState, bool)> {
+        let mut found: Option<(FrameState, bool)> = None;
         while let Some(&Reverse((t, i))) = self.heap.peek() {
             if t > addr {
                 break;
             }
             self.heap.pop();
-            if t == addr && found.is_none() {
-                found = self.states.get(i).copied();
+            if t != addr {
+                continue;
+            }
+            // The heap pops equal targets in the order recorded.
+            match (found, self.states.get(i).copied()) {
+                (None, Some(s)) => found = Some(s),
+                (Some((_, true)), Some(s @ (_, false))) => found = Some(s),
+                _ => {}
             }
         }
         found
     }
 
-    fn clear(&mut self) {
-        self.heap.clear();
-        self.states.clear();
+    /// Whether a target at or before `addr` is still waiting to be taken.
+    fn pending_at(&self, addr: u64) -> bool {
+        self.heap.peek().is_some_and(|&Reverse((t, _))| t <= addr)
     }
 }
 
@@ -529,9 +562,108 @@ fn outside(start: u64, end: u64, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
 /// functions start (symbols: a stripped library's EHABI entry may cover several functions),
 /// sorted; the frame there is a function's entry again.
 pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &[u64]) -> Analysis {
+    analyze_functions(code, start, isa, data, starts, 1)
+}
+
+/// Like [`analyze`], for [`Analysis::confirmed_rules`], which leaves out code read as a guess:
+/// code reached only by a backward branch (a loop's body placed before its test, which
+/// compilers enter by a jump to the test) is a guess on the first reading; the state at each
+/// backward branch read with a known state is the state at its target, and the function is
+/// read again with those states, until none is new (at most [`MAX_READINGS`] times in all).
+/// The exits read in that code then count too.
+pub fn analyze_to_confirm(
+    code: &[u8],
+    start: u64,
+    isa: Isa,
+    data: &[(u64, u64)],
+    starts: &[u64],
+) -> Analysis {
+    analyze_functions(code, start, isa, data, starts, MAX_READINGS)
+}
+
+/// How many times [`analyze_to_confirm`] reads a function at most.
+pub const MAX_READINGS: usize = 4;
+
+/// Reads each function of the code on its own (the reading starts afresh at each start
+/// anyway), so that reading one again reads only it, at most `readings` times.
+fn analyze_functions(
+    code: &[u8],
+    start: u64,
+    isa: Isa,
+    data: &[(u64, u64)],
+    starts: &[u64],
+    readings: usize,
+) -> Analysis {
+    let end = start.saturating_add(code.len() as u64);
+    let mut out = Analysis::default();
+    let mut bounds: Vec<u64> = Vec::with_capacity(starts.len().saturating_add(2));
+    bounds.push(start);
+    bounds.extend(starts.iter().copied().filter(|&s| start < s && s < end));
+    bounds.push(end);
+    for w in bounds.windows(2) {
+        let &[from, to] = w else { continue };
+        // start <= from < to <= end.
+        let offset = |a: u64| usize::try_from(a.wrapping_sub(start)).ok();
+        let Some(function) = offset(from)
+            .zip(offset(to))
+            .and_then(|(lo, hi)| code.get(lo..hi))
+        else {
+            continue;
+        };
+        out.append(read_function(function, from, isa, data, readings));
+    }
+    out
+}
+
+/// One function's code, read again with the states found at backward branches into code read
+/// as a guess, until none is new or it was read `readings` times.
+fn read_function(
+    code: &[u8],
+    start: u64,
+    isa: Isa,
+    data: &[(u64, u64)],
+    readings: usize,
+) -> Analysis {
+    let mut seeds: Vec<(u64, FrameState)> = Vec::new();
+    let (mut out, mut backward) = read(code, start, isa, data, &seeds);
+    for _ in 1..readings {
+        let before = seeds.len();
+        for (t, state) in backward {
+            let in_guess = out.guessed.iter().any(|&(s, e)| s <= t && t < e);
+            if in_guess && seeds.iter().all(|s| s.0 != t) {
+                seeds.push((t, state));
+            }
+        }
+        if seeds.len() == before {
+            break;
+        }
+        seeds.sort_by_key(|s| s.0);
+        (out, backward) = read(code, start, isa, data, &seeds);
+    }
+    out
+}
+
+/// One straight-line reading of one function's code, with the states known at `seeds` (sorted
+/// by address; backward branches' targets). Returns the analysis and the backward branches
+/// read with a known state, as (target, state).
+fn read(
+    code: &[u8],
+    start: u64,
+    isa: Isa,
+    data: &[(u64, u64)],
+    seeds: &[(u64, FrameState)],
+) -> (Analysis, Vec<(u64, FrameState)>) {
     let mut out = Analysis {
         entries: vec![start],
         ..Analysis::default()
+    };
+    let mut backward = Vec::new();
+    let seed_at = |addr: u64| {
+        seeds
+            .binary_search_by_key(&addr, |s| s.0)
+            .ok()
+            .and_then(|i| seeds.get(i))
+            .map(|s| s.1)
     };
     let end = start.saturating_add(code.len() as u64);
     let mut state = FrameState::ENTRY;
@@ -542,7 +674,6 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
     // The state before the epilogue under way began, and where its rows begin, if one is.
     let mut resume: Option<FrameState> = None;
     let mut epilogue_from = start;
-    let mut next_start = 0usize;
     // The states at forward branches, by target.
     let mut targets = Targets::default();
     // The previous instruction did not fall through.
@@ -557,13 +688,12 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
             continue;
         }
         let offset = addr.wrapping_sub(start) as usize; // addr < end = start + code.len()
-        while starts.get(next_start).is_some_and(|&s| s < addr) {
-            next_start = next_start.saturating_add(1);
-        }
-        let function_start = starts.get(next_start) == Some(&addr);
-        // Most instructions are plain (see `decode::thumb16_is_plain`): their row is the
-        // previous instruction's state, and nothing else changes.
-        if isa == Isa::Thumb && !after_jump && !function_start {
+                                                        // Most instructions are plain (see `decode::thumb16_is_plain`): their row is the
+                                                        // previous instruction's state, and nothing else changes. Not while the reading is a
+                                                        // guess that a branch from known code may end here.
+        let ends_guess = guessed_from.is_some()
+            && (targets.pending_at(addr) || (!seeds.is_empty() && seed_at(addr).is_some()));
+        if isa == Isa::Thumb && !after_jump && !ends_guess {
             let plain = code
                 .get(offset..offset.saturating_add(2))
                 .and_then(|b| Some(u16::from_le_bytes([*b.first()?, *b.get(1)?])))
@@ -585,26 +715,26 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
             break;
         };
         let next = addr.saturating_add(u64::from(ins.len));
-        let known = if function_start {
-            // Another function: nothing of this one's frame carries over.
-            state = FrameState::ENTRY;
-            changed = true;
-            resume = None;
-            targets.clear();
-            it_left = 0;
-            if out.entries.last() != Some(&addr) {
-                out.entries.push(addr);
-            }
-            true
-        } else if after_jump {
-            match targets.take(addr) {
-                Some(s) => {
+        let known = if after_jump || ends_guess {
+            match (targets.take(addr), seed_at(addr)) {
+                // A branch from known code lands here: its state is known.
+                (Some((s, false)), _) | (_, Some(s)) => {
                     state = s;
                     changed = true;
                     true
                 }
-                None => {
+                // Reached only from code read as a guess: its state is one too.
+                (Some((s, true)), None) if after_jump => {
+                    state = s;
+                    changed = true;
                     guessed_from.get_or_insert(addr);
+                    false
+                }
+                (Some(_), None) => false,
+                (None, None) => {
+                    if after_jump {
+                        guessed_from.get_or_insert(addr);
+                    }
                     false
                 }
             }
@@ -636,16 +766,24 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
         };
         if let (Some(good), None) = (exit, guessed_from) {
             out.exits.push((addr, good));
+            if !matches!(ins.effect, Effect::Branch(_)) {
+                out.returns.push(addr);
+            }
         }
         let mut skip_to = next;
         match ins.effect {
             Effect::It(n) => it_left = n,
             Effect::Branch(t) if t > addr && t < end => {
-                targets.record(t, state);
+                targets.record(t, state, guessed_from.is_some());
+            }
+            // A loop's branch back, read with a known state.
+            Effect::Branch(t) if t <= addr && t >= start && guessed_from.is_none() => {
+                backward.push((t, state));
             }
             Effect::TableBranch { half } if !conditional => {
+                let guessed = guessed_from.is_some();
                 skip_to = table_end(code, start, next, half, |t| {
-                    targets.record(t, state);
+                    targets.record(t, state, guessed);
                 })
                 .unwrap_or(end);
             }
@@ -695,7 +833,7 @@ pub fn analyze(code: &[u8], start: u64, isa: Isa, data: &[(u64, u64)], starts: &
     if let Some(from) = guessed_from {
         out.guessed.push((from, addr.min(end)));
     }
-    out
+    (out, backward)
 }
 
 /// The instruction at `code[offset..]` (address `addr`), if complete.

@@ -415,9 +415,18 @@ proptest! {
         code in proptest::collection::vec(any::<u8>(), 0..512),
         thumb_code in any::<bool>(),
         start in (0u64..0x1_0000).prop_map(|s| s * 2),
+        starts in proptest::collection::vec(0u64..256, 0..4),
+        again in any::<bool>(),
     ) {
         let isa = if thumb_code { Isa::Thumb } else { Isa::Arm };
-        let a = analyze(&code, start, isa, &[], &[]);
+        let mut starts: Vec<u64> = starts.iter().map(|s| start + s * 2).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let a = if again {
+            analyze_to_confirm(&code, start, isa, &[], &starts)
+        } else {
+            analyze(&code, start, isa, &[], &starts)
+        };
         let end = start + code.len() as u64;
         let mut last = start;
         for &(s, e, _) in &a.rows {
@@ -439,4 +448,78 @@ proptest! {
             prop_assert!(start <= s && s < e && e <= end);
         }
     }
+}
+
+#[test]
+fn a_state_recorded_in_a_guess_is_a_guess() {
+    // A function, then one no symbol names (read as a guess, with the first one's body frame:
+    // SP 8 too high), whose forward branch lands after a return:
+    // 0: push {r4, lr}; 2: pop {r4, pc}; 4: push {r4-r6, lr}; 6: cbz r0, 0xa;
+    // 8: pop {r4-r6, pc}; a: movs r0, #0; c: pop {r4-r6, pc}
+    let code = thumb(&[0xb510, 0xbd10, 0xb570, 0xb100, 0xbd70, 0x2000, 0xbd70]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    // The branch's state is the guess's (SP 24 where it is 16): what follows it is a guess
+    // too, never confirmed.
+    assert_eq!(sp(&a, 0xa), Some(24));
+    assert_eq!(a.guessed, [(4, 0xe)]);
+    assert_eq!(a.exits, [(2, true)]);
+    let rules = a.confirmed_rules();
+    assert!(rules.iter().all(|r| r.1 <= 4), "{rules:x?}");
+}
+
+#[test]
+fn a_branch_from_known_code_ends_a_guess() {
+    // 0: push {r4, lr}; 2: cbz r0, 0xa; 4: movs r0, #1; 6: pop {r4, pc}; 8: movs r0, #2;
+    // a: movs r0, #3; c: pop {r4, pc}
+    // 8 follows a return and no branch leads there: a guess. 0xa is the target of a branch read
+    // with a known state, reached here by falling through from the guess: known again.
+    let code = thumb(&[0xb510, 0xb110, 0x2001, 0xbd10, 0x2002, 0x2003, 0xbd10]);
+    let a = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    assert_eq!(a.guessed, [(8, 0xa)]);
+    assert_eq!(sp(&a, 0xa), Some(8));
+    assert_eq!(a.exits, [(6, true), (0xc, true)]);
+}
+
+#[test]
+fn loops_entered_at_their_test_are_read_again() {
+    // A loop whose body comes before its test, entered by a jump to the test, with a return in
+    // the body that leaves the frame wrongly (what a misreading looks like):
+    // 0: push {r4, lr}; 2: b 8; 4: pop {r4, r5, pc}; 6: subs r4, #1; 8: cmp r4, #0;
+    // a: bne 4; c: pop {r4, pc}
+    let code = thumb(&[0xb510, 0xe001, 0xbd30, 0x3c01, 0x2c00, 0xd1fb, 0xbd10]);
+    // One reading: the body is a guess and its exit is not counted; the function is confirmed.
+    let once = analyze(&code, 0, Isa::Thumb, &[], &[]);
+    assert_eq!(once.guessed, [(4, 8)]);
+    assert_eq!(once.exits, [(0xc, true)]);
+    assert!(!once.confirmed_rules().is_empty());
+    // Read again from the state at the branch back: the body is known, its exit is bad, and
+    // nothing is confirmed.
+    let again = analyze_to_confirm(&code, 0, Isa::Thumb, &[], &[]);
+    assert_eq!(sp(&again, 4), Some(8));
+    assert_eq!(again.exits, [(4, false), (0xc, true)]);
+    assert_eq!(
+        again.guessed,
+        [(6, 8)],
+        "after the body's return, until the test"
+    );
+    assert_eq!(again.confirmed_rules(), []);
+    // Without the bad return (`movs r0, #1` instead), the loop is known and confirmed.
+    let good = thumb(&[0xb510, 0xe001, 0x2001, 0x3c01, 0x2c00, 0xd1fb, 0xbd10]);
+    let a = analyze_to_confirm(&good, 0, Isa::Thumb, &[], &[]);
+    assert!(a.guessed.is_empty(), "{:x?}", a.guessed);
+    assert_eq!(a.confirmed_rules().iter().map(|r| r.1).max(), Some(0xe));
+}
+
+#[test]
+fn a_function_that_only_branches_out_is_not_confirmed() {
+    // movs r0, #1; b.n 0x40 (out of the code: a tail call, with the entry's frame)
+    let a = analyze(&thumb(&[0x2001, 0xe01d]), 0, Isa::Thumb, &[], &[]);
+    assert_eq!(a.exits, [(2, true)]);
+    assert!(a.returns.is_empty());
+    assert_eq!(a.confirmed_rules(), []);
+    // With a return on another path: cbz r0, 4; b.n 0x40; bx lr
+    let a = analyze(&thumb(&[0xb100, 0xe01d, 0x4770]), 0, Isa::Thumb, &[], &[]);
+    assert_eq!(a.exits, [(2, true), (4, true)]);
+    assert_eq!(a.returns, [4]);
+    assert_eq!(a.confirmed_rules().len(), 1);
 }
