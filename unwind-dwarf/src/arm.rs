@@ -547,16 +547,26 @@ fn confirm_cant_unwind(
     rule: &Rule,
     stats: &mut ArmStats,
 ) -> Option<Vec<(u64, u64, Rule)>> {
-    let first = code.isa_at(start).unwrap_or(Isa::Thumb);
-    let other = match first {
-        Isa::Arm => Isa::Thumb,
-        Isa::Thumb => Isa::Arm,
+    let confirmed_as = |isa| {
+        code.analyze_with_callees(start, end, isa)
+            .map(|a| a.confirmed_rules())
+            .filter(|rules| !rules.is_empty())
     };
-    let confirmed = [first, other]
-        .into_iter()
-        .filter_map(|isa| code.analyze(start, end, isa))
-        .map(|a| a.confirmed_rules())
-        .find(|rules| !rules.is_empty())?;
+    let confirmed = match code.isa_at(start) {
+        Some(first) => confirmed_as(first).or_else(|| confirmed_as(other_isa(first)))?,
+        // No symbol says which (a stripped executable): code read in the wrong one confirms a
+        // few pieces by chance, the right one most of the code.
+        None => {
+            let bytes = |r: &Vec<(u64, u64, Rule)>| {
+                r.iter()
+                    .fold(0u64, |n, r| n.saturating_add(r.1.saturating_sub(r.0)))
+            };
+            match (confirmed_as(Isa::Thumb), confirmed_as(Isa::Arm)) {
+                (Some(t), Some(a)) => Some(if bytes(&a) > bytes(&t) { a } else { t }),
+                (t, a) => t.or(a),
+            }?
+        }
+    };
     stats.cant_unwind_from_instructions = stats.cant_unwind_from_instructions.saturating_add(1);
     let mut rows = Vec::with_capacity(confirmed.len().saturating_mul(2));
     let mut at = start;
@@ -574,6 +584,14 @@ fn confirm_cant_unwind(
         rows.push((at, end, *rule));
     }
     Some(rows)
+}
+
+/// The other instruction set.
+fn other_isa(isa: Isa) -> Isa {
+    match isa {
+        Isa::Arm => Isa::Thumb,
+        Isa::Thumb => Isa::Arm,
+    }
 }
 
 /// Gives each function of the symbol table that no row describes (in whole or in part) the

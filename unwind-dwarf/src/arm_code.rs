@@ -4,7 +4,7 @@
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionKind, SymbolKind};
 use unwind_arm_exidx::ExidxSections;
-use unwind_arm_prologue::{analyze, Analysis, Isa};
+use unwind_arm_prologue::{analyze, analyze_to_confirm, Analysis, Isa};
 
 /// The rule sources of a 32-bit ARM module besides DWARF CFI ([`crate::DwarfArch::ExtraSections`]
 /// of [`crate::Arm`]): its EHABI index and its code.
@@ -56,6 +56,12 @@ pub struct ArmCode<'a> {
     /// Where functions start (bit 0 clear), by the function symbols of `.symtab` and
     /// `.dynsym`, sorted: the frame there is a function's entry, whatever the code before it.
     pub function_starts: Vec<u64>,
+    /// The targets of direct calls (`bl`, `blx <label>`) found in the code (bit 0 clear),
+    /// sorted: the entries of a stripped library's internal functions, which no symbol names.
+    /// Calls are found at every alignment ([`unwind_arm_prologue::calls::return_sites`]), so
+    /// some targets are data read as a call: used only where the reading must be confirmed by
+    /// the function's exits ([`ArmCode::analyze_with_callees`]).
+    pub call_targets: Vec<u64>,
 }
 
 impl<'a> ArmCode<'a> {
@@ -124,13 +130,16 @@ impl<'a> ArmCode<'a> {
                 (end > a).then_some((a, end))
             })
             .collect();
-        ArmCode {
+        let mut code = ArmCode {
             sections,
             functions,
             isa_marks,
             data,
             function_starts,
-        }
+            call_targets: Vec::new(),
+        };
+        code.call_targets = code.find_call_targets();
+        code
     }
 
     /// The code bytes of `[start, end)`, if one section holds them all.
@@ -148,16 +157,83 @@ impl<'a> ArmCode<'a> {
         self.isa_marks.get(i.checked_sub(1)?).map(|m| m.1)
     }
 
-    /// Analyzes the code of `[start, end)` as `isa`, if it can be read (each function
-    /// starting inside it from its entry).
+    /// Analyzes the code of `[start, end)` as `isa`, if it can be read (each function the
+    /// symbols name inside it starting from its entry).
     pub fn analyze(&self, start: u64, end: u64, isa: Isa) -> Option<Analysis> {
         let code = self.bytes(start, end)?;
+        let starts = inside(&self.function_starts, start, end);
+        Some(analyze(code, start, isa, self.data_in(start, end), starts))
+    }
+
+    /// Like [`ArmCode::analyze`] ([`analyze_to_confirm`]: loops read again), with the targets
+    /// of calls as function starts too ([`ArmCode::call_targets`]), for readings that only
+    /// count where the functions' exits confirm them ([`Analysis::confirmed_rules`]). A target that is not a function's entry
+    /// (data read as a call) cuts the reading of the function around it short: the part before
+    /// it loses the exits after it, and the part after it, read from an entry frame that is not
+    /// the frame there, leaves through exits that do not confirm it. Either way its rows get no
+    /// rule, never a wrong one.
+    pub fn analyze_with_callees(&self, start: u64, end: u64, isa: Isa) -> Option<Analysis> {
+        let code = self.bytes(start, end)?;
+        let mut starts = inside(&self.function_starts, start, end).to_vec();
+        starts.extend_from_slice(inside(&self.call_targets, start, end));
+        starts.sort_unstable();
+        starts.dedup();
+        Some(analyze_to_confirm(
+            code,
+            start,
+            isa,
+            self.data_in(start, end),
+            &starts,
+        ))
+    }
+
+    /// The targets of the direct calls in the code that land in it (bit 0 clear), sorted. A
+    /// call counts where it is read in the instruction set of the mark before it (Thumb calls in
+    /// Thumb code; a stripped Thumb library's words read as A32 are mostly noise), or anywhere
+    /// if there is no mark.
+    fn find_call_targets(&self) -> Vec<u64> {
+        let is_code = |t: u64| self.bytes(t, t.saturating_add(2)).is_some();
+        let mut sites = Vec::new();
+        for &(base, bytes) in &self.sections {
+            unwind_arm_prologue::calls::return_sites(bytes, base, &is_code, &mut sites);
+        }
+        let mut targets: Vec<u64> = sites
+            .into_iter()
+            .filter(|&(site, _)| {
+                // A Thumb call's return site has bit 0 set; it follows the call.
+                let isa = if site & 1 != 0 { Isa::Thumb } else { Isa::Arm };
+                self.isa_at(site.saturating_sub(2) & !1)
+                    .is_none_or(|mark| mark == isa)
+            })
+            .filter_map(|(_, t)| t)
+            .map(|t| t & !1)
+            .collect();
+        targets.sort_unstable();
+        // Data read as a call lands anywhere; two such reads rarely land at the same address.
+        // Internal functions called once are mostly inlined by the compiler.
+        let called_twice: Vec<u64> = targets
+            .windows(2)
+            .filter_map(|w| match *w {
+                [a, b] if a == b => Some(a),
+                _ => None,
+            })
+            .collect();
+        let mut targets = called_twice;
+        targets.dedup();
+        targets
+    }
+
+    /// The data ranges overlapping `[start, end)`.
+    fn data_in(&self, start: u64, end: u64) -> &[(u64, u64)] {
         let lo = self.data.partition_point(|d| d.1 <= start);
         let hi = self.data.partition_point(|d| d.0 < end);
-        let data = self.data.get(lo..hi).unwrap_or(&[]);
-        let lo = self.function_starts.partition_point(|&s| s <= start);
-        let hi = self.function_starts.partition_point(|&s| s < end);
-        let starts = self.function_starts.get(lo..hi).unwrap_or(&[]);
-        Some(analyze(code, start, isa, data, starts))
+        self.data.get(lo..hi).unwrap_or(&[])
     }
+}
+
+/// The addresses of `sorted` in `(start, end)`.
+fn inside(sorted: &[u64], start: u64, end: u64) -> &[u64] {
+    let lo = sorted.partition_point(|&s| s <= start);
+    let hi = sorted.partition_point(|&s| s < end);
+    sorted.get(lo..hi).unwrap_or(&[])
 }

@@ -144,6 +144,24 @@ fn compile_exactly(tag: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// A copy of `file` without its symbol tables (`.symtab`; an executable has no `.dynsym`
+/// functions), as distributions ship binaries.
+fn strip(file: &Path) -> PathBuf {
+    let out = file.with_extension("stripped");
+    let status = Command::new("arm-linux-gnueabihf-strip")
+        .arg("-o")
+        .arg(&out)
+        .arg(file)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "arm-linux-gnueabihf-strip {}",
+        file.display()
+    );
+    out
+}
+
 /// The variants compiled: ARM and Thumb, with and without frame pointers.
 const VARIANTS: [&[&str]; 5] = [
     &["-O2", "-marm"],
@@ -436,54 +454,61 @@ fn rules_from_instructions_match_gcc_cfi() {
             flags.push("-g");
             let debug = compile_exactly("differential", &flags);
             flags.pop();
-            let ours = unwind_dwarf::load_elf_file::<Arm>(&plain).unwrap();
             let gcc = unwind_dwarf::load_elf_file::<Arm>(&debug).unwrap();
-            if tables == Some("-fexceptions") {
-                cant_unwind += ours.stats.arch.cant_unwind_from_instructions;
-            }
-            let data = std::fs::read(&plain).unwrap();
-            let elf = object::File::parse(&*data).unwrap();
-            // Literal pools (`$d`) are not instructions: GCC's FDE covers them, we need not.
-            let data = unwind_dwarf::ArmCode::read(&elf, None).data;
-            let (mut same, mut by_fp, mut exidx, mut differ) = (0, 0, 0, Vec::new());
-            for (name, lo, hi) in functions(&elf) {
-                if !FUNCTIONS.contains(&name.as_str()) {
-                    continue;
+            // -fexceptions: also stripped, as libraries ship. The linker merges neighbouring
+            // `.cantunwind` functions into one entry, and without symbols the functions inside it
+            // start where calls land (`ArmCode::call_targets`).
+            let stripped = (tables == Some("-fexceptions")).then(|| strip(&plain));
+            for file in std::iter::once(&plain).chain(&stripped) {
+                let ours = unwind_dwarf::load_elf_file::<Arm>(file).unwrap();
+                if tables == Some("-fexceptions") {
+                    cant_unwind += ours.stats.arch.cant_unwind_from_instructions;
                 }
-                for a in (lo..hi).step_by(2) {
-                    if data.iter().any(|&(s, e)| s <= a && a < e) {
+                let data = std::fs::read(&plain).unwrap();
+                let elf = object::File::parse(&*data).unwrap();
+                // Literal pools (`$d`) are not instructions: GCC's FDE covers them, we need not.
+                let data = unwind_dwarf::ArmCode::read(&elf, None).data;
+                let (mut same, mut by_fp, mut exidx, mut differ) = (0, 0, 0, Vec::new());
+                for (name, lo, hi) in functions(&elf) {
+                    if !FUNCTIONS.contains(&name.as_str()) {
                         continue;
                     }
-                    // A Thumb `nop` after a function's last return pads it before its literal
-                    // pool: never executed, and GCC's CFI there is whatever it last said.
-                    let text = elf.section_by_name(".text").unwrap();
-                    let at = (a - text.address()) as usize;
-                    if text.data().unwrap().get(at..at + 2) == Some(&[0x00, 0xbf][..]) {
-                        continue;
-                    }
-                    let (Some(o), Some(g)) = (ours.rules.lookup(a), gcc.rules.lookup(a)) else {
-                        differ.push(format!("{name}+{:#x}: a rule missing", a - lo));
-                        continue;
-                    };
-                    assert_eq!(g.source, Source::Dwarf, "{flags:?}: {name} at {a:#x}");
-                    if o.source != Source::Instructions {
-                        exidx += 1;
-                    } else if comparable(&o) == comparable(&g) {
-                        same += 1;
-                    } else if matches!(g.cfa, unwind_core::arm::CfaRule::RegOffset(r, _) if r != unwind_core::arm::Reg::Sp)
-                    {
-                        by_fp += 1;
-                    } else {
-                        differ.push(format!("{name}+{:#x}: ours {o:?}, gcc {g:?}", a - lo));
+                    for a in (lo..hi).step_by(2) {
+                        if data.iter().any(|&(s, e)| s <= a && a < e) {
+                            continue;
+                        }
+                        // A Thumb `nop` after a function's last return pads it before its literal
+                        // pool: never executed, and GCC's CFI there is whatever it last said.
+                        let text = elf.section_by_name(".text").unwrap();
+                        let at = (a - text.address()) as usize;
+                        if text.data().unwrap().get(at..at + 2) == Some(&[0x00, 0xbf][..]) {
+                            continue;
+                        }
+                        let (Some(o), Some(g)) = (ours.rules.lookup(a), gcc.rules.lookup(a)) else {
+                            differ.push(format!("{name}+{:#x}: a rule missing", a - lo));
+                            continue;
+                        };
+                        assert_eq!(g.source, Source::Dwarf, "{flags:?}: {name} at {a:#x}");
+                        if o.source != Source::Instructions {
+                            exidx += 1;
+                        } else if comparable(&o) == comparable(&g) {
+                            same += 1;
+                        } else if matches!(g.cfa, unwind_core::arm::CfaRule::RegOffset(r, _) if r != unwind_core::arm::Reg::Sp)
+                        {
+                            by_fp += 1;
+                        } else {
+                            differ.push(format!("{name}+{:#x}: ours {o:?}, gcc {g:?}", a - lo));
+                        }
                     }
                 }
-            }
-            report.push(format!(
-                "{flags:?}: {same} addresses the same, {by_fp} with GCC's CFA by the frame pointer, {exidx} left to EXIDX, {} different",
+                report.push(format!(
+                "{flags:?}{}: {same} addresses the same, {by_fp} with GCC's CFA by the frame pointer, {exidx} left to EXIDX, {} different",
+                if file == &plain { "" } else { " stripped" },
                 differ.len()
             ));
-            for d in differ.iter().take(8) {
-                report.push(format!("    {d}"));
+                for d in differ.iter().take(8) {
+                    report.push(format!("    {d}"));
+                }
             }
         }
     }
