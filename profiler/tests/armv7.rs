@@ -9,7 +9,10 @@
 //! - the same with `-funwind-tables` (`.ARM.exidx` entries for every function);
 //! - the same with `-g` instead (no EXIDX entries, but a `.debug_frame` in the file, which the
 //!   unwinder reads from disk);
-//! - the Rust program tests/armv7/named_work.rs built with `rustc -O` for armv7 (`std::thread`s).
+//! - the Rust program tests/armv7/named_work.rs built with `rustc -O` for armv7 (`std::thread`s);
+//! - and, sampled by the wall clock, tests/armv7/blocking.c (Debian's default build), whose
+//!   threads spend the run blocked in glibc's blocking calls: 99 % of its samples must reach
+//!   the thread's function or `main` (see `c_program_blocked_in_system_calls_with_the_wall_clock`).
 //!
 //! Each runs once alone and once with the preload library (qemu-arm `-E LD_PRELOAD=...`: the
 //! variable is set for the guest only); both must exit 0 with the same stdout. The pprof profile,
@@ -121,9 +124,15 @@ fn rust_std_for_arm() -> bool {
     })
 }
 
-/// Runs the armv7 program `exe` under qemu-arm, with the preload library writing its outputs
-/// to `profile_dir` if given; fails if it hangs. Returns its output and how long it ran.
-fn run_under_qemu(exe: &Path, profile: Option<(&Path, &Path)>) -> (Output, Duration) {
+/// Runs the armv7 program `exe` under qemu-arm (with `args`), with the preload library
+/// writing its outputs to `profile_dir` if given and the profiler's settings `settings`
+/// (`UNWIND_PROFILER_*` variables); fails if it hangs. Returns its output and how long it ran.
+fn run_under_qemu(
+    exe: &Path,
+    args: &[&str],
+    profile: Option<(&Path, &Path)>,
+    settings: &[(&str, &str)],
+) -> (Output, Duration) {
     let mut cmd = Command::new("qemu-arm");
     // Cargo's LD_LIBRARY_PATH names x86_64 libraries; qemu-arm would pass it to the guest.
     cmd.env_remove("LD_LIBRARY_PATH")
@@ -139,8 +148,14 @@ fn run_under_qemu(exe: &Path, profile: Option<(&Path, &Path)>) -> (Output, Durat
             .arg(format!("LD_PRELOAD={}", library.display()))
             .arg("-E")
             .arg(format!("UNWIND_PROFILER_OUTPUT={}", dir.display()));
+        for (k, v) in settings {
+            cmd.arg("-E").arg(format!("{k}={v}"));
+        }
     }
-    cmd.arg(exe).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.arg(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     while child.try_wait().unwrap().is_none() {
@@ -274,8 +289,8 @@ fn pct(part: u64, whole: u64) -> f64 {
 fn check_program(label: &str, exe: &Path, dir: &Path, threads: &[ThreadSpec], callers: bool) {
     let out = dir.join("profile");
     std::fs::create_dir_all(&out).unwrap();
-    let (plain, plain_time) = run_under_qemu(exe, None);
-    let (profiled, profiled_time) = run_under_qemu(exe, Some((&preload_library(), &out)));
+    let (plain, plain_time) = run_under_qemu(exe, &[], None, &[]);
+    let (profiled, profiled_time) = run_under_qemu(exe, &[], Some((&preload_library(), &out)), &[]);
     let stderr = String::from_utf8_lossy(&profiled.stderr);
     assert!(
         plain.status.success(),
@@ -424,18 +439,23 @@ fn check_program(label: &str, exe: &Path, dir: &Path, threads: &[ThreadSpec], ca
     }
 }
 
-/// Builds tests/armv7/named_work.c with `arm-linux-gnueabihf-gcc -O2` and `extra` flags (the
+/// Builds tests/armv7/`name`.c with `arm-linux-gnueabihf-gcc -O2` and `extra` flags (the
 /// functions are named from the symbol table, which the build keeps).
-fn build_c(dir: &Path, extra: &[&str]) -> PathBuf {
-    let exe = dir.join("named_work");
+fn build_c_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
     run(Command::new("arm-linux-gnueabihf-gcc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror"])
         .args(extra)
         .arg("-o")
         .arg(&exe)
-        .arg(source("named_work.c"))
+        .arg(source(&format!("{name}.c")))
         .arg("-lpthread"));
     exe
+}
+
+/// Builds tests/armv7/named_work.c (see [`build_c_program`]).
+fn build_c(dir: &Path, extra: &[&str]) -> PathBuf {
+    build_c_program(dir, "named_work", extra)
 }
 
 /// Debian's default armhf build: only the leaf of each stack is known (see the module docs);
@@ -489,4 +509,149 @@ fn rust_program() {
         .arg(&exe)
         .arg(source("named_work.rs")));
     check_program("Rust release", &exe, &dir, &RUST_THREADS, true);
+}
+
+/// The threads of tests/armv7/blocking.c, each blocked in `X_wait` for the run, in the call
+/// named after it.
+const BLOCKING_THREADS: [&str; 10] = [
+    "sleep",
+    "clocksleep",
+    "condwait",
+    "mutex",
+    "futex",
+    "read",
+    "write",
+    "poll",
+    "epoll",
+    "sem",
+];
+
+/// The function each thread of tests/armv7/blocking.c blocks in, called by its `X_thread`.
+fn blocking_wait(thread: &str) -> String {
+    match thread {
+        "epoll" => "epoll_wait_for_input".into(),
+        "sem" => "sem_wait_for_post".into(),
+        t => format!("{t}_wait"),
+    }
+}
+
+/// Wall-clock samples of a program whose threads spend the run blocked in the C library's
+/// blocking calls (tests/armv7/blocking.c: `nanosleep`, `clock_nanosleep`, a condition
+/// variable's and a mutex's futex waits, a raw `futex` wait, `read`, `write`, `poll`,
+/// `epoll_wait`, `sem_wait`, and `pthread_join` in `main`), built as Debian builds it: armhf
+/// glibc marks most of these paths `EXIDX_CANTUNWIND`, so each walk goes through functions
+/// whose rules come from their instructions. At least 99 % of the samples must be complete:
+/// a thread's reach its `X_thread` under the thread's entry (the profiler's trampoline, called
+/// by glibc's `start_thread`), the main thread's `main` under `_start`; every thread's samples
+/// must be mostly in its own `X_wait`, under its `X_thread`.
+#[test]
+fn c_program_blocked_in_system_calls_with_the_wall_clock() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-blocking");
+    let exe = build_c_program(&dir, "blocking", &[]);
+    let out = dir.join("profile");
+    std::fs::create_dir_all(&out).unwrap();
+    let args = ["2"];
+    let (plain, _) = run_under_qemu(&exe, &args, None, &[]);
+    let (profiled, took) = run_under_qemu(
+        &exe,
+        &args,
+        Some((&preload_library(), &out)),
+        &[("UNWIND_PROFILER_CLOCK", "wall")],
+    );
+    let stderr = String::from_utf8_lossy(&profiled.stderr);
+    assert!(plain.status.success(), "blocking failed alone");
+    assert!(
+        profiled.status.success(),
+        "blocking failed profiled: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the program's output changed under the profiler"
+    );
+    let outputs = unwind_profiler::output::Outputs::paths(&out, "profile");
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    let pid = summary_number(&summary, "pid ") as i64;
+    let samples = pprof_samples(&outputs.pprof);
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let trampoline = "unwind_profiler::threads::trampoline";
+    // A thread's stack: its entry's frame, the trampoline, then the thread's function.
+    let complete = |s: &Sample| {
+        if s.tid == pid {
+            s.frames.first().is_some_and(|f| f == "_start") && s.frames.iter().any(|f| f == "main")
+        } else {
+            s.frames.len() >= 3 && s.frames[1] == trampoline && s.frames[2].ends_with("_thread")
+        }
+    };
+    let complete_samples: u64 = samples
+        .iter()
+        .filter(|s| complete(s))
+        .map(|s| s.count)
+        .sum();
+    println!(
+        "blocking: qemu-arm ran {took:.2?} profiled; {total} samples, {complete_samples} ({:.2} %) complete",
+        pct(complete_samples, total)
+    );
+    let mut failures = Vec::new();
+    for thread in BLOCKING_THREADS.iter().copied().chain([""]) {
+        let (who, chain) = if thread.is_empty() {
+            (
+                "main thread".to_string(),
+                vec!["main".to_string(), "main_wait".into()],
+            )
+        } else {
+            (
+                thread.to_string(),
+                vec![format!("{thread}_thread"), blocking_wait(thread)],
+            )
+        };
+        let mine: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| {
+                if thread.is_empty() {
+                    s.tid == pid
+                } else {
+                    s.thread == thread
+                }
+            })
+            .collect();
+        let all: u64 = mine.iter().map(|s| s.count).sum();
+        let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+        let waiting: u64 = mine
+            .iter()
+            .filter(|s| complete(s) && contains_run(&s.frames, &chain))
+            .map(|s| s.count)
+            .sum();
+        // The most frequent stack of the thread, leaf last.
+        let top = mine
+            .iter()
+            .max_by_key(|s| s.count)
+            .map(|s| s.frames.join(";"));
+        println!(
+            "blocking: {who}: {all} samples, {waiting} ({:.1} %) complete under {chain:?}; most: {}",
+            pct(waiting, all),
+            top.unwrap_or_default()
+        );
+        if all == 0 || waiting * 100 < all * 90 {
+            failures.push(format!(
+                "{who}: {waiting} of {all} samples complete under {chain:?}"
+            ));
+        }
+    }
+    if complete_samples * 100 < total * 99 {
+        failures.push(format!(
+            "{complete_samples} of {total} samples complete (want 99 %)"
+        ));
+    }
+    if !failures.is_empty() {
+        let folded = std::fs::read_to_string(&outputs.folded).unwrap_or_default();
+        panic!(
+            "{}\nsummary:\n{summary}\nfolded:\n{folded}",
+            failures.join("\n")
+        );
+    }
 }
