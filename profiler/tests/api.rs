@@ -41,11 +41,13 @@ fn cpu_time() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// Spins until this thread has used `cpu` more CPU time.
+/// Spins until this thread has used `cpu` more CPU time. `mark` makes each caller's code its
+/// own: a release build merges functions whose machine code is identical (LLVM's
+/// `mergefunc`), and the three leaves below would otherwise be one function under one name.
 #[inline(always)]
-fn burn(cpu: Duration) -> u64 {
+fn burn(cpu: Duration, mark: u64) -> u64 {
     let until = cpu_time() + cpu;
-    let mut x = 0u64;
+    let mut x = std::hint::black_box(mark);
     while cpu_time() < until {
         for i in 0..10_000u64 {
             x = std::hint::black_box(x.wrapping_add(i));
@@ -56,32 +58,32 @@ fn burn(cpu: Duration) -> u64 {
 
 #[inline(never)]
 fn first_phase_leaf() -> u64 {
-    burn(Duration::from_millis(300))
+    burn(Duration::from_millis(300), 1)
 }
 
 #[inline(never)]
 fn first_phase() -> u64 {
-    first_phase_leaf() + 1
+    first_phase_leaf() ^ 0x11
 }
 
 #[inline(never)]
 fn second_phase_leaf() -> u64 {
-    burn(Duration::from_millis(300))
+    burn(Duration::from_millis(300), 2)
 }
 
 #[inline(never)]
 fn second_phase() -> u64 {
-    second_phase_leaf() + 1
+    second_phase_leaf() ^ 0x22
 }
 
 #[inline(never)]
 fn unsampled_leaf() -> u64 {
-    burn(Duration::from_millis(300))
+    burn(Duration::from_millis(300), 3)
 }
 
 #[inline(never)]
 fn unsampled_work() -> u64 {
-    unsampled_leaf() + 1
+    unsampled_leaf() ^ 0x33
 }
 
 #[inline(never)]
@@ -147,6 +149,21 @@ fn profile_this_process() {
         Ok("wall") => Clock::Wall,
         _ => Clock::Cpu,
     };
+    // The functions looked for are functions of their own in this build (see `burn`).
+    let functions = [
+        first_phase as usize,
+        first_phase_leaf as usize,
+        second_phase as usize,
+        second_phase_leaf as usize,
+        unsampled_work as usize,
+        unsampled_leaf as usize,
+    ];
+    for (i, f) in functions.iter().enumerate() {
+        assert!(
+            !functions[..i].contains(f),
+            "functions merged: {functions:x?}"
+        );
+    }
     let profiler = Profiler::start(Config {
         frequency: 1000,
         clock,
@@ -303,7 +320,7 @@ fn stop_deletes_every_timer() {
         ..Config::default()
     })
     .expect("Profiler::start");
-    std::hint::black_box(burn(Duration::from_millis(50)));
+    std::hint::black_box(burn(Duration::from_millis(50), 4));
     let profile = profiler.stop();
     assert!(!profile.samples.is_empty());
     let used = timers_used(&profile);
@@ -311,7 +328,7 @@ fn stop_deletes_every_timer() {
     assert_eq!(used.len(), 1, "{:?}", profile.counters.timers);
     let before = signals_after_stop();
     // 300 ms of CPU time: about 75 signals (one per kernel tick) if a timer is still armed.
-    std::hint::black_box(burn(Duration::from_millis(300)));
+    std::hint::black_box(burn(Duration::from_millis(300), 5));
     let after = signals_after_stop() - before;
     println!("{after} signals in 300 ms of CPU time after stop()");
     assert!(
@@ -396,17 +413,17 @@ fn sigtrap_timers_pass_the_programs_sigtraps_on() {
         ..Config::default()
     })
     .expect("Profiler::start");
-    std::hint::black_box(burn(Duration::from_millis(50)));
+    std::hint::black_box(burn(Duration::from_millis(50), 4));
     let before = profiler.report().samples.len();
     // SAFETY: raise has no preconditions.
     unsafe { libc::raise(libc::SIGTRAP) };
     if !with_handler {
         panic!("the process outlived a SIGTRAP whose action was the default");
     }
-    std::hint::black_box(burn(Duration::from_millis(50)));
+    std::hint::black_box(burn(Duration::from_millis(50), 4));
     // SAFETY: as above.
     unsafe { libc::raise(libc::SIGTRAP) };
-    std::hint::black_box(burn(Duration::from_millis(50)));
+    std::hint::black_box(burn(Duration::from_millis(50), 4));
     let profile = profiler.stop();
     let traps = PROGRAM_TRAPS.load(Ordering::Relaxed);
     println!(
