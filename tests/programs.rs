@@ -11,6 +11,13 @@
 //! threads, and a signal handler (`SIGUSR1`) interrupted by `SIGPROF`, so the stack crosses the
 //! kernel's signal frame (`__restore_rt`).
 //!
+//! Each thread is sampled by its own CPU clock (the agent's `AGENT_CLOCK=cpu`): one sample per
+//! millisecond of CPU time it used, so that every share below is a share of the CPU time the
+//! program ran, whatever the machine's load. (Sampled by the wall clock, a busy machine left the
+//! main thread waiting in `pthread_join` for more of the run, and the shares followed the load.
+//! Stacks through blocking calls are checked by the wall-clock tests: the profiler's armv7
+//! blocking-calls program, and its wall-clock behaviour test.)
+//!
 //! A stack is valid if:
 //! - the walk ended at the end-of-stack rule (or a zero return address);
 //! - seen outermost first, with frames outside the program's own modules collapsed to `[ext]`
@@ -191,6 +198,13 @@ fn report_with(
     if o.samples < MIN_SAMPLES {
         problems.push(format!("only {} samples (want {MIN_SAMPLES})", o.samples));
     }
+    // Samples with no program frame are left out of the call-graph check: this bound keeps
+    // that check meaningful. They stand for the CPU time spent in libc code whose tables stop
+    // walks (see `validate`); measured at 0-0.2 % of samples in the C builds on both
+    // architectures and 0.9 % in the armv7 Rust build. A defect in reading armhf libc's
+    // tables (its EXIDX_CANTUNWIND functions read from their instructions, see
+    // `unwind_dwarf::arm`) puts the workload's CPU time in `raise`, `clock_gettime` and the
+    // signal return path here: 5 % is well above the measured shares and well below that.
     if o.libc_tables * 20 > o.samples.max(1) {
         problems.push(format!(
             "{} of {} samples stopped inside libc's tables (want <= 5%)",
@@ -351,6 +365,7 @@ fn main() {
         let report_path = out.join(format!("workload-{tag}{}.txt", scan_suffix(scan)));
         run(Command::new(&w.exe)
             .env_remove("LD_LIBRARY_PATH")
+            .env("AGENT_CLOCK", "cpu")
             .env("AGENT_STACK_SCANNING", if scan { "1" } else { "0" })
             .arg(&report_path)
             .args([SECONDS, HZ]));
@@ -401,6 +416,7 @@ fn main() {
 
     let report_path = out.join("rust-workload.txt");
     run(Command::new(agent_dir.join("rust-workload"))
+        .env("AGENT_CLOCK", "cpu")
         .arg(&report_path)
         .args([SECONDS, HZ]));
     let text = std::fs::read_to_string(&report_path).expect("report");
@@ -442,6 +458,7 @@ fn arm_programs(
     let qemu = |exe: &Path| {
         let mut c = Command::new("qemu-arm");
         c.env_remove("LD_LIBRARY_PATH")
+            .env("AGENT_CLOCK", "cpu")
             .args(["-L", ARM_SYSROOT])
             .arg(exe);
         c
@@ -473,6 +490,12 @@ fn arm_programs(
         );
         (o, text)
     };
+    // Samples of every C build stopped inside libc's tables, of all their samples.
+    let mut libc_tables = (0usize, 0usize);
+    let mut count = |o: &Outcome| {
+        libc_tables.0 += o.libc_tables;
+        libc_tables.1 += o.samples;
+    };
     for isa in ["-marm", "-mthumb"] {
         for opt in ["-O0", "-O2", "-O3"] {
             let tag = format!(
@@ -482,6 +505,7 @@ fn arm_programs(
             );
             let flags = [opt, isa, "-g", "-fomit-frame-pointer", "-funwind-tables"];
             let (o, _) = sampled(&tag, &flags, false);
+            count(&o);
             report_with(
                 &format!("armv7 C {tag}"),
                 &o,
@@ -502,6 +526,7 @@ fn arm_programs(
             // Stack scanning off (the library's default), then on.
             for scan in [false, true] {
                 let (o, text) = sampled(&tag, &["-O2", isa, fp], scan);
+                count(&o);
                 let name = format!(
                     "armv7 C {tag} (no unwind tables, stack scanning {})",
                     if scan { "on" } else { "off" }
@@ -514,6 +539,20 @@ fn arm_programs(
                 report_with(&name, &o, &C_MUST_SEE_ARM, 0.005, passed, failed);
             }
         }
+    }
+    // The C workload's CPU time in libc is in `clock_gettime` (a system call under qemu-arm),
+    // `raise` and the signal return path, whose armhf functions are EXIDX_CANTUNWIND: read from
+    // their instructions, they unwind, and 0.01 % of these builds' samples stopped in libc (4
+    // of 36,000). Without that reading, 0.8 % did (11 to 31 per build), under each build's 5 %
+    // bound: this bound over all of them catches it.
+    let (stopped, of) = libc_tables;
+    println!("armv7 C builds: {stopped} of {of} samples stopped inside libc's tables");
+    if stopped * 500 > of {
+        failed.push(format!(
+            "armv7 C builds: {stopped} of {of} samples stopped inside libc's tables (want <= 0.2 %)"
+        ));
+    } else {
+        *passed += 1;
     }
 
     let report_path = out.join("rust-workload.txt");
@@ -534,6 +573,15 @@ fn arm_programs(
         passed,
         failed,
     );
+    // The Rust workload sorts and copies: 0.6 % of its samples stop in glibc's A32 `memcpy`,
+    // whose CANTUNWIND entry also covers Thumb code and is read as Thumb. Without the
+    // CANTUNWIND functions read from their instructions (`clock_gettime` too), 2.8 % did.
+    if o.libc_tables * 1000 > o.samples * 15 {
+        failed.push(format!(
+            "armv7 Rust release: {} of {} samples stopped inside libc's tables (want <= 1.5 %)",
+            o.libc_tables, o.samples
+        ));
+    }
     cross_unwind("armv7 Rust release", &samples, passed, failed);
 
     // A C program too, Thumb code, its samples captured the same way.

@@ -3,7 +3,10 @@
 //! Rust workload uses [`start`], [`register_thread`], [`unregister_thread`] and [`stop`].
 //!
 //! A sampler thread sends SIGPROF to every registered thread at the requested rate; the handler
-//! unwinds with `unwind_in_process::unwind_signal` into preallocated slots. `stop` symbolizes every sample
+//! unwinds with `unwind_in_process::unwind_signal` into preallocated slots. With `AGENT_CLOCK=cpu`
+//! it signals a thread only once that thread's own CPU clock has advanced by a period since its
+//! last signal: samples then stand for CPU time, whatever the machine's load (a thread blocked or
+//! waiting for a CPU gets none), as a CPU-time profiler's do. `stop` symbolizes every sample
 //! and writes one line per sample:
 //!
 //! ```text
@@ -195,15 +198,40 @@ pub fn start(hz: u32) -> Result<(), String> {
     register_thread()?;
     RUNNING.store(true, Ordering::Release);
     let period = Duration::from_secs_f64(1.0 / f64::from(hz.max(1)));
+    let cpu_clock = match std::env::var("AGENT_CLOCK").as_deref() {
+        Ok("cpu") => true,
+        Ok("wall") | Err(_) => false,
+        Ok(other) => return Err(format!("AGENT_CLOCK={other:?}: want cpu or wall")),
+    };
     let handle = std::thread::spawn(move || {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
+        let period_ns = period.as_nanos() as u64;
+        // Per slot: the thread last seen there and its CPU clock at its last signal.
+        let mut last = [(0i32, 0u64); MAX_THREADS];
         let mut sent = 0u64;
         while RUNNING.load(Ordering::Acquire) {
-            for t in &TIDS {
+            for (t, last) in TIDS.iter().zip(&mut last) {
                 let tid = t.load(Ordering::Acquire);
+                if tid == 0 {
+                    continue;
+                }
+                if cpu_clock {
+                    let Some(cpu) = thread_cpu_ns(tid) else {
+                        continue;
+                    };
+                    if last.0 != tid {
+                        *last = (tid, cpu);
+                    }
+                    if cpu.saturating_sub(last.1) < period_ns {
+                        continue;
+                    }
+                    // One signal however far the clock ran since (as a timer's overrun
+                    // would be); the next period counts from here.
+                    last.1 = cpu;
+                }
                 // SAFETY: signals a thread of this process; the SIGPROF handler is installed.
-                if tid != 0 && unsafe { libc::tgkill(pid, tid, libc::SIGPROF) } == 0 {
+                if unsafe { libc::tgkill(pid, tid, libc::SIGPROF) } == 0 {
                     sent += 1;
                 }
             }
@@ -213,6 +241,22 @@ pub fn start(hz: u32) -> Result<(), String> {
     });
     *SAMPLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
     Ok(())
+}
+
+/// The CPU time thread `tid` of this process has used, in nanoseconds (its CPU clock, read
+/// from another thread: `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of Linux's
+/// `posix-timers.h`), or `None` if it has exited.
+fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    let clock = (!(tid as libc::clockid_t) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is valid to write; an unknown clock id only makes the call fail.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Registers the calling thread with the unwinder and adds it to the sampled threads.
