@@ -254,13 +254,18 @@ fn churn_keeps_the_program_right_and_every_frame_in_a_module() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Every kind of CPU timer accounts for the threads' CPU time: the samples' periods (a POSIX
-/// timer's signal weighted by the expirations the kernel merged into it; one period per perf
-/// event signal) times the interval come to the CPU time the threads' own clocks measured,
-/// within 10 %, at 1 kHz and at 10 kHz. The perf event must be what `auto` picks here, and must
-/// deliver about one signal per period (at most 5 % of periods unsignalled), which a 250 Hz
-/// kernel's POSIX CPU timers cannot at these rates; so must the perf event that sends SIGTRAP
-/// itself.
+/// Every kind of CPU timer accounts for the threads' CPU time, at 1 kHz and at 10 kHz: the
+/// periods the timers counted times the interval come to the CPU time the threads' own clocks
+/// measured, within 10 %. For a POSIX timer those are its signals weighted by the expirations
+/// the kernel merged into each (`si_overrun`); for a perf event, its signals and the periods
+/// whose overflow found a signal still pending, which the kernel merges without a count (the
+/// event's own count says how many: "unsignalled"). How many merge follows the machine's load
+/// (how late the timer interrupt and the handler run), not the profiler: 0.1 % of
+/// perf-sigtrap's periods at 10 kHz on an idle machine, 1.2 % beside `scripts/test --busy`'s
+/// load, 5.3 % on another busy machine. What the test holds to is that a perf event signals
+/// each period, which a 250 Hz kernel's POSIX CPU timers cannot at these rates (75 % and
+/// 97.5 % of periods would be unsignalled): at most 25 % unsignalled. The perf event must be
+/// what `auto` picks here, and the one that sends SIGTRAP itself must do as well.
 #[test]
 fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,13 +295,18 @@ fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
             .unwrap_or_else(|| panic!("unreadable CPU time line: {cpu}"));
         let timers = field("timers");
         let signals: u64 = field("signals").parse().unwrap();
+        let periods: u64 = summary_text::required(&summary, "periods");
         let unsignalled = summary_text::count(&summary, "unsignalled").unwrap_or(0);
+        // The periods counted: the samples' and the unsignalled ones.
+        let counted = pct * (periods + unsignalled) as f64 / periods.max(1) as f64;
         println!(
-            "--timer {timer} --frequency {hz}: {timers}; {signals} signals, {unsignalled} unsignalled; {cpu}"
+            "--timer {timer} --frequency {hz}: {timers}; {signals} signals, {unsignalled} unsignalled \
+             ({:.2} % of the periods counted); {cpu}; counted {counted:.1} %",
+            100.0 * unsignalled as f64 / (periods + unsignalled).max(1) as f64
         );
         assert!(
-            (90.0..=110.0).contains(&pct),
-            "--timer {timer} at {hz} Hz: the periods cover {pct} % of the CPU time:\n{summary}"
+            (90.0..=110.0).contains(&counted),
+            "--timer {timer} at {hz} Hz: the periods counted cover {counted} % of the CPU time:\n{summary}"
         );
         let kind = match timer {
             "posix" => "timer_create",
@@ -307,13 +317,12 @@ fn cpu_timers_account_for_the_cpu_time_at_1_and_10_khz() {
             timers.split(" on ").next() == Some(kind) && !timers.contains(", "),
             "--timer {timer}: want every thread on {kind}, got {timers}"
         );
-        // Unsignalled periods are still accounted for (the check above); this bounds how many
-        // merge. 6 threads on 2 cores with other work running merged 2.5 % of perf-sigtrap's
-        // periods at 10 kHz (0.1 % on an idle machine).
+        // One signal per period, not per tick (see above).
         if timer != "posix" {
             assert!(
-                unsignalled * 20 <= signals,
-                "{unsignalled} periods unsignalled for {signals} signals"
+                unsignalled * 4 <= periods + unsignalled,
+                "{unsignalled} of {} periods unsignalled (want <= 25 %)",
+                periods + unsignalled
             );
         }
         let _ = std::fs::remove_dir_all(&out);
