@@ -151,12 +151,12 @@ fn profile_this_process() {
     };
     // The functions looked for are functions of their own in this build (see `burn`).
     let functions = [
-        first_phase as usize,
-        first_phase_leaf as usize,
-        second_phase as usize,
-        second_phase_leaf as usize,
-        unsampled_work as usize,
-        unsampled_leaf as usize,
+        first_phase as *const () as usize,
+        first_phase_leaf as *const () as usize,
+        second_phase as *const () as usize,
+        second_phase_leaf as *const () as usize,
+        unsampled_work as *const () as usize,
+        unsampled_leaf as *const () as usize,
     ];
     for (i, f) in functions.iter().enumerate() {
         assert!(
