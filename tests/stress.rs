@@ -1126,18 +1126,17 @@ fn main() {
         ),
     );
     for w in 0..WORKERS {
-        // Each worker's checks below are shares of the signals sent while it was on a CPU:
-        // they say something only if it ran. A share of the wall-clock time would follow the
-        // machine's load (the plugin worker, which waits for the loader's lock against the
-        // churn thread, ran 0.41 s of 10 s beside two CPU-bound processes); 0.1 s of its own
-        // CPU time is 250 signals, against 1.2-4.8 s here on a quiet machine and 0.4 s on a busy
-        // one. A worker that stops running (blocked by the unwinder's locks, or never started)
-        // fails it.
+        // Each worker's checks below are shares of its samples: they say something only if it
+        // has enough of them. (This was 5 % of the wall-clock time on a CPU, which follows the
+        // machine's load: the plugin worker, waiting for the loader's lock against the churn
+        // thread, ran 0.41 s of 10 s beside two CPU-bound processes, 1.2 s on a quiet machine,
+        // and had thousands of samples either way.) A worker whose signals the handler drops
+        // (unregistered, or refused) fails it.
         checks.check(
-            run.on_cpu[w] >= 0.1,
+            per_worker[w] >= 200,
             format!(
-                "worker {w} ran {:.2} s of CPU time while sampled (>= 0.1 s: {:.0} signals on a CPU)",
-                run.on_cpu[w], on_cpu_signals[w]
+                "worker {w}: {} samples >= 200 (it ran {:.2} s of CPU time while sampled)",
+                per_worker[w], run.on_cpu[w]
             ),
         );
         let want = (0.9 * on_cpu_signals[w]) as usize;
