@@ -627,6 +627,11 @@ fn read_function(
     let mut seeds: Vec<(u64, FrameState)> = Vec::new();
     let (mut out, mut backward) = read(code, start, isa, data, &seeds);
     for _ in 1..readings {
+        // Reading again only adds exits (in code that was a guess): a function already left
+        // through a bad exit, or holding a register block, is never confirmed.
+        if out.exits.iter().any(|e| !e.1) || !out.register_blocks.is_empty() {
+            break;
+        }
         let before = seeds.len();
         for (t, state) in backward {
             let in_guess = out.guessed.iter().any(|&(s, e)| s <= t && t < e);
