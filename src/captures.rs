@@ -182,6 +182,55 @@ impl Captures {
     }
 }
 
+impl Captures {
+    /// Writes every captured sample, in capture order, to `path` as a sequence
+    /// ([`unwind_samples::sequence`]) named `name`, with the modules of the published table;
+    /// the vdso's image goes next to it (`linux-vdso.so.1`), which the sequence names by a
+    /// relative path. Returns how many samples were written. Not async-signal-safe.
+    pub fn write_sequence(&self, path: &Path, name: &str) -> std::io::Result<usize> {
+        use std::io::Write as _;
+        use unwind_samples::offline::ModuleFile;
+        use unwind_samples::sequence::{write_sample, SampleRegs, Sequence};
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let vdso = crate::vdso_image();
+        let modules = crate::loaded_modules()
+            .into_iter()
+            .map(|m| {
+                let file = if m.name == "linux-vdso.so.1" && vdso.is_some() {
+                    std::path::PathBuf::from("linux-vdso.so.1")
+                } else {
+                    std::path::PathBuf::from(&m.name)
+                };
+                ModuleFile {
+                    path: file,
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                }
+            })
+            .collect();
+        if let Some(image) = vdso {
+            std::fs::write(dir.join("linux-vdso.so.1"), image)?;
+        }
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let head = Sequence {
+            name: name.to_string(),
+            modules,
+            samples: Vec::new(),
+        };
+        head.write(&mut out)?;
+        let mut written = 0;
+        for c in self.captured() {
+            let regs = SampleRegs::from(&c.stack.context);
+            write_sample(&mut out, c.thread_id, &regs, c.stack.base, c.bytes, c.pcs)?;
+            written += 1;
+        }
+        out.flush()?;
+        Ok(written)
+    }
+}
+
 /// The frames of one stored sample.
 #[derive(Clone, Copy, Debug)]
 pub struct StoredSample<'a> {

@@ -13,6 +13,7 @@ use unwind_core::x86_64::Rule;
 use unwind_core::{Cache, Memory, RuleTable, StackImage, X86_64};
 
 use crate::sample::Sample;
+use unwind_samples::offline::ModuleFile;
 
 /// Ours: the rule table built from the module files, and a cache.
 pub struct Ours {
@@ -31,8 +32,14 @@ impl Ours {
     /// Builds the table for `sample`'s modules, scanning the stack where rules and frame
     /// pointers end if `scan`.
     pub fn with_scanning(sample: &Sample, scan: bool) -> Self {
+        Self::from_modules(&sample.modules, scan)
+    }
+
+    /// Builds the table for `modules`, scanning the stack where rules and frame pointers end if
+    /// `scan`.
+    pub fn from_modules(modules: &[ModuleFile], scan: bool) -> Self {
         let (table, _) = unwind_samples::offline::table_from_files_with::<unwind_dwarf::X86_64>(
-            &sample.modules,
+            modules,
             NonZeroU32::MIN,
             scan,
         )
@@ -88,8 +95,13 @@ fn section(file: &object::File<'_>, name: &str) -> Option<(Range<u64>, Vec<u8>)>
 impl Framehop {
     /// Adds every module of `sample`, its sections read from the module files.
     pub fn new(sample: &Sample) -> Self {
+        Self::from_modules(&sample.modules)
+    }
+
+    /// Adds every module of `modules`, its sections read from the module files.
+    pub fn from_modules(modules: &[ModuleFile]) -> Self {
         let mut unwinder = UnwinderX86_64::new();
-        for m in &sample.modules {
+        for m in modules {
             let Ok(data) = std::fs::read(&m.path) else {
                 continue;
             };
@@ -130,12 +142,23 @@ impl Framehop {
     /// One unwind of `sample` into `pcs`; returns the frame count.
     #[inline(never)]
     pub fn unwind(&mut self, sample: &Sample, image: &StackImage<'_>, pcs: &mut [u64]) -> usize {
-        let r = sample.regs;
+        Self::unwind_with(&self.unwinder, &mut self.cache, sample.regs, image, pcs)
+    }
+
+    /// One unwind from `r` with `cache` (one per thread when replaying a sequence).
+    #[inline(never)]
+    pub fn unwind_with(
+        unwinder: &UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind>,
+        cache: &mut CacheX86_64<MustNotAllocateDuringUnwind>,
+        r: unwind_core::x86_64::Regs,
+        image: &StackImage<'_>,
+        pcs: &mut [u64],
+    ) -> usize {
         let mut read = |addr: u64| image.read_u64(addr).ok_or(());
-        let mut iter = self.unwinder.iter_frames(
+        let mut iter = unwinder.iter_frames(
             r.pc,
             UnwindRegsX86_64::new(r.pc, r.sp, r.fp),
-            &mut self.cache,
+            cache,
             &mut read,
         );
         let mut n = 0;

@@ -45,6 +45,9 @@ pub struct Config {
     /// Whether walks scan the stack for a return address where the unwind tables and the
     /// frame-pointer chain end ([`unwind_in_process::set_stack_scanning`]).
     pub stack_scanning: bool,
+    /// Samples whose registers and stack copy are also kept, from the first, and written to
+    /// `STEM.sequence` at exit (0: none): the benchmarks' input (`bench-sequence`).
+    pub capture_samples: usize,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             snapshot_signal: None,
             quiet: false,
             stack_scanning: false,
+            capture_samples: 0,
         }
     }
 }
@@ -133,6 +137,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "",
         env: "UNWIND_PROFILER_STACK_SCANNING",
         help: "where a frame has no unwind rule and no frame pointer leads on, look up the stack for a return address just after a call (as Breakpad does): deeper stacks through code without unwind tables, at the risk of a stale frame; those frames are counted in the summary (default off)",
+    },
+    OptionSpec {
+        flag: "--capture-samples",
+        value: "N",
+        env: "UNWIND_PROFILER_CAPTURE_SAMPLES",
+        help: "also keep the registers and a copy of the stack (up to 512 KiB) of the first N samples, 1 to 100000, and write them to STEM.sequence at exit, for replaying them in order elsewhere (benches: bench-sequence); N x 512 KiB of address space is reserved at start, and used as far as the stacks reach (default 0: none)",
     },
     OptionSpec {
         flag: "--quiet",
@@ -257,6 +267,14 @@ impl Config {
                         .filter(|n| (1..=crate::sampler::MAX_FRAMES).contains(n))
                         .ok_or_else(|| err(o.env, &v, "a depth from 1 to 256"))?
                 }
+                "UNWIND_PROFILER_CAPTURE_SAMPLES" => {
+                    c.capture_samples = v
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|n| (0..=100_000).contains(n))
+                        .ok_or_else(|| err(o.env, &v, "a count from 0 to 100000"))?
+                }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_STACK_SCANNING" => {
                     c.stack_scanning = !matches!(v.trim(), "" | "0")
@@ -294,6 +312,7 @@ impl Config {
             max_frames: self.max_frames,
             ring_words: self.ring_words,
             stack_scanning: self.stack_scanning,
+            capture_samples: self.capture_samples,
         }
     }
 }

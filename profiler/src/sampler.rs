@@ -193,6 +193,23 @@ pub struct Timing {
     pub ring_words: usize,
     /// Whether walks scan the stack: the handler then counts the frames scans found.
     pub stack_scanning: bool,
+    /// How many of the first samples are also captured (registers and stack copy), 0 for none.
+    pub capture_samples: usize,
+}
+
+/// Bytes of stack copied per captured sample.
+const CAPTURE_BYTES: usize = 512 * 1024;
+
+/// The captured samples ([`Timing::capture_samples`]), allocated at [`install`].
+static CAPTURES: std::sync::OnceLock<unwind_in_process::Captures> = std::sync::OnceLock::new();
+
+/// Writes the captured samples, in the order they were taken, to `path` as a sequence named
+/// `name` ([`unwind_in_process::Captures::write_sequence`]); `Ok(None)` if none were asked for.
+pub fn write_sequence(path: &std::path::Path, name: &str) -> std::io::Result<Option<usize>> {
+    match CAPTURES.get() {
+        Some(c) => c.write_sequence(path, name).map(Some),
+        None => Ok(None),
+    }
 }
 
 static TIMING: std::sync::OnceLock<Timing> = std::sync::OnceLock::new();
@@ -248,6 +265,14 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         return Err(std::io::Error::other("sampling was already set up"));
     }
     MAX_FRAMES_NOW.store(timing.max_frames.clamp(1, MAX_FRAMES), Relaxed);
+    if timing.capture_samples > 0 {
+        let _ = CAPTURES.set(unwind_in_process::Captures::new(
+            timing.capture_samples,
+            1,
+            CAPTURE_BYTES,
+            MAX_FRAMES,
+        ));
+    }
     SCANNING.store(timing.stack_scanning, Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
     set_handler(timing.timer.signal, on_signal, None)?;
@@ -669,6 +694,10 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
     c.scanned.add(scanned);
     c.unwind_ns.add(t1.wrapping_sub(t0));
     c.store_ns.add(t2.wrapping_sub(t1));
+    if let Some(captures) = CAPTURES.get() {
+        // SAFETY: `uc` is this handler's context, on the interrupted (registered) thread.
+        unsafe { captures.capture(uc, stack, result.stop) };
+    }
 }
 
 /// A decoded ring record.

@@ -256,6 +256,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--signal" => "USR1",
             "--snapshot-signal" => "USR2",
             "--max-frames" => "64",
+            "--capture-samples" => "10",
             "--quiet" | "--stack-scanning" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };
@@ -499,6 +500,51 @@ fn exit_from_another_thread_writes_the_outputs() {
         println!("{leaf} under {parent}: {n} samples");
         assert!(n >= 100, "{leaf} under {parent}: {n} samples");
     }
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
+
+/// `--capture-samples N` writes the first N samples, registers and stacks, as a sequence; walked
+/// again away from the process, with a table built from the module files, every one gives the
+/// frames the handler found (so the benchmarks that replay sequences measure the handler's work).
+#[test]
+fn captured_samples_replay_to_the_frames_the_handler_found() {
+    use unwind_samples::sequence::{SampleRegs, Sequence};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("exit_from_thread", &["--capture-samples", "300"])
+    else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let seq = Sequence::load(&out_dir.join("profile.sequence"), None).expect("profile.sequence");
+    assert_eq!(seq.samples.len(), 300, "the first 300 samples");
+    assert!(seq
+        .modules
+        .iter()
+        .any(|m| m.path.ends_with("exit_from_thread")));
+    let threads: std::collections::BTreeSet<u32> = seq.samples.iter().map(|s| s.thread).collect();
+    assert!(
+        threads.len() >= 2,
+        "samples of the two workers: {threads:?}"
+    );
+    let (table, errors) = unwind_samples::offline::table_from_files::<unwind_dwarf::X86_64>(
+        &seq.modules,
+        std::num::NonZeroU32::MIN,
+    )
+    .expect("table");
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut cache = Box::new(unwind_core::Cache::<unwind_dwarf::X86_64>::new());
+    let mut pcs = [0u64; 256];
+    let mut deep = 0;
+    for (i, s) in seq.samples.iter().enumerate() {
+        let SampleRegs::X86_64(regs) = s.regs else {
+            panic!("sample {i}: not x86_64");
+        };
+        let image = unwind_core::StackImage::new(s.base, &s.stack);
+        let r = unwind_core::unwind(&table, &mut cache, regs, &image, &mut pcs, None);
+        assert_eq!(&pcs[..r.frames], &s.pcs[..], "sample {i}");
+        deep += usize::from(r.frames >= 5);
+    }
+    assert!(deep >= 250, "{deep} of 300 samples with 5 frames or more");
     let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
 }
 

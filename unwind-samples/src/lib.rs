@@ -8,6 +8,7 @@
 //! - [`symbolize`]: function names for addresses, from ELF symbol tables;
 //! - [`offline`]: rule tables rebuilt from module files ([`offline::table_from_files`]), and
 //!   the armv7 sample file format ([`offline::ArmSample`]);
+//! - [`sequence`]: consecutive samples of a process, for replaying in order ([`sequence::Sequence`]);
 //! - the `unwind-syms` binary: Breakpad symbol files from ELF files.
 //!
 //! The in-process side (registers from a signal's `ucontext`, stack copies, the modules of the
@@ -41,6 +42,7 @@
 pub mod context;
 pub mod minidump;
 pub mod offline;
+pub mod sequence;
 pub mod symbolize;
 pub mod trace;
 

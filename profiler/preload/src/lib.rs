@@ -126,6 +126,18 @@ extern "C" fn at_exit() {
         }
         Err(e) => eprintln!("unwind-profiler: {e}"),
     }
+    let sequence = dir.join(format!("{stem}.sequence"));
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    match unwind_profiler::sampler::write_sequence(&sequence, comm.trim()) {
+        Ok(Some(n)) if !quiet => {
+            eprintln!(
+                "unwind-profiler: {n} samples captured in {}",
+                sequence.display()
+            )
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("unwind-profiler: {}: {e}", sequence.display()),
+    }
 }
 
 /// The C library's `pthread_create`, found once with `dlsym(RTLD_NEXT)`.

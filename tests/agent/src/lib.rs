@@ -34,7 +34,9 @@ static SAMPLES: OnceLock<unwind_in_process::Samples> = OnceLock::new();
 /// unwound again elsewhere (armv7 samples on the x86_64 host) and compared: every
 /// `AGENT_SAMPLES_EVERY`-th unwound sample (default 1), up to `AGENT_SAMPLES_MAX` of them
 /// (default 200), each as `NNNN.sample` (text header, `---`, stack bytes) and `NNNN.dmp` (a
-/// minidump with the frames in `unwind_samples::minidump::UNWOUND_STREAM`).
+/// minidump with the frames in `unwind_samples::minidump::UNWOUND_STREAM`). With `AGENT_SEQUENCE`
+/// set (a file path), they are written there as one sequence instead
+/// ([`unwind_in_process::Captures::write_sequence`]: the benchmarks replay it in order).
 const DEFAULT_CAPTURE_SAMPLES: usize = 200;
 const CAPTURE_BYTES: usize = 64 * 1024;
 
@@ -156,7 +158,9 @@ pub unsafe extern "C" fn agent_handle_signal(
 /// without installing a handler or starting a sampler.
 pub fn init() -> Result<(), String> {
     SAMPLES.get_or_init(|| unwind_in_process::Samples::new(MAX_SAMPLES, MAX_FRAMES));
-    if std::env::var_os("AGENT_SAMPLES_DIR").is_some() {
+    if std::env::var_os("AGENT_SAMPLES_DIR").is_some()
+        || std::env::var_os("AGENT_SEQUENCE").is_some()
+    {
         let max = env_count("AGENT_SAMPLES_MAX", DEFAULT_CAPTURE_SAMPLES);
         let every = env_count("AGENT_SAMPLES_EVERY", 1);
         CAPTURES.get_or_init(|| {
@@ -296,7 +300,14 @@ pub fn stop() -> String {
     for t in &TIDS {
         t.store(0, Ordering::Release);
     }
-    if let Ok(dir) = std::env::var("AGENT_SAMPLES_DIR") {
+    if let (Ok(path), Some(caps)) = (std::env::var("AGENT_SEQUENCE"), CAPTURES.get()) {
+        let name = std::env::args().next().unwrap_or_default();
+        let name = name.rsplit('/').next().unwrap_or_default();
+        match caps.write_sequence(std::path::Path::new(&path), name) {
+            Ok(n) => eprintln!("agent: {n} samples written to {path}"),
+            Err(e) => eprintln!("agent: writing {path}: {e}"),
+        }
+    } else if let Ok(dir) = std::env::var("AGENT_SAMPLES_DIR") {
         write_captures(&dir);
     }
     let sym = unwind_in_process::symbolizer();

@@ -1,0 +1,219 @@
+//! The headline figures: sequences of real programs' samples (`target/bench-sequences`,
+//! captured by `scripts/bench`), replayed in order by `bench-sequence`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use super::{field, run};
+
+/// The programs, in the order of the table, with the directory `scripts/bench` captured each
+/// into and whether it is a 32-bit ARM sequence (replayed on this host with the sysroot's files).
+const PROGRAMS: [(&str, &str, bool); 5] = [
+    (
+        "cc1",
+        "`gcc -O2 -c` of a generated 400-function C file",
+        false,
+    ),
+    (
+        "python3",
+        "python3 on a JSON, regex and recursion script",
+        false,
+    ),
+    ("rustfmt", "rustfmt on a generated 1.8 MB Rust file", false),
+    (
+        "demo",
+        "the demo workload (`scripts/demo`), 6 threads",
+        false,
+    ),
+    (
+        "armv7",
+        "the test agent's Rust workload under qemu-arm",
+        true,
+    ),
+];
+
+/// One program's figures.
+struct Row {
+    name: &'static str,
+    what: &'static str,
+    arm: bool,
+    samples: u64,
+    frames: u64,
+    threads: u64,
+    hit_rate: f64,
+    misses_per_sample: f64,
+    instr_per_frame: f64,
+    /// `None` without misses.
+    instr_per_miss: Option<f64>,
+    warm_ns: f64,
+    evicted_ns: f64,
+    differing: u64,
+    framehop: Option<(f64, f64, f64)>,
+}
+
+/// Instructions collected under callgrind inside functions matching `pattern`.
+fn collected(bin: &Path, pattern: &str, args: &[&str]) -> Result<(u64, String), String> {
+    let (stdout, stderr) = run(Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(format!("--toggle-collect={pattern}"))
+        .arg(bin)
+        .args(args))?;
+    let n = stderr
+        .lines()
+        .find_map(|l| l.split("Collected :").nth(1))
+        .and_then(|v| v.trim().replace(',', "").parse().ok())
+        .ok_or_else(|| format!("no instruction count from callgrind:\n{stderr}"))?;
+    Ok((n, stdout))
+}
+
+/// Instructions one pass in order costs inside `pattern`: (N = 1) - (N = 0).
+fn one_pass(bin: &Path, pattern: &str, args: &[&str]) -> Result<(u64, String), String> {
+    let mut a = args.to_vec();
+    let n0 = a.iter().position(|&x| x == "N").ok_or("no N")?;
+    a[n0] = "0";
+    let (zero, _) = collected(bin, pattern, &a)?;
+    a[n0] = "1";
+    let (one, out) = collected(bin, pattern, &a)?;
+    Ok((one.saturating_sub(zero), out))
+}
+
+/// The number after `name ` in the line of `out` that starts with `who:`.
+fn of(out: &str, who: &str, name: &str) -> f64 {
+    out.lines()
+        .find(|l| l.starts_with(who))
+        .and_then(|l| {
+            let mut w = l.split_whitespace();
+            while let Some(x) = w.next() {
+                if x == name {
+                    return w.next().and_then(|v| v.parse().ok());
+                }
+            }
+            None
+        })
+        .unwrap_or(f64::NAN)
+}
+
+fn measure(
+    bin: &Path,
+    dir: &Path,
+    program: (&'static str, &'static str, bool),
+) -> Result<Row, String> {
+    let (name, what, arm) = program;
+    let path = dir.join(name).join(format!("{name}.sequence"));
+    if !path.exists() {
+        return Err(format!(
+            "{}: missing (scripts/bench captures it)",
+            path.display()
+        ));
+    }
+    let p = path.to_string_lossy().into_owned();
+    let mut args: Vec<&str> = vec![&p];
+    if arm {
+        args.extend(["--sysroot", super::ARM_SYSROOT]);
+    }
+    eprintln!("bench-report: sequence {name}");
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        let mut a = args.clone();
+        a.extend(extra);
+        a
+    };
+    let (counts, _) = run(Command::new(bin).args(with(&["counts"])))?;
+    let (walk, passed) = one_pass(
+        bin,
+        "*OursReplay*::walk_with",
+        &with(&["passes", "N", "ours"]),
+    )?;
+    let (fill, _) = one_pass(bin, "*Cache*::fill", &with(&["passes", "N", "ours"]))?;
+    let frames = field(&passed, "frames");
+    let misses = field(&passed, "misses");
+    let (time, _) = run(Command::new(bin).args(with(&["time", "5", "8"])))?;
+    let framehop = if arm {
+        None
+    } else {
+        let (fh, out) = one_pass(
+            bin,
+            "*Framehop::unwind_with",
+            &with(&["passes", "N", "framehop"]),
+        )?;
+        Some((
+            fh as f64 / field(&out, "frames").max(1) as f64,
+            of(&time, "framehop:", "warm"),
+            of(&time, "framehop:", "evicted"),
+        ))
+    };
+    Ok(Row {
+        name,
+        what,
+        arm,
+        samples: of(&counts, "ours:", "samples") as u64,
+        frames: of(&counts, "ours:", "frames") as u64,
+        threads: of(&counts, "threads", "threads") as u64,
+        hit_rate: of(&counts, "ours:", "hits"),
+        misses_per_sample: misses as f64 / of(&counts, "ours:", "samples").max(1.0),
+        instr_per_frame: walk as f64 / frames.max(1) as f64,
+        instr_per_miss: (misses > 0).then(|| fill as f64 / misses as f64),
+        warm_ns: of(&time, "ours:", "warm"),
+        evicted_ns: of(&time, "ours:", "evicted"),
+        differing: of(&counts, "ours:", "differing") as u64,
+        framehop,
+    })
+}
+
+/// The section (markdown) and its lines for the figures block.
+pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), String> {
+    let bin = bin_dir.join("bench-sequence");
+    let dir = target.join("bench-sequences");
+    let rows = PROGRAMS
+        .iter()
+        .map(|&p| measure(&bin, &dir, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut md = String::new();
+    let mut lines = Vec::new();
+    let _ = writeln!(md, "## Real programs' sample sequences (the headline)\n");
+    let _ = writeln!(md, "| program | samples | frames/sample | threads | hit rate | misses/sample | instr/frame | instr/miss | ns/frame warm | ns/frame evicted | framehop instr/frame | framehop ns/frame warm | framehop ns/frame evicted |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let fh = match r.framehop {
+            Some((i, w, e)) => format!("{i:.1} | {w:.1} | {e:.0}"),
+            None => "- | - | -".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {}{} | {} | {:.1} | {} | {:.2} % | {:.3} | {:.1} | {} | {:.1} | {:.0} | {fh} |",
+            r.name,
+            if r.arm { " (host)" } else { "" },
+            r.samples,
+            r.frames as f64 / r.samples.max(1) as f64,
+            r.threads,
+            r.hit_rate,
+            r.misses_per_sample,
+            r.instr_per_frame,
+            r.instr_per_miss.map_or("-".into(), |m| format!("{m:.0}")),
+            r.warm_ns,
+            r.evicted_ns,
+        );
+        lines.push(format!(
+            "sequence {}: {:.2} % hits, {:.2} misses/sample, {:.1} instructions/frame, {}/miss, {:.1} ns/frame warm, {:.0} evicted",
+            r.name, r.hit_rate, r.misses_per_sample, r.instr_per_frame,
+            r.instr_per_miss.map_or("-".into(), |m| format!("{m:.0}")), r.warm_ns, r.evicted_ns
+        ));
+    }
+    let _ = writeln!(md);
+    for r in &rows {
+        let _ = writeln!(md, "- **{}**: {}.", r.name, r.what);
+    }
+    let differing: u64 = rows.iter().map(|r| r.differing).sum();
+    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure is of one pass after one untimed pass (the caches as a running profiler has them). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions in the cache's miss path (victim checks included) per lookup that went to the table. *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {}, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", evict_note(), super::ARM_SYSROOT);
+    Ok((md, lines))
+}
+
+fn evict_note() -> String {
+    match unwind_benches::replay::last_level_cache_bytes() {
+        Some(b) => format!(
+            "{} MiB",
+            (b * 3 / 2).min(unwind_benches::replay::MAX_EVICT_BYTES) >> 20
+        ),
+        None => "64 MiB".into(),
+    }
+}
