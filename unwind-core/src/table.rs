@@ -5,7 +5,16 @@
 //! (`u16`), 6 bytes per extent. An extent runs to the next start; gaps between described ranges
 //! are extents whose rule index is a reserved value that is never a dictionary index (lookups
 //! there answer `None`). Real binaries have few distinct rules (hundreds), so the dictionary is
-//! small and rows are found with one binary search.
+//! small.
+//!
+//! A lookup goes through a page index rather than a binary search of all the starts: for every
+//! page of the module's addresses (a power of two chosen so that a page holds about 8 extents on
+//! average), the index of the extent that contains the page's first byte. The extent of an
+//! address is then between the index of its page and that of the next page, a few starts in one
+//! cache line: a lookup reads the page index, one line of starts and the rule, where a binary
+//! search over a large module's starts (cc1: 594,000 extents) made about 20 dependent reads,
+//! most of them cache misses in a signal handler (the OpenTelemetry eBPF profiler's stack-delta
+//! pages do the same). The index costs 4 bytes a page, about half a byte per extent.
 //!
 //! A [`RuleTable`] is the set of modules of one process (or sample), sorted by load address,
 //! with a generation number that caches use to notice a replaced table. Module rules are shared
@@ -74,6 +83,11 @@ pub struct ModuleRules<R> {
     starts: Vec<u32>,
     /// Each extent's dictionary index, or [`NO_RULE`] for a gap.
     rules: Vec<u16>,
+    /// For page `p` (addresses `base + (p << page_shift)` on), the index in `starts` of the
+    /// extent containing the page's first byte; one more entry ends the last page.
+    pages: Vec<u32>,
+    /// log2 of the page size.
+    page_shift: u8,
     dict: Vec<R>,
     exprs: Vec<Expr>,
     stats: BuildStats,
@@ -86,6 +100,8 @@ impl<R: Copy> ModuleRules<R> {
             base: 0,
             starts: Vec::new(),
             rules: Vec::new(),
+            pages: Vec::new(),
+            page_shift: 0,
             dict: Vec::new(),
             exprs: Vec::new(),
             stats: BuildStats::default(),
@@ -102,7 +118,13 @@ impl<R: Copy> ModuleRules<R> {
     #[inline]
     pub fn lookup_index(&self, svma: u64) -> Option<u16> {
         let rel = u32::try_from(svma.checked_sub(self.base)?).ok()?;
-        let i = self.starts.partition_point(|&s| s <= rel).checked_sub(1)?;
+        let page = usize::try_from(rel >> self.page_shift).ok()?;
+        // The extent is between the one holding the page's first byte and the one holding the
+        // next page's (inclusive); past the last page there is none.
+        let first = *self.pages.get(page)? as usize;
+        let last = *self.pages.get(page + 1)? as usize;
+        let near = self.starts.get(first + 1..=last)?;
+        let i = first + near.partition_point(|&s| s <= rel);
         let r = *self.rules.get(i)?;
         (r != NO_RULE).then_some(r)
     }
@@ -175,6 +197,7 @@ impl<R: Copy> ModuleRules<R> {
     pub fn bytes(&self) -> usize {
         self.starts.len() * 4
             + self.rules.len() * 2
+            + self.pages.len() * 4
             + self.dict.len() * core::mem::size_of::<R>()
             + self.exprs.len() * core::mem::size_of::<Expr>()
     }
@@ -283,15 +306,48 @@ impl<R: Copy + Ord> ModuleRulesBuilder<R> {
         }
         starts.shrink_to_fit();
         rules.shrink_to_fit();
+        let (pages, page_shift) = page_index(&starts);
         Ok(ModuleRules {
             base,
             starts,
             rules,
+            pages,
+            page_shift,
             dict: self.dict,
             exprs: self.exprs,
             stats,
         })
     }
+}
+
+/// Extents per page the page size aims at: enough that the index stays small (half a byte per
+/// extent), few enough that an extent's starts are in one cache line.
+const EXTENTS_PER_PAGE: u64 = 8;
+
+/// The page index of sorted extent `starts` and its page size (log2): the smallest power of two,
+/// at least 16 bytes, whose pages hold [`EXTENTS_PER_PAGE`] extents on average.
+fn page_index(starts: &[u32]) -> (Vec<u32>, u8) {
+    let Some(&end) = starts.last() else {
+        return (Vec::new(), 0);
+    };
+    let extents = (starts.len() as u64).max(1);
+    let mut shift = 4u8;
+    while shift < 31 && (u64::from(end) >> shift) * EXTENTS_PER_PAGE > extents {
+        shift += 1;
+    }
+    let pages = (u64::from(end) >> shift) as usize + 1;
+    let mut index = Vec::with_capacity(pages + 1);
+    let mut i = 0usize;
+    for p in 0..=pages as u64 {
+        let at = p << shift;
+        // The last extent whose start is at or below the page's first byte (extent 0 for
+        // addresses below the first start, which is 0).
+        while i + 1 < starts.len() && u64::from(starts[i + 1]) <= at {
+            i += 1;
+        }
+        index.push(i as u32);
+    }
+    (index, shift)
 }
 
 /// One module placed in a process: its rules, where it is loaded, and its name.
@@ -575,6 +631,45 @@ mod tests {
         assert_eq!(m.bytes_without_rules(0x18, 0x44), 0x2c - (0x18 + 4));
         assert_eq!(m.bytes_without_rules(0x30, 0x40), 0x10);
         assert_eq!(m.bytes_without_rules(0x50, 0x10), 0);
+    }
+
+    /// Lookups through the page index answer what a binary search over every start answers, at
+    /// every address of modules with dense, sparse and mixed extents (pages of 16 bytes to
+    /// many KiB), and below and past the module.
+    #[test]
+    fn page_index_lookups_agree_with_a_full_binary_search() {
+        use proptest::prelude::*;
+        let rows = proptest::collection::vec((0u64..64, 1u64..4096, 0u8..6), 1..300);
+        proptest!(ProptestConfig::with_cases(200), |(rows in rows, gap_every in 1usize..5)| {
+            let mut b = ModuleRulesBuilder::new();
+            let mut at = 0x1000u64;
+            for (i, &(gap, len, rule)) in rows.iter().enumerate() {
+                if i % gap_every == 0 {
+                    at += gap;
+                }
+                b.push(at, at + len, rule).unwrap();
+                at += len;
+            }
+            let m = b.build().unwrap();
+            let full = |svma: u64| -> Option<u8> {
+                let rel = u32::try_from(svma.checked_sub(m.base)?).ok()?;
+                let i = m.starts.partition_point(|&s| s <= rel).checked_sub(1)?;
+                m.rule(*m.rules.get(i)?).copied()
+            };
+            let end = at + 64;
+            let step = (end / 20_000).max(1);
+            for svma in (0x0f00..end).step_by(step as usize) {
+                prop_assert_eq!(m.lookup(svma), full(svma), "at {:#x}", svma);
+            }
+            for w in m.starts.windows(2) {
+                for svma in [w[0], w[1].saturating_sub(1)] {
+                    let svma = m.base + u64::from(svma);
+                    prop_assert_eq!(m.lookup(svma), full(svma), "at {:#x}", svma);
+                }
+            }
+            // The index is small: at most one entry per 8 extents on average, or a few pages.
+            prop_assert!(m.pages.len() <= m.starts.len() / 4 + 3, "{} pages for {} starts", m.pages.len(), m.starts.len());
+        });
     }
 
     #[test]
