@@ -75,6 +75,18 @@ pub fn table_from_files_with<A: unwind_dwarf::DwarfArch>(
     Ok((builder.build()?, errors))
 }
 
+/// ARM registers from the words the sample formats write, in the order `pc lr sp r12 r11 r7`.
+pub(crate) fn arm_regs([pc, lr, sp, r12, r11, r7]: [u32; 6]) -> unwind_core::arm::Regs {
+    unwind_core::arm::Regs {
+        pc,
+        lr,
+        sp,
+        r12,
+        r11,
+        r7,
+    }
+}
+
 /// An armv7 sample as the test agent writes it: registers, a copy of the stack, the PCs found
 /// in the signal handler, and the modules (paths as the sampled process saw them).
 ///
@@ -116,15 +128,7 @@ impl ArmSample {
                         .filter_map(hex)
                         .map(|x| x as u32)
                         .collect();
-                    let [pc, lr, sp, r12, r11, r7] = v.as_slice().try_into().ok()?;
-                    s.regs = unwind_core::arm::Regs {
-                        pc,
-                        lr,
-                        sp,
-                        r12,
-                        r11,
-                        r7,
-                    };
+                    s.regs = arm_regs(v.as_slice().try_into().ok()?);
                 }
                 Some("stack") => s.base = hex(f.get(1)?)?,
                 Some("pcs") => s.pcs = f.get(1)?.split(',').filter_map(hex).collect(),

@@ -224,15 +224,7 @@ fn parse_sample(line: &str) -> Option<(SequenceSample, usize)> {
             for v in &mut r {
                 *v = u32::try_from(hex(f.next()?)?).ok()?;
             }
-            let [pc, lr, sp, r12, r11, r7] = r;
-            SampleRegs::Arm(unwind_core::arm::Regs {
-                pc,
-                lr,
-                sp,
-                r12,
-                r11,
-                r7,
-            })
+            SampleRegs::Arm(crate::offline::arm_regs(r))
         }
         _ => return None,
     };
