@@ -544,6 +544,7 @@ fn captured_samples_replay_to_the_frames_the_handler_found() {
         assert_eq!(&pcs[..r.frames], &s.pcs[..], "sample {i}");
         deep += usize::from(r.frames >= 5);
     }
+    println!("{deep} of 300 samples with 5 frames or more");
     assert!(deep >= 250, "{deep} of 300 samples with 5 frames or more");
     let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
 }
