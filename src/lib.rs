@@ -371,7 +371,9 @@ pub fn vdso_image() -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
 }
 
-/// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache.
+/// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache
+/// (about 400 KiB on x86_64, 530 KiB on ARM, most of it the cache's second level: see
+/// [`unwind_core::cache`]).
 /// Must be called outside signal handlers (it allocates). Idempotent.
 pub fn register_thread() -> Result<(), Error> {
     threads::register().map_err(Error::Io)

@@ -64,7 +64,7 @@ pub mod x86_64;
 
 pub use arch::{Arch, Step};
 pub use arm::Arm;
-pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS};
+pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS, SECOND_LEVEL_SETS, SECOND_LEVEL_WAYS};
 pub use memory::{LiveStack, Memory, StackImage};
 pub use scan::{CallFit, ReturnSites};
 pub use table::{Found, ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
