@@ -27,9 +27,9 @@
 //! least recently used out, holding every answer the table gave. Real programs' return
 //! addresses do not fit 509 slots: replayed in order, cc1's samples (6,389 distinct addresses in
 //! 60,479 lookups) hit the slots 77.6 % of the time, python3's 94.5 %, and each miss is a table
-//! lookup on cold memory. The sets are allocated once, when the cache is made (never in a
-//! handler), and stamped with the cache's epoch, so that a new table (or [`Cache::clear`])
-//! empties them without writing them.
+//! lookup on cold memory. The sets are allocated once, zeroed, when the cache is made (never in
+//! a handler), and stamped with the cache's epoch, so that a new table (or [`Cache::clear`])
+//! empties them without writing them; their memory is committed as sets are first used.
 //!
 //! Its size is chosen by those sequences (`bench-sequence`, the second pass of each, 4 ways):
 //!
@@ -41,12 +41,12 @@
 //! | 4096 | 16,384 | 384 KiB | 99.4 % | 99.99 % | 100 % |
 //!
 //! 4096 sets: cc1's working set (6,389 distinct return addresses in 3 s) needs about twice its
-//! size. The cost is 384 KiB per cache on x86_64 (24-byte entries) and 512 KiB on ARM (32), that
-//! is per registered thread in-process: smaller entries (a key and a rule reference) or one
-//! second level shared by the threads would cut it.
+//! size. It reserves 384 KiB per cache on x86_64 (24-byte entries) and 512 KiB on ARM (32), per
+//! registered thread in-process, committed only as far as the thread's samples reach: smaller
+//! entries (a key and a rule reference) or one second level shared by the threads would cut it.
 
 use alloc::boxed::Box;
-use alloc::vec;
+use core::mem::MaybeUninit;
 
 use crate::arch::Arch;
 use crate::table::RuleTable;
@@ -135,12 +135,48 @@ pub const SECOND_LEVEL_SETS: usize = 4096;
 /// Entries per set of the second level.
 pub const SECOND_LEVEL_WAYS: usize = 4;
 
-/// A set of the second level: its entries, most recently used first, valid only if `epoch` is
-/// the cache's.
-#[derive(Clone, Copy, Debug)]
+/// A set of the second level: its entries' addresses and rules, most recently used first,
+/// valid only if `epoch` is the cache's. All zeros is a valid (empty) set, so the second level
+/// is allocated zeroed and its memory is committed only as sets are used: a thread that is
+/// rarely sampled costs little of it.
 struct Set<S> {
     epoch: u32,
-    ways: [Entry<S>; SECOND_LEVEL_WAYS],
+    keys: [u64; SECOND_LEVEL_WAYS],
+    /// Written together with its key by [`Cache::second_level`]: initialized wherever the key
+    /// is not [`INVALID`] in a set of the current epoch.
+    rules: [MaybeUninit<Cached<S>>; SECOND_LEVEL_WAYS],
+}
+
+/// The second level's sets, allocated zeroed (empty, and committed by the system only when
+/// first written).
+fn zeroed_sets<S: Copy>() -> Box<[Set<S>]> {
+    let layout = core::alloc::Layout::new::<[Set<S>; SECOND_LEVEL_SETS]>();
+    // SAFETY: the layout's size is not zero (thousands of sets of at least 36 bytes).
+    let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) }.cast::<Set<S>>();
+    if ptr.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of exactly
+    // `SECOND_LEVEL_SETS` sets, which a boxed slice of them frees with; all zeros is a valid
+    // `Set` (integers and `MaybeUninit`s).
+    unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, SECOND_LEVEL_SETS)) }
+}
+
+impl<S: Copy> Clone for Set<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Copy> Copy for Set<S> {}
+
+impl<S> core::fmt::Debug for Set<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Set")
+            .field("epoch", &self.epoch)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The set of `addr`: the top bits of a 64-bit Fibonacci hash, independent of the bits that
@@ -234,14 +270,7 @@ impl<A: Arch> Cache<A> {
             generation: 0,
             entries: [empty; CACHE_SLOTS],
             victims: [empty; VICTIM_SLOTS],
-            second: vec![
-                Set {
-                    epoch: 0,
-                    ways: [empty; SECOND_LEVEL_WAYS],
-                };
-                SECOND_LEVEL_SETS
-            ]
-            .into_boxed_slice(),
+            second: zeroed_sets(),
             epoch: 0,
             lookups: 0,
             misses: 0,
@@ -365,18 +394,25 @@ impl<A: Arch> Cache<A> {
     #[inline(always)]
     fn second_level(&mut self, table: &RuleTable<A::Rule>, addr: u64) -> Cached<A::Simple> {
         let epoch = self.epoch;
-        let mut set = self.second.get_mut(set_of(addr));
+        // `INVALID` marks empty ways: never looked up here (it is in no module: the table
+        // answers it).
+        let mut set = match addr {
+            INVALID => None,
+            _ => self.second.get_mut(set_of(addr)),
+        };
         if let Some(set) = set.as_deref_mut() {
             if set.epoch != epoch {
                 set.epoch = epoch;
-                for e in &mut set.ways {
-                    e.addr = INVALID;
-                }
+                set.keys = [INVALID; SECOND_LEVEL_WAYS];
             }
-            if let Some(w) = set.ways.iter().position(|e| e.addr == addr) {
-                to_front(&mut set.ways, w);
+            if let Some(w) = set.keys.iter().position(|&k| k == addr) {
+                to_front(&mut set.keys, w);
+                to_front(&mut set.rules, w);
                 self.second_hits = self.second_hits.wrapping_add(1);
-                return set.ways[0].rule;
+                // SAFETY: the key matched `addr`, which is not `INVALID`, in a set of the
+                // current epoch: `push_front` below wrote its rule with it (keys move with
+                // their rules), after the set was last emptied.
+                return unsafe { set.rules[0].assume_init() };
             }
         }
         self.misses = self.misses.wrapping_add(1);
@@ -386,7 +422,8 @@ impl<A: Arch> Cache<A> {
             self.last_outside = addr;
         }
         if let Some(set) = set {
-            push_front(&mut set.ways, Entry { addr, rule });
+            push_front(&mut set.keys, addr);
+            push_front(&mut set.rules, MaybeUninit::new(rule));
         }
         rule
     }
