@@ -84,7 +84,7 @@ impl Counts {
 
 /// Whether a replayed walk found the frames the handler found: the same first frames, as many
 /// as the handler wrote (it may have stopped at its buffer's end).
-fn same_as_handler(found: &[u64], handler: &[u64]) -> bool {
+pub fn same_as_handler(found: &[u64], handler: &[u64]) -> bool {
     found.get(..handler.len()) == Some(handler)
 }
 

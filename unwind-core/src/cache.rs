@@ -434,7 +434,8 @@ impl<A: Arch> Cache<A> {
         self.second_hits
     }
 
-    /// Bytes of the cache: its slots, victims and second level.
+    /// Bytes of the cache: its slots and victims, and its second level's reservation (committed
+    /// only as far as it has been used).
     pub fn bytes(&self) -> usize {
         core::mem::size_of::<Self>() + core::mem::size_of_val(&*self.second)
     }

@@ -66,7 +66,7 @@ fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
                 let mut pcs = vec![0u64; replay::MAX_FRAMES];
                 for (i, s) in seq.samples.iter().enumerate() {
                     let n = ours.walk(s, &mut pcs);
-                    if pcs.get(..s.pcs.len()) != Some(&s.pcs[..]) || n < s.pcs.len() {
+                    if !replay::same_as_handler(&pcs[..n], &s.pcs) {
                         println!(
                             "sample {i} thread {} stack {:#x}+{:#x}: handler {} frames, replay {n}: {:x?} / {:x?}",
                             s.thread, s.base, s.stack.len(), s.pcs.len(), &s.pcs, &pcs[..n]

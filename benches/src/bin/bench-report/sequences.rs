@@ -49,6 +49,8 @@ struct Row {
     warm_ns: f64,
     evicted_ns: f64,
     differing: u64,
+    /// MiB written over before each evicted walk (`bench-sequence time` says).
+    evict_mib: f64,
     framehop: Option<(f64, f64, f64)>,
 }
 
@@ -160,6 +162,7 @@ fn measure(
         warm_ns: of(&time, "ours:", "warm"),
         evicted_ns: of(&time, "ours:", "evicted"),
         differing: of(&counts, "ours:", "differing") as u64,
+        evict_mib: of(&time, "ours:", "(evicting"),
         framehop,
     })
 }
@@ -208,16 +211,6 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
         let _ = writeln!(md, "- **{}**: {}.", r.name, r.what);
     }
     let differing: u64 = rows.iter().map(|r| r.differing).sum();
-    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure is of one pass after one untimed pass (the caches as a running profiler has them). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule decoded for the cache). *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {}, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", evict_note(), super::ARM_SYSROOT);
+    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure is of one pass after one untimed pass (the caches as a running profiler has them). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule decoded for the cache). *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {:.0} MiB, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", rows.first().map_or(f64::NAN, |r| r.evict_mib), super::ARM_SYSROOT);
     Ok((md, lines))
-}
-
-fn evict_note() -> String {
-    match unwind_benches::replay::last_level_cache_bytes() {
-        Some(b) => format!(
-            "{} MiB",
-            (b * 3 / 2).min(unwind_benches::replay::MAX_EVICT_BYTES) >> 20
-        ),
-        None => "64 MiB".into(),
-    }
 }
