@@ -372,7 +372,8 @@ pub fn vdso_image() -> Option<Vec<u8>> {
 }
 
 /// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache
-/// (about 400 KiB on x86_64, 530 KiB on ARM, most of it the cache's second level: see
+/// (about 430 KiB on x86_64, 560 KiB on ARM, most of it the cache's second level, committed as
+/// the thread's samples use it: see
 /// [`unwind_core::cache`]).
 /// Must be called outside signal handlers (it allocates). Idempotent.
 pub fn register_thread() -> Result<(), Error> {

@@ -53,8 +53,8 @@ pub struct Counts {
     pub lookups: u64,
     /// Lookups that went to the table (ours only).
     pub misses: u64,
-    /// Lookups answered by a victim slot (ours only).
-    pub victim_hits: u64,
+    /// Lookups answered by the second level of the cache (ours only).
+    pub second_hits: u64,
     /// Walks whose frames are not the handler's (compared over the handler's frames).
     pub differing: u64,
 }
@@ -76,7 +76,7 @@ impl Counts {
             frames: self.frames - before.frames,
             lookups: self.lookups - before.lookups,
             misses: self.misses - before.misses,
-            victim_hits: self.victim_hits - before.victim_hits,
+            second_hits: self.second_hits - before.second_hits,
             differing: self.differing - before.differing,
         }
     }
@@ -167,7 +167,7 @@ impl<A: SequenceArch> OursReplay<A> {
         for cache in self.caches.values() {
             c.lookups += cache.hits() + cache.misses();
             c.misses += cache.misses();
-            c.victim_hits += cache.victim_hits();
+            c.second_hits += cache.second_level_hits();
         }
         c
     }

@@ -1,5 +1,5 @@
-//! Fixed-register unwind rules, compact rule tables, a 509-slot direct-mapped rule cache (with
-//! victim slots) and an allocation-free unwind loop.
+//! Fixed-register unwind rules, compact rule tables, a 509-slot direct-mapped rule cache (with a
+//! second level) and an allocation-free unwind loop.
 //!
 //! This crate touches no ELF file, no OS interface and no allocator on the unwind path: tables are
 //! built once (allocation allowed) and then evaluated from a signal handler. It is `no_std` so that

@@ -2,13 +2,13 @@
 //! one rule cache per thread: `bench-sequence SEQUENCE MODE [ARGS] [--sysroot DIR]`.
 //!
 //! - `counts`: one untimed pass, then one counted pass of ours (and framehop, for x86_64):
-//!   walks, frames, lookups, hit rate, misses, victim hits, and walks whose frames differ from
+//!   walks, frames, lookups, hit rate, misses, second-level hits, and walks whose frames differ from
 //!   the handler's.
 //! - `passes N ours`, `passes N framehop`: for callgrind: setup and one warm-up pass, then N
 //!   passes, so that the difference between N = 1 and N = 0 of the instructions collected in
 //!   `OursReplay::walk_with`, `Cache::fill` or `Framehop::unwind_with`
 //!   (`--toggle-collect`) is what one pass in order costs there; prints the frames (and ours's
-//!   misses and victim hits) of the N passes.
+//!   misses and second-level hits) of the N passes.
 //! - `time PASSES EVERY`: nanoseconds per frame, warm (median of PASSES passes) and with the CPU
 //!   caches evicted before the walk of every EVERY-th sample ([`replay::time_per_frame`]).
 
@@ -24,14 +24,14 @@ fn usage() -> ! {
 
 fn print_counts(who: &str, c: &Counts) {
     println!(
-        "{who}: samples {} frames {} lookups {} hits {:.2} % misses {} ({:.3} per sample) victim-hits {} differing {}",
+        "{who}: samples {} frames {} lookups {} hits {:.2} % misses {} ({:.3} per sample) second-level-hits {} differing {}",
         c.samples,
         c.frames,
         c.lookups,
         c.hit_rate(),
         c.misses,
         c.misses_per_sample(),
-        c.victim_hits,
+        c.second_hits,
         c.differing
     );
 }
@@ -89,10 +89,10 @@ fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
             }
             let after = ours.totals();
             println!(
-                "ours: frames {} misses {} victim-hits {}",
+                "ours: frames {} misses {} second-level-hits {}",
                 after.frames - before.frames,
                 after.misses - before.misses,
-                after.victim_hits - before.victim_hits
+                after.second_hits - before.second_hits
             );
         }
         "passes" if x86 && args.get(1).map(String::as_str) == Some("framehop") => {

@@ -4,7 +4,7 @@
 //! `(instructions(K) - instructions(0)) / (K * frames)` is the cost per frame.
 //!
 //! - `ours`, `framehop`: warm cache (every lookup after the warm-up a hit, in its slot or, where
-//!   two of the stack's addresses share a slot, in ours's victim slots).
+//!   two of the stack's addresses share a slot, in the second level of ours's cache).
 //! - `ours-cold`, `framehop-cold`: the cache emptied before every unwind.
 //! - `ours-reset`: only empties the cache (what `ours-cold` spends besides misses).
 //! - `ours-scan`: `ours` with stack scanning on (frames without a rule or a frame record are
@@ -32,8 +32,8 @@ fn main() {
     let sample = Sample::load(Path::new(path)).expect("sample");
     let image = sample.image();
     let mut pcs = vec![0u64; 1024];
-    // Lookups answered by the victim slots, in the K unwinds (ours only).
-    let mut victim_hits = 0;
+    // Lookups answered by the second level of the cache, in the K unwinds (ours only).
+    let mut second_hits = 0;
     // Frames found by a stack scan (ours-scan only, counted before the K unwinds).
     let mut scanned = 0;
     let (frames, misses) = match mode.as_str() {
@@ -44,7 +44,7 @@ fn main() {
             }
             let frames = ours.unwind(&sample, &image, &mut pcs);
             let before = ours.cache.misses();
-            let victims_before = ours.cache.victim_hits();
+            let second_before = ours.cache.second_level_hits();
             // `clear` zeroes the counters: cold runs add up each unwind's misses.
             let mut cold_misses = 0;
             for _ in 0..k {
@@ -64,7 +64,7 @@ fn main() {
                 }
             }
             let misses = if mode == "ours" || mode == "ours-scan" {
-                victim_hits = ours.cache.victim_hits() - victims_before;
+                second_hits = ours.cache.second_level_hits() - second_before;
                 ours.cache.misses() - before
             } else {
                 cold_misses
@@ -114,5 +114,5 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("frames {frames} misses {misses} victim_hits {victim_hits} scanned {scanned}");
+    println!("frames {frames} misses {misses} second_hits {second_hits} scanned {scanned}");
 }

@@ -69,7 +69,7 @@ struct Measured {
     /// Frames found by a stack scan (`ours-scan`).
     scanned: u64,
     misses_per_unwind: f64,
-    victim_hits_per_unwind: f64,
+    second_hits_per_unwind: f64,
     per_unwind: f64,
 }
 
@@ -85,7 +85,7 @@ fn measure(bin: &Path, sample: &Path, mode: &str, frames_hint: u64) -> Result<Me
         frames,
         scanned: field(&out, "scanned"),
         misses_per_unwind: field(&out, "misses") as f64 / k as f64,
-        victim_hits_per_unwind: field(&out, "victim_hits") as f64 / k as f64,
+        second_hits_per_unwind: field(&out, "second_hits") as f64 / k as f64,
         per_unwind,
     })
 }
@@ -162,7 +162,7 @@ fn real_main() -> Result<(), String> {
     let mut lines: Vec<String> = Vec::new();
     let mut table = String::new();
     let mut figures: BTreeMap<&str, f64> = BTreeMap::new();
-    let _ = writeln!(table, "| sample | frames | ours warm | ours cold | framehop warm | framehop cold | misses/unwind (cold) | misses/unwind (warm) | victim hits/unwind (warm) | breakpad-compatible |");
+    let _ = writeln!(table, "| sample | frames | ours warm | ours cold | framehop warm | framehop cold | misses/unwind (cold) | misses/unwind (warm) | second-level hits/unwind (warm) | breakpad-compatible |");
     let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|");
     let mut warm_all = Vec::new();
     let mut cold_all = Vec::new();
@@ -215,7 +215,7 @@ fn real_main() -> Result<(), String> {
             fh_cold.per_frame,
             cold.misses_per_unwind,
             warm.misses_per_unwind,
-            warm.victim_hits_per_unwind
+            warm.second_hits_per_unwind
         );
         warm_all.push((warm.per_frame, warm.frames));
         cold_all.push((cold.per_frame, cold.frames));
@@ -419,9 +419,9 @@ fn real_main() -> Result<(), String> {
     let _ = writeln!(md, "## Synthetic samples\n");
     let _ = writeln!(md, "Targets: x86_64 warm <= 40 instructions/frame; ARM warm <= 60; one miss <= 300 instructions; ns/frame >= 3 x faster than framehop; preload <= 2 x the gimli floor and <= 8 bytes/row. References (REFERENCES.md): framehop ~149 warm, ~4,100 per miss; Valgrind ~220; Breakpad ~114,000; frame pointers ~8.\n");
     let _ = writeln!(md, "### Instructions per frame, by sample (callgrind)\n");
-    let _ = writeln!(md, "Method: each unwinder runs in its own process on the same captured sample (registers, stack copy, module files), K times and 0 times after the same setup and one warm-up unwind; (instructions(K) - instructions(0)) / (K * frames). Cold empties the cache before every unwind (ours: the reset of its 509 slots and 32 victim slots is included).\n");
+    let _ = writeln!(md, "Method: each unwinder runs in its own process on the same captured sample (registers, stack copy, module files), K times and 0 times after the same setup and one warm-up unwind; (instructions(K) - instructions(0)) / (K * frames). Cold empties the cache before every unwind (ours: the reset of its 509 slots is included; its second level is emptied by a new epoch, without writing).\n");
     md.push_str(&table);
-    let _ = writeln!(md, "\nThe cache is direct-mapped, with 32 victim slots behind it: when two of a stack's distinct return addresses share a slot, every unwind finds one of them in the victims (*victim hits*, about 12 instructions each) instead of looking both up in the table again (*misses*, about 290 instructions each). Which addresses share a slot depends on the code layout, so it changes from build to build: on a capture of `plt` where two shared one, the victims took the warm figure from 80.5 to 52.8 instructions per frame (51.5 without the conflict).");
+    let _ = writeln!(md, "\nThe cache is direct-mapped, with a 4-way second level behind it: when two of a stack's distinct return addresses share a slot, each evicts the other, and every unwind finds both in the second level (*second-level hits*, about 45 instructions each with the call) instead of looking them up in the table again (*misses*). Which addresses share a slot depends on the code layout, so it changes from build to build.");
     let _ = writeln!(md, "\nframe-pointer floor: {} frames of a C recursion built with `-fno-omit-frame-pointer`, walked with the same bounds-checked reads.\n", fp.frames);
     if let Some((plain, scan)) = &scan_line {
         let _ = writeln!(md, "Stack scanning (`scan20`, off by default): a 20-deep C recursion built with `-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables` between Rust frames. Without scanning the walk ends at its first frame ({} frames, {:.0} instructions per unwind); with it (`bench-unwind scan20.sample ours-scan`) every C frame is found by scanning the stack for a return site, on every walk (the cache holds rules, and these frames have none): {} frames, {} of them found by a scan, {:.0} instructions per unwind, {:.0} per frame.\n", plain.frames, plain.per_unwind, scan.frames, scan.scanned, scan.per_unwind, scan.per_frame);
