@@ -350,7 +350,8 @@ impl<A: Arch> Cache<A> {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
-        let set = &mut self.second[set_of(addr)];
+        let at = set_of(addr);
+        let set = &mut self.second[at];
         if set.epoch == self.epoch {
             let k = &set.keys;
             let w = if k[0] == addr {
@@ -362,7 +363,7 @@ impl<A: Arch> Cache<A> {
             } else if k[3] == addr {
                 3
             } else {
-                return self.fill_from_table(table, addr, slot);
+                return self.fill_from_table(table, addr, slot, at);
             };
             // The hit moves to the front by a swap: cheaper than keeping the ways in order of
             // use, and as good on the sequences (module docs).
@@ -371,17 +372,24 @@ impl<A: Arch> Cache<A> {
             // SAFETY: the set is of the current epoch, whose rules are all initialized.
             let rule = unsafe { set.rules[0].assume_init() };
             self.second_hits = self.second_hits.wrapping_add(1);
-            // SAFETY: `slot` is `slot_of(addr)`, below 509 (see `lookup_prepared`).
-            let e = unsafe { self.entries.get_unchecked_mut(slot) };
-            e.addr = addr;
-            e.rule = rule;
-            return &e.rule;
+            return self.install(slot, addr, rule);
         }
-        self.fill_from_table(table, addr, slot)
+        self.fill_from_table(table, addr, slot, at)
     }
 
-    /// A miss of both levels: the rule from the table, put in the second level (whose set is
-    /// stamped with the current epoch first, if stale) and in `slot`.
+    /// Puts `rule` for `addr` in `slot`, which must be `slot_of(addr)`, and returns it there.
+    #[inline(always)]
+    fn install(&mut self, slot: usize, addr: u64, rule: Cached<A::Simple>) -> &Cached<A::Simple> {
+        // SAFETY: `slot` is `slot_of(addr)`, below 509 (see `lookup_prepared`); both callers
+        // have it from there.
+        let e = unsafe { self.entries.get_unchecked_mut(slot) };
+        e.addr = addr;
+        e.rule = rule;
+        &e.rule
+    }
+
+    /// A miss of both levels: the rule from the table, put in the second level at set `at`
+    /// (stamped with the current epoch first, if stale) and in `slot`.
     #[cold]
     #[inline(never)]
     fn fill_from_table(
@@ -389,6 +397,7 @@ impl<A: Arch> Cache<A> {
         table: &RuleTable<A::Rule>,
         addr: u64,
         slot: usize,
+        at: usize,
     ) -> &Cached<A::Simple> {
         self.misses = self.misses.wrapping_add(1);
         let rule = from_table::<A>(table, addr);
@@ -397,7 +406,7 @@ impl<A: Arch> Cache<A> {
             self.last_outside = addr;
         }
         let epoch = self.epoch;
-        let set = &mut self.second[set_of(addr)];
+        let set = &mut self.second[at];
         if set.epoch != epoch {
             set.epoch = epoch;
             set.keys = [INVALID; SECOND_LEVEL_WAYS];
@@ -405,15 +414,7 @@ impl<A: Arch> Cache<A> {
         }
         push_front(&mut set.keys, addr);
         push_front(&mut set.rules, MaybeUninit::new(rule));
-        match self.entries.get_mut(slot) {
-            Some(e) => {
-                e.addr = addr;
-                e.rule = rule;
-                &e.rule
-            }
-            // Unreachable: `slot_of` is below CACHE_SLOTS.
-            None => &Cached::Outside,
-        }
+        self.install(slot, addr, rule)
     }
 
     /// Lookups answered by the second level (counted in [`hits`](Self::hits) too): misses of
