@@ -363,7 +363,7 @@ impl<A: Arch> Cache<A> {
             } else if k[3] == addr {
                 3
             } else {
-                return self.fill_from_table(table, addr, slot, at);
+                return self.fill_from_table(table, addr, slot);
             };
             // The hit moves to the front by a swap: cheaper than keeping the ways in order of
             // use, and as good on the sequences (module docs).
@@ -374,7 +374,7 @@ impl<A: Arch> Cache<A> {
             self.second_hits = self.second_hits.wrapping_add(1);
             return self.install(slot, addr, rule);
         }
-        self.fill_from_table(table, addr, slot, at)
+        self.fill_from_table(table, addr, slot)
     }
 
     /// Puts `rule` for `addr` in `slot`, which must be `slot_of(addr)`, and returns it there.
@@ -388,8 +388,8 @@ impl<A: Arch> Cache<A> {
         &e.rule
     }
 
-    /// A miss of both levels: the rule from the table, put in the second level at set `at`
-    /// (stamped with the current epoch first, if stale) and in `slot`.
+    /// A miss of both levels: the rule from the table, put in the second level (whose set is
+    /// stamped with the current epoch first, if stale) and in `slot`.
     #[cold]
     #[inline(never)]
     fn fill_from_table(
@@ -397,7 +397,6 @@ impl<A: Arch> Cache<A> {
         table: &RuleTable<A::Rule>,
         addr: u64,
         slot: usize,
-        at: usize,
     ) -> &Cached<A::Simple> {
         self.misses = self.misses.wrapping_add(1);
         let rule = from_table::<A>(table, addr);
@@ -406,7 +405,9 @@ impl<A: Arch> Cache<A> {
             self.last_outside = addr;
         }
         let epoch = self.epoch;
-        let set = &mut self.second[at];
+        // Hashed again rather than passed in: from `set_of` the index is provably in range, so
+        // this path has no bounds check (and no panic: tests/shared_object.rs reads the code).
+        let set = &mut self.second[set_of(addr)];
         if set.epoch != epoch {
             set.epoch = epoch;
             set.keys = [INVALID; SECOND_LEVEL_WAYS];
