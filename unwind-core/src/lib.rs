@@ -57,6 +57,7 @@ pub mod arm;
 pub mod cache;
 pub mod expr;
 pub mod memory;
+mod prefetch;
 pub mod scan;
 pub mod table;
 pub mod unwind;

@@ -1,11 +1,13 @@
 //! Replays a sequence of real samples (`unwind-profiler record --capture-samples N`) in order,
 //! one rule cache per thread: `bench-sequence SEQUENCE MODE [ARGS] [--sysroot DIR]`.
 //!
-//! - `counts`: one untimed pass, then one counted pass of ours (and framehop, for x86_64):
-//!   walks, frames, lookups, hit rate, misses, second-level hits, and walks whose frames differ from
-//!   the handler's.
+//! - `counts`: one counted pass of ours from empty caches (`ours first pass:`, what the
+//!   handler met: every address new to it once), then one counted pass after it (`ours:`), and
+//!   framehop's pass after an untimed one (x86_64): walks, frames, lookups, hit rate, misses,
+//!   second-level hits, and walks whose frames differ from the handler's.
 //! - `passes N ours`, `passes N framehop`: for callgrind: setup and one warm-up pass, then N
-//!   passes, so that the difference between N = 1 and N = 0 of the instructions collected in
+//!   passes (`passes N ours-first`: without the warm-up pass, so that N = 1 is the first pass),
+//!   so that the difference between N = 1 and N = 0 of the instructions collected in
 //!   `OursReplay::walk_with`, `Cache::fill` or `Framehop::unwind_with`
 //!   (`--toggle-collect`) is what one pass in order costs there; prints the frames (and ours's
 //!   misses and second-level hits) of the N passes.
@@ -18,7 +20,7 @@ use unwind_benches::replay::{self, Counts, Evictor, FramehopReplay, OursReplay, 
 use unwind_samples::sequence::Sequence;
 
 fn usage() -> ! {
-    eprintln!("usage: bench-sequence SEQUENCE counts|passes N ours|framehop|time PASSES EVERY [--sysroot DIR]");
+    eprintln!("usage: bench-sequence SEQUENCE counts|passes N ours|ours-first|framehop|time PASSES EVERY [--sysroot DIR]");
     std::process::exit(2);
 }
 
@@ -60,7 +62,7 @@ fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
                 seq.modules.len()
             );
             let mut ours = OursReplay::<A>::new(seq);
-            ours.pass(seq);
+            print_counts("ours first pass", &ours.pass(seq));
             print_counts("ours", &ours.pass(seq));
             if std::env::var_os("BENCH_SHOW_DIFFERING").is_some() {
                 let mut pcs = vec![0u64; replay::MAX_FRAMES];
@@ -80,9 +82,11 @@ fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
                 print_counts("framehop", &fh.pass(seq));
             }
         }
-        "passes" if args.get(1).map(String::as_str) == Some("ours") => {
+        "passes" if matches!(args.get(1).map(String::as_str), Some("ours" | "ours-first")) => {
             let mut ours = OursReplay::<A>::new(seq);
-            ours.pass(seq);
+            if args[1] == "ours" {
+                ours.pass(seq);
+            }
             let before = ours.totals();
             for _ in 0..num(0, 1) {
                 ours.pass(seq);
