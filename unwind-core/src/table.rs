@@ -627,7 +627,10 @@ mod tests {
         let t = b.build().unwrap();
         let index = |f: Option<FoundModule<'_, u8>>| f.map(|f| f.index);
         let mut found = 0;
-        for addr in (0..0x5000).step_by(8).chain([0xfff, 0x1fff, 0x27ff, 0x2800, u64::MAX]) {
+        for addr in (0..0x5000)
+            .step_by(8)
+            .chain([0xfff, 0x1fff, 0x27ff, 0x2800, u64::MAX])
+        {
             for near in [0, 1, 2, 3, u16::MAX] {
                 assert_eq!(
                     index(t.module_near(addr, near)),
