@@ -354,7 +354,7 @@ impl<A: Arch> Cache<A> {
     /// Answers a lookup that missed `slot` from the second level or else the table, and puts
     /// the answer in the slot (what the slot held stays in the second level, which every answer
     /// from the table goes through). A second-level hit makes no call, so this needs no stack
-    /// frame: about 25 instructions.
+    /// frame: about 30 instructions (callgrind on cc1's sequence: 848,000 in 29,122 calls).
     #[cold]
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
