@@ -345,6 +345,15 @@ impl<A: Arch> Cache<A> {
         &unsafe { self.entries.get_unchecked(slot) }.rule
     }
 
+    /// Starts loading the second-level set of `addr` (see [`crate::prefetch`]). The walk does
+    /// this for frame 0 before its first lookup: the interrupted instruction's address is
+    /// rarely in a slot (cc1: 82 % of frame-0 lookups went on to the table), and the set's line
+    /// then loads while the slot's is read instead of after it.
+    #[inline(always)]
+    pub(crate) fn prefetch_set(&self, addr: u64) {
+        crate::prefetch::prefetch(self.second.as_ptr().wrapping_add(set_of(addr)));
+    }
+
     /// Adds `n` to the number of lookups.
     #[inline(always)]
     pub(crate) fn count_lookups(&mut self, n: u64) {
