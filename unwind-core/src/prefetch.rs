@@ -5,8 +5,8 @@
 //! (the extent's rule index, once the page index has given the first candidate extent; frame
 //! 0's second-level set, at the walk's start), a prefetch lets the two misses overlap. Measured
 //! in the profiler's handler on cc1 and python3 (walks alternating with and without, in the
-//! same run): the rule index's, 3 to 7 % less time per frame; frame 0's set (with its slot),
-//! about 4 % more on cc1 and nothing measurable on python3.
+//! same run): the rule index's, 3 to 7 % less time per frame; frame 0's set, 2.5 to 5 % more
+//! (x86_64 only: see [`crate::Cache`]).
 
 /// Starts loading the cache line at `p` into the data caches. Changes no result: a prefetch reads
 /// nothing the program sees and never faults, whatever the address (so `p` may be dangling or
