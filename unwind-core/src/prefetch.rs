@@ -5,7 +5,7 @@
 //! (the extent's rule index, once the page index has given the first candidate extent; frame
 //! 0's second-level set, at the walk's start), a prefetch lets the two misses overlap. Measured
 //! in the profiler's handler on cc1 and python3 (walks alternating with and without, in the
-//! same run): the rule index's, 3 to 7 % less time per frame; frame 0's set, 2.5 to 5 % more
+//! same run): the rule index's, 3 to 7 % less time per frame; frame 0's set, 1 to 5 % more
 //! (x86_64 only: see [`crate::Cache`]).
 
 /// Starts loading the cache line at `p` into the data caches. Changes no result: a prefetch reads
