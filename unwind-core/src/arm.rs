@@ -305,7 +305,7 @@ fn add(base: u32, offset: i32) -> u32 {
 
 #[inline]
 fn read<M: Memory + ?Sized>(mem: &M, addr: u32) -> Result<u32, StopReason> {
-    mem.read_u32(u64::from(addr)).ok_or(StopReason::ReadFailed)
+    mem.read_u32_at(addr).ok_or(StopReason::ReadFailed)
 }
 
 #[cold]

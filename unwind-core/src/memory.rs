@@ -11,6 +11,32 @@ pub trait Memory {
     fn read_u64(&self, addr: u64) -> Option<u64>;
     /// Reads the 4-byte little-endian word at `addr`, or `None` if any byte is out of range.
     fn read_u32(&self, addr: u64) -> Option<u32>;
+    /// [`read_u32`](Self::read_u32) at a 32-bit address, which 32-bit architectures' walks use:
+    /// never a different word, and `None` at least wherever `read_u32` gives `None`.
+    /// Implementations check the bounds in 32-bit arithmetic on 32-bit machines: on armv7 the
+    /// 64-bit check took two more instructions and two more spilled registers a read (the
+    /// armv7 samples under qemu-arm: 72.7 instructions a frame with it, 62.4 without).
+    #[inline(always)]
+    fn read_u32_at(&self, addr: u32) -> Option<u32> {
+        self.read_u32(u64::from(addr))
+    }
+}
+
+/// The bounds of 4-byte reads at 32-bit addresses, for a range whose 4-byte reads are at
+/// offsets below `limit4` from `lo`: `(lo, limit)` such that `a.wrapping_sub(lo) < limit` only
+/// where `u64::from(a).wrapping_sub(lo) < limit4`. The limit is clamped to what lies below
+/// 2^32, so that an address below `lo` wraps to at least `limit`; a range starting at or above
+/// 2^32 has none.
+fn bounds32(lo: u64, limit4: u64) -> (u32, u32) {
+    match u32::try_from(lo) {
+        Ok(lo32) => {
+            let below_4g = (1u64 << 32) - lo;
+            // A limit of 2^32 (lo = 0) is clamped to u32::MAX: one address fewer, never more.
+            let limit = u32::try_from(limit4.min(below_4g)).unwrap_or(u32::MAX);
+            (lo32, limit)
+        }
+        Err(_) => (0, 0),
+    }
 }
 
 /// A copy of (part of) a stack: `bytes[0]` was at address `base`.
@@ -25,18 +51,25 @@ pub struct StackImage<'a> {
     limit8: u64,
     /// Offsets below this can be read as 4 bytes (`bytes.len() - 3`, or 0).
     limit4: u64,
+    /// `base` and `limit4` for 32-bit addresses ([`bounds32`]).
+    base32: u32,
+    limit4_32: u32,
 }
 
 impl<'a> StackImage<'a> {
     /// Wraps `bytes`, which were copied from addresses `base..base + bytes.len()`.
     pub fn new(base: u64, bytes: &'a [u8]) -> Self {
         let len = bytes.len() as u64;
+        let limit4 = len.saturating_sub(3);
+        let (base32, limit4_32) = bounds32(base, limit4);
         StackImage {
             base,
             bytes,
             origin: bytes.as_ptr().wrapping_sub(base as usize),
             limit8: len.saturating_sub(7),
-            limit4: len.saturating_sub(3),
+            limit4,
+            base32,
+            limit4_32,
         }
     }
 
@@ -82,6 +115,32 @@ impl Memory for StackImage<'_> {
             None
         }
     }
+    #[inline(always)]
+    fn read_u32_at(&self, addr: u32) -> Option<u32> {
+        // On a 64-bit machine the 64-bit check is as cheap, and 2 instructions a frame fewer
+        // (the armv7 sequence replayed on x86_64).
+        if cfg!(target_pointer_width = "32") {
+            self.read_u32_at_32(addr)
+        } else {
+            self.read_u32(u64::from(addr))
+        }
+    }
+}
+
+impl StackImage<'_> {
+    /// [`Memory::read_u32_at`] with the bounds checked in 32-bit arithmetic.
+    #[inline(always)]
+    fn read_u32_at_32(&self, addr: u32) -> Option<u32> {
+        if addr.wrapping_sub(self.base32) < self.limit4_32 {
+            // SAFETY: by `bounds32`, `addr - base < limit4_32 <= len - 3` without wrapping: the
+            // 4 bytes are inside `bytes` (see `read_u64`).
+            Some(u32::from_le(unsafe {
+                core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u32)
+            }))
+        } else {
+            None
+        }
+    }
 }
 
 /// The live stack of the current thread, readable only inside `[lo, hi)`.
@@ -97,6 +156,9 @@ pub struct LiveStack {
     limit8: u64,
     /// Offsets from `lo` below this can be read as 4 bytes (`hi - lo - 3`, or 0).
     limit4: u64,
+    /// `lo` and `limit4` for 32-bit addresses ([`bounds32`]).
+    lo32: u32,
+    limit4_32: u32,
 }
 
 impl LiveStack {
@@ -108,11 +170,15 @@ impl LiveStack {
     /// stack pointer's red zone).
     pub unsafe fn new(lo: u64, hi: u64) -> Self {
         let span = hi.saturating_sub(lo);
+        let limit4 = span.saturating_sub(3);
+        let (lo32, limit4_32) = bounds32(lo, limit4);
         LiveStack {
             lo,
             hi,
             limit8: span.saturating_sub(7),
-            limit4: span.saturating_sub(3),
+            limit4,
+            lo32,
+            limit4_32,
         }
     }
 
@@ -145,6 +211,31 @@ impl Memory for LiveStack {
     fn read_u32(&self, addr: u64) -> Option<u32> {
         if addr.wrapping_sub(self.lo) < self.limit4 {
             // SAFETY: as in `read_u64`, for 4 bytes.
+            Some(u32::from_le(unsafe {
+                core::ptr::read_unaligned(addr as usize as *const u32)
+            }))
+        } else {
+            None
+        }
+    }
+    #[inline(always)]
+    fn read_u32_at(&self, addr: u32) -> Option<u32> {
+        // As for `StackImage`.
+        if cfg!(target_pointer_width = "32") {
+            self.read_u32_at_32(addr)
+        } else {
+            self.read_u32(u64::from(addr))
+        }
+    }
+}
+
+impl LiveStack {
+    /// [`Memory::read_u32_at`] with the bounds checked in 32-bit arithmetic.
+    #[inline(always)]
+    fn read_u32_at_32(&self, addr: u32) -> Option<u32> {
+        if addr.wrapping_sub(self.lo32) < self.limit4_32 {
+            // SAFETY: by `bounds32`, `lo <= addr` and `addr - lo < limit4_32 <= hi - lo - 3`:
+            // inside the range the caller of `LiveStack::new` guaranteed (see `read_u64`).
             Some(u32::from_le(unsafe {
                 core::ptr::read_unaligned(addr as usize as *const u32)
             }))
@@ -197,5 +288,56 @@ mod tests {
         // SAFETY: an inverted range is treated as empty.
         let inverted = unsafe { LiveStack::new(lo + 8, lo) };
         assert_eq!(inverted.read_u64(lo), None);
+    }
+
+    /// A base near 0, near 2^32 (where the 32-bit bounds are clamped) or above it.
+    fn base_strategy() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![0u64..64, (1u64 << 32) - 80..(1u64 << 32) + 8, any::<u64>(),]
+    }
+
+    proptest::proptest! {
+        /// The 32-bit reads answer as the 64-bit ones at every 32-bit address around the image,
+        /// wherever the image lies (the clamp to u32::MAX needs 4 GiB of image, not met here).
+        #[test]
+        fn reads_at_32_bit_addresses_answer_as_64_bit_ones(
+            base in base_strategy(),
+            len in 0usize..40,
+            delta in -48i64..48,
+        ) {
+            let bytes: alloc::vec::Vec<u8> = (0..len as u8).collect();
+            let m = StackImage::new(base, &bytes);
+            let addr = (base as i64).wrapping_add(delta) as u64 as u32;
+            proptest::prop_assert_eq!(m.read_u32_at(addr), m.read_u32(u64::from(addr)));
+            proptest::prop_assert_eq!(m.read_u32_at_32(addr), m.read_u32(u64::from(addr)));
+        }
+    }
+
+    #[test]
+    fn reads_at_32_bit_addresses_near_4_gib() {
+        let bytes = [0xaau8; 16];
+        // The image crosses 2^32: every 32-bit address from its base up reads inside it (the
+        // word at u32::MAX is bytes 7 to 10), and 0 is not its address 2^32.
+        let m = StackImage::new((1 << 32) - 8, &bytes);
+        for a in u32::MAX - 7..=u32::MAX {
+            assert_eq!(m.read_u32_at_32(a), Some(0xaaaa_aaaa), "{a:#x}");
+        }
+        assert_eq!(m.read_u32_at_32(0), None);
+        assert_eq!(m.read_u32_at_32(u32::MAX - 8), None);
+        // Above 2^32 nothing is readable at a 32-bit address.
+        let high = StackImage::new(1 << 32, &bytes);
+        assert_eq!(high.read_u32_at_32(0), None);
+        assert_eq!(high.read_u32_at_32(4), None);
+        // The live stack's bounds are the same computation.
+        let words = [7u32, 8, 9];
+        let lo = words.as_ptr() as u64;
+        // SAFETY: `words` is a live local array covering exactly `[lo, lo + 12)`.
+        let live = unsafe { LiveStack::new(lo, lo + 12) };
+        if let Ok(lo32) = u32::try_from(lo) {
+            assert_eq!(live.read_u32_at_32(lo32 + 8), Some(9));
+            assert_eq!(live.read_u32_at_32(lo32 + 9), None);
+        } else {
+            assert_eq!(live.read_u32_at_32(lo as u32), None);
+        }
     }
 }
