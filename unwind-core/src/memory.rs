@@ -23,19 +23,33 @@ pub trait Memory {
 }
 
 /// The bounds of 4-byte reads at 32-bit addresses, for a range whose 4-byte reads are at
-/// offsets below `limit4` from `lo`: `(lo, limit)` such that `a.wrapping_sub(lo) < limit` only
-/// where `u64::from(a).wrapping_sub(lo) < limit4`. The limit is clamped to what lies below
-/// 2^32, so that an address below `lo` wraps to at least `limit`; a range starting at or above
-/// 2^32 has none.
-fn bounds32(lo: u64, limit4: u64) -> (u32, u32) {
-    match u32::try_from(lo) {
-        Ok(lo32) => {
-            let below_4g = (1u64 << 32) - lo;
-            // A limit of 2^32 (lo = 0) is clamped to u32::MAX: one address fewer, never more.
-            let limit = u32::try_from(limit4.min(below_4g)).unwrap_or(u32::MAX);
-            (lo32, limit)
+/// offsets below `limit4` from `lo`, checked in 32-bit arithmetic.
+#[derive(Clone, Copy, Debug)]
+struct Bounds32 {
+    lo: u32,
+    /// `limit4` clamped to what lies below 2^32, so that an address below `lo` wraps to at
+    /// least this; 0 for a range starting at or above 2^32.
+    limit: u32,
+}
+
+impl Bounds32 {
+    fn new(lo: u64, limit4: u64) -> Self {
+        match u32::try_from(lo) {
+            Ok(lo32) => {
+                let below_4g = (1u64 << 32) - lo;
+                // A limit of 2^32 (lo = 0) is clamped to u32::MAX: one address fewer, never more.
+                let limit = u32::try_from(limit4.min(below_4g)).unwrap_or(u32::MAX);
+                Bounds32 { lo: lo32, limit }
+            }
+            Err(_) => Bounds32 { lo: 0, limit: 0 },
         }
-        Err(_) => (0, 0),
+    }
+
+    /// Whether the 4 bytes at `addr` may be read: only where `u64::from(addr) - lo < limit4`,
+    /// without wrapping.
+    #[inline(always)]
+    fn admits(self, addr: u32) -> bool {
+        addr.wrapping_sub(self.lo) < self.limit
     }
 }
 
@@ -51,9 +65,8 @@ pub struct StackImage<'a> {
     limit8: u64,
     /// Offsets below this can be read as 4 bytes (`bytes.len() - 3`, or 0).
     limit4: u64,
-    /// `base` and `limit4` for 32-bit addresses ([`bounds32`]).
-    base32: u32,
-    limit4_32: u32,
+    /// `base` and `limit4` for 32-bit addresses.
+    bounds32: Bounds32,
 }
 
 impl<'a> StackImage<'a> {
@@ -61,15 +74,13 @@ impl<'a> StackImage<'a> {
     pub fn new(base: u64, bytes: &'a [u8]) -> Self {
         let len = bytes.len() as u64;
         let limit4 = len.saturating_sub(3);
-        let (base32, limit4_32) = bounds32(base, limit4);
         StackImage {
             base,
             bytes,
             origin: bytes.as_ptr().wrapping_sub(base as usize),
             limit8: len.saturating_sub(7),
             limit4,
-            base32,
-            limit4_32,
+            bounds32: Bounds32::new(base, limit4),
         }
     }
 
@@ -106,14 +117,9 @@ impl Memory for StackImage<'_> {
     }
     #[inline(always)]
     fn read_u32(&self, addr: u64) -> Option<u32> {
-        if addr.wrapping_sub(self.base) < self.limit4 {
-            // SAFETY: `addr - base < len - 3`: the 4 bytes are inside `bytes` (see `read_u64`).
-            Some(u32::from_le(unsafe {
-                core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u32)
-            }))
-        } else {
-            None
-        }
+        // SAFETY: `addr - base < len - 3`: the 4 bytes are inside `bytes`.
+        (addr.wrapping_sub(self.base) < self.limit4)
+            .then(|| unsafe { self.load_u32(addr as usize) })
     }
     #[inline(always)]
     fn read_u32_at(&self, addr: u32) -> Option<u32> {
@@ -131,15 +137,22 @@ impl StackImage<'_> {
     /// [`Memory::read_u32_at`] with the bounds checked in 32-bit arithmetic.
     #[inline(always)]
     fn read_u32_at_32(&self, addr: u32) -> Option<u32> {
-        if addr.wrapping_sub(self.base32) < self.limit4_32 {
-            // SAFETY: by `bounds32`, `addr - base < limit4_32 <= len - 3` without wrapping: the
-            // 4 bytes are inside `bytes` (see `read_u64`).
-            Some(u32::from_le(unsafe {
-                core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u32)
-            }))
-        } else {
-            None
-        }
+        // SAFETY: `Bounds32::admits`: `addr - base < len - 3`, the 4 bytes are inside `bytes`.
+        self.bounds32
+            .admits(addr)
+            .then(|| unsafe { self.load_u32(addr as usize) })
+    }
+
+    /// The 4 bytes at `addr`, at `origin + addr`: `bytes.as_ptr() + (addr - base)`.
+    ///
+    /// # Safety
+    /// They must be inside `bytes`: `base <= addr` and `addr - base <= len - 4`.
+    #[inline(always)]
+    unsafe fn load_u32(&self, addr: usize) -> u32 {
+        // SAFETY: the caller's; the read tolerates misalignment.
+        u32::from_le(unsafe {
+            core::ptr::read_unaligned(self.origin.wrapping_add(addr) as *const u32)
+        })
     }
 }
 
@@ -156,9 +169,8 @@ pub struct LiveStack {
     limit8: u64,
     /// Offsets from `lo` below this can be read as 4 bytes (`hi - lo - 3`, or 0).
     limit4: u64,
-    /// `lo` and `limit4` for 32-bit addresses ([`bounds32`]).
-    lo32: u32,
-    limit4_32: u32,
+    /// `lo` and `limit4` for 32-bit addresses.
+    bounds32: Bounds32,
 }
 
 impl LiveStack {
@@ -171,14 +183,12 @@ impl LiveStack {
     pub unsafe fn new(lo: u64, hi: u64) -> Self {
         let span = hi.saturating_sub(lo);
         let limit4 = span.saturating_sub(3);
-        let (lo32, limit4_32) = bounds32(lo, limit4);
         LiveStack {
             lo,
             hi,
             limit8: span.saturating_sub(7),
             limit4,
-            lo32,
-            limit4_32,
+            bounds32: Bounds32::new(lo, limit4),
         }
     }
 
@@ -209,14 +219,8 @@ impl Memory for LiveStack {
     }
     #[inline(always)]
     fn read_u32(&self, addr: u64) -> Option<u32> {
-        if addr.wrapping_sub(self.lo) < self.limit4 {
-            // SAFETY: as in `read_u64`, for 4 bytes.
-            Some(u32::from_le(unsafe {
-                core::ptr::read_unaligned(addr as usize as *const u32)
-            }))
-        } else {
-            None
-        }
+        // SAFETY: `lo <= addr` and `addr + 4 <= hi`.
+        (addr.wrapping_sub(self.lo) < self.limit4).then(|| unsafe { self.load_u32(addr as usize) })
     }
     #[inline(always)]
     fn read_u32_at(&self, addr: u32) -> Option<u32> {
@@ -233,15 +237,21 @@ impl LiveStack {
     /// [`Memory::read_u32_at`] with the bounds checked in 32-bit arithmetic.
     #[inline(always)]
     fn read_u32_at_32(&self, addr: u32) -> Option<u32> {
-        if addr.wrapping_sub(self.lo32) < self.limit4_32 {
-            // SAFETY: by `bounds32`, `lo <= addr` and `addr - lo < limit4_32 <= hi - lo - 3`:
-            // inside the range the caller of `LiveStack::new` guaranteed (see `read_u64`).
-            Some(u32::from_le(unsafe {
-                core::ptr::read_unaligned(addr as usize as *const u32)
-            }))
-        } else {
-            None
-        }
+        // SAFETY: `Bounds32::admits`: `lo <= addr` and `addr + 4 <= hi`.
+        self.bounds32
+            .admits(addr)
+            .then(|| unsafe { self.load_u32(addr as usize) })
+    }
+
+    /// The 4 bytes at `addr`.
+    ///
+    /// # Safety
+    /// They must be inside `[lo, hi)`, which the caller of [`LiveStack::new`] guaranteed is
+    /// mapped and readable.
+    #[inline(always)]
+    unsafe fn load_u32(&self, addr: usize) -> u32 {
+        // SAFETY: the caller's; the read tolerates misalignment.
+        u32::from_le(unsafe { core::ptr::read_unaligned(addr as *const u32) })
     }
 }
 
