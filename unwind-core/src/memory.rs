@@ -20,6 +20,25 @@ pub trait Memory {
     fn read_u32_at(&self, addr: u32) -> Option<u32> {
         self.read_u32(u64::from(addr))
     }
+    /// Whether every byte of `[from, to)` may be read (an empty range, `to <= from`, may answer
+    /// either way): one test for all the words of a frame, which [`load_u64`](Self::load_u64)
+    /// then reads unchecked. The default answers `false`, and the walk then reads word by word
+    /// with [`read_u64`](Self::read_u64).
+    #[inline(always)]
+    fn contains(&self, from: u64, to: u64) -> bool {
+        let _ = (from, to);
+        false
+    }
+    /// The 8-byte little-endian word at `addr`, unchecked where the implementation's
+    /// [`contains`](Self::contains) can answer `true`. The default reads with
+    /// [`read_u64`](Self::read_u64) (0 outside the range).
+    ///
+    /// # Safety
+    /// `[addr, addr + 8)` is inside a range `[from, to)` for which `contains` answered `true`.
+    #[inline(always)]
+    unsafe fn load_u64(&self, addr: u64) -> u64 {
+        self.read_u64(addr).unwrap_or(0)
+    }
 }
 
 /// The bounds of 4-byte reads at 32-bit addresses, for a range whose 4-byte reads are at
@@ -80,6 +99,8 @@ pub struct StackImage<'a> {
     limit4: u64,
     /// `base` and `limit4` for 32-bit addresses.
     bounds32: Bounds32,
+    /// One past the last byte's address (`base + bytes.len()`, at most `u64::MAX`).
+    end: u64,
 }
 
 impl<'a> StackImage<'a> {
@@ -94,6 +115,7 @@ impl<'a> StackImage<'a> {
             limit8: len.saturating_sub(7),
             limit4,
             bounds32: Bounds32::new(base, limit4),
+            end: base.saturating_add(len),
         }
     }
 
@@ -115,6 +137,18 @@ unsafe impl Send for StackImage<'_> {}
 unsafe impl Sync for StackImage<'_> {}
 
 impl Memory for StackImage<'_> {
+    #[inline(always)]
+    fn contains(&self, from: u64, to: u64) -> bool {
+        self.base <= from && to <= self.end
+    }
+    #[inline(always)]
+    unsafe fn load_u64(&self, addr: u64) -> u64 {
+        // SAFETY: the caller's: `[addr, addr + 8)` is inside `[base, end)`, which is `bytes`
+        // (`origin + addr` is `bytes.as_ptr() + (addr - base)`). The read tolerates misalignment.
+        u64::from_le(unsafe {
+            core::ptr::read_unaligned(self.origin.wrapping_add(addr as usize) as *const u64)
+        })
+    }
     #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         // Below `base` the offset wraps to a huge value, so one comparison checks both ends.
@@ -206,6 +240,16 @@ impl LiveStack {
 
 impl Memory for LiveStack {
     #[inline(always)]
+    fn contains(&self, from: u64, to: u64) -> bool {
+        self.lo <= from && to <= self.hi
+    }
+    #[inline(always)]
+    unsafe fn load_u64(&self, addr: u64) -> u64 {
+        // SAFETY: the caller's: `[addr, addr + 8)` is inside `[lo, hi)`, which the caller of
+        // `LiveStack::new` guaranteed is mapped and readable. The read tolerates misalignment.
+        u64::from_le(unsafe { core::ptr::read_unaligned(addr as usize as *const u64) })
+    }
+    #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         // Below `lo` the offset wraps to a huge value, so one comparison checks both ends.
         if addr.wrapping_sub(self.lo) < self.limit8 {
@@ -288,6 +332,48 @@ mod tests {
         // SAFETY: an inverted range is treated as empty.
         let inverted = unsafe { LiveStack::new(lo + 8, lo) };
         assert_eq!(inverted.read_u64(lo), None);
+    }
+
+    /// Every word of a range `contains` admits reads unchecked as the checked read does, and
+    /// the range is inside the memory, for images anywhere (ends near 0 and 2^64 included) and
+    /// for a live stack.
+    fn admitted_words_read_as_checked(m: &dyn Memory, lo: u64, hi: u64, from: u64, to: u64) {
+        if !m.contains(from, to) || to <= from {
+            return;
+        }
+        assert!(
+            lo <= from && to <= hi,
+            "[{from:#x}, {to:#x}) admitted outside [{lo:#x}, {hi:#x})"
+        );
+        let mut addr = from;
+        while addr.checked_add(8).is_some_and(|e| e <= to) {
+            // SAFETY: `[addr, addr + 8)` is inside `[from, to)`, which `contains` admitted.
+            assert_eq!(m.read_u64(addr), Some(unsafe { m.load_u64(addr) }));
+            addr += 1;
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn admitted_ranges_are_inside_and_read_as_checked(
+            base in base_strategy(),
+            len in 0usize..40,
+            delta in -48i64..48,
+            size in 0u64..64,
+        ) {
+            let bytes: alloc::vec::Vec<u8> = (0..len as u8).collect();
+            let image = StackImage::new(base, &bytes);
+            let from = base.wrapping_add(delta as u64);
+            let to = from.wrapping_add(size);
+            admitted_words_read_as_checked(&image, base, base.saturating_add(len as u64), from, to);
+            let words: alloc::vec::Vec<u64> = (0..(len as u64).div_ceil(8)).collect();
+            let lo = words.as_ptr() as u64;
+            let hi = lo + 8 * words.len() as u64;
+            // SAFETY: `words` is a live array covering exactly `[lo, hi)`.
+            let live = unsafe { LiveStack::new(lo, hi) };
+            let from = lo.wrapping_add(delta as u64);
+            admitted_words_read_as_checked(&live, lo, hi, from, from.wrapping_add(size));
+        }
     }
 
     /// A base near 0, near 2^32 (where the 32-bit bounds are clamped) or above it.

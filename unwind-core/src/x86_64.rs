@@ -116,17 +116,24 @@ impl Shape {
     const FP_SAVED: u8 = 1;
 }
 
-/// A rule of one of the four [`Shape`]s with the return address saved, decoded for the cache.
-/// All three offsets are from the base register (`rsp`, or `rbp` for the `Fp` shapes), so the
-/// return address and saved `rbp` are read without waiting for the CFA.
+/// A rule of one of the four [`Shape`]s, decoded for the cache: the return address in the word
+/// just below the CFA (where a call puts it) and a saved `rbp` between the base register
+/// (`rsp`, or `rbp` for the `Fp` shapes) and it. All of a frame's words are then in
+/// `[base, CFA)`, which one test admits ([`Memory::contains`]) before the words are read
+/// unchecked: cc1's sequence 56.4 -> 50.2 instructions a frame, python3's 51.6 -> 43.7, against
+/// a bounds check on every read.
+///
+/// 8-aligned, so that the cached form (16 bytes) is copied as one 16-byte move: at 12 bytes,
+/// cc1's sequence took a further instruction a frame (the second level's copies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(align(8))]
 pub struct Simple {
     shape: Shape,
-    /// The CFA (the caller's `rsp`) is `base + cfa`.
+    /// The CFA (the caller's `rsp`) is `base + cfa`; at least 8, and the return address is at
+    /// `[base + cfa - 8]`.
     cfa: i32,
-    /// The return address is at `[base + ra]`.
-    ra: i32,
-    /// The caller's `rbp` is at `[base + fp]` (for the `SavedFp` shapes).
+    /// The caller's `rbp` is at `[base + fp]`, with `0 <= fp <= cfa - 8` (for the `SavedFp`
+    /// shapes).
     fp: i32,
 }
 
@@ -141,14 +148,20 @@ impl Simple {
             CfaRule::FpOffset(o) => (true, o),
             CfaRule::Expr(_) => return None,
         };
-        let RegRule::Offset(ra) = rule.ra else {
+        // The return address just below the CFA, which is above the base register: where a
+        // call puts it. A rule that says otherwise is applied from the table.
+        if rule.ra != RegRule::Offset(-8) || cfa < 8 {
             return None;
-        };
-        // Offsets from the base register; a sum that overflows is applied from the table.
-        let ra = cfa.checked_add(ra)?;
+        }
         let (saved, fp) = match rule.fp {
             RegRule::Same => (false, 0),
-            RegRule::Offset(o) => (true, cfa.checked_add(o)?),
+            // An offset from the base register. A saved `rbp` outside the frame's words (below
+            // `rsp` once an epilogue has popped it), or a sum that overflows, is applied from
+            // the table.
+            RegRule::Offset(o) => match cfa.checked_add(o) {
+                Some(fp) if 0 <= fp && fp <= cfa - 8 => (true, fp),
+                _ => return None,
+            },
             _ => return None,
         };
         let shape = match (on_fp, saved) {
@@ -157,7 +170,7 @@ impl Simple {
             (true, false) => Shape::Fp,
             (true, true) => Shape::FpSavedFp,
         };
-        Some(Simple { shape, cfa, ra, fp })
+        Some(Simple { shape, cfa, fp })
     }
 }
 
@@ -261,6 +274,29 @@ fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, S
     })
 }
 
+/// [`X86_64::step_simple`] for a frame whose words are not all readable (a stack cut short, a
+/// frame pointer gone astray, a memory without [`Memory::contains`]): each word read on its own,
+/// so that the walk ends as it would with the rule from the table. The registers come by value:
+/// a reference would keep the loop's registers in memory.
+#[cold]
+#[inline(never)]
+fn step_simple_checked<M: Memory + ?Sized>(
+    rule: &Simple,
+    base: u64,
+    cfa: u64,
+    fp: u64,
+    mem: &M,
+) -> Result<Regs, StopReason> {
+    let read = |a| mem.read_u64(a).ok_or(StopReason::ReadFailed);
+    let pc = read(cfa.wrapping_sub(8))?;
+    let fp = if rule.shape as u8 & Shape::FP_SAVED != 0 {
+        read(add(base, rule.fp))?
+    } else {
+        fp
+    };
+    Ok(Regs { pc, sp: cfa, fp })
+}
+
 /// The x86_64 architecture: 64-bit PC, SP and `rbp`; return addresses looked up at `PC - 1`;
 /// the frame-pointer chain as the fallback.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -298,43 +334,37 @@ impl Arch for X86_64 {
         Simple::of(rule)
     }
 
-    /// One comparison for the common shape, at most two bounds-checked reads.
+    /// One range test for the frame's words (`[base, CFA)`), then at most two reads; a frame
+    /// whose words are not all readable is read word by word, with the same outcome as
+    /// [`step_rule`](Arch::step_rule) for the rule.
     #[inline(always)]
     fn step_simple<M: Memory + ?Sized>(
         rule: &Simple,
         regs: &Regs,
         mem: &M,
     ) -> Result<Regs, StopReason> {
-        let read = |a| mem.read_u64(a).ok_or(StopReason::ReadFailed);
-        // Bit tests on the shape's value, and the hot shape marked likely: a plain match
-        // becomes a switch that puts the common shape behind several comparisons.
         let shape = rule.shape as u8;
-        if likely(shape == Shape::Sp as u8) {
-            let pc = read(add(regs.sp, rule.ra))?;
-            return Ok(Regs {
-                pc,
-                sp: add(regs.sp, rule.cfa),
-                fp: regs.fp,
-            });
-        }
-        // A branch, not a select: the common case (CFA on rsp) is predicted and its address
-        // arithmetic need not wait for the shape byte to load.
         let base = if shape & Shape::CFA_ON_FP != 0 {
             regs.fp
         } else {
             regs.sp
         };
-        let pc = read(add(base, rule.ra))?;
+        // `Simple::of` made the offset at least 8: without a carry, `base < cfa`.
+        let (cfa, carry) = base.overflowing_add(rule.cfa as u64);
+        if !likely(!carry && mem.contains(base, cfa)) {
+            return step_simple_checked(rule, base, cfa, regs.fp, mem);
+        }
+        // SAFETY: `[base, cfa)` is readable (`contains`) and not empty (no carry, offset at
+        // least 8), and `Simple::of` put both words inside it: the return address at `cfa - 8`,
+        // the saved `rbp` at `base + fp` with `0 <= fp <= cfa - 8`.
+        let pc = unsafe { mem.load_u64(cfa - 8) };
         let fp = if shape & Shape::FP_SAVED != 0 {
-            read(add(base, rule.fp))?
+            // SAFETY: as above.
+            unsafe { mem.load_u64(add(base, rule.fp)) }
         } else {
             regs.fp
         };
-        Ok(Regs {
-            pc,
-            sp: add(base, rule.cfa),
-            fp,
-        })
+        Ok(Regs { pc, sp: cfa, fp })
     }
 
     /// Applies `rule` (found in module `module` of `table`, which holds its expressions) to the

@@ -43,6 +43,8 @@ struct Watched<'a> {
     hi: u64,
     violation: Cell<Option<(u64, u64, bool)>>,
     reads: Cell<u64>,
+    /// The last range `contains` admitted.
+    admitted: Cell<Option<(u64, u64)>>,
 }
 
 impl<'a> Watched<'a> {
@@ -53,6 +55,7 @@ impl<'a> Watched<'a> {
             hi: base + bytes.len() as u64,
             violation: Cell::new(None),
             reads: Cell::new(0),
+            admitted: Cell::new(None),
         }
     }
 
@@ -69,6 +72,32 @@ impl<'a> Watched<'a> {
 impl Memory for Watched<'_> {
     fn read_u64(&self, addr: u64) -> Option<u64> {
         self.check(addr, 8, self.image.read_u64(addr))
+    }
+    // The range test and the unchecked reads of the image, each checked: a range admitted must
+    // be inside, and a word read unchecked must be inside an admitted range (the last one:
+    // the unwind loop reads a frame's words right after admitting them).
+    fn contains(&self, from: u64, to: u64) -> bool {
+        let admitted = self.image.contains(from, to);
+        let inside = self.lo <= from && to <= self.hi;
+        if admitted && !inside {
+            self.violation
+                .set(Some((from, to.wrapping_sub(from), true)));
+        }
+        self.admitted.set(admitted.then_some((from, to)));
+        admitted
+    }
+    unsafe fn load_u64(&self, addr: u64) -> u64 {
+        self.reads.set(self.reads.get() + 1);
+        let within = self
+            .admitted
+            .get()
+            .is_some_and(|(from, to)| from <= addr && addr.checked_add(8).is_some_and(|e| e <= to));
+        if !within || addr < self.lo || addr.checked_add(8).is_none_or(|e| e > self.hi) {
+            self.violation.set(Some((addr, 8, true)));
+            return 0;
+        }
+        // SAFETY: checked just above: inside a range the image admitted.
+        unsafe { self.image.load_u64(addr) }
     }
     fn read_u32(&self, addr: u64) -> Option<u32> {
         self.check(addr, 4, self.image.read_u32(addr))
