@@ -210,6 +210,10 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
         let caller = if let Cached::Simple(s) = cached {
             how = Trust::Cfi;
             A::step_simple(s, &regs, mem).inspect(|c| at = A::lookup_address(c, false))
+        } else if let Cached::Stop(stop) = *cached {
+            // Most walks end here (`_start`, a thread's start routine): without the call and
+            // the registers it saves, about 25 instructions a walk less.
+            return failed(cache, i, stop);
         } else {
             // The PC is exact (frame 0, the caller of a signal frame) if it was looked up as is
             // (`Arch::lookup_address` differs otherwise).
