@@ -156,10 +156,11 @@ impl Simple {
         let (saved, fp) = match rule.fp {
             RegRule::Same => (false, 0),
             // An offset from the base register. A saved `rbp` outside the frame's words (below
-            // `rsp` once an epilogue has popped it), or a sum that overflows, is applied from
-            // the table.
-            RegRule::Offset(o) => match cfa.checked_add(o) {
-                Some(fp) if 0 <= fp && fp <= cfa - 8 => (true, fp),
+            // `rsp` once an epilogue has popped it) is applied from the table.
+            // One unsigned comparison for `0 <= fp <= cfa - 8` (`cfa >= 8`): a sum that
+            // overflows is negative (`cfa` is positive), and so is refused with the rest.
+            RegRule::Offset(o) => match cfa.wrapping_add(o) {
+                fp if fp as u32 <= (cfa - 8) as u32 => (true, fp),
                 _ => return None,
             },
             _ => return None,
@@ -431,6 +432,34 @@ impl Arch for X86_64 {
 mod tests {
     use super::*;
     use crate::cache::Cached;
+
+    /// A cached rule keeps every word of its frame inside `[base, CFA)`: the return address
+    /// just below the CFA, a saved `rbp` from the base to it; the rest stays in the table.
+    #[test]
+    fn simple_rules_keep_their_words_inside_the_frame() {
+        let rule = |cfa: i32, ra: i32, fp: RegRule| Rule {
+            cfa: CfaRule::SpOffset(cfa),
+            ra: RegRule::Offset(ra),
+            fp,
+            signal_frame: false,
+        };
+        let fp_at = |cfa, o| Simple::of(&rule(cfa, -8, RegRule::Offset(o))).map(|s| s.fp);
+        assert_eq!(fp_at(16, -16), Some(0));
+        assert_eq!(fp_at(16, -8), Some(8));
+        assert_eq!(fp_at(16, -24), None, "below the base register");
+        assert_eq!(fp_at(16, 0), None, "at the CFA");
+        assert_eq!(fp_at(16, i32::MAX), None, "an offset that overflows");
+        assert_eq!(fp_at(i32::MAX, i32::MIN), None);
+        assert!(Simple::of(&rule(16, -8, RegRule::Same)).is_some());
+        assert!(
+            Simple::of(&rule(16, -16, RegRule::Same)).is_none(),
+            "not below the CFA"
+        );
+        assert!(
+            Simple::of(&rule(4, -8, RegRule::Same)).is_none(),
+            "CFA below 8"
+        );
+    }
 
     #[test]
     fn sizes() {
