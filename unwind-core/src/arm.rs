@@ -183,6 +183,7 @@ impl Rule {
     }
 
     /// True for the explicit end-of-stack rule and for [`Rule::cant_unwind`] (PC undefined).
+    #[inline]
     pub fn is_end_of_stack(&self) -> bool {
         self.pc == RegRule::Undefined
     }

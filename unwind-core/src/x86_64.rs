@@ -89,6 +89,7 @@ impl Default for Rule {
 
 impl Rule {
     /// True if this is the explicit end-of-stack rule (return address undefined).
+    #[inline]
     pub fn is_end_of_stack(&self) -> bool {
         self.ra == RegRule::Undefined
     }
