@@ -55,6 +55,8 @@ pub struct Counts {
     pub misses: u64,
     /// Lookups answered by the second level of the cache (ours only).
     pub second_hits: u64,
+    /// Lookups answered by the extent level of the cache (ours only).
+    pub extent_hits: u64,
     /// Walks whose frames are not the handler's (compared over the handler's frames).
     pub differing: u64,
 }
@@ -77,6 +79,7 @@ impl Counts {
             lookups: self.lookups - before.lookups,
             misses: self.misses - before.misses,
             second_hits: self.second_hits - before.second_hits,
+            extent_hits: self.extent_hits - before.extent_hits,
             differing: self.differing - before.differing,
         }
     }
@@ -168,6 +171,7 @@ impl<A: SequenceArch> OursReplay<A> {
             c.lookups += cache.hits() + cache.misses();
             c.misses += cache.misses();
             c.second_hits += cache.second_level_hits();
+            c.extent_hits += cache.extent_level_hits();
         }
         c
     }

@@ -65,9 +65,15 @@ pub mod x86_64;
 
 pub use arch::{Arch, Step};
 pub use arm::Arm;
-pub use cache::{Cache, Cached, RuleRef, CACHE_SLOTS, SECOND_LEVEL_SETS, SECOND_LEVEL_WAYS};
+pub use cache::{
+    Cache, Cached, RuleRef, CACHE_SLOTS, EXTENT_GRANULE_BITS, EXTENT_SETS, EXTENT_WAYS,
+    SECOND_LEVEL_SETS, SECOND_LEVEL_WAYS,
+};
 pub use memory::{LiveStack, Memory, StackImage};
 pub use scan::{CallFit, ReturnSites};
-pub use table::{Found, ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder, TableModule};
+pub use table::{
+    Extent, Found, FoundExtent, ModuleRules, ModuleRulesBuilder, RuleTable, RuleTableBuilder,
+    TableModule,
+};
 pub use unwind::{unwind, StopReason, Trust, UnwindResult};
 pub use x86_64::X86_64;

@@ -94,6 +94,18 @@ pub struct ModuleRules<R> {
     stats: BuildStats,
 }
 
+/// An extent of a module's table ([`ModuleRules::extent_at`]): file addresses
+/// `start..start + len` with one rule, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// The extent's dictionary index, `None` for a gap.
+    pub rule: Option<u16>,
+    /// Its first file address.
+    pub start: u64,
+    /// Its length in bytes (at least 1).
+    pub len: u32,
+}
+
 impl<R: Copy> ModuleRules<R> {
     /// A module without any rules (every lookup misses; the unwinder falls back to frame pointers).
     pub fn empty() -> Self {
@@ -118,6 +130,13 @@ impl<R: Copy> ModuleRules<R> {
     /// The dictionary index of the rule for file address `svma`, if one describes it.
     #[inline]
     pub fn lookup_index(&self, svma: u64) -> Option<u16> {
+        self.extent_at(svma)?.rule
+    }
+
+    /// The extent containing file address `svma`, gaps included, if the module's table covers
+    /// `svma`: every address of it has the same rule (or none).
+    #[inline]
+    pub fn extent_at(&self, svma: u64) -> Option<Extent> {
         let rel = u32::try_from(svma.checked_sub(self.base)?).ok()?;
         let page = usize::try_from(rel >> self.page_shift).ok()?;
         // The extent is between the one holding the page's first byte and the one holding the
@@ -129,8 +148,14 @@ impl<R: Copy> ModuleRules<R> {
         let last = *self.pages.get(page + 1)? as usize;
         let near = self.starts.get(first + 1..=last)?;
         let i = first + near.partition_point(|&s| s <= rel);
-        let r = *self.rules.get(i)?;
-        (r != NO_RULE).then_some(r)
+        let rule = *self.rules.get(i)?;
+        // `starts` has one more entry than `rules` (the end of the last extent).
+        let bounds = self.starts.get(i..i + 2)?;
+        Some(Extent {
+            rule: (rule != NO_RULE).then_some(rule),
+            start: self.base + u64::from(bounds[0]),
+            len: bounds[1].wrapping_sub(bounds[0]),
+        })
     }
 
     /// Rule `index` of the dictionary.
@@ -403,6 +428,17 @@ pub struct FoundRef<'a, R> {
     pub rule: &'a R,
 }
 
+/// The result of [`RuleTable::extent_in`]: an extent of runtime addresses and its rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundExtent<'a, R> {
+    /// The rule of every address of the extent, `None` in a gap.
+    pub rule: Option<FoundRef<'a, R>>,
+    /// The extent's first runtime address.
+    pub start: u64,
+    /// Its length in bytes.
+    pub len: u32,
+}
+
 /// The result of [`RuleTable::module_for`]: the module containing an address.
 #[derive(Clone, Copy, Debug)]
 pub struct FoundModule<'a, R> {
@@ -513,6 +549,33 @@ impl<R: Copy> RuleTable<R> {
                 index,
             },
             rule: rules.rule(index)?,
+        })
+    }
+
+    /// The extent of runtime address `addr` in `found`, the module containing it, with its
+    /// rule as [`lookup_in`](Self::lookup_in) gives it (`None` in a gap): every address of the
+    /// extent has the same answer. `None` where the module's table does not cover `addr`.
+    #[inline]
+    pub fn extent_in<'a>(
+        &'a self,
+        found: FoundModule<'a, R>,
+        addr: u64,
+    ) -> Option<FoundExtent<'a, R>> {
+        let rules = &found.module.rules;
+        let extent = rules.extent_at(addr.wrapping_sub(found.module.bias))?;
+        let rule = extent.rule.and_then(|index| {
+            Some(FoundRef {
+                at: RuleRef {
+                    module: found.index,
+                    index,
+                },
+                rule: rules.rule(index)?,
+            })
+        });
+        Some(FoundExtent {
+            rule,
+            start: extent.start.wrapping_add(found.module.bias),
+            len: extent.len,
         })
     }
 

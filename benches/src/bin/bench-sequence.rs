@@ -26,7 +26,7 @@ fn usage() -> ! {
 
 fn print_counts(who: &str, c: &Counts) {
     println!(
-        "{who}: samples {} frames {} lookups {} hits {:.2} % misses {} ({:.3} per sample) second-level-hits {} differing {}",
+        "{who}: samples {} frames {} lookups {} hits {:.2} % misses {} ({:.3} per sample) second-level-hits {} extent-level-hits {} differing {}",
         c.samples,
         c.frames,
         c.lookups,
@@ -34,6 +34,7 @@ fn print_counts(who: &str, c: &Counts) {
         c.misses,
         c.misses_per_sample(),
         c.second_hits,
+        c.extent_hits,
         c.differing
     );
 }
@@ -93,10 +94,11 @@ fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
             }
             let after = ours.totals();
             println!(
-                "ours: frames {} misses {} second-level-hits {}",
+                "ours: frames {} misses {} second-level-hits {} extent-level-hits {}",
                 after.frames - before.frames,
                 after.misses - before.misses,
-                after.second_hits - before.second_hits
+                after.second_hits - before.second_hits,
+                after.extent_hits - before.extent_hits
             );
         }
         "passes" if x86 && args.get(1).map(String::as_str) == Some("framehop") => {
