@@ -541,15 +541,7 @@ impl<R: Copy> RuleTable<R> {
         found: FoundModule<'a, R>,
         addr: u64,
     ) -> Option<FoundRef<'a, R>> {
-        let rules = &found.module.rules;
-        let index = rules.lookup_index(addr.wrapping_sub(found.module.bias))?;
-        Some(FoundRef {
-            at: RuleRef {
-                module: found.index,
-                index,
-            },
-            rule: rules.rule(index)?,
-        })
+        self.extent_in(found, addr)?.rule
     }
 
     /// The extent of runtime address `addr` in `found`, the module containing it, with its
