@@ -974,13 +974,9 @@ mod tests {
                 // 0x1000..0x1500 (the extents) and 0x1f00..0x2200 (one short extent, a gap).
                 let addr = if off < 0x500 { 0x1000 + off } else { 0x1f00 + off % 0x300 };
                 let t = &tables[usize::from(second && i % 7 == 0)];
-                let want = match t.lookup(addr) {
-                    Some(found) => Cached::of::<Bytes>(&found.rule, RuleRef {
-                        module: found.module,
-                        index: t.modules()[0].rules.lookup_index(addr).unwrap(),
-                    }),
-                    None => Cached::NoRule,
-                };
+                let want = t
+                    .lookup_index(addr)
+                    .map_or(Cached::NoRule, |found| Cached::of::<Bytes>(found.rule, found.at));
                 proptest::prop_assert_eq!(c.lookup(t, addr), want, "lookup {} at {:#x}", i, addr);
             }
         }

@@ -149,7 +149,8 @@ impl<R: Copy> ModuleRules<R> {
         let near = self.starts.get(first + 1..=last)?;
         let i = first + near.partition_point(|&s| s <= rel);
         let rule = *self.rules.get(i)?;
-        // `starts` has one more entry than `rules` (the end of the last extent).
+        // The last entry starts the gap after the module's last extent, which has no end:
+        // no extent there.
         let bounds = self.starts.get(i..i + 2)?;
         Some(Extent {
             rule: (rule != NO_RULE).then_some(rule),
