@@ -11,8 +11,9 @@
 
 use core::fmt::Debug;
 
+use crate::cache::Ready;
 use crate::memory::Memory;
-use crate::table::RuleTable;
+use crate::table::{RuleTable, TableRule};
 use crate::unwind::{StopReason, Trust};
 
 /// An architecture the unwinder supports (see the [module docs](self)).
@@ -31,8 +32,9 @@ pub trait Arch:
     /// The registers the unwinder tracks, with their values in one frame.
     type Regs: Copy + Default + Debug + PartialEq;
 
-    /// How to recover the caller's tracked registers at one address: what the rule tables hold.
-    type Rule: Copy + Ord + Debug + Send + Sync + 'static;
+    /// How to recover the caller's tracked registers at one address: what the rule tables hold,
+    /// each with its form ready for the rule cache ([`Ready::of`] for this architecture).
+    type Rule: Copy + Ord + Debug + Send + Sync + 'static + TableRule<Ready = Ready<Self::Simple>>;
 
     /// The compact forms of [`Arch::Rule`] that cover nearly every frame, decoded so that
     /// [`Arch::step_simple`] applies them with no further decoding; the rule cache holds them

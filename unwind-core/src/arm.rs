@@ -386,6 +386,14 @@ fn step_frame_pointer<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, S
     })
 }
 
+impl crate::table::TableRule for Rule {
+    type Ready = crate::cache::Ready<Simple>;
+
+    fn ready(&self) -> Self::Ready {
+        crate::cache::Ready::of::<Arm>(self)
+    }
+}
+
 /// The 32-bit ARM architecture (ARM and Thumb-2 code): rules from DWARF CFI or EXIDX; the
 /// Thumb bit cleared for lookups; a leaf's return address in LR, then the frame record of r7
 /// (Thumb) or r11 (ARM) as fallbacks.

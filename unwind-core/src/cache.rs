@@ -132,15 +132,41 @@ pub enum Cached<S> {
     Outside,
 }
 
-impl<S> Cached<S> {
-    /// The cached form of `rule`, entry `at` of its table.
-    fn of<A: Arch<Simple = S>>(rule: &A::Rule, at: RuleRef) -> Self {
+/// A rule's form ready for the cache ([`TableRule::ready`](crate::table::TableRule::ready)),
+/// made when its module's table is built: [`Cached`] without the rule's place in the table,
+/// which a miss adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready<S> {
+    /// A simple rule ([`Arch::Simple`]).
+    Simple(S),
+    /// A rule applied from the table ([`Arch::step_rule`]).
+    Table,
+    /// The walk ends at this frame ([`Arch::stop`]).
+    Stop(StopReason),
+}
+
+impl<S> Ready<S> {
+    /// The ready form of `rule`, for architecture `A` (whose [`Arch::Rule`]'s
+    /// [`TableRule::ready`](crate::table::TableRule::ready) this is).
+    pub fn of<A: Arch<Simple = S>>(rule: &A::Rule) -> Self {
         if let Some(stop) = A::stop(rule) {
-            Cached::Stop(stop)
+            Ready::Stop(stop)
         } else if let Some(simple) = A::simple(rule) {
-            Cached::Simple(simple)
+            Ready::Simple(simple)
         } else {
-            Cached::Table(at)
+            Ready::Table
+        }
+    }
+}
+
+impl<S: Copy> Cached<S> {
+    /// The cached form of a rule with ready form `ready`, entry `at` of its table.
+    #[inline]
+    fn of(ready: &Ready<S>, at: RuleRef) -> Self {
+        match *ready {
+            Ready::Simple(simple) => Cached::Simple(simple),
+            Ready::Table => Cached::Table(at),
+            Ready::Stop(stop) => Cached::Stop(stop),
         }
     }
 }
@@ -325,7 +351,7 @@ fn from_table<A: Arch>(
     };
     *extent = (e.start, e.len);
     match e.rule {
-        Some(found) => Cached::of::<A>(found.rule, found.at),
+        Some(found) => Cached::of(found.ready, found.at),
         None => Cached::NoRule,
     }
 }
@@ -678,6 +704,14 @@ mod tests {
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     struct Bytes;
 
+    /// Byte rules (also the table module's tests' rules) are ready as [`Bytes`] makes them.
+    impl crate::table::TableRule for u8 {
+        type Ready = Ready<u8>;
+        fn ready(&self) -> Ready<u8> {
+            Ready::of::<Bytes>(self)
+        }
+    }
+
     impl Arch for Bytes {
         const NAME: &'static str = "bytes";
         const WORD_BYTES: u8 = 8;
@@ -976,7 +1010,7 @@ mod tests {
                 let t = &tables[usize::from(second && i % 7 == 0)];
                 let want = t
                     .lookup_index(addr)
-                    .map_or(Cached::NoRule, |found| Cached::of::<Bytes>(found.rule, found.at));
+                    .map_or(Cached::NoRule, |found| Cached::of(found.ready, found.at));
                 proptest::prop_assert_eq!(c.lookup(t, addr), want, "lookup {} at {:#x}", i, addr);
             }
         }

@@ -299,6 +299,14 @@ fn step_simple_checked<M: Memory + ?Sized>(
     Ok(Regs { pc, sp: cfa, fp })
 }
 
+impl crate::table::TableRule for Rule {
+    type Ready = crate::cache::Ready<Simple>;
+
+    fn ready(&self) -> Self::Ready {
+        crate::cache::Ready::of::<X86_64>(self)
+    }
+}
+
 /// The x86_64 architecture: 64-bit PC, SP and `rbp`; return addresses looked up at `PC - 1`;
 /// the frame-pointer chain as the fallback.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -160,7 +160,10 @@ fn put(words: &mut [u64], size: u64, addr: u64, value: u64) {
     words[((addr - STACK) / size) as usize] = value;
 }
 
-fn table_of<R: Copy + Ord>(rows: &[(u64, u64, R)], exprs: &[Expr]) -> RuleTable<R> {
+fn table_of<R: unwind_core::table::TableRule>(
+    rows: &[(u64, u64, R)],
+    exprs: &[Expr],
+) -> RuleTable<R> {
     let mut m = ModuleRulesBuilder::new();
     for e in exprs {
         m.add_expr(*e).unwrap();

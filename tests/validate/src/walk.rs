@@ -13,7 +13,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use minidump::Minidump;
 use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
-use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder};
+use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder, TableRule};
 use unwind_core::{
     arm, x86_64, Arm, Cache, Found, StackImage, StopReason, Trust, UnwindResult, X86_64,
 };
@@ -126,12 +126,12 @@ impl Layout {
 }
 
 /// One architecture's rules: per file, and tables per distinct module list.
-struct ArchTables<R> {
+struct ArchTables<R: TableRule> {
     rules: HashMap<PathBuf, Arc<ModuleRules<R>>>,
     tables: HashMap<Vec<SampleModule>, Arc<RuleTable<R>>>,
 }
 
-impl<R> Default for ArchTables<R> {
+impl<R: TableRule> Default for ArchTables<R> {
     fn default() -> Self {
         ArchTables {
             rules: HashMap::new(),
@@ -140,7 +140,7 @@ impl<R> Default for ArchTables<R> {
     }
 }
 
-impl<R: Copy> ArchTables<R> {
+impl<R: TableRule> ArchTables<R> {
     /// The table placing `sample`'s modules, their rules read by `load`.
     fn table(
         &mut self,

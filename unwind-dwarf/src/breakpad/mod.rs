@@ -50,7 +50,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment};
-use unwind_core::table::ModuleRules;
+use unwind_core::table::{ModuleRules, TableRule};
 
 use crate::arch::{ArchVisitor, Architecture, DwarfArch};
 use crate::DwarfError;
@@ -504,7 +504,7 @@ impl Writer<'_> {
 
 /// Writes the extents of `rules` through `render` (a rule's pieces, or why it cannot be
 /// written).
-fn write_records<R: Copy>(
+fn write_records<R: TableRule>(
     rules: &ModuleRules<R>,
     image_base_svma: u64,
     layout: &Layout,
@@ -607,7 +607,7 @@ fn cfa_expression(
 
 /// A register rule's text (`None` for an expression Breakpad cannot write); `same` is the text of
 /// "unchanged" for this register.
-fn reg_text<R: Copy>(
+fn reg_text<R: TableRule>(
     r: StackCfiReg,
     same: &str,
     t: &Target,

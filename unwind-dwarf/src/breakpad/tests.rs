@@ -349,7 +349,7 @@ impl unwind_core::Memory for Words {
     }
 }
 
-fn table<R: Copy>(rules: ModuleRules<R>) -> RuleTable<R> {
+fn table<R: unwind_core::table::TableRule>(rules: ModuleRules<R>) -> RuleTable<R> {
     let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
     b.add(0, u64::MAX, 0, "m".into(), Arc::new(rules));
     b.build().unwrap()

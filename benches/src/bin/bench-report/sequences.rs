@@ -51,6 +51,9 @@ struct Row {
     differing: u64,
     /// The first pass, from empty caches: hit rate, misses per sample, instructions per frame.
     first: (f64, f64, f64),
+    /// Instructions per table lookup in the first pass (`None` without misses): thousands of
+    /// lookups where the pass after it may have a handful.
+    first_instr_per_miss: Option<f64>,
     /// MiB written over before each evicted walk (`bench-sequence time` says).
     evict_mib: f64,
     framehop: Option<(f64, f64, f64)>,
@@ -140,6 +143,12 @@ fn measure(
         "*OursReplay*::walk_with",
         &with(&["passes", "N", "ours-first"]),
     )?;
+    let (first_fill, first_filled) = one_pass(
+        bin,
+        "unwind_core::cache::from_table*",
+        &with(&["passes", "N", "ours-first"]),
+    )?;
+    let first_misses = field(&first_filled, "misses");
     let first = (
         of(&counts, "ours first pass:", "hits"),
         of(&counts, "ours first pass:", "misses")
@@ -176,6 +185,7 @@ fn measure(
         evicted_ns: of(&time, "ours:", "evicted"),
         differing: of(&counts, "ours:", "differing") as u64,
         first,
+        first_instr_per_miss: (first_misses > 0).then(|| first_fill as f64 / first_misses as f64),
         evict_mib: of(&time, "ours:", "(evicting"),
         framehop,
     })
@@ -192,10 +202,10 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
     let mut md = String::new();
     let mut lines = Vec::new();
     let _ = writeln!(md, "## Real programs' sample sequences (the headline)\n");
-    let _ = writeln!(md, "| program | samples | frames/sample | threads | hit rate | misses/sample | instr/frame | instr/miss | ns/frame warm | ns/frame evicted | first pass: hit rate | misses/sample | instr/frame | framehop instr/frame | framehop ns/frame warm | framehop ns/frame evicted |");
+    let _ = writeln!(md, "| program | samples | frames/sample | threads | hit rate | misses/sample | instr/frame | instr/miss | ns/frame warm | ns/frame evicted | first pass: hit rate | misses/sample | instr/frame | instr/miss | framehop instr/frame | framehop ns/frame warm | framehop ns/frame evicted |");
     let _ = writeln!(
         md,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &rows {
         let fh = match r.framehop {
@@ -204,7 +214,7 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
         };
         let _ = writeln!(
             md,
-            "| {}{} | {} | {:.1} | {} | {:.2} % | {:.3} | {:.1} | {} | {:.1} | {:.0} | {:.2} % | {:.3} | {:.1} | {fh} |",
+            "| {}{} | {} | {:.1} | {} | {:.2} % | {:.3} | {:.1} | {} | {:.1} | {:.0} | {:.2} % | {:.3} | {:.1} | {} | {fh} |",
             r.name,
             if r.arm { " (host)" } else { "" },
             r.samples,
@@ -219,12 +229,14 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
             r.first.0,
             r.first.1,
             r.first.2,
+            r.first_instr_per_miss.map_or("-".into(), |m| format!("{m:.0}")),
         );
         lines.push(format!(
-            "sequence {}: {:.2} % hits, {:.2} misses/sample, {:.1} instructions/frame, {}/miss, {:.1} ns/frame warm, {:.0} evicted; first pass {:.2} % hits, {:.2} misses/sample, {:.1} instructions/frame",
+            "sequence {}: {:.2} % hits, {:.2} misses/sample, {:.1} instructions/frame, {}/miss, {:.1} ns/frame warm, {:.0} evicted; first pass {:.2} % hits, {:.2} misses/sample, {:.1} instructions/frame, {}/miss",
             r.name, r.hit_rate, r.misses_per_sample, r.instr_per_frame,
             r.instr_per_miss.map_or("-".into(), |m| format!("{m:.0}")), r.warm_ns, r.evicted_ns,
-            r.first.0, r.first.1, r.first.2
+            r.first.0, r.first.1, r.first.2,
+            r.first_instr_per_miss.map_or("-".into(), |m| format!("{m:.0}"))
         ));
     }
     let _ = writeln!(md);
@@ -232,6 +244,6 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
         let _ = writeln!(md, "- **{}**: {}.", r.name, r.what);
     }
     let differing: u64 = rows.iter().map(|r| r.differing).sum();
-    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure but the *first pass* ones is of one pass after one untimed pass over the same samples; *first pass* is the pass from empty caches, in which every address is met for the first time once, as the handler met it. The difference is mostly frame 0: the interrupted instruction's own address, which a later pass finds cached and the handler rarely does (cc1: 18.6 % of the frame-0 addresses of a 6,400-sample run had been sampled before). The profiler's own summary of a run agrees with the first pass (cc1: 94.2-94.5 % hits in the process against 93.0 % first pass and 99.9 % after it; python3: 97.6-98.0 % against 98.5 % and 100 %). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule decoded for the cache). *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {:.0} MiB, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", rows.first().map_or(f64::NAN, |r| r.evict_mib), super::ARM_SYSROOT);
+    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure but the *first pass* ones is of one pass after one untimed pass over the same samples; *first pass* is the pass from empty caches, in which every address is met for the first time once, as the handler met it. The difference is mostly frame 0: the interrupted instruction's own address, which a later pass finds cached and the handler rarely does (cc1: 18.6 % of the frame-0 addresses of a 6,400-sample run had been sampled before). The profiler's own summary of a run agrees with the first pass (cc1: 94.2-94.5 % hits in the process against 93.0 % first pass and 99.9 % after it; python3: 97.6-98.0 % against 98.5 % and 100 %). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule's form ready for the cache, made when the table was built); the pass after the first has few such lookups (none, some runs of python3), so the first pass's, over thousands, is given too. *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {:.0} MiB, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", rows.first().map_or(f64::NAN, |r| r.evict_mib), super::ARM_SYSROOT);
     Ok((md, lines))
 }
