@@ -372,9 +372,8 @@ pub fn vdso_image() -> Option<Vec<u8>> {
 }
 
 /// Registers the calling thread for sampling: records its stack bounds and gives it a rule cache
-/// (about 430 KiB on x86_64, 560 KiB on ARM, most of it the cache's second level, committed as
-/// the thread's samples use it: see
-/// [`unwind_core::cache`]).
+/// (408 KiB on x86_64, 736 KiB on ARM, most of it the cache's second and extent levels,
+/// committed as the thread's samples use it: see [`unwind_core::cache`]).
 /// Must be called outside signal handlers (it allocates). Idempotent.
 pub fn register_thread() -> Result<(), Error> {
     threads::register().map_err(Error::Io)

@@ -33,11 +33,12 @@ use unwind_core::Cache;
 const BUCKETS: usize = 1024;
 
 /// One registered thread's state.
+///
+/// A walk reads or writes `owner`, `busy`, `hazard`, the stack bounds and the two counts: they
+/// are the slot's first line (`repr(C)`, checked by a test), so that a signal meets one cold
+/// line of it before its cache's; the cache's own hot fields are its first line.
+#[repr(C)]
 pub(crate) struct ThreadSlot {
-    /// The next slot of the list of every slot (immutable after publication).
-    next: *const ThreadSlot,
-    /// The next slot of the same bucket (immutable after publication).
-    chain: *const ThreadSlot,
     /// The owning thread's thread pointer; 0 while the slot is free.
     owner: AtomicUsize,
     /// Set while the owning thread is unwinding (guards the cache against re-entrant signals).
@@ -46,14 +47,18 @@ pub(crate) struct ThreadSlot {
     pub hazard: AtomicPtr<Published>,
     pub stack_lo: AtomicU64,
     pub stack_hi: AtomicU64,
-    /// The owning thread's id (`gettid`), read at registration.
-    pub tid: AtomicI32,
-    /// Only the owning thread touches it, and only while `busy` is held.
-    pub cache: UnsafeCell<Cache<Native>>,
     /// The cache's hit and miss counts as of its last unwind, for other threads to read.
     pub cache_hits: AtomicU64,
     /// See `cache_hits`.
     pub cache_misses: AtomicU64,
+    /// The next slot of the same bucket (immutable after publication).
+    chain: *const ThreadSlot,
+    /// Only the owning thread touches it, and only while `busy` is held.
+    pub cache: UnsafeCell<Cache<Native>>,
+    /// The next slot of the list of every slot (immutable after publication).
+    next: *const ThreadSlot,
+    /// The owning thread's id (`gettid`), read at registration.
+    pub tid: AtomicI32,
 }
 
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched
@@ -279,6 +284,27 @@ pub(crate) fn owned() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fields a walk touches are the slot's first line.
+    #[test]
+    fn a_walk_touches_one_line_of_its_slot() {
+        register().unwrap();
+        let s = current().expect("registered");
+        let base = s as *const ThreadSlot as usize;
+        assert_eq!(base % 64, 0);
+        for (name, field) in [
+            ("owner", ptr::addr_of!(s.owner) as usize),
+            ("busy", ptr::addr_of!(s.busy) as usize),
+            ("hazard", ptr::addr_of!(s.hazard) as usize),
+            ("stack_lo", ptr::addr_of!(s.stack_lo) as usize),
+            ("stack_hi", ptr::addr_of!(s.stack_hi) as usize),
+            ("cache_hits", ptr::addr_of!(s.cache_hits) as usize),
+            ("cache_misses", ptr::addr_of!(s.cache_misses) as usize),
+        ] {
+            assert!(field - base < 64, "{name} at {}", field - base);
+        }
+        unregister();
+    }
 
     #[test]
     fn threads_have_distinct_thread_pointers_and_find_their_slots() {

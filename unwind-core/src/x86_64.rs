@@ -124,18 +124,20 @@ impl Shape {
 /// unchecked: cc1's sequence 56.4 -> 50.2 instructions a frame, python3's 51.6 -> 43.7, against
 /// a bounds check on every read.
 ///
-/// 8-aligned, so that the cached form (16 bytes) is copied as one 16-byte move: at 12 bytes,
-/// cc1's sequence took a further instruction a frame (the second level's copies).
+/// 8 bytes, 8-aligned, and so is its cached form ([`Cached`](crate::cache::Cached), whose other
+/// forms fit beside the shape byte): a cache slot (the form and its address) is 16 bytes, four
+/// to a cache line, none across two (at 24 bytes, a quarter of the slots spanned two lines, and
+/// the slots took 12 KiB instead of 8). A saved `rbp` more than 64 KiB above the base register
+/// is applied from the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(align(8))]
 pub struct Simple {
-    shape: Shape,
     /// The CFA (the caller's `rsp`) is `base + cfa`; at least 8, and the return address is at
     /// `[base + cfa - 8]`.
     cfa: i32,
-    /// The caller's `rbp` is at `[base + fp]`, with `0 <= fp <= cfa - 8` (for the `SavedFp`
-    /// shapes).
-    fp: i32,
+    /// The caller's `rbp` is at `[base + fp]`, with `fp <= cfa - 8` (for the `SavedFp` shapes).
+    fp: u16,
+    shape: Shape,
 }
 
 impl Simple {
@@ -161,7 +163,7 @@ impl Simple {
             // One unsigned comparison for `0 <= fp <= cfa - 8` (`cfa >= 8`): a sum that
             // overflows is negative (`cfa` is positive), and so is refused with the rest.
             RegRule::Offset(o) => match cfa.wrapping_add(o) {
-                fp if fp as u32 <= (cfa - 8) as u32 => (true, fp),
+                fp if fp as u32 <= (cfa - 8) as u32 => (true, u16::try_from(fp).ok()?),
                 _ => return None,
             },
             _ => return None,
@@ -292,7 +294,7 @@ fn step_simple_checked<M: Memory + ?Sized>(
     let read = |a| mem.read_u64(a).ok_or(StopReason::ReadFailed);
     let pc = read(cfa.wrapping_sub(8))?;
     let fp = if rule.shape as u8 & Shape::FP_SAVED != 0 {
-        read(add(base, rule.fp))?
+        read(base.wrapping_add(u64::from(rule.fp)))?
     } else {
         fp
     };
@@ -370,7 +372,7 @@ impl Arch for X86_64 {
         let pc = unsafe { mem.load_u64(cfa - 8) };
         let fp = if shape & Shape::FP_SAVED != 0 {
             // SAFETY: as above.
-            unsafe { mem.load_u64(add(base, rule.fp)) }
+            unsafe { mem.load_u64(base.wrapping_add(u64::from(rule.fp))) }
         } else {
             regs.fp
         };
@@ -455,6 +457,16 @@ mod tests {
         let fp_at = |cfa, o| Simple::of(&rule(cfa, -8, RegRule::Offset(o))).map(|s| s.fp);
         assert_eq!(fp_at(16, -16), Some(0));
         assert_eq!(fp_at(16, -8), Some(8));
+        assert_eq!(
+            fp_at(65_560, -25),
+            Some(65_535),
+            "the highest saved rbp kept"
+        );
+        assert_eq!(
+            fp_at(65_560, -24),
+            None,
+            "64 KiB above the base: from the table"
+        );
         assert_eq!(fp_at(16, -24), None, "below the base register");
         assert_eq!(fp_at(16, 0), None, "at the CFA");
         assert_eq!(fp_at(16, i32::MAX), None, "an offset that overflows");
@@ -472,7 +484,7 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(core::mem::size_of::<Simple>(), 16);
-        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 16);
+        assert_eq!(core::mem::size_of::<Simple>(), 8);
+        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 8);
     }
 }
