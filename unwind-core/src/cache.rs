@@ -402,7 +402,7 @@ const INVALID: u64 = u64::MAX;
 /// lookup. Per-frame lookups then compare only the address.
 ///
 /// Every field a walk reads or writes besides its slots is in one line after the slots
-/// ([`Hot`]), which the walk's first read (the generation) brings in: on a signal each line is
+/// (`Hot`), which the walk's first read (the generation) brings in: on a signal each line is
 /// cold, and those fields spread over three lines cost two more line reads a walk. The slots
 /// come first, at the cache's address, so that the loop addresses them and the cache with one
 /// register (with the slots after a line of fields, the loop kept a second base and reloaded it
