@@ -190,13 +190,13 @@ impl<S: Copy> Cached<S> {
 /// systematic collisions of a fold. Addresses 4 GiB apart share a slot, which costs only a miss.
 #[cfg(test)]
 fn slot_of(addr: u64) -> usize {
-    ((u64::from(fibonacci(addr)) * CACHE_SLOTS as u64) >> 32) as usize
+    slot_offset::<u8>(addr)
 }
 
 /// `slot_of(addr)` times the size of a slot, `E`: the slot's byte offset in the array, from the
 /// same two multiplies and shift and a mask (`floor(16x) & !15 = 16 floor(x)`, for a power-of-two
 /// size), where an index scaled by 16 would take a further instruction in the loop (x86_64
-/// scales an index by at most 8).
+/// scales an index by at most 8). For a size of 1 it is the slot itself.
 #[inline(always)]
 fn slot_offset<E>(addr: u64) -> usize {
     const { assert!(core::mem::size_of::<E>().is_power_of_two()) };
@@ -557,17 +557,17 @@ impl<A: Arch> Cache<A> {
         &self.entry(slot).rule
     }
 
-    /// The slot at byte offset `slot` (a [`slot_offset`]).
+    /// The slot at byte offset `slot`, which must be a [`slot_offset`] of an address.
     #[inline(always)]
-    fn entry(&self, slot: usize) -> &Entry<A::Simple> {
+    fn entry(&mut self, slot: usize) -> &mut Entry<A::Simple> {
         // SAFETY: `slot_offset` is `slot_of(addr) * size_of::<Entry>()`, and `slot_of` returns
         // `(h * 509) >> 32` for a 32-bit `h`, below 509: an entry of the 509-entry array. (The
         // compiler does not always see it once this is inlined into the loop, and the bounds
         // check would cost two instructions a frame.)
         unsafe {
-            &*self
+            &mut *self
                 .entries
-                .as_ptr()
+                .as_mut_ptr()
                 .cast::<u8>()
                 .add(slot)
                 .cast::<Entry<A::Simple>>()
@@ -648,16 +648,8 @@ impl<A: Arch> Cache<A> {
     /// `slot_offset(addr)`, and returns it there.
     #[inline(always)]
     fn install(&mut self, slot: usize, addr: u64, rule: Cached<A::Simple>) -> &Cached<A::Simple> {
-        // SAFETY: `slot` is `slot_offset(addr)`, an entry of the array (see `entry`); both
-        // callers have it from `lookup_prepared`.
-        let e = unsafe {
-            &mut *self
-                .entries
-                .as_mut_ptr()
-                .cast::<u8>()
-                .add(slot)
-                .cast::<Entry<A::Simple>>()
-        };
+        // Both callers have `slot` from `lookup_prepared`.
+        let e = self.entry(slot);
         e.addr = addr;
         e.rule = rule;
         &e.rule

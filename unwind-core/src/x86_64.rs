@@ -294,7 +294,7 @@ fn step_simple_checked<M: Memory + ?Sized>(
     let read = |a| mem.read_u64(a).ok_or(StopReason::ReadFailed);
     let pc = read(cfa.wrapping_sub(8))?;
     let fp = if rule.shape as u8 & Shape::FP_SAVED != 0 {
-        read(base.wrapping_add(u64::from(rule.fp)))?
+        read(add(base, i32::from(rule.fp)))?
     } else {
         fp
     };
@@ -372,7 +372,7 @@ impl Arch for X86_64 {
         let pc = unsafe { mem.load_u64(cfa - 8) };
         let fp = if shape & Shape::FP_SAVED != 0 {
             // SAFETY: as above.
-            unsafe { mem.load_u64(base.wrapping_add(u64::from(rule.fp))) }
+            unsafe { mem.load_u64(add(base, i32::from(rule.fp))) }
         } else {
             regs.fp
         };
