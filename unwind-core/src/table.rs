@@ -885,7 +885,7 @@ mod tests {
 
     /// Every lookup's ready form is its rule's: the ready forms follow the dictionary, which is
     /// in first-seen order, not in address or rule order. (Byte rules: an odd rule is ready as
-    /// itself, [`crate::cache::Ready::Simple`].)
+    /// itself, its [`crate::cache::Ready::simple`] form.)
     #[test]
     fn ready_forms_follow_the_dictionary() {
         let rows = [
@@ -904,7 +904,7 @@ mod tests {
             for addr in [start, end - 1] {
                 let found = t.lookup_index(0x1000 + addr).unwrap();
                 assert_eq!(*found.rule, rule);
-                assert_eq!(*found.ready, crate::cache::Ready::Simple(rule), "{addr:#x}");
+                assert_eq!(found.ready.simple(), Some(rule), "{addr:#x}");
             }
         }
     }
