@@ -27,6 +27,12 @@ use std::sync::Mutex;
 
 use unwind_profiler::{Config, Profiler};
 
+mod huge_pages;
+
+/// Large blocks (the rule tables of large modules) in 2 MiB pages: see [`huge_pages`].
+#[global_allocator]
+static ALLOCATOR: huge_pages::LargeInHugePages = huge_pages::LargeInHugePages;
+
 /// The running profiler, taken by the exit handler.
 static PROFILER: Mutex<Option<Profiler>> = Mutex::new(None);
 /// The process that started the profiler (a forked child is another).
