@@ -276,6 +276,14 @@ struct SecondLevel<S> {
     epochs: [u32; SECOND_LEVEL_SETS],
 }
 
+impl<S: Copy> Clone for SecondLevel<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Copy> Copy for SecondLevel<S> {}
+
 /// The set of `addr`: the top bits of a 64-bit Fibonacci hash, independent of the bits that
 /// pick its slot.
 #[inline(always)]
@@ -352,6 +360,14 @@ fn zeroed<T>() -> Box<T> {
     unsafe { Box::from_raw(ptr) }
 }
 
+/// A copy of `value` in a new allocation, written there directly (`Box::new(*value)` of a
+/// level this large would build it on the stack first).
+fn boxed_copy<T: Copy>(value: &T) -> Box<T> {
+    let mut copy: Box<T> = zeroed();
+    core::slice::from_mut(&mut *copy).copy_from_slice(core::slice::from_ref(value));
+    copy
+}
+
 /// The extent set of `addr`: its granule's, by the same hash as [`set_of`].
 #[inline(always)]
 fn extent_set_of(addr: u64) -> usize {
@@ -414,7 +430,7 @@ const INVALID: u64 = u64::MAX;
 /// come first, at the cache's address, so that the loop addresses them and the cache with one
 /// register (with the slots after a line of fields, the loop kept a second base and reloaded it
 /// every frame: one instruction a frame).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Cache<A: Arch> {
     entries: [Entry<A::Simple>; CACHE_SLOTS],
@@ -448,31 +464,12 @@ struct Hot<S> {
     near: u16,
 }
 
-impl<A: Arch> Clone for Cache<A> {
+impl<S: Copy> Clone for Hot<S> {
     fn clone(&self) -> Self {
-        // The sets are copied into a new zeroed allocation: `Box::clone` of an array this large
-        // would build it on the stack first.
-        let mut second: Box<SecondLevel<A::Simple>> = zeroed();
-        second.sets.copy_from_slice(&self.hot.second.sets[..]);
-        second.epochs = self.hot.second.epochs;
-        let mut extents: Box<ExtentSets<A::Simple>> = zeroed();
-        extents.copy_from_slice(&self.hot.extents[..]);
-        let h = &self.hot;
-        Cache {
-            entries: self.entries,
-            hot: Hot {
-                generation: h.generation,
-                epoch: h.epoch,
-                second,
-                extents,
-                lookups: h.lookups,
-                misses: h.misses,
-                outside: h.outside,
-                second_hits: h.second_hits,
-                near: h.near,
-            },
-            extent_hits: self.extent_hits,
-            last_outside: self.last_outside,
+        Hot {
+            second: boxed_copy(&*self.second),
+            extents: boxed_copy(&*self.extents),
+            ..*self
         }
     }
 }
@@ -1009,6 +1006,14 @@ mod tests {
         assert_eq!(c.hot.lookups, 120);
         // The slot holds one; the second level keeps all forty (in sets of their own), so each
         // goes to the table once and the second level answers the other two rounds.
+        assert_eq!((c.misses(), c.second_level_hits()), (40, 80));
+        // A clone has the same entries, in levels of its own: it answers all forty from its
+        // second level, and the original is unchanged.
+        let mut d = c.clone();
+        for &a in &same {
+            d.lookup(&t, a);
+        }
+        assert_eq!((d.misses(), d.second_level_hits()), (40, 120));
         assert_eq!((c.misses(), c.second_level_hits()), (40, 80));
         // A new table, or a cleared cache, empties the second level too.
         let t2 = table(2, 7);
