@@ -45,6 +45,7 @@ compile_error!("unwind-in-process supports Linux");
 mod arch;
 mod capture;
 mod captures;
+mod huge_pages;
 mod modules;
 mod publish;
 mod report;

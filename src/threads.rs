@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize
 
 use crate::arch::{thread_pointer, Native};
 use crate::publish::Published;
+use unwind_core::cache::LevelsOf;
 use unwind_core::Cache;
 
 /// Number of lookup buckets (a power of two).
@@ -185,7 +186,13 @@ fn claim(tp: usize) -> &'static ThreadSlot {
     if let Some(s) = free {
         return s;
     }
-    let slot: &'static mut ThreadSlot = Box::leak(Box::new(ThreadSlot {
+    // Slots and their caches' levels are never freed: both in 2 MiB pages where there are
+    // some (see `huge_pages`), else from the allocator.
+    let cache = match crate::huge_pages::alloc::<LevelsOf<Native>>() {
+        Some(levels) => Cache::new_in(levels),
+        None => Cache::new(),
+    };
+    let slot = ThreadSlot {
         next: ptr::null(),
         chain: ptr::null(),
         owner: AtomicUsize::new(tp),
@@ -194,10 +201,14 @@ fn claim(tp: usize) -> &'static ThreadSlot {
         stack_lo: AtomicU64::new(0),
         stack_hi: AtomicU64::new(0),
         tid: AtomicI32::new(0),
-        cache: UnsafeCell::new(Cache::new()),
+        cache: UnsafeCell::new(cache),
         cache_hits: AtomicU64::new(0),
         cache_misses: AtomicU64::new(0),
-    }));
+    };
+    let slot: &'static mut ThreadSlot = match crate::huge_pages::alloc::<ThreadSlot>() {
+        Some(room) => room.write(slot),
+        None => Box::leak(Box::new(slot)),
+    };
     // Into the list of every slot first: whoever finds the slot through its bucket (only to
     // claim it after its owner released it) has then synchronized with both pushes.
     push(&SLOTS, slot, |s, next| s.next = next);

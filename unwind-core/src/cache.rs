@@ -108,6 +108,7 @@
 
 use alloc::boxed::Box;
 use core::mem::MaybeUninit;
+use core::ptr::NonNull;
 
 use crate::arch::Arch;
 use crate::table::RuleTable;
@@ -368,6 +369,20 @@ fn boxed_copy<T: Copy>(value: &T) -> Box<T> {
     copy
 }
 
+/// A cache's second and extent levels, for a caller that places them itself
+/// ([`Cache::new_in`]). Their lines are read on a cache's misses, which a signal handler meets
+/// with cold TLBs as well as cold caches: 272 KiB (x86_64) or 528 KiB (ARM) of sets and 128 or
+/// 192 KiB of extents are 100 to 180 pages of 4 KiB, each a page walk to reach, and in one
+/// 2 MiB page ([`Cache::new_in`] of memory so mapped) they are one.
+#[repr(C)]
+pub struct Levels<S> {
+    second: SecondLevel<S>,
+    extents: ExtentSets<S>,
+}
+
+/// The [`Levels`] of a cache for architecture `A`.
+pub type LevelsOf<A> = Levels<<A as Arch>::Simple>;
+
 /// The extent set of `addr`: its granule's, by the same hash as [`set_of`].
 #[inline(always)]
 fn extent_set_of(addr: u64) -> usize {
@@ -449,10 +464,11 @@ struct Hot<S> {
     /// Stamped on the second and extent levels' sets: a set with another epoch is stale. Never
     /// 0 once the cache has been prepared for a table (sets start at 0).
     epoch: u32,
-    /// The second level, at [`set_of`] an address.
-    second: Box<SecondLevel<S>>,
-    /// The extent level, at [`extent_set_of`] an address.
-    extents: Box<ExtentSets<S>>,
+    /// The second level, at [`set_of`] an address: in a `Box` if `owned`, else in memory lent
+    /// for good ([`Cache::new_in`]). Unique to this cache either way.
+    second: NonNull<SecondLevel<S>>,
+    /// The extent level, at [`extent_set_of`] an address; owned or lent as `second` is.
+    extents: NonNull<ExtentSets<S>>,
     lookups: u64,
     misses: u64,
     /// Misses at addresses in no module of the table (code loaded after the table was built,
@@ -462,13 +478,50 @@ struct Hot<S> {
     second_hits: u64,
     /// The module of the last miss, tried first by the next ([`RuleTable::module_near`]).
     near: u16,
+    /// Whether the levels are two `Box`es of this cache's ([`Cache::new`]), freed with it.
+    owned: bool,
+}
+
+// SAFETY: the levels are this cache's alone (owned, or lent to it for good), as with a `Box`.
+unsafe impl<S: Send> Send for Hot<S> {}
+// SAFETY: as above; a shared reference to the cache gives only shared access to them.
+unsafe impl<S: Sync> Sync for Hot<S> {}
+
+impl<S> Hot<S> {
+    /// The second level.
+    #[inline(always)]
+    fn second(&self) -> &SecondLevel<S> {
+        // SAFETY: `second` points to a level valid for the cache's life and unique to it.
+        unsafe { self.second.as_ref() }
+    }
+
+    /// The extent level.
+    #[inline(always)]
+    fn extents(&self) -> &ExtentSets<S> {
+        // SAFETY: as in `second`.
+        unsafe { self.extents.as_ref() }
+    }
+}
+
+impl<S> Drop for Hot<S> {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: owned levels came from `Box::into_raw` (`Cache::new`, `clone`), and are
+            // freed only here, once.
+            unsafe {
+                drop(Box::from_raw(self.second.as_ptr()));
+                drop(Box::from_raw(self.extents.as_ptr()));
+            }
+        }
+    }
 }
 
 impl<S: Copy> Clone for Hot<S> {
     fn clone(&self) -> Self {
         Hot {
-            second: boxed_copy(&*self.second),
-            extents: boxed_copy(&*self.extents),
+            second: NonNull::from(Box::leak(boxed_copy(self.second()))),
+            extents: NonNull::from(Box::leak(boxed_copy(self.extents()))),
+            owned: true,
             ..*self
         }
     }
@@ -482,8 +535,33 @@ impl<A: Arch> Default for Cache<A> {
 
 impl<A: Arch> Cache<A> {
     /// An empty cache: generation 0 matches no table. Allocates its second and extent levels
-    /// ([`SECOND_LEVEL_SETS`] and [`EXTENT_SETS`] sets).
+    /// ([`SECOND_LEVEL_SETS`] and [`EXTENT_SETS`] sets), zeroed: the system commits their pages
+    /// as the cache's lookups first reach them.
     pub fn new() -> Self {
+        let second = NonNull::from(Box::leak(zeroed::<SecondLevel<A::Simple>>()));
+        let extents = NonNull::from(Box::leak(zeroed::<ExtentSets<A::Simple>>()));
+        Self::with_levels(second, extents, true)
+    }
+
+    /// An empty cache whose second and extent levels are `levels`, which it zeroes and never
+    /// frees: for a caller that places caches itself (in memory mapped in 2 MiB pages, for
+    /// one, where a signal handler's misses reach the levels without a page walk each).
+    pub fn new_in(levels: &'static mut MaybeUninit<LevelsOf<A>>) -> Self {
+        // SAFETY: `levels` is valid for writes of one `Levels`.
+        unsafe { levels.as_mut_ptr().write_bytes(0, 1) };
+        // SAFETY: a `Levels` is valid all zeros (integers and `MaybeUninit`s).
+        let levels = unsafe { levels.assume_init_mut() };
+        let second = NonNull::from(&mut levels.second);
+        let extents = NonNull::from(&mut levels.extents);
+        Self::with_levels(second, extents, false)
+    }
+
+    /// An empty cache with the given levels (zeroed, unique to it, `Box`es if `owned`).
+    fn with_levels(
+        second: NonNull<SecondLevel<A::Simple>>,
+        extents: NonNull<ExtentSets<A::Simple>>,
+        owned: bool,
+    ) -> Self {
         let empty = Entry {
             addr: INVALID,
             rule: Cached::Outside,
@@ -493,13 +571,14 @@ impl<A: Arch> Cache<A> {
             hot: Hot {
                 generation: 0,
                 epoch: 0,
-                second: zeroed(),
-                extents: zeroed(),
+                second,
+                extents,
                 lookups: 0,
                 misses: 0,
                 outside: 0,
                 second_hits: 0,
                 near: 0,
+                owned,
             },
             extent_hits: 0,
             last_outside: 0,
@@ -527,8 +606,10 @@ impl<A: Arch> Cache<A> {
         // are made stale by hand, so that none stamped long ago matches again.
         self.hot.epoch = self.hot.epoch.wrapping_add(1);
         if self.hot.epoch == 0 {
-            self.hot.second.epochs = [0; SECOND_LEVEL_SETS];
-            for set in self.hot.extents.iter_mut() {
+            // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
+            unsafe { self.hot.second.as_mut() }.epochs = [0; SECOND_LEVEL_SETS];
+            // SAFETY: as above.
+            for set in unsafe { self.hot.extents.as_mut() }.iter_mut() {
                 set.epoch = 0;
             }
             self.hot.epoch = 1;
@@ -589,11 +670,16 @@ impl<A: Arch> Cache<A> {
     #[inline(always)]
     pub(crate) fn prefetch_set(&self, addr: u64) {
         #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(self.hot.second.sets.as_ptr().wrapping_add(set_of(addr)));
+        crate::prefetch::prefetch(self.hot.second().sets.as_ptr().wrapping_add(set_of(addr)));
         #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(self.hot.second.epochs.as_ptr().wrapping_add(set_of(addr)));
+        crate::prefetch::prefetch(self.hot.second().epochs.as_ptr().wrapping_add(set_of(addr)));
         #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(self.hot.extents.as_ptr().wrapping_add(extent_set_of(addr)));
+        crate::prefetch::prefetch(
+            self.hot
+                .extents()
+                .as_ptr()
+                .wrapping_add(extent_set_of(addr)),
+        );
         #[cfg(not(target_arch = "x86_64"))]
         let _ = addr;
     }
@@ -615,7 +701,8 @@ impl<A: Arch> Cache<A> {
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
         let at = set_of(addr);
-        let second = &mut *self.hot.second;
+        // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
+        let second = unsafe { self.hot.second.as_mut() };
         if second.epochs[at] == self.hot.epoch {
             let set = &mut second.sets[at];
             let k = &set.keys;
@@ -671,7 +758,8 @@ impl<A: Arch> Cache<A> {
         slot: usize,
     ) -> &Cached<A::Simple> {
         let epoch = self.hot.epoch;
-        let extents = &mut self.hot.extents[extent_set_of(addr)];
+        // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
+        let extents = &mut unsafe { self.hot.extents.as_mut() }[extent_set_of(addr)];
         let (rule, start, len) = match extent_way(extents, epoch, addr) {
             Some(w) => {
                 // SAFETY: a way of positive length of a current set has its answer written.
@@ -707,7 +795,8 @@ impl<A: Arch> Cache<A> {
         // Hashed again rather than passed in: from `set_of` the index is provably in range, so
         // this path has no bounds check (and no panic: tests/shared_object.rs reads the code).
         let at = set_of(addr);
-        let second = &mut *self.hot.second;
+        // SAFETY: as above.
+        let second = unsafe { self.hot.second.as_mut() };
         let set = &mut second.sets[at];
         if second.epochs[at] != epoch {
             second.epochs[at] = epoch;
@@ -735,8 +824,8 @@ impl<A: Arch> Cache<A> {
     /// (committed only as far as they have been used).
     pub fn bytes(&self) -> usize {
         core::mem::size_of::<Self>()
-            + core::mem::size_of_val(&*self.hot.second)
-            + core::mem::size_of_val(&*self.hot.extents)
+            + core::mem::size_of_val(self.hot.second())
+            + core::mem::size_of_val(self.hot.extents())
     }
 
     /// Lookups answered from the cache (its second level included).
@@ -873,7 +962,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Hot<A::Simple>>(), 64);
         assert_eq!((core::ptr::addr_of!(cache.hot) as usize) % 64, 0);
         assert_eq!(core::mem::size_of::<Set<A::Simple>>() % 64, 0);
-        assert_eq!(cache.hot.second.sets.as_ptr() as usize % 64, 0);
+        assert_eq!(cache.hot.second().sets.as_ptr() as usize % 64, 0);
     }
 
     #[test]
@@ -1051,6 +1140,45 @@ mod tests {
     /// A module at 0x1000..0x3000 with rows 5 at 0x1000..0x1040, 8 (applied from the table) at
     /// 0x1040..0x1100, a gap, 9 at 0x1180..0x1440 and 11 at 0x1440..0x1480, and `rule` at
     /// 0x2000..0x2010.
+    /// A cache in lent levels (filled with garbage first, which `new_in` must clear) answers
+    /// as one that allocated its own, level by level; dropping it leaves the levels alone.
+    #[test]
+    fn a_cache_in_lent_levels_answers_as_an_allocated_one() {
+        let t = extents_table(1, 13);
+        let lent = Box::leak(Box::<LevelsOf<Bytes>>::new_uninit());
+        // SAFETY: the allocation is one `Levels`, writable.
+        unsafe { lent.as_mut_ptr().write_bytes(0xab, 1) };
+        let lent_at = lent.as_ptr() as usize;
+        let mut a = Cache::<Bytes>::new();
+        let mut b = Cache::<Bytes>::new_in(lent);
+        assert_eq!(b.hot.second.as_ptr() as usize, lent_at);
+        assert_eq!(a.bytes(), b.bytes());
+        // Addresses over the extents and past them, twice, and then with a new table.
+        let addrs: alloc::vec::Vec<u64> = (0x0f00u64..0x2100).step_by(0x13).collect();
+        for t in [&t, &t, &extents_table(2, 15)] {
+            for &x in &addrs {
+                assert_eq!(a.lookup(t, x), b.lookup(t, x), "{x:#x}");
+            }
+            let counts = |c: &Cache<Bytes>| {
+                (
+                    c.hits(),
+                    c.misses(),
+                    c.second_level_hits(),
+                    c.extent_level_hits(),
+                )
+            };
+            assert_eq!(counts(&a), counts(&b));
+        }
+        assert!(b.second_level_hits() > 0 && b.extent_level_hits() > 0);
+        // A clone owns copies, which it frees. The original frees nothing: had it freed its
+        // lent levels as `Box`es, the extents' (inside the allocation) would abort the test.
+        let c = b.clone();
+        assert!(c.hot.owned && !b.hot.owned);
+        assert_ne!(c.hot.second.as_ptr() as usize, lent_at);
+        drop(c);
+        drop(b);
+    }
+
     fn extents_table(generation: u32, rule: u8) -> RuleTable<u8> {
         let mut m = ModuleRulesBuilder::new();
         for (s, e, r) in [
