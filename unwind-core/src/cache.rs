@@ -380,6 +380,14 @@ pub struct Levels<S> {
     extents: ExtentSets<S>,
 }
 
+impl<S: Copy> Clone for Levels<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Copy> Copy for Levels<S> {}
+
 /// The [`Levels`] of a cache for architecture `A`.
 pub type LevelsOf<A> = Levels<<A as Arch>::Simple>;
 
@@ -464,11 +472,10 @@ struct Hot<S> {
     /// Stamped on the second and extent levels' sets: a set with another epoch is stale. Never
     /// 0 once the cache has been prepared for a table (sets start at 0).
     epoch: u32,
-    /// The second level, at [`set_of`] an address: in a `Box` if `owned`, else in memory lent
-    /// for good ([`Cache::new_in`]). Unique to this cache either way.
-    second: NonNull<SecondLevel<S>>,
-    /// The extent level, at [`extent_set_of`] an address; owned or lent as `second` is.
-    extents: NonNull<ExtentSets<S>>,
+    /// The second level (at [`set_of`] an address) and the extent level (at [`extent_set_of`]
+    /// an address): in a `Box` if `owned`, else in memory lent for good ([`Cache::new_in`]).
+    /// Unique to this cache either way.
+    levels: NonNull<Levels<S>>,
     lookups: u64,
     misses: u64,
     /// Misses at addresses in no module of the table (code loaded after the table was built,
@@ -478,7 +485,7 @@ struct Hot<S> {
     second_hits: u64,
     /// The module of the last miss, tried first by the next ([`RuleTable::module_near`]).
     near: u16,
-    /// Whether the levels are two `Box`es of this cache's ([`Cache::new`]), freed with it.
+    /// Whether the levels are a `Box` of this cache's ([`Cache::new`]), freed with it.
     owned: bool,
 }
 
@@ -488,30 +495,28 @@ unsafe impl<S: Send> Send for Hot<S> {}
 unsafe impl<S: Sync> Sync for Hot<S> {}
 
 impl<S> Hot<S> {
-    /// The second level.
+    /// The levels.
     #[inline(always)]
-    fn second(&self) -> &SecondLevel<S> {
-        // SAFETY: `second` points to a level valid for the cache's life and unique to it.
-        unsafe { self.second.as_ref() }
+    fn levels(&self) -> &Levels<S> {
+        // SAFETY: `levels` points to levels valid for the cache's life and unique to it.
+        unsafe { self.levels.as_ref() }
     }
+}
 
-    /// The extent level.
-    #[inline(always)]
-    fn extents(&self) -> &ExtentSets<S> {
-        // SAFETY: as in `second`.
-        unsafe { self.extents.as_ref() }
-    }
+/// A cache's levels, to change, from its `Hot::levels` field (borrowing that field alone, so
+/// that the other fields stay writable).
+#[inline(always)]
+fn levels_mut<S>(levels: &mut NonNull<Levels<S>>) -> &mut Levels<S> {
+    // SAFETY: as in `Hot::levels`; the field's `&mut` comes from the cache's, the only access.
+    unsafe { levels.as_mut() }
 }
 
 impl<S> Drop for Hot<S> {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: owned levels came from `Box::into_raw` (`Cache::new`, `clone`), and are
-            // freed only here, once.
-            unsafe {
-                drop(Box::from_raw(self.second.as_ptr()));
-                drop(Box::from_raw(self.extents.as_ptr()));
-            }
+            // SAFETY: owned levels came from `Box::leak` (`Cache::new`, `clone`), and are freed
+            // only here, once.
+            drop(unsafe { Box::from_raw(self.levels.as_ptr()) });
         }
     }
 }
@@ -519,8 +524,7 @@ impl<S> Drop for Hot<S> {
 impl<S: Copy> Clone for Hot<S> {
     fn clone(&self) -> Self {
         Hot {
-            second: NonNull::from(Box::leak(boxed_copy(self.second()))),
-            extents: NonNull::from(Box::leak(boxed_copy(self.extents()))),
+            levels: NonNull::from(Box::leak(boxed_copy(self.levels()))),
             owned: true,
             ..*self
         }
@@ -538,9 +542,7 @@ impl<A: Arch> Cache<A> {
     /// ([`SECOND_LEVEL_SETS`] and [`EXTENT_SETS`] sets), zeroed: the system commits their pages
     /// as the cache's lookups first reach them.
     pub fn new() -> Self {
-        let second = NonNull::from(Box::leak(zeroed::<SecondLevel<A::Simple>>()));
-        let extents = NonNull::from(Box::leak(zeroed::<ExtentSets<A::Simple>>()));
-        Self::with_levels(second, extents, true)
+        Self::with_levels(NonNull::from(Box::leak(zeroed())), true)
     }
 
     /// An empty cache whose second and extent levels are `levels`, which it zeroes and never
@@ -550,18 +552,11 @@ impl<A: Arch> Cache<A> {
         // SAFETY: `levels` is valid for writes of one `Levels`.
         unsafe { levels.as_mut_ptr().write_bytes(0, 1) };
         // SAFETY: a `Levels` is valid all zeros (integers and `MaybeUninit`s).
-        let levels = unsafe { levels.assume_init_mut() };
-        let second = NonNull::from(&mut levels.second);
-        let extents = NonNull::from(&mut levels.extents);
-        Self::with_levels(second, extents, false)
+        Self::with_levels(NonNull::from(unsafe { levels.assume_init_mut() }), false)
     }
 
-    /// An empty cache with the given levels (zeroed, unique to it, `Box`es if `owned`).
-    fn with_levels(
-        second: NonNull<SecondLevel<A::Simple>>,
-        extents: NonNull<ExtentSets<A::Simple>>,
-        owned: bool,
-    ) -> Self {
+    /// An empty cache with the given levels (zeroed, unique to it, a `Box` if `owned`).
+    fn with_levels(levels: NonNull<LevelsOf<A>>, owned: bool) -> Self {
         let empty = Entry {
             addr: INVALID,
             rule: Cached::Outside,
@@ -571,8 +566,7 @@ impl<A: Arch> Cache<A> {
             hot: Hot {
                 generation: 0,
                 epoch: 0,
-                second,
-                extents,
+                levels,
                 lookups: 0,
                 misses: 0,
                 outside: 0,
@@ -606,10 +600,9 @@ impl<A: Arch> Cache<A> {
         // are made stale by hand, so that none stamped long ago matches again.
         self.hot.epoch = self.hot.epoch.wrapping_add(1);
         if self.hot.epoch == 0 {
-            // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
-            unsafe { self.hot.second.as_mut() }.epochs = [0; SECOND_LEVEL_SETS];
-            // SAFETY: as above.
-            for set in unsafe { self.hot.extents.as_mut() }.iter_mut() {
+            let levels = levels_mut(&mut self.hot.levels);
+            levels.second.epochs = [0; SECOND_LEVEL_SETS];
+            for set in levels.extents.iter_mut() {
                 set.epoch = 0;
             }
             self.hot.epoch = 1;
@@ -670,16 +663,14 @@ impl<A: Arch> Cache<A> {
     #[inline(always)]
     pub(crate) fn prefetch_set(&self, addr: u64) {
         #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(self.hot.second().sets.as_ptr().wrapping_add(set_of(addr)));
-        #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(self.hot.second().epochs.as_ptr().wrapping_add(set_of(addr)));
-        #[cfg(target_arch = "x86_64")]
-        crate::prefetch::prefetch(
-            self.hot
-                .extents()
-                .as_ptr()
-                .wrapping_add(extent_set_of(addr)),
-        );
+        {
+            let levels = self.hot.levels();
+            let at = set_of(addr);
+            crate::prefetch::prefetch(levels.second.sets.as_ptr().wrapping_add(at));
+            crate::prefetch::prefetch(levels.second.epochs.as_ptr().wrapping_add(at));
+            let extents = levels.extents.as_ptr();
+            crate::prefetch::prefetch(extents.wrapping_add(extent_set_of(addr)));
+        }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = addr;
     }
@@ -701,9 +692,9 @@ impl<A: Arch> Cache<A> {
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
         let at = set_of(addr);
-        // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
-        let second = unsafe { self.hot.second.as_mut() };
-        if second.epochs[at] == self.hot.epoch {
+        let epoch = self.hot.epoch;
+        let second = &mut levels_mut(&mut self.hot.levels).second;
+        if second.epochs[at] == epoch {
             let set = &mut second.sets[at];
             let k = &set.keys;
             // The hit moves to the front by a swap with the first way: cheaper than keeping
@@ -758,8 +749,7 @@ impl<A: Arch> Cache<A> {
         slot: usize,
     ) -> &Cached<A::Simple> {
         let epoch = self.hot.epoch;
-        // SAFETY: the levels are valid and this cache's alone (`Hot::second`); `&mut self`.
-        let extents = &mut unsafe { self.hot.extents.as_mut() }[extent_set_of(addr)];
+        let extents = &mut levels_mut(&mut self.hot.levels).extents[extent_set_of(addr)];
         let (rule, start, len) = match extent_way(extents, epoch, addr) {
             Some(w) => {
                 // SAFETY: a way of positive length of a current set has its answer written.
@@ -795,8 +785,7 @@ impl<A: Arch> Cache<A> {
         // Hashed again rather than passed in: from `set_of` the index is provably in range, so
         // this path has no bounds check (and no panic: tests/shared_object.rs reads the code).
         let at = set_of(addr);
-        // SAFETY: as above.
-        let second = unsafe { self.hot.second.as_mut() };
+        let second = &mut levels_mut(&mut self.hot.levels).second;
         let set = &mut second.sets[at];
         if second.epochs[at] != epoch {
             second.epochs[at] = epoch;
@@ -823,9 +812,7 @@ impl<A: Arch> Cache<A> {
     /// Bytes of the cache: its slots, and its second and extent levels' reservations
     /// (committed only as far as they have been used).
     pub fn bytes(&self) -> usize {
-        core::mem::size_of::<Self>()
-            + core::mem::size_of_val(self.hot.second())
-            + core::mem::size_of_val(self.hot.extents())
+        core::mem::size_of::<Self>() + core::mem::size_of_val(self.hot.levels())
     }
 
     /// Lookups answered from the cache (its second level included).
@@ -962,7 +949,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Hot<A::Simple>>(), 64);
         assert_eq!((core::ptr::addr_of!(cache.hot) as usize) % 64, 0);
         assert_eq!(core::mem::size_of::<Set<A::Simple>>() % 64, 0);
-        assert_eq!(cache.hot.second().sets.as_ptr() as usize % 64, 0);
+        assert_eq!(cache.hot.levels().second.sets.as_ptr() as usize % 64, 0);
+        assert_eq!(cache.hot.levels().extents.as_ptr() as usize % 64, 0);
     }
 
     #[test]
@@ -1151,7 +1139,7 @@ mod tests {
         let lent_at = lent.as_ptr() as usize;
         let mut a = Cache::<Bytes>::new();
         let mut b = Cache::<Bytes>::new_in(lent);
-        assert_eq!(b.hot.second.as_ptr() as usize, lent_at);
+        assert_eq!(b.hot.levels.as_ptr() as usize, lent_at);
         assert_eq!(a.bytes(), b.bytes());
         // Addresses over the extents and past them, twice, and then with a new table.
         let addrs: alloc::vec::Vec<u64> = (0x0f00u64..0x2100).step_by(0x13).collect();
@@ -1174,7 +1162,7 @@ mod tests {
         // lent levels as `Box`es, the extents' (inside the allocation) would abort the test.
         let c = b.clone();
         assert!(c.hot.owned && !b.hot.owned);
-        assert_ne!(c.hot.second.as_ptr() as usize, lent_at);
+        assert_ne!(c.hot.levels.as_ptr() as usize, lent_at);
         drop(c);
         drop(b);
     }
