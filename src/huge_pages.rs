@@ -19,7 +19,7 @@
 //! callers allocate as before.
 
 use std::mem::MaybeUninit;
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The size and alignment of a chunk: one huge page on x86_64 and on ARM with LPAE.
@@ -90,15 +90,34 @@ pub(crate) fn alloc<T>() -> Option<&'static mut MaybeUninit<T>> {
     }
 }
 
-/// A new chunk: `CHUNK` bytes at a `CHUNK`-aligned address, marked `MADV_HUGEPAGE`; `None` if
-/// the mapping fails or the kernel refuses the advice (then no chunk is mapped again).
+/// A new chunk, marked `MADV_HUGEPAGE`; `None` if the mapping fails or the kernel refuses the
+/// advice (then no chunk is mapped again).
 fn map_chunk() -> Option<usize> {
-    // Twice the size, to cut an aligned chunk out of it.
+    let (base, advised) = map_huge(CHUNK)?;
+    if !advised {
+        // SAFETY: the chunk was mapped by `map_huge` and given to no one.
+        unsafe { libc::munmap(base.as_ptr().cast(), CHUNK) };
+        CHUNKS.store(MAX_CHUNKS, Ordering::Relaxed);
+        return None;
+    }
+    Some(base.as_ptr() as usize)
+}
+
+/// A new private anonymous mapping (zeroed, read-write) of `len` bytes rounded up to whole
+/// 2 MiB pages, at a 2 MiB boundary and advised `MADV_HUGEPAGE` before any touch, which is
+/// what transparent huge pages need in their `madvise` mode; with whether the kernel took the
+/// advice (without THP it does not, and the mapping is then of 4 KiB pages). `None` if the
+/// mapping fails. Release it with `munmap` of the rounded length. For a profiler's allocator
+/// that puts its large blocks in huge pages, as the library does its threads' caches.
+pub fn map_huge(len: usize) -> Option<(NonNull<u8>, bool)> {
+    let len = len.checked_next_multiple_of(CHUNK)?;
+    // Another huge page's worth more, to cut an aligned mapping out of it.
+    let over = len.checked_add(CHUNK)?;
     // SAFETY: a private anonymous mapping at an address of the kernel's choosing.
     let p = unsafe {
         libc::mmap(
             ptr::null_mut(),
-            2 * CHUNK,
+            over,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
@@ -110,31 +129,27 @@ fn map_chunk() -> Option<usize> {
     }
     let start = p as usize;
     let base = start.next_multiple_of(CHUNK);
-    // SAFETY: the head and tail are parts of the mapping just made, outside the chunk.
-    unsafe {
-        if base > start {
-            libc::munmap(p, base - start);
+    let (head, tail) = (base - start, start + over - (base + len));
+    // SAFETY: the head and tail are the ends of the mapping just made, outside `[base, base +
+    // len)`; advice changes no contents.
+    let advised = unsafe {
+        if head != 0 {
+            libc::munmap(p, head);
         }
-        let end = base + CHUNK;
-        if start + 2 * CHUNK > end {
-            libc::munmap(end as *mut libc::c_void, start + 2 * CHUNK - end);
+        if tail != 0 {
+            libc::munmap((base + len) as *mut libc::c_void, tail);
         }
-    }
-    // SAFETY: the chunk is mapped, and advice changes no contents.
-    if unsafe { libc::madvise(base as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE) } != 0 {
-        // SAFETY: the chunk was mapped above and given to no one.
-        unsafe { libc::munmap(base as *mut libc::c_void, CHUNK) };
-        CHUNKS.store(MAX_CHUNKS, Ordering::Relaxed);
-        return None;
-    }
-    Some(base)
+        libc::madvise(base as *mut libc::c_void, len, libc::MADV_HUGEPAGE) == 0
+    };
+    NonNull::new(base as *mut u8).map(|b| (b, advised))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Allocations are aligned, disjoint, inside 2 MiB-aligned chunks, and stop at the cap.
+    /// Allocations are aligned, disjoint, inside one 2 MiB-aligned chunk each, and stop at the
+    /// cap (six 300 KiB blocks to a chunk).
     #[test]
     fn allocations_are_aligned_disjoint_and_capped() {
         #[repr(C, align(64))]
@@ -156,12 +171,29 @@ mod tests {
         assert!(got.len() >= 2, "{} blocks", got.len());
         got.sort_unstable();
         assert!(got.windows(2).all(|w| w[1] - w[0] >= 300 << 10), "overlap");
-        // Six to a chunk (300 KiB blocks), in at most `MAX_CHUNKS` chunks.
-        if CHUNKS.load(Ordering::Relaxed) == MAX_CHUNKS && !got.is_empty() {
-            let chunks: std::collections::BTreeSet<usize> =
-                got.iter().map(|a| a & !(CHUNK - 1)).collect();
-            assert!(chunks.len() <= MAX_CHUNKS);
-        }
         assert!(alloc::<Block>().is_none());
+    }
+}
+
+#[cfg(test)]
+mod map_tests {
+    use super::*;
+
+    /// A mapping is 2 MiB-aligned, zeroed and writable to its rounded end; x86_64 and ARM
+    /// Linux (and qemu-user) take the advice.
+    #[test]
+    fn a_huge_mapping_is_aligned_and_whole() {
+        let (p, advised) = map_huge(CHUNK + 1).expect("mapped");
+        assert!(advised);
+        let at = p.as_ptr();
+        assert_eq!(at as usize % CHUNK, 0);
+        // SAFETY: the mapping is 2 * CHUNK bytes (rounded up), ours, unmapped once below.
+        unsafe {
+            let whole = std::slice::from_raw_parts_mut(at, 2 * CHUNK);
+            assert!(whole.iter().all(|&b| b == 0));
+            whole.fill(1);
+            assert_eq!(libc::munmap(at.cast(), 2 * CHUNK), 0);
+        }
+        assert!(map_huge(usize::MAX - 5).is_none());
     }
 }

@@ -46,6 +46,7 @@ mod arch;
 mod capture;
 mod captures;
 mod huge_pages;
+pub use huge_pages::map_huge;
 mod modules;
 mod publish;
 mod report;

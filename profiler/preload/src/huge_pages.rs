@@ -19,10 +19,8 @@
 //! python3 on `benches/workloads/python-cpu.py`; 8 rounds alternating with the same build
 //! without this allocator): cc1 0.84-0.97 times the unwind time a frame (every round lower;
 //! median 0.94), python3 within the runs' spread. On cc1 one block (of the 4.2 MiB of tables)
-//! is this large, and the process's peak memory grows by 2-4 MiB. A diagnostic build with every
-//! block of 4 KiB and more in 2 MiB pages, the threads' caches included, took 12 % (cc1) and
-//! 18 % (python3) off the walk's cycles: the caches are what this leaves in 4 KiB pages, as a
-//! cache a thread in 2 MiB pages would cost up to 2 MiB of memory a thread.
+//! is this large, and the process's peak memory grows by 2-4 MiB. The threads' caches are not
+//! allocated here: the library places them in 2 MiB pages of its own, several to a page.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
@@ -48,42 +46,10 @@ fn mapped_len(size: usize) -> usize {
 }
 
 /// A new zeroed mapping of `mapped_len(size)` bytes at a 2 MiB boundary, marked for huge
-/// pages; null if the system refuses it.
+/// pages ([`unwind_in_process::map_huge`]; refused without THP, when the block is in 4 KiB
+/// pages, still correct); null if the system refuses the mapping.
 fn map(size: usize) -> *mut u8 {
-    let len = mapped_len(size);
-    let Some(over) = len.checked_add(HUGE) else {
-        return ptr::null_mut();
-    };
-    // SAFETY: a new private anonymous mapping: no existing memory is touched.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            over,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return ptr::null_mut();
-    }
-    let base = p as usize;
-    let start = base.next_multiple_of(HUGE);
-    let (head, tail) = (start - base, base + over - (start + len));
-    // SAFETY: `[base, start)` and `[start + len, base + over)` are the ends of the mapping just
-    // made, outside the block returned; `madvise` only advises on the block's own range.
-    unsafe {
-        if head != 0 {
-            libc::munmap(p, head);
-        }
-        if tail != 0 {
-            libc::munmap((start + len) as *mut libc::c_void, tail);
-        }
-        // Refused without THP: the block is then in 4 KiB pages, which is still correct.
-        libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-    }
-    start as *mut u8
+    unwind_in_process::map_huge(size).map_or(ptr::null_mut(), |(p, _)| p.as_ptr())
 }
 
 // SAFETY: every block is either from `System` (small layouts, released to it) or a mapping of
