@@ -26,6 +26,10 @@ pub struct LoadedModule {
     pub start: u64,
     /// One past the highest.
     pub end: u64,
+    /// The file offset of `start` (the lowest executable segment's `p_offset`): with `start`,
+    /// what `/proc/PID/maps` says of the code's mapping, which profile formats record so that
+    /// other tools can find the code in the file (pprof's `Mapping.file_offset`).
+    pub file_offset: u64,
     /// Runtime address of `.eh_frame_hdr` (`PT_GNU_EH_FRAME`), if any.
     pub eh_frame_hdr: Option<u64>,
     /// Runtime address of the image: the load bias plus the lowest `PT_LOAD` address rounded
@@ -275,6 +279,7 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
     };
     let mut start = u64::MAX;
     let mut end = 0u64;
+    let mut file_offset = 0u64;
     let mut image_lo = u64::MAX;
     let mut image_hi = 0u64;
     let mut hdr = None;
@@ -286,7 +291,10 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
         }
         if p.p_type == PT_LOAD && p.p_flags & PF_X != 0 {
             let vaddr = bias.wrapping_add(u64::from(p.p_vaddr));
-            start = start.min(vaddr);
+            if vaddr < start {
+                start = vaddr;
+                file_offset = u64::from(p.p_offset);
+            }
             end = end.max(vaddr.wrapping_add(u64::from(p.p_memsz)));
         }
         if p.p_type == PT_GNU_EH_FRAME {
@@ -318,6 +326,7 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
         bias,
         start,
         end,
+        file_offset,
         eh_frame_hdr: hdr.map(|h| bias.wrapping_add(u64::from(h.p_vaddr))),
         image_start: bias.wrapping_add(image_lo),
         image_end: bias.wrapping_add(image_hi),
@@ -666,6 +675,7 @@ mod tests {
                 bias: 0,
                 start,
                 end,
+                file_offset: 0,
                 eh_frame_hdr: None,
                 image_start: start,
                 image_end: end,
@@ -803,5 +813,39 @@ mod tests {
             .find(|m| m.name.contains("libc.so"))
             .expect("libc");
         assert!(libc.build_id.as_ref().is_some_and(|id| id.len() >= 16));
+    }
+
+    /// Each module's code starts where its file's lowest executable segment is loaded, and
+    /// `file_offset` is that segment's offset in the file (as `/proc/PID/maps` relates them).
+    #[test]
+    fn a_modules_file_offset_is_its_codes_place_in_the_file() {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        #[cfg(target_pointer_width = "64")]
+        type Header = object::elf::FileHeader64<object::Endianness>;
+        #[cfg(target_pointer_width = "32")]
+        type Header = object::elf::FileHeader32<object::Endianness>;
+        let mut checked = 0;
+        for m in super::loaded_now() {
+            if !m.name.starts_with('/') {
+                continue; // the vdso
+            }
+            let data = std::fs::read(&m.name).expect("a loaded module's file");
+            let header = Header::parse(&*data).expect("an ELF file");
+            let endian = header.endian().unwrap();
+            let code = header
+                .program_headers(endian, &*data)
+                .unwrap()
+                .iter()
+                .filter(|p| {
+                    p.p_type(endian) == object::elf::PT_LOAD && p.p_flags(endian).0 & PF_X != 0
+                })
+                .min_by_key(|p| -> u64 { p.p_vaddr(endian).into() })
+                .expect("an executable segment");
+            let vaddr: u64 = code.p_vaddr(endian).into();
+            assert_eq!(m.start, m.bias.wrapping_add(vaddr), "{}", m.name);
+            assert_eq!(m.file_offset, code.p_offset(endian).into(), "{}", m.name);
+            checked += 1;
+        }
+        assert!(checked >= 2, "the program and libc at least");
     }
 }

@@ -229,6 +229,7 @@ impl Collector {
                     start: m.start,
                     end: m.end,
                     bias: m.bias,
+                    file_offset: m.file_offset,
                     build_id: m
                         .build_id
                         .as_deref()

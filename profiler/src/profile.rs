@@ -14,6 +14,8 @@ pub struct Module {
     pub end: u64,
     /// Load bias: run-time address minus the address in the file.
     pub bias: u64,
+    /// The file offset of `start` (for the vdso, which has no file, the offset in its image).
+    pub file_offset: u64,
     /// Its GNU build id, as lowercase hex (empty if it has none).
     pub build_id: String,
 }

@@ -78,6 +78,104 @@ fn record_workload(test: &str, record_args: &[&str], args: &[&str]) -> (PathBuf,
     (out, stderr)
 }
 
+/// The function of a location's outermost line, as both namings can be compared: generic
+/// arguments dropped, the last path segment that is not a closure's (pprof shortens Rust paths).
+fn comparable(name: &str) -> String {
+    let mut plain = String::new();
+    let mut depth = 0;
+    for c in name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    plain
+        .split("::")
+        .filter(|s| !s.is_empty() && *s != "{{closure}}")
+        .last()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Each location's address, mapping id and the function of its outermost line, from
+/// `go tool pprof -raw` with `-symbolize=MODE`.
+fn pprof_raw_locations(profile: &std::path::Path, mode: &str) -> HashMap<u64, (u64, String)> {
+    let raw = Command::new("go")
+        .args(["tool", "pprof", &format!("-symbolize={mode}"), "-raw"])
+        .arg(profile)
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "go tool pprof -raw failed");
+    let text = String::from_utf8_lossy(&raw.stdout).into_owned();
+    let locations = text
+        .split_once("\nLocations\n")
+        .and_then(|(_, rest)| rest.split_once("\nMappings\n"))
+        .map_or("", |(l, _)| l);
+    // A line's function: the words before its "FILE:LINE:COLUMN" (a name may hold spaces).
+    let function = |words: &[&str]| -> String {
+        let is_place = |w: &&str| {
+            let mut parts = w.rsplitn(3, ':');
+            let column = parts.next().unwrap_or("");
+            let line = parts.next().unwrap_or("");
+            parts.next().is_some()
+                && !column.is_empty()
+                && column.bytes().all(|b| b.is_ascii_digit())
+                && !line.is_empty()
+                && line.bytes().all(|b| b.is_ascii_digit())
+        };
+        let end = words.iter().position(is_place).unwrap_or(words.len());
+        comparable(&words[..end].join(" "))
+    };
+    let mut out = HashMap::new();
+    let mut current = None;
+    for line in locations.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // "ID: 0xADDRESS M=MAPPING FUNCTION FILE:LINE:COLUMN s=..." for a location, then one
+        // "FUNCTION FILE:LINE:COLUMN ..." line for each function it is inlined into.
+        if let [id, address, mapping, rest @ ..] = &words[..] {
+            if id.ends_with(':') && address.starts_with("0x") && mapping.starts_with("M=") {
+                let address = u64::from_str_radix(&address[2..], 16).unwrap();
+                let mapping = mapping[2..].parse().unwrap();
+                out.insert(address, (mapping, function(rest)));
+                current = Some(address);
+                continue;
+            }
+        }
+        if let Some(e) = current.and_then(|a| out.get_mut(&a)) {
+            if !words.is_empty() {
+                e.1 = function(&words);
+            }
+        }
+    }
+    out
+}
+
+/// How many of the program's locations (mapping 1) `go tool pprof` names, when it symbolizes
+/// them again from the files (`-symbolize=local:force`), with the function the profile gives
+/// them; of how many that both name; and a few that differ.
+fn resymbolized_agreement(profile: &std::path::Path) -> (usize, usize, Vec<(String, String)>) {
+    let ours = pprof_raw_locations(profile, "none");
+    let theirs = pprof_raw_locations(profile, "local:force");
+    let (mut agree, mut compared, mut differ) = (0, 0, Vec::new());
+    for (address, (mapping, name)) in &ours {
+        let Some((_, other)) = theirs.get(address) else {
+            continue;
+        };
+        if *mapping != 1 || name.is_empty() || other.is_empty() {
+            continue;
+        }
+        compared += 1;
+        if name == other {
+            agree += 1;
+        } else if differ.len() < 5 {
+            differ.push((name.clone(), other.clone()));
+        }
+    }
+    (agree, compared, differ)
+}
+
 /// Folded lines as (frames root first, weighted count).
 fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
     unwind_profiler::output::folded::parse(text)
@@ -177,6 +275,18 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
         if pprof_top != folded_top {
             failures.push(format!(
                 "go tool pprof -top gives {pprof_top:?}, the folded stacks {folded_top:?}:\n{text}"
+            ));
+        }
+        // pprof finds the code in the files itself from the mappings (start, file offset), and
+        // names the program's locations as the profile does.
+        let (agree, compared, disagreements) = resymbolized_agreement(&out.join("profile.pb.gz"));
+        println!(
+            "go tool pprof -symbolize=local:force: {agree} of {compared} program locations agree"
+        );
+        if compared < 20 || agree * 100 < compared * 95 {
+            failures.push(format!(
+                "go tool pprof -symbolize=local:force names {agree} of {compared} of the program's \
+                 locations as the profile does; some others: {disagreements:?}"
             ));
         }
     } else {

@@ -115,6 +115,7 @@ fn sample_profile() -> Profile {
                 start: 0x1000,
                 end: 0x9000,
                 bias: 0,
+                file_offset: 0x1000,
                 build_id: "0123456789abcdef0123456789abcdef01234567".to_string(),
             },
             Module {
@@ -122,6 +123,7 @@ fn sample_profile() -> Profile {
                 start: 0x7f00_0000_1000,
                 end: 0x7f00_0000_9000,
                 bias: 0x7f00_0000_0000,
+                file_offset: 0x1000,
                 build_id: String::new(),
             },
         ],
@@ -397,6 +399,7 @@ fn pprof_decodes_and_agrees_with_the_model() {
         (m0.id, s(m0.filename), m0.memory_start, m0.memory_limit),
         (1, PROGRAM, 0x1000, 0x9000)
     );
+    assert_eq!(m0.file_offset, 0x1000, "the file offset of memory_start");
     assert_eq!(s(m0.build_id), "0123456789abcdef0123456789abcdef01234567");
     assert!(m0.has_functions && m0.has_filenames && m0.has_line_numbers && m0.has_inline_frames);
     let m1 = &p.mapping[1];

@@ -8,7 +8,8 @@
 //! - sample types `samples/count` and `cpu/nanoseconds` (`wall/nanoseconds` for a wall-clock
 //!   profile), the period type being the second and the period the sampling interval;
 //! - one `Mapping` per module, the one whose path is the program first (pprof takes
-//!   `mapping[0]` as the main binary);
+//!   `mapping[0]` as the main binary), with its code's start, file offset and build id, so that
+//!   pprof can symbolize it again from the file (`-symbolize=local:force`);
 //! - one `Location` per model location, with one `Line` per frame, innermost first (pprof's
 //!   order: the last line is the function the others were inlined into);
 //! - one `Function` per distinct (name, file);
@@ -310,10 +311,15 @@ pub fn build(profile: &Profile) -> proto::Profile {
             let [has_functions, has_filenames, has_line_numbers, has_inline_frames] = symbolized[m];
             proto::Mapping {
                 id: mapping_id[m],
-                memory_start: module.start,
+                memory_start: module.start & !0xfff,
                 memory_limit: module.end,
-                // The model does not record the file offset of `start`.
-                file_offset: 0,
+                // The code's mapping as `/proc/PID/maps` shows it (start and file offset down
+                // to their page), which tools that symbolize again from the files expect
+                // (`go tool pprof -symbolize=local:force`, Parca): they take an address `x` to
+                // file offset `x - memory_start + file_offset`, then through the file's
+                // program headers to the address its symbols use. (Unaligned, pprof misnames
+                // code whose segment's address and offset differ, as lld links them.)
+                file_offset: module.file_offset & !0xfff,
                 filename: strings.intern(&module.path),
                 build_id: strings.intern(&module.build_id),
                 has_functions,
