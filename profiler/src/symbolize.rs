@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::profile::{Frame, Module};
 use unwind_samples::offline::ModuleFile;
+use unwind_samples::symbolize::has_file;
 
 /// The files of one module that can name its addresses.
 struct Sources {
@@ -61,7 +62,7 @@ impl Symbolizer {
         self.sources.entry(module).or_insert_with(|| {
             let loaders = debug_file(&build_id)
                 .into_iter()
-                .chain(Some(PathBuf::from(path)).filter(|p| p.is_file()))
+                .chain(Some(PathBuf::from(path)).filter(|p| has_file(p) && p.is_file()))
                 .filter_map(|p| addr2line::Loader::new(&p).ok())
                 .collect();
             Sources { loaders }

@@ -106,16 +106,29 @@ fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
     symbols
 }
 
+/// Whether a module's path names a file. The loader gives every module it opened by path a
+/// path with a `/` in it (the one searched for, or the one `dlopen` was given); a bare name is
+/// the vdso's soname (`linux-vdso.so.1`, `linux-gate.so.1`), which is no file, and is never
+/// looked for in the current directory.
+pub fn has_file(path: &std::path::Path) -> bool {
+    path.parent().is_some_and(|p| !p.as_os_str().is_empty())
+}
+
 impl Symbolizer {
     /// Reads the symbol tables of `modules` from their files. The vdso of a live process has
-    /// no file: a module named `linux-vdso*` or `linux-gate*` whose file gives no symbols takes
-    /// them from `vdso_image` (the image copied from the sampled process's memory), if given.
+    /// no file: a module named `linux-vdso*` or `linux-gate*` whose file gives no symbols (or
+    /// that has no file: see [`has_file`]) takes them from `vdso_image` (the image copied from
+    /// the sampled process's memory), if given.
     pub fn new(modules: &[ModuleFile], vdso_image: Option<&[u8]>) -> Self {
         let mut out: Vec<SymModule> = modules
             .iter()
             .map(|m| {
                 let name = m.path.display().to_string();
-                let mut symbols = file_symbols(&m.path);
+                let mut symbols = if has_file(&m.path) {
+                    file_symbols(&m.path)
+                } else {
+                    Vec::new()
+                };
                 if symbols.is_empty()
                     && (name.contains("linux-vdso") || name.contains("linux-gate"))
                 {
@@ -324,6 +337,21 @@ mod tests {
         assert_eq!(count(module(&saved), None), 0);
         assert_eq!(count(module(&dir.join("libmissing.so")), Some(&image)), 0);
         std::fs::remove_dir(&dir).unwrap();
+        // The live vdso's bare soname is not looked for as a file (in the current directory).
+        let bare = std::path::Path::new("linux-vdso.so.1");
+        assert_eq!(count(module(bare), Some(&image)), from_file);
+        assert_eq!(count(module(bare), None), 0);
+    }
+
+    #[test]
+    fn only_paths_with_a_directory_name_files() {
+        use std::path::Path;
+        assert!(!has_file(Path::new("linux-vdso.so.1")));
+        assert!(!has_file(Path::new("linux-gate.so.1")));
+        assert!(!has_file(Path::new("")));
+        assert!(has_file(Path::new("/lib/x86_64-linux-gnu/libc.so.6")));
+        assert!(has_file(Path::new("./plugin.so")));
+        assert!(has_file(Path::new("build/plugin.so")));
     }
 
     #[test]
