@@ -397,6 +397,14 @@ impl Collector {
     pub fn finish(&self) -> Profile {
         let mut symbolizer =
             Symbolizer::new(&self.modules, unwind_in_process::vdso_image().as_deref());
+        // The profiler's own frame in the threads it started (see `threads::trampoline`).
+        let ours = symbolizer
+            .function_bounds(crate::threads::trampoline_address())
+            .unwrap_or((0, 0));
+        let is_ours = |pc: u64, leaf: bool| {
+            let at = crate::symbolize::code_address(pc, leaf);
+            ours.0 <= at && at < ours.1
+        };
         // Locations: one per (address, module, leaf or return address).
         let mut location_ids: HashMap<(u64, Option<usize>, bool), usize> = HashMap::new();
         let mut locations = Vec::new();
@@ -407,6 +415,7 @@ impl Collector {
                 stack
                     .iter()
                     .enumerate()
+                    .filter(|&(i, &(pc, _))| !is_ours(pc, i == 0))
                     .map(|(i, &(pc, module))| {
                         let leaf = i == 0;
                         *location_ids.entry((pc, module, leaf)).or_insert_with(|| {

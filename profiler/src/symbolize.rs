@@ -105,12 +105,24 @@ impl Symbolizer {
         if let Some(f) = self.symbols.lookup(probe_at).and_then(|s| s.function) {
             return vec![symbol_frame(f)];
         }
+        // No symbol: named by the start of its function as the unwind tables describe it (one
+        // name for all of a function's addresses), else by the address.
         let m = &self.modules[mi];
+        let at = self
+            .symbols
+            .function_bounds(probe_at)
+            .map_or(probe, |(start, _)| start.wrapping_sub(bias));
         vec![Frame {
-            function: format!("{}+{:#x}", basename(&m.path), probe),
+            function: format!("{}+{:#x}", basename(&m.path), at),
             file: None,
             line: None,
         }]
+    }
+
+    /// The run-time bounds `(start, end)` of the function containing `address`, as its
+    /// module's unwind tables describe it.
+    pub fn function_bounds(&self, address: u64) -> Option<(u64, u64)> {
+        self.symbols.function_bounds(address)
     }
 }
 
@@ -143,4 +155,55 @@ pub fn code_address(pc: u64, leaf: bool) -> u64 {
 /// The file name of a path.
 pub fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of the test binary without symbols or debug information names an address by the
+    /// start of the function its unwind tables put it in: one name for the function's addresses.
+    #[test]
+    fn code_without_symbols_is_named_by_its_function() {
+        let exe = std::env::current_exe().unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("unwind-profiler-strip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stripped = dir.join("stripped-copy");
+        let ran = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&exe)
+            .status();
+        if !ran.is_ok_and(|s| s.success()) {
+            unwind_test_support::missing("strip (binutils)");
+            return;
+        }
+        unwind_in_process::refresh().expect("the modules");
+        let main = unwind_in_process::loaded_modules()
+            .into_iter()
+            .next()
+            .expect("the test binary's module");
+        let module = |path: &Path| Module {
+            path: path.display().to_string(),
+            start: main.start,
+            end: main.end,
+            bias: main.bias,
+            file_offset: main.file_offset,
+            build_id: String::new(),
+        };
+        // A function that has code of its own (a pointer to it is taken).
+        let f = basename as fn(&str) -> &str as usize as u64;
+        let mut named = Symbolizer::new(&[module(&exe)], None);
+        assert_eq!(
+            named.frames(Some(0), f + 2, true)[0].function,
+            "unwind_profiler::symbolize::basename"
+        );
+        let mut unnamed = Symbolizer::new(&[module(&stripped)], None);
+        let want = format!("stripped-copy+{:#x}", f - main.bias);
+        for at in [f, f + 1, f + 2] {
+            assert_eq!(unnamed.frames(Some(0), at, true)[0].function, want);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

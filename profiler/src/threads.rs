@@ -64,6 +64,13 @@ struct Start {
     arg: *mut c_void,
 }
 
+/// Where the trampoline's code is: every thread it starts has its frame between `start_thread`
+/// and the program's start routine, which profiles leave out (it is the profiler's, not the
+/// program's).
+pub(crate) fn trampoline_address() -> u64 {
+    trampoline as extern "C" fn(*mut c_void) -> *mut c_void as usize as u64
+}
+
 extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the Box made in `create` for this thread, passed to it alone.
     let start = unsafe { Box::from_raw(p as *mut Start) };

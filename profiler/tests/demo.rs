@@ -241,6 +241,33 @@ fn demo_profile_has_the_workloads_functions_parents_and_shares() {
         checked, 8,
         "the workload's expectations were not printed: {stderr}"
     );
+    // The profiler's own frames are left out: a thread's stack goes from `start_thread` to its
+    // start routine, without the trampoline that started its sampling.
+    let threads = lines
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "start_thread"))
+        .count();
+    let ours: Vec<&Vec<String>> = lines
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| {
+            s.iter().any(|f| {
+                f.contains("unwind_profiler::threads")
+                    || f.starts_with("libunwind_profiler_preload")
+            })
+        })
+        .collect();
+    println!(
+        "{threads} stacks through start_thread, {} with a frame of the profiler's",
+        ours.len()
+    );
+    if threads == 0 || !ours.is_empty() {
+        failures.push(format!(
+            "{threads} stacks of threads; {} with the profiler's frames, such as {:?}",
+            ours.len(),
+            ours.first()
+        ));
+    }
     // `go tool pprof` reads the pprof file and ranks the same leaves first as the folded stacks.
     let mut by_leaf: HashMap<&str, u64> = HashMap::new();
     for (s, n) in &lines {

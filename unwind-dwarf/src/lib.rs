@@ -86,6 +86,7 @@ pub mod breakpad;
 mod cfi;
 mod compile;
 mod elf;
+pub mod functions;
 pub mod plt;
 pub mod return_sites;
 mod x86_64;

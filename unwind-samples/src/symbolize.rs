@@ -24,6 +24,8 @@ struct SymModule {
     name: String,
     /// `(file address, size, demangled name)`, sorted by address.
     symbols: Vec<(u64, u64, String)>,
+    /// The functions its unwind tables describe, sorted by start.
+    functions: Vec<unwind_dwarf::functions::Function>,
 }
 
 /// Symbolizes addresses of the modules it was built for.
@@ -85,11 +87,17 @@ pub fn demangle(name: &str) -> String {
 
 /// Symbols of the file at `path`, completed from its separate debug file
 /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as Debian's `-dbg` packages install them) when
-/// the file itself is stripped.
-fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
+/// the file itself is stripped; and the functions of its unwind tables.
+fn file_symbols(
+    path: &std::path::Path,
+) -> (
+    Vec<(u64, u64, String)>,
+    Vec<unwind_dwarf::functions::Function>,
+) {
     let Ok(data) = std::fs::read(path) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
+    let functions = unwind_dwarf::functions::functions_of_elf(&data);
     let mut symbols = read_symbols(&data);
     let build_id = object::File::parse(&*data)
         .ok()
@@ -103,7 +111,7 @@ fn file_symbols(path: &std::path::Path) -> Vec<(u64, u64, String)> {
             symbols.dedup_by_key(|s| s.0);
         }
     }
-    symbols
+    (symbols, functions)
 }
 
 /// Whether a module's path names a file. The loader gives every module it opened by path a
@@ -124,15 +132,18 @@ impl Symbolizer {
             .iter()
             .map(|m| {
                 let name = m.path.display().to_string();
-                let mut symbols = if has_file(&m.path) {
+                let (mut symbols, mut functions) = if has_file(&m.path) {
                     file_symbols(&m.path)
                 } else {
-                    Vec::new()
+                    (Vec::new(), Vec::new())
                 };
                 if symbols.is_empty()
                     && (name.contains("linux-vdso") || name.contains("linux-gate"))
                 {
-                    symbols = vdso_image.map_or_else(Vec::new, read_symbols);
+                    if let Some(image) = vdso_image {
+                        symbols = read_symbols(image);
+                        functions = unwind_dwarf::functions::functions_of_elf(image);
+                    }
                 }
                 SymModule {
                     start: m.start,
@@ -140,6 +151,7 @@ impl Symbolizer {
                     bias: m.bias,
                     name,
                     symbols,
+                    functions,
                 }
             })
             .collect();
@@ -172,6 +184,24 @@ impl Symbolizer {
                 offset: svma,
             },
         })
+    }
+
+    /// The function containing `addr` as its module's unwind tables describe it (an FDE's
+    /// range, or an `.ARM.exidx` entry's to the next), as run-time addresses `(start, end)`;
+    /// `None` outside every module and every described function. Names code without symbols.
+    pub fn function_bounds(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self
+            .modules
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = self.modules.get(i).filter(|m| addr < m.end)?;
+        let svma = addr.wrapping_sub(m.bias);
+        let j = m
+            .functions
+            .partition_point(|f| f.start <= svma)
+            .checked_sub(1)?;
+        let f = m.functions.get(j).filter(|f| svma < f.end)?;
+        Some((f.start.wrapping_add(m.bias), f.end.wrapping_add(m.bias)))
     }
 
     /// A printable name: the function, or `module+0xoffset`, or the raw address.
@@ -341,6 +371,36 @@ mod tests {
         let bare = std::path::Path::new("linux-vdso.so.1");
         assert_eq!(count(module(bare), Some(&image)), from_file);
         assert_eq!(count(module(bare), None), 0);
+    }
+
+    /// Code with no symbol is placed in its function by the unwind tables: every function of
+    /// this crate in the test binary has bounds that start at its symbol and cover its code.
+    #[test]
+    fn function_bounds_come_from_the_unwind_tables() {
+        let exe = std::env::current_exe().unwrap();
+        let bias = 0x10_0000_0000;
+        let s = Symbolizer::new(
+            &[ModuleFile {
+                path: exe.clone(),
+                start: bias,
+                end: bias + (1 << 32),
+                bias,
+            }],
+            None,
+        );
+        let mut checked = 0;
+        for (start, size, name) in &s.modules[0].symbols {
+            if *size == 0 || !name.starts_with("unwind_samples::") {
+                continue;
+            }
+            let start = start & !1;
+            let (from, to) = s.function_bounds(bias + start + size / 2).expect(name);
+            assert_eq!(from, bias + start, "{name}");
+            assert!(to >= bias + start + size, "{name}");
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} functions");
+        assert_eq!(s.function_bounds(bias - 1), None, "outside the module");
     }
 
     #[test]

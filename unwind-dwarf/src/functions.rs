@@ -1,0 +1,140 @@
+//! The functions a module's unwind tables describe: each FDE's range (`.eh_frame`,
+//! `.debug_frame`) and, on 32-bit ARM, each `.ARM.exidx` entry's function (to the next entry).
+//!
+//! Unlike the rules, these need no translation: they name code that has no symbol. A stripped
+//! library (`liblzma.so.5`) keeps its unwind tables, so a profiler can show one line per
+//! function (`liblzma.so.5+0x15b80`, the function's start) instead of one per sampled address.
+
+use gimli::{BaseAddresses, CieOrFde, DebugFrame, EhFrame, LittleEndian, UnwindSection};
+use object::{Object, ObjectSection};
+
+/// A function's code: file addresses `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Function {
+    /// Its first address (bit 0, ARM's Thumb bit, clear).
+    pub start: u64,
+    /// One past its last.
+    pub end: u64,
+}
+
+/// The functions of an ELF file's unwind tables, sorted by start, without duplicates (a
+/// function in both `.eh_frame` and `.debug_frame` once). Malformed entries are skipped: the
+/// list is for naming, and a function left out is only named by address. Empty for a file
+/// that is not ELF or has no unwind tables.
+pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
+    let Ok(elf) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    let address_size = if elf.is_64() { 8 } else { 4 };
+    let mut out = Vec::new();
+    let section = |name| {
+        let s = elf.section_by_name(name)?;
+        Some((s.uncompressed_data().ok()?, s.address()))
+    };
+    let text = elf.section_by_name(".text").map_or(0, |s| s.address());
+    let got = elf.section_by_name(".got").map_or(0, |s| s.address());
+    if let Some((data, address)) = section(".eh_frame") {
+        let bases = BaseAddresses::default()
+            .set_eh_frame(address)
+            .set_text(text)
+            .set_got(got);
+        let mut eh = EhFrame::new(&data, LittleEndian);
+        eh.set_address_size(address_size);
+        fdes(&eh, &bases, &mut out);
+    }
+    if let Some((data, _)) = section(".debug_frame") {
+        let mut debug = DebugFrame::new(&data, LittleEndian);
+        debug.set_address_size(address_size);
+        fdes(&debug, &BaseAddresses::default(), &mut out);
+    }
+    if let Some((exidx, exidx_svma)) = section(".ARM.exidx") {
+        let extab = section(".ARM.extab");
+        let sections = crate::ExidxSections {
+            exidx: &exidx,
+            exidx_svma,
+            extab: extab.as_ref().map(|(d, _)| &d[..]),
+            extab_svma: extab.as_ref().map_or(0, |(_, a)| *a),
+            text_end: None,
+            functions: &[],
+        };
+        if let Ok(entries) = unwind_arm_exidx::entries(&sections) {
+            let starts: Vec<u64> = entries.iter().map(|e| e.start & !1).collect();
+            out.extend(
+                starts
+                    .iter()
+                    .zip(starts.iter().skip(1))
+                    .filter(|(s, e)| s < e)
+                    .map(|(&start, &end)| Function { start, end }),
+            );
+        }
+    }
+    out.sort();
+    out.dedup_by_key(|f| f.start);
+    out
+}
+
+/// Appends the range of every FDE of `section` that parses.
+fn fdes<'a, S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>>(
+    section: &S,
+    bases: &BaseAddresses,
+    out: &mut Vec<Function>,
+) where
+    S::Offset: gimli::UnwindOffset,
+{
+    let mut entries = section.entries(bases);
+    // A malformed entry ends the walk: its length cannot be trusted to find the next.
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let start = fde.initial_address();
+        let end = start.saturating_add(fde.len());
+        if start < end {
+            out.push(Function { start, end });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every function of this crate in the test binary's symbol table starts a listed function
+    /// that covers its code (Rust emits unwind information for each), and the list is sorted.
+    #[test]
+    fn the_test_binarys_functions_start_at_its_symbols() {
+        use object::ObjectSymbol;
+        let data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let functions = functions_of_elf(&data);
+        assert!(functions.len() > 100, "{}", functions.len());
+        assert!(functions.windows(2).all(|w| w[0].start < w[1].start));
+        let elf = object::File::parse(&*data).unwrap();
+        let mut checked = 0;
+        for sym in elf.symbols() {
+            let name = sym.name().unwrap_or("");
+            if sym.kind() != object::SymbolKind::Text || sym.size() == 0 {
+                continue;
+            }
+            if !name.contains("12unwind_dwarf") {
+                continue;
+            }
+            let start = sym.address() & !1;
+            let i = functions.partition_point(|f| f.start <= start);
+            assert!(i > 0, "{name} before every function");
+            let f = functions[i - 1];
+            assert_eq!(f.start, start, "{name}");
+            assert!(f.end >= start + sym.size(), "{name}: {f:?}");
+            checked += 1;
+        }
+        assert!(checked >= 50, "only {checked} functions of this crate");
+    }
+
+    #[test]
+    fn not_elf_gives_none() {
+        assert!(functions_of_elf(b"not an ELF file").is_empty());
+        assert!(functions_of_elf(&[]).is_empty());
+    }
+}
