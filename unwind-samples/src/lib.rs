@@ -42,6 +42,7 @@
 pub mod context;
 pub mod minidump;
 pub mod offline;
+pub mod plt_names;
 pub mod sequence;
 pub mod symbolize;
 pub mod trace;

@@ -63,6 +63,8 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
             Some((s.address(), size, demangle(name)))
         })
         .collect();
+    // PLT stubs, which no symbol table lists (`NAME@plt`).
+    out.extend(crate::plt_names::plt_symbols(&file));
     out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     out.dedup_by_key(|s| s.0);
     out

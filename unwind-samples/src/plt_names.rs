@@ -1,0 +1,247 @@
+//! Names for PLT stubs, which no symbol table lists: `NAME@plt`, as `objdump` and `perf` show
+//! them.
+//!
+//! Each stub jumps through a GOT slot, and the dynamic relocation that fills the slot names the
+//! function (x86_64: `R_X86_64_JUMP_SLOT` in `.rela.plt`, or `R_X86_64_GLOB_DAT` for `.plt.got`;
+//! ARM: `R_ARM_JUMP_SLOT` in `.rel.plt`). So each stub's slot is decoded from its instructions
+//! (rather than assumed from its position, which differs between the lazy `.plt`, the IBT
+//! `.plt.sec` and `.plt.got`) and named by the slot's relocation:
+//! - x86_64: `jmp *disp32(%rip)` (`ff 25`, after an `endbr64` or a `bnd` prefix where present)
+//!   in each 16-byte (`.plt`, `.plt.sec`) or 8-byte (`.plt.got`) entry;
+//! - 32-bit ARM: the 12-byte entries after the 20-byte `PLT0`, `add ip, pc, #A; add ip, ip, #B;
+//!   ldr pc, [ip, #C]!`, whose slot is the entry's address + 8 + A + B + C; an entry called
+//!   from Thumb code starts with 4 more bytes (`bx pc`).
+
+use std::collections::HashMap;
+
+use object::read::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
+
+/// `(file address, size, "NAME@plt")` for every PLT stub of `file` whose slot's relocation names
+/// a symbol, sorted by address.
+pub fn plt_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    let slots = slot_names(file);
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for section in file.sections() {
+        let (Ok(name), Ok(data)) = (section.name(), section.data()) else {
+            continue;
+        };
+        let base = section.address();
+        match (file.architecture(), name) {
+            (object::Architecture::X86_64, ".plt" | ".plt.sec" | ".plt.got") => {
+                let entry = if name == ".plt.got" { 8 } else { 16 };
+                for (i, code) in data.chunks_exact(entry).enumerate() {
+                    let at = base + (i * entry) as u64;
+                    if let Some(name) = x86_64_slot(at, code).and_then(|s| slots.get(&s)) {
+                        out.push((at, entry as u64, format!("{name}@plt")));
+                    }
+                }
+            }
+            (object::Architecture::Arm, ".plt") => {
+                // Entries are 12 bytes, some with a 4-byte Thumb prefix (`bx pc; b.n`, for
+                // callers in Thumb code) that the entry starts with: found by their words.
+                let word = |i: usize| data.get(i..i + 4).map(|w| [w[0], w[1], w[2], w[3]]);
+                let mut i = 0;
+                while i + 12 <= data.len() {
+                    let Some(slot) = arm_slot(base + i as u64, &data[i..i + 12]) else {
+                        i += 4;
+                        continue;
+                    };
+                    let thumb = i >= 4 && word(i - 4) == Some(THUMB_PREFIX);
+                    let start = if thumb { i - 4 } else { i };
+                    if let Some(name) = slots.get(&slot) {
+                        let size = (i + 12 - start) as u64;
+                        out.push((base + start as u64, size, format!("{name}@plt")));
+                    }
+                    i += 12;
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The Thumb prefix of an ARM PLT entry: `bx pc` then `b.n` back to it (`0x4778`, `0xe7fd`).
+const THUMB_PREFIX: [u8; 4] = [0x78, 0x47, 0xfd, 0xe7];
+
+/// The GOT slot an x86_64 stub at `at` jumps through: the target of its first
+/// `jmp *disp32(%rip)`.
+fn x86_64_slot(at: u64, code: &[u8]) -> Option<u64> {
+    let i = code.windows(2).position(|w| w == [0xff, 0x25])?;
+    let disp = i32::from_le_bytes(code.get(i + 2..i + 6)?.try_into().ok()?);
+    Some(
+        at.wrapping_add(i as u64 + 6)
+            .wrapping_add(i64::from(disp) as u64),
+    )
+}
+
+/// The GOT slot a 32-bit ARM stub at `at` loads the PC from, if its three words are
+/// `add ip, pc, #A`, `add ip, ip, #B` and `ldr pc, [ip, #C]!` (GNU ld's and lld's short entry).
+fn arm_slot(at: u64, code: &[u8]) -> Option<u64> {
+    let word = |i: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            code.get(i * 4..i * 4 + 4)?.try_into().ok()?,
+        ))
+    };
+    let (a, b, c) = (word(0)?, word(1)?, word(2)?);
+    // An ARM modified immediate: 8 bits rotated right by twice the 4-bit rotation.
+    let imm = |w: u32| (w & 0xff).rotate_right(((w >> 8) & 0xf) * 2);
+    if a & 0xffff_f000 != 0xe28f_c000 || b & 0xffff_f000 != 0xe28c_c000 {
+        return None;
+    }
+    if c & 0xffff_f000 != 0xe5bc_f000 {
+        return None;
+    }
+    let slot = (at as u32)
+        .wrapping_add(8)
+        .wrapping_add(imm(a))
+        .wrapping_add(imm(b))
+        .wrapping_add(c & 0xfff);
+    Some(u64::from(slot))
+}
+
+/// The name of the function each dynamic relocation fills a slot with, by slot address: the
+/// relocation's symbol, or for an `IRELATIVE` one (an ifunc of the file's own, which has no
+/// symbol) the function at its addend, the resolver, which has the ifunc's name (`strlen`;
+/// `objdump` prints `*ABS*+0x9f550@plt`).
+fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
+    let mut out = HashMap::new();
+    let Some(symbols) = file.dynamic_symbol_table() else {
+        return out;
+    };
+    let Some(relocations) = file.dynamic_relocations() else {
+        return out;
+    };
+    let mut by_address: Option<HashMap<u64, &str>> = None;
+    for (slot, relocation) in relocations {
+        let name = match relocation.target() {
+            RelocationTarget::Symbol(index) => symbols
+                .symbol_by_index(index)
+                .ok()
+                .and_then(|s| s.name().ok())
+                .filter(|n| !n.is_empty()),
+            RelocationTarget::Absolute if relocation.addend() > 0 => {
+                let functions = by_address.get_or_insert_with(|| {
+                    // Of several names for one address (`memcmp`, `bcmp`), the public one.
+                    let mut names: HashMap<u64, &str> = HashMap::new();
+                    for s in file.dynamic_symbols().chain(file.symbols()) {
+                        let Ok(name) = s.name() else { continue };
+                        if s.kind() != object::SymbolKind::Text || s.is_undefined() {
+                            continue;
+                        }
+                        let rank = |n: &str| (n.starts_with('_'), n.len(), n.to_owned());
+                        let e = names.entry(s.address()).or_insert(name);
+                        if rank(name) < rank(e) {
+                            *e = name;
+                        }
+                    }
+                    names
+                });
+                functions.get(&(relocation.addend() as u64)).copied()
+            }
+            _ => None,
+        };
+        if let Some(name) = name {
+            out.insert(slot, crate::symbolize::demangle(name));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The `NAME@plt` labels `objdump -d` gives the PLT sections' entries, by address.
+    fn objdump_plt(objdump: &str, path: &Path, sections: &[&str]) -> Option<Vec<(u64, String)>> {
+        let mut out = Vec::new();
+        for section in sections {
+            let run = std::process::Command::new(objdump)
+                .args(["-d", "-j", section])
+                .arg(path)
+                .output()
+                .ok()?;
+            if !run.status.success() {
+                continue; // no such section
+            }
+            for line in String::from_utf8_lossy(&run.stdout).lines() {
+                let Some((address, label)) = line.split_once(" <") else {
+                    continue;
+                };
+                let Some(name) = label.strip_suffix(">:").filter(|n| n.ends_with("@plt")) else {
+                    continue;
+                };
+                if let Ok(a) = u64::from_str_radix(address.trim(), 16) {
+                    out.push((a, name.to_owned()));
+                }
+            }
+        }
+        out.sort();
+        Some(out)
+    }
+
+    /// Every stub `objdump` names is named the same here, in the test binary (lld's `.plt`) and
+    /// in the system's C libraries (GNU ld's x86_64 `.plt` and `.plt.got`, and armhf's `.plt`),
+    /// and no other.
+    #[test]
+    fn plt_stubs_are_named_as_objdump_names_them() {
+        let mut files = vec![(std::env::current_exe().unwrap(), "objdump")];
+        #[cfg(target_arch = "x86_64")]
+        files.extend([
+            ("/lib/x86_64-linux-gnu/libc.so.6".into(), "objdump"),
+            // armhf's C library (installed with the armv7 cross toolchain by scripts/setup):
+            // GNU ld's ARM `.plt`, with Thumb prefixes.
+            (
+                "/usr/arm-linux-gnueabihf/lib/libc.so.6".into(),
+                "arm-linux-gnueabihf-objdump",
+            ),
+        ]);
+        let mut named = 0;
+        for (path, objdump) in files {
+            let Some(want) = objdump_plt(objdump, &path, &[".plt", ".plt.sec", ".plt.got"])
+                .filter(|_| path.is_file())
+            else {
+                unwind_test_support::missing(&format!("{objdump} or {}", path.display()));
+                continue;
+            };
+            let data = std::fs::read(&path).unwrap();
+            let file = object::File::parse(&*data).unwrap();
+            // objdump names an ifunc's stub by its resolver's address; here it has a name of
+            // the function at that address (any of its aliases).
+            let names_at = |a: u64| -> Vec<String> {
+                file.dynamic_symbols()
+                    .chain(file.symbols())
+                    .filter(|s| s.address() == a && s.kind() == object::SymbolKind::Text)
+                    .filter_map(|s| s.name().ok().map(|n| format!("{n}@plt")))
+                    .collect()
+            };
+            let got: Vec<(u64, String)> = plt_symbols(&file)
+                .into_iter()
+                .map(|(a, _, n)| (a, n))
+                .collect();
+            let addresses = |v: &[(u64, String)]| v.iter().map(|e| e.0).collect::<Vec<_>>();
+            assert_eq!(addresses(&got), addresses(&want), "{}", path.display());
+            for ((at, ours), (_, theirs)) in got.iter().zip(&want) {
+                let resolver = theirs
+                    .strip_prefix("*ABS*+0x")
+                    .and_then(|r| r.strip_suffix("@plt"))
+                    .and_then(|r| u64::from_str_radix(r, 16).ok());
+                match resolver {
+                    Some(r) => assert!(
+                        names_at(r).contains(ours),
+                        "{at:#x}: {ours}, objdump {theirs}, in {}",
+                        path.display()
+                    ),
+                    None => assert_eq!(ours, theirs, "{at:#x} in {}", path.display()),
+                }
+            }
+            named += got.len();
+        }
+        assert!(named >= 2, "only {named} stubs");
+    }
+}
