@@ -161,13 +161,18 @@ impl Symbolizer {
         Symbolizer { modules: out }
     }
 
-    /// Where `addr` is. For return addresses, pass `addr - 1` to name the call site.
-    pub fn lookup(&self, addr: u64) -> Option<Symbol<'_>> {
+    /// The module containing run-time address `addr`.
+    fn module_of(&self, addr: u64) -> Option<&SymModule> {
         let i = self
             .modules
             .partition_point(|m| m.start <= addr)
             .checked_sub(1)?;
-        let m = self.modules.get(i).filter(|m| addr < m.end)?;
+        self.modules.get(i).filter(|m| addr < m.end)
+    }
+
+    /// Where `addr` is. For return addresses, pass `addr - 1` to name the call site.
+    pub fn lookup(&self, addr: u64) -> Option<Symbol<'_>> {
+        let m = self.module_of(addr)?;
         let svma = addr.wrapping_sub(m.bias);
         let j = m.symbols.partition_point(|s| s.0 <= svma);
         let sym = j.checked_sub(1).and_then(|j| m.symbols.get(j)).filter(|s| {
@@ -192,11 +197,7 @@ impl Symbolizer {
     /// range, or an `.ARM.exidx` entry's to the next), as run-time addresses `(start, end)`;
     /// `None` outside every module and every described function. Names code without symbols.
     pub fn function_bounds(&self, addr: u64) -> Option<(u64, u64)> {
-        let i = self
-            .modules
-            .partition_point(|m| m.start <= addr)
-            .checked_sub(1)?;
-        let m = self.modules.get(i).filter(|m| addr < m.end)?;
+        let m = self.module_of(addr)?;
         let svma = addr.wrapping_sub(m.bias);
         let j = m
             .functions
