@@ -42,6 +42,9 @@ pub struct Config {
     pub snapshot_signal: Option<libc::c_int>,
     /// Whether the preload library stays silent (no summary on stderr at exit).
     pub quiet: bool,
+    /// Whether `record` prints the summary on stderr at the end, and each process a line of its
+    /// own (by default `record` prints one line at the start and one at the end).
+    pub verbose: bool,
     /// Whether walks scan the stack for a return address where the unwind tables and the
     /// frame-pointer chain end ([`unwind_in_process::set_stack_scanning`]).
     pub stack_scanning: bool,
@@ -64,6 +67,7 @@ impl Default for Config {
             stem: "profile".into(),
             snapshot_signal: None,
             quiet: false,
+            verbose: false,
             stack_scanning: false,
             capture_samples: 0,
         }
@@ -149,6 +153,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "",
         env: "UNWIND_PROFILER_QUIET",
         help: "print nothing at exit (the summary is still written)",
+    },
+    OptionSpec {
+        flag: "--verbose",
+        value: "",
+        env: "UNWIND_PROFILER_VERBOSE",
+        help: "also print the summary on stderr at the end, and a line for each process that ends (default: one line when recording starts, one at the end naming the files)",
     },
 ];
 
@@ -276,6 +286,7 @@ impl Config {
                         .ok_or_else(|| err(o.env, &v, "a count from 0 to 100000"))?
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
+                "UNWIND_PROFILER_VERBOSE" => c.verbose = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_STACK_SCANNING" => {
                     c.stack_scanning = !matches!(v.trim(), "" | "0")
                 }

@@ -257,7 +257,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--snapshot-signal" => "USR2",
             "--max-frames" => "64",
             "--capture-samples" => "10",
-            "--quiet" | "--stack-scanning" => "",
+            "--quiet" | "--stack-scanning" | "--verbose" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };
         // Both spellings of a value: `--flag VALUE` and `--flag=VALUE`.
@@ -285,7 +285,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             let want = match o.flag {
                 // The command makes the directory absolute (the program may change its own).
                 "--output" => dir.join("out").display().to_string(),
-                "--quiet" | "--stack-scanning" => "1".to_string(),
+                "--quiet" | "--stack-scanning" | "--verbose" => "1".to_string(),
                 _ => value.to_string(),
             };
             assert!(
@@ -558,7 +558,24 @@ fn the_end_of_main_writes_the_outputs_and_passes_the_status_on() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert_outputs(&out_dir);
-    assert!(stderr.contains("outputs in"), "{stderr}");
+    // One line at the start and one at the end, naming the files (the summary is in its file).
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("unwind-profiler:"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{stderr}");
+    assert!(
+        ours[0].contains("recording") && ours[0].contains("1000 Hz"),
+        "{stderr}"
+    );
+    assert!(
+        ours[1].contains(&format!("{}/profile.{{folded,svg", out_dir.display())),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("rule cache"),
+        "no summary without --verbose: {stderr}"
+    );
     let lines = folded(&out_dir);
     for (parent, leaf) in [("main", "main_work"), ("worker", "thread_work")] {
         let n = samples_under(&lines, parent, leaf);

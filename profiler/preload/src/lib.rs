@@ -111,7 +111,10 @@ extern "C" fn at_exit() {
     let Some(profiler) = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return;
     };
-    let quiet = profiler.config().quiet;
+    // Under `record`, which names the files itself at the end, a process prints its own line
+    // only when asked (`--verbose`); used alone, the library's line is all the user sees.
+    let under_record = std::env::var_os("UNWIND_PROFILER_RECORD").is_some();
+    let quiet = profiler.config().quiet || (under_record && !profiler.config().verbose);
     let dir = profiler
         .config()
         .output

@@ -123,6 +123,37 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The line `record` ends with: the program's samples and the files, and how many other
+/// processes (those it `exec`ed or forked and that `exec`ed) wrote profiles of their own.
+fn end_line(summary: &str, dir: &Path, stem: &str) -> String {
+    let samples = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("samples stored"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or("no");
+    let others = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with(&format!("{stem}-")) && name.ends_with(".summary.txt")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let mut line = format!(
+        "unwind-profiler: {samples} samples; profile in {}/{stem}.{{folded,svg,pb.gz,firefox.json.gz,summary.txt}}",
+        dir.display()
+    );
+    if others > 0 {
+        line.push_str(&format!(
+            "; {others} other processes' in {stem}-COMM-PID.* there"
+        ));
+    }
+    line
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let request = match parse(args) {
@@ -187,11 +218,24 @@ fn main() -> ExitCode {
     cmd.args(&request.program[1..])
         .env("LD_PRELOAD", preload)
         .env("UNWIND_PROFILER_OUTPUT", &dir)
+        .env("UNWIND_PROFILER_RECORD", "1")
         .env_remove("UNWIND_PROFILER_ROOT_PID");
     for (k, v) in &request.vars {
         if k != "UNWIND_PROFILER_OUTPUT" {
             cmd.env(k, v);
         }
+    }
+    if !config.quiet {
+        eprintln!(
+            "unwind-profiler: recording {} at {} Hz of {} time into {}",
+            Path::new(&request.program[0]).display(),
+            config.frequency,
+            match config.clock {
+                unwind_profiler::config::Clock::Cpu => "CPU",
+                unwind_profiler::config::Clock::Wall => "wall-clock",
+            },
+            dir.display()
+        );
     }
     let status = match cmd.status() {
         Ok(s) => s,
@@ -207,15 +251,10 @@ fn main() -> ExitCode {
     match std::fs::read_to_string(&summary) {
         Ok(_) if config.quiet => {}
         Ok(text) => {
-            eprintln!("{text}");
-            eprintln!("outputs in {}:", dir.display());
-            let mut files: Vec<_> = std::fs::read_dir(&dir)
-                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-                .unwrap_or_default();
-            files.sort();
-            for f in files {
-                eprintln!("  {}", f.display());
+            if config.verbose {
+                eprintln!("{text}");
             }
+            eprintln!("{}", end_line(&text, &dir, &config.stem));
         }
         Err(_) => eprintln!(
             "unwind-profiler: the program wrote no profile ({} is missing: it may have ended with _exit or a signal, or is statically linked)",
