@@ -467,6 +467,62 @@ fn the_programs_exit_status_is_passed_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `record` ends after the program's descendants, which may outlive it (orphans are reparented
+/// to `record`): one that writes a file after the program has exited has written it when
+/// `record` exits.
+#[test]
+fn record_waits_for_the_programs_descendants() {
+    let dir = scratch("descendants");
+    let flag = dir.join("written-by-a-descendant");
+    let script = format!(
+        "(sleep 0.3; echo done > '{}') >/dev/null 2>&1 </dev/null & exit 0",
+        flag.display()
+    );
+    let out = run(record()
+        .current_dir(&dir)
+        .args(["record", "--quiet", "--", "sh", "-c", &script]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        flag.is_file(),
+        "record ended before the program's descendant"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C reaches the terminal's foreground group, `record` and the program: the program ends
+/// as it would alone (here killed by `SIGINT`), and `record` outlives it to say so and pass the
+/// status on (130).
+#[test]
+fn ctrl_c_ends_the_program_and_record_reports_it() {
+    let dir = scratch("ctrl-c");
+    let child = record()
+        .current_dir(&dir)
+        .args(["record", "--", "sh", "-c", "echo started; exec sleep 60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    let mut stdout = BufReader::new(running.0.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "started");
+    // SAFETY: signals the process group `record()` made for this run, as a terminal's Ctrl-C.
+    unsafe { libc::kill(-(running.0.id() as libc::pid_t), libc::SIGINT) };
+    let mut stderr = running.0.stderr.take().unwrap();
+    let status = running.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "record itself ended by the signal: {err}"
+    );
+    assert!(err.contains("killed by signal 2"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs the C program `name` under `record --output DIR` with `options`, returning the output
 /// directory and the run's output; `None` without a C compiler.
 fn record_program(name: &str, options: &[&str]) -> Option<(PathBuf, Output)> {

@@ -15,7 +15,9 @@ fn usage() -> String {
          Runs PROGRAM with the profiler preloaded, samples every thread it starts, and when it\n\
          exits writes, in the output directory: STEM.folded (folded stacks), STEM.svg (flame\n\
          graph), STEM.pb.gz (pprof: `go tool pprof`), STEM.firefox.json.gz (profiler.firefox.com)\n\
-         and STEM.summary.txt. Programs it starts with exec are profiled too (STEM-COMM-PID.*).\n\n\
+         and STEM.summary.txt. Programs it starts with exec are profiled too (STEM-COMM-PID.*).\n\
+         It ends when PROGRAM and every process PROGRAM started have ended; Ctrl-C goes to\n\
+         PROGRAM, which ends as it would alone, and then it reports how.\n\n\
          Options (each also settable as the environment variable shown, for LD_PRELOAD use):\n",
     );
     for o in OPTIONS {
@@ -121,6 +123,19 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
     }
     path.canonicalize()
         .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Waits until every descendant of `record` has ended (orphans are reparented to it, a child
+/// subreaper), reaping them.
+fn wait_for_descendants() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any child of this process; `status` is a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return; // ECHILD: none left
+        }
+    }
 }
 
 /// The line `record` ends with: the program's samples and the files, and how many other
@@ -237,6 +252,23 @@ fn main() -> ExitCode {
             dir.display()
         );
     }
+    // Ctrl-C (and Ctrl-\) go to the terminal's whole foreground group: the program acts on
+    // them; `record` outlives it, as a shell does, and reports how it ended. A handler rather
+    // than SIG_IGN, which the program would inherit through `exec`.
+    extern "C" fn outlive(_: libc::c_int) {}
+    for signal in [libc::SIGINT, libc::SIGQUIT] {
+        // SAFETY: installs a handler that does nothing (async-signal-safe by being empty).
+        unsafe {
+            libc::signal(
+                signal,
+                outlive as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
+    // The program's descendants that outlive it are reparented to `record`, which waits for
+    // them too: their profiles are written when they end.
+    // SAFETY: only changes who reaps this process's orphaned descendants.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => {
@@ -247,6 +279,7 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
+    wait_for_descendants();
     let summary = dir.join(format!("{}.summary.txt", config.stem));
     match std::fs::read_to_string(&summary) {
         Ok(_) if config.quiet => {}
