@@ -468,6 +468,9 @@ fn pprof_decodes_and_agrees_with_the_model() {
         let tid = label("thread_id").num;
         let name = s(label("thread").str);
         assert_eq!(name, if tid == 100 { "demo" } else { "worker" });
+        // The process: its id and its program's file name.
+        assert_eq!(label("pid").num, 100);
+        assert_eq!(s(label("process").str), PROGRAM.rsplit('/').next().unwrap());
         let mut frames = Vec::new();
         for id in sample.location_id.iter().rev() {
             for line in locations[id].line.iter().rev() {

@@ -14,7 +14,8 @@
 //!   order: the last line is the function the others were inlined into);
 //! - one `Function` per distinct (name, file);
 //! - one `Sample` per distinct (stack, thread), location ids leaf first, values
-//!   `[count, count × period]`, labels `thread` (the name) and `thread_id` (the tid).
+//!   `[count, count × period]`, labels `pid` and `process` (the program's file name), `thread`
+//!   (the name) and `thread_id` (the tid).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -381,6 +382,18 @@ pub fn build(profile: &Profile) -> proto::Profile {
     // A sample per (thread, stack) total.
     let thread_key = strings.intern("thread");
     let thread_id_key = strings.intern("thread_id");
+    // The process, so that profiles of several processes can be merged and told apart
+    // (`go tool pprof -tagfocus process=...`, `-tags`).
+    let pid_key = strings.intern("pid");
+    let process_key = strings.intern("process");
+    let process_name = strings.intern(
+        profile
+            .program
+            .rsplit('/')
+            .next()
+            .unwrap_or(&profile.program),
+    );
+    let pid = i64::from(profile.pid);
     let sample = profile
         .totals
         .iter()
@@ -402,7 +415,18 @@ pub fn build(profile: &Profile) -> proto::Profile {
                     .filter(|&&l| l < profile.locations.len())
                     .map(|&l| l as u64 + 1)
                     .collect();
-                let mut label = Vec::new();
+                let mut label = vec![
+                    proto::Label {
+                        key: pid_key,
+                        num: pid,
+                        ..Default::default()
+                    },
+                    proto::Label {
+                        key: process_key,
+                        str: process_name,
+                        ..Default::default()
+                    },
+                ];
                 if let Some(thread) = profile.threads.get(thread) {
                     if !thread.name.is_empty() {
                         label.push(proto::Label {
