@@ -31,7 +31,7 @@ use crate::breakpad::SkipReason;
 use crate::cfi::{
     common_rule, expression, offset, Bad, CfiSections, Collected, CommonRule, DropReason, RowSource,
 };
-use crate::elf::{section_data, section_named};
+use crate::elf::{section_data, section_named, SectionData};
 use crate::plt::{uncovered, PltKind, PltSection};
 use crate::{DwarfError, UnreadableSection};
 
@@ -249,18 +249,7 @@ impl DwarfArch for Arm {
         unreadable: &mut Vec<UnreadableSection>,
         with: impl FnOnce(Option<&ArmSections<'_>>) -> T,
     ) -> T {
-        let exidx_section = match elf {
-            object::File::Elf32(f) => f
-                .sections()
-                .find(|s| s.elf_section_header().sh_type(f.endian()) == object::elf::SHT_ARM_EXIDX)
-                .map(|s| section_data(&s, ".ARM.exidx", unreadable)),
-            _ => None,
-        };
-        let exidx = match exidx_section {
-            Some(data) => data,
-            None => section_named(elf, ".ARM.exidx", unreadable),
-        };
-        let extab = section_named(elf, ".ARM.extab", unreadable);
+        let (exidx, extab) = exidx_and_extab(elf, unreadable);
         let code_end = code_range.map(|(_, end)| end);
         let code = ArmCode::read(elf, code_end);
         // Symbols say where each entry's function ends (code after it has no entry).
@@ -646,6 +635,27 @@ fn push_clipped(
         }
     }
     Ok(())
+}
+
+/// An ARM file's index and its table: the section of type `SHT_ARM_EXIDX` (by name if the type
+/// is not found) and `.ARM.extab`, which its entries point into; sections that cannot be read
+/// are left out and recorded in `unreadable`.
+pub(crate) fn exidx_and_extab<'a>(
+    elf: &object::File<'a>,
+    unreadable: &mut Vec<UnreadableSection>,
+) -> (Option<SectionData<'a>>, Option<SectionData<'a>>) {
+    let exidx_section = match elf {
+        object::File::Elf32(f) => f
+            .sections()
+            .find(|s| s.elf_section_header().sh_type(f.endian()) == object::elf::SHT_ARM_EXIDX)
+            .map(|s| section_data(&s, ".ARM.exidx", unreadable)),
+        _ => None,
+    };
+    let exidx = match exidx_section {
+        Some(data) => data,
+        None => section_named(elf, ".ARM.exidx", unreadable),
+    };
+    (exidx, section_named(elf, ".ARM.extab", unreadable))
 }
 
 #[cfg(test)]

@@ -81,7 +81,7 @@ pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, Dwarf
 }
 
 /// The sections an ELF file's DWARF CFI is read from.
-struct CfiData<'a> {
+pub(crate) struct CfiData<'a> {
     eh_frame: Option<SectionData<'a>>,
     debug_frame: Option<SectionData<'a>>,
     plt: Vec<PltSection>,
@@ -90,7 +90,7 @@ struct CfiData<'a> {
 
 impl<'a> CfiData<'a> {
     /// Reads them; those that cannot be read are left out and recorded in `unreadable`.
-    fn read(elf: &object::File<'a>, unreadable: &mut Vec<UnreadableSection>) -> Self {
+    pub(crate) fn read(elf: &object::File<'a>, unreadable: &mut Vec<UnreadableSection>) -> Self {
         let code_range = elf
             .sections()
             .filter(|s| s.kind() == object::SectionKind::Text && s.size() > 0)
@@ -104,7 +104,7 @@ impl<'a> CfiData<'a> {
         }
     }
 
-    fn sections<'s>(&'s self, elf: &object::File<'a>) -> CfiSections<'s> {
+    pub(crate) fn sections<'s>(&'s self, elf: &object::File<'a>) -> CfiSections<'s> {
         let addr = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
         CfiSections {
             plt: &self.plt,

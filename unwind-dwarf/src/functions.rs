@@ -1,12 +1,16 @@
 //! The functions a module's unwind tables describe: each FDE's range (`.eh_frame`,
-//! `.debug_frame`) and, on 32-bit ARM, each `.ARM.exidx` entry's function (to the next entry).
+//! `.debug_frame`) and, on 32-bit ARM, each `.ARM.exidx` entry's function (to the next entry or
+//! the next function symbol; an internal function without an entry or a symbol after it is
+//! taken as part of the entry's, which the index cannot tell apart).
 //!
 //! Unlike the rules, these need no translation: they name code that has no symbol. A stripped
 //! library (`liblzma.so.5`) keeps its unwind tables, so a profiler can show one line per
 //! function (`liblzma.so.5+0x15b80`, the function's start) instead of one per sampled address.
 
 use gimli::{BaseAddresses, CieOrFde, DebugFrame, EhFrame, LittleEndian, UnwindSection};
-use object::{Object, ObjectSection};
+use object::Object;
+
+use crate::elf::CfiData;
 
 /// A function's code: file addresses `start..end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -26,29 +30,27 @@ pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
         return Vec::new();
     };
     let address_size = if elf.is_64() { 8 } else { 4 };
+    // The sections the rules are read from, found and decompressed as for them; unreadable
+    // ones are left out (the list only names code).
+    let mut unreadable = Vec::new();
+    let cfi = CfiData::read(&elf, &mut unreadable);
+    let sections = cfi.sections(&elf);
     let mut out = Vec::new();
-    let section = |name| {
-        let s = elf.section_by_name(name)?;
-        Some((s.uncompressed_data().ok()?, s.address()))
-    };
-    let text = elf.section_by_name(".text").map_or(0, |s| s.address());
-    let got = elf.section_by_name(".got").map_or(0, |s| s.address());
-    if let Some((data, address)) = section(".eh_frame") {
+    if let Some(data) = sections.eh_frame {
         let bases = BaseAddresses::default()
-            .set_eh_frame(address)
-            .set_text(text)
-            .set_got(got);
-        let mut eh = EhFrame::new(&data, LittleEndian);
+            .set_eh_frame(sections.eh_frame_svma)
+            .set_text(sections.text_svma)
+            .set_got(sections.got_svma);
+        let mut eh = EhFrame::new(data, LittleEndian);
         eh.set_address_size(address_size);
         fdes(&eh, &bases, &mut out);
     }
-    if let Some((data, _)) = section(".debug_frame") {
-        let mut debug = DebugFrame::new(&data, LittleEndian);
+    if let Some(data) = sections.debug_frame {
+        let mut debug = DebugFrame::new(data, LittleEndian);
         debug.set_address_size(address_size);
         fdes(&debug, &BaseAddresses::default(), &mut out);
     }
-    if let Some((exidx, exidx_svma)) = section(".ARM.exidx") {
-        let extab = section(".ARM.extab");
+    if let (Some((exidx, exidx_svma)), extab) = crate::arm::exidx_and_extab(&elf, &mut unreadable) {
         let sections = crate::ExidxSections {
             exidx: &exidx,
             exidx_svma,
@@ -57,14 +59,25 @@ pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
             text_end: None,
             functions: &[],
         };
+        // An entry's function runs to the next entry, or to the next function a symbol names
+        // if that comes first (code without an entry follows it: armhf's libc has one from
+        // 0xc03f8 to 0xc0a5c, over `gethostbyname_r` at 0xc0730). An `EXIDX_CANTUNWIND` entry is
+        // no function: linkers merge a run of them into one, over many functions (one from
+        // 0x66048 to 0x6ad90, `malloc` among them), so its range names nothing.
         if let Ok(entries) = unwind_arm_exidx::entries(&sections) {
-            let starts: Vec<u64> = entries.iter().map(|e| e.start & !1).collect();
+            let named = crate::elf::function_starts(&elf);
             out.extend(
-                starts
+                entries
                     .iter()
-                    .zip(starts.iter().skip(1))
-                    .filter(|(s, e)| s < e)
-                    .map(|(&start, &end)| Function { start, end }),
+                    .zip(entries.iter().skip(1))
+                    .filter(|(e, _)| e.model != unwind_arm_exidx::Model::CantUnwind)
+                    .map(|(e, next)| {
+                        let start = e.start & !1;
+                        let symbol = named.get(named.partition_point(|&s| s <= start));
+                        let end = symbol.map_or(u64::MAX, |&s| s).min(next.start & !1);
+                        Function { start, end }
+                    })
+                    .filter(|f| f.start < f.end),
             );
         }
     }
@@ -130,6 +143,40 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 50, "only {checked} functions of this crate");
+    }
+
+    /// A stripped ARM library (armhf's C library, installed with the cross toolchain by
+    /// scripts/setup) has only `.ARM.exidx`: many of its exported functions start a listed
+    /// function, and none lies inside a listed function that starts elsewhere (merged
+    /// `EXIDX_CANTUNWIND` runs are left out).
+    #[test]
+    fn an_arm_librarys_functions_come_from_its_index() {
+        use object::ObjectSymbol;
+        let path = "/usr/arm-linux-gnueabihf/lib/libc.so.6";
+        let Ok(data) = std::fs::read(path) else {
+            unwind_test_support::missing(path);
+            return;
+        };
+        let functions = functions_of_elf(&data);
+        let elf = object::File::parse(&*data).unwrap();
+        let mut starting = 0;
+        for sym in elf.dynamic_symbols() {
+            if sym.kind() != object::SymbolKind::Text || sym.is_undefined() || sym.size() == 0 {
+                continue;
+            }
+            let start = sym.address() & !1;
+            let i = functions.partition_point(|f| f.start <= start);
+            if let Some(f) = i.checked_sub(1).map(|i| functions[i]) {
+                if start < f.end {
+                    assert_eq!(f.start, start, "{:?} inside {f:x?}", sym.name());
+                    starting += 1;
+                }
+            }
+        }
+        assert!(
+            starting >= 100,
+            "{starting} exported functions start a listed one"
+        );
     }
 
     #[test]
