@@ -17,44 +17,52 @@ use std::collections::HashMap;
 use object::read::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
 
 /// `(file address, size, "NAME@plt")` for every PLT stub of `file` whose slot's relocation names
-/// a symbol, sorted by address.
+/// a symbol, sorted by address. The PLT sections are those the unwind tables synthesize rows for
+/// ([`unwind_dwarf::plt::plt_sections`]).
 pub fn plt_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     let slots = slot_names(file);
     if slots.is_empty() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for section in file.sections() {
-        let (Ok(name), Ok(data)) = (section.name(), section.data()) else {
+    for plt in unwind_dwarf::plt::plt_sections(file) {
+        let Some((data, align)) = file
+            .sections()
+            .find(|s| s.address() == plt.svma)
+            .and_then(|s| Some((s.data().ok()?, s.align())))
+        else {
             continue;
         };
-        let base = section.address();
-        match (file.architecture(), name) {
-            (object::Architecture::X86_64, ".plt" | ".plt.sec" | ".plt.got") => {
-                let entry = if name == ".plt.got" { 8 } else { 16 };
+        let base = plt.svma;
+        let mut name = |at: u64, size: u64, slot: u64| {
+            if let Some(name) = slots.get(&slot) {
+                out.push((at, size, format!("{name}@plt")));
+            }
+        };
+        match file.architecture() {
+            // Entries as long as the section's alignment: 16 bytes in `.plt` and `.plt.sec`, 8
+            // in GNU ld's `.plt.got` (16 with `endbr64`).
+            object::Architecture::X86_64 => {
+                let entry = align.clamp(8, 16) as usize;
                 for (i, code) in data.chunks_exact(entry).enumerate() {
                     let at = base + (i * entry) as u64;
-                    if let Some(name) = x86_64_slot(at, code).and_then(|s| slots.get(&s)) {
-                        out.push((at, entry as u64, format!("{name}@plt")));
+                    if let Some(slot) = x86_64_slot(at, code) {
+                        name(at, entry as u64, slot);
                     }
                 }
             }
-            (object::Architecture::Arm, ".plt") => {
-                // Entries are 12 bytes, some with a 4-byte Thumb prefix (`bx pc; b.n`, for
-                // callers in Thumb code) that the entry starts with: found by their words.
-                let word = |i: usize| data.get(i..i + 4).map(|w| [w[0], w[1], w[2], w[3]]);
+            // Entries are 12 bytes, some with a 4-byte Thumb prefix (`bx pc; b.n`, for callers
+            // in Thumb code) that the entry starts with: found by their words.
+            object::Architecture::Arm => {
                 let mut i = 0;
                 while i + 12 <= data.len() {
-                    let Some(slot) = arm_slot(base + i as u64, &data[i..i + 12]) else {
+                    let Some(slot) = arm_slot(base + i as u64, data, i) else {
                         i += 4;
                         continue;
                     };
-                    let thumb = i >= 4 && word(i - 4) == Some(THUMB_PREFIX);
+                    let thumb = i >= 4 && le_word(data, i - 4) == Some(THUMB_PREFIX);
                     let start = if thumb { i - 4 } else { i };
-                    if let Some(name) = slots.get(&slot) {
-                        let size = (i + 12 - start) as u64;
-                        out.push((base + start as u64, size, format!("{name}@plt")));
-                    }
+                    name(base + start as u64, (i + 12 - start) as u64, slot);
                     i += 12;
                 }
             }
@@ -65,8 +73,13 @@ pub fn plt_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     out
 }
 
-/// The Thumb prefix of an ARM PLT entry: `bx pc` then `b.n` back to it (`0x4778`, `0xe7fd`).
-const THUMB_PREFIX: [u8; 4] = [0x78, 0x47, 0xfd, 0xe7];
+/// The Thumb prefix of an ARM PLT entry: `bx pc` (`0x4778`) then `b.n` back to it (`0xe7fd`).
+const THUMB_PREFIX: u32 = 0xe7fd_4778;
+
+/// The little-endian word at byte `at` of `bytes`.
+fn le_word(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
 
 /// The GOT slot an x86_64 stub at `at` jumps through: the target of its first
 /// `jmp *disp32(%rip)`.
@@ -79,21 +92,21 @@ fn x86_64_slot(at: u64, code: &[u8]) -> Option<u64> {
     )
 }
 
-/// The GOT slot a 32-bit ARM stub at `at` loads the PC from, if its three words are
-/// `add ip, pc, #A`, `add ip, ip, #B` and `ldr pc, [ip, #C]!` (GNU ld's and lld's short entry).
-fn arm_slot(at: u64, code: &[u8]) -> Option<u64> {
-    let word = |i: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(
-            code.get(i * 4..i * 4 + 4)?.try_into().ok()?,
-        ))
-    };
-    let (a, b, c) = (word(0)?, word(1)?, word(2)?);
+/// The GOT slot the 32-bit ARM stub at byte `i` of `code` (file address `at`) loads the PC
+/// from, if its three words are `add ip, pc, #A`, `add ip, ip, #B` and `ldr pc, [ip, #C]!`
+/// (GNU ld's and lld's short entry).
+fn arm_slot(at: u64, code: &[u8], i: usize) -> Option<u64> {
+    let (a, b, c) = (
+        le_word(code, i)?,
+        le_word(code, i + 4)?,
+        le_word(code, i + 8)?,
+    );
     // An ARM modified immediate: 8 bits rotated right by twice the 4-bit rotation.
     let imm = |w: u32| (w & 0xff).rotate_right(((w >> 8) & 0xf) * 2);
-    if a & 0xffff_f000 != 0xe28f_c000 || b & 0xffff_f000 != 0xe28c_c000 {
-        return None;
-    }
-    if c & 0xffff_f000 != 0xe5bc_f000 {
+    if a & 0xffff_f000 != 0xe28f_c000
+        || b & 0xffff_f000 != 0xe28c_c000
+        || c & 0xffff_f000 != 0xe5bc_f000
+    {
         return None;
     }
     let slot = (at as u32)
@@ -133,7 +146,7 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
                         if s.kind() != object::SymbolKind::Text || s.is_undefined() {
                             continue;
                         }
-                        let rank = |n: &str| (n.starts_with('_'), n.len(), n.to_owned());
+                        let rank = |n: &str| (n.starts_with('_'), n.len());
                         let e = names.entry(s.address()).or_insert(name);
                         if rank(name) < rank(e) {
                             *e = name;
