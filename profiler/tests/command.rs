@@ -105,16 +105,44 @@ impl Running {
     }
 }
 
+/// Starts `cmd` with its stdout and stderr piped (its stdin as the caller set it); the run is
+/// killed, with its process group, if the test ends first.
+fn spawn(cmd: &mut Command) -> Running {
+    Running(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Each line of the run's stdout and stderr, as it comes (read by [`expect_line`]).
+fn lines(running: &mut Running) -> mpsc::Receiver<(Stream, String)> {
+    let (tx, rx) = mpsc::channel();
+    for (stream, pipe) in [
+        (
+            Stream::Out,
+            Box::new(running.0.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        ),
+        (Stream::Err, Box::new(running.0.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { return };
+                if tx.send((stream, line)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    rx
+}
+
 /// Runs `cmd` to the end with its stdout and stderr captured (no stdin), failing the test if it
 /// hangs.
 fn run(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut running = Running(child);
+    let mut running = spawn(cmd.stdin(Stdio::null()));
     let (mut out, mut err) = (
         running.0.stdout.take().unwrap(),
         running.0.stderr.take().unwrap(),
@@ -495,31 +523,26 @@ fn record_waits_for_the_programs_descendants() {
 #[test]
 fn ctrl_c_ends_the_program_and_record_reports_it() {
     let dir = scratch("ctrl-c");
-    let child = record()
-        .current_dir(&dir)
-        .args(["record", "--", "sh", "-c", "echo started; exec sleep 60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut running = Running(child);
-    let mut stdout = BufReader::new(running.0.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "started");
+    let mut running = spawn(
+        record()
+            .current_dir(&dir)
+            .args(["record", "--", "sh", "-c", "echo started; exec sleep 60"])
+            .stdin(Stdio::null()),
+    );
+    let rx = lines(&mut running);
+    expect_line(&rx, Stream::Out, "started");
     // SAFETY: signals the process group `record()` made for this run, as a terminal's Ctrl-C.
     unsafe { libc::kill(-(running.0.id() as libc::pid_t), libc::SIGINT) };
-    let mut stderr = running.0.stderr.take().unwrap();
-    let status = running.wait();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
-    assert_eq!(
-        status.code(),
-        Some(130),
-        "record itself ended by the signal: {err}"
+    expect_line(
+        &rx,
+        Stream::Err,
+        "unwind-profiler: the program was killed by signal 2",
     );
-    assert!(err.contains("killed by signal 2"), "{err}");
+    assert_eq!(
+        running.wait().code(),
+        Some(130),
+        "record itself ended by the signal"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -673,38 +696,17 @@ fn the_snapshot_signal_writes_the_profile_so_far_while_the_program_runs() {
         return;
     };
     let out_dir = dir.join("out");
-    let mut child = record()
-        .arg("record")
-        .arg("--output")
-        .arg(&out_dir)
-        .args(["--snapshot-signal", "USR2", "--"])
-        .arg(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let mut stdin = child.stdin.take().unwrap();
-    for (stream, pipe) in [
-        (
-            Stream::Out,
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        ),
-        (Stream::Err, Box::new(child.stderr.take().unwrap())),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { return };
-                if tx.send((stream, line)).is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    drop(tx);
-    let mut running = Running(child);
+    let mut running = spawn(
+        record()
+            .arg("record")
+            .arg("--output")
+            .arg(&out_dir)
+            .args(["--snapshot-signal", "USR2", "--"])
+            .arg(&exe)
+            .stdin(Stdio::piped()),
+    );
+    let mut stdin = running.0.stdin.take().unwrap();
+    let rx = lines(&mut running);
     let pid: libc::pid_t = expect_line(&rx, Stream::Out, "pid ")["pid ".len()..]
         .parse()
         .unwrap();

@@ -146,13 +146,14 @@ fn end_line(summary: &str, dir: &Path, stem: &str) -> String {
         .find_map(|l| l.strip_prefix("samples stored"))
         .and_then(|l| l.split_whitespace().next())
         .unwrap_or("no");
+    let theirs = format!("{stem}-");
     let others = std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .filter(|e| {
                     let name = e.file_name();
                     let name = name.to_string_lossy();
-                    name.starts_with(&format!("{stem}-")) && name.ends_with(".summary.txt")
+                    name.starts_with(&theirs) && name.ends_with(".summary.txt")
                 })
                 .count()
         })

@@ -386,13 +386,7 @@ pub fn build(profile: &Profile) -> proto::Profile {
     // (`go tool pprof -tagfocus process=...`, `-tags`).
     let pid_key = strings.intern("pid");
     let process_key = strings.intern("process");
-    let process_name = strings.intern(
-        profile
-            .program
-            .rsplit('/')
-            .next()
-            .unwrap_or(&profile.program),
-    );
+    let process_name = strings.intern(crate::symbolize::basename(&profile.program));
     let pid = i64::from(profile.pid);
     let sample = profile
         .totals
