@@ -437,6 +437,8 @@ impl Collector {
                 threads.push(Thread {
                     tid,
                     name: self.names.get(&tid).cloned().unwrap_or_default(),
+                    pid: std::process::id(),
+                    process: crate::symbolize::basename(&program()).to_owned(),
                 });
                 threads.len() - 1
             })
@@ -478,6 +480,8 @@ impl Collector {
             threads.push(Thread {
                 tid: 0,
                 name: name.clone(),
+                pid: std::process::id(),
+                process: crate::symbolize::basename(&program()).to_owned(),
             });
             push(threads.len() - 1, counts);
         }

@@ -43,7 +43,7 @@ pub struct Location {
     pub frames: Vec<Frame>,
 }
 
-/// A thread of the profiled process, or every thread of one name that has exited.
+/// A thread of a profiled process, or every thread of one name (in one process) that has exited.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Thread {
     /// Its kernel thread id; 0 for the merged totals of the threads named `name` that exited
@@ -52,6 +52,11 @@ pub struct Thread {
     pub tid: i32,
     /// Its name (`/proc/self/task/TID/comm`), if it could be read.
     pub name: String,
+    /// The id of the process it belongs to.
+    pub pid: u32,
+    /// That process's program name: its executable's file name (such as `python3.11`), as
+    /// [`basename`](crate::symbolize::basename) gives it.
+    pub process: String,
 }
 
 /// How many samples of one thread had one stack, over the whole run.

@@ -133,10 +133,14 @@ fn sample_profile() -> Profile {
             Thread {
                 tid: 100,
                 name: "demo".to_string(),
+                pid: 100,
+                process: "demo".to_string(),
             },
             Thread {
                 tid: 101,
                 name: "worker".to_string(),
+                pid: 100,
+                process: "demo".to_string(),
             },
         ],
         totals: totals_of(&samples),
@@ -769,6 +773,8 @@ fn totals_count_and_the_timeline_is_drawn() {
     p.threads.push(Thread {
         tid: 0,
         name: "short-lived".into(),
+        pid: 100,
+        process: "demo".into(),
     });
     let merged = p.threads.len() - 1;
     p.totals.push(unwind_profiler::profile::Total {
