@@ -209,7 +209,138 @@ pub fn totals_of(samples: &[Sample]) -> Vec<Total> {
     totals
 }
 
+/// `index` into a table of `len` entries, moved to where that table starts (`offset`) in a merged
+/// one; an index out of range stays out of range (`usize::MAX`), so that it still refers to
+/// nothing rather than to another profile's entry.
+fn remap(index: usize, len: usize, offset: usize) -> usize {
+    if index < len {
+        index + offset
+    } else {
+        usize::MAX
+    }
+}
+
+/// Adds the counts of `from` to `into`, by name: a name already in `into` gets its count added,
+/// a new one is appended (so the order is `into`'s, then the new names in `from`'s order).
+fn add_named(into: &mut Vec<(String, u64)>, from: &[(String, u64)]) {
+    for (name, n) in from {
+        match into.iter_mut().find(|(known, _)| known == name) {
+            Some((_, count)) => *count += n,
+            None => into.push((name.clone(), *n)),
+        }
+    }
+}
+
+impl Counters {
+    /// Adds the counters of another run (another process) to these, field by field: counts,
+    /// durations and sizes are summed, the named counts summed by name (the names new here
+    /// appended in `other`'s order), and `stack_scanning` is set if either run scanned.
+    pub fn add(&mut self, other: &Counters) {
+        self.signals += other.signals;
+        self.stored += other.stored;
+        add_named(&mut self.dropped, &other.dropped);
+        self.merged_expirations += other.merged_expirations;
+        self.perf_unsignalled += other.perf_unsignalled;
+        self.sampled_cpu += other.sampled_cpu;
+        add_named(&mut self.timers, &other.timers);
+        self.foreign_signals += other.foreign_signals;
+        add_named(&mut self.threads_not_sampled, &other.threads_not_sampled);
+        add_named(&mut self.stops, &other.stops);
+        self.frames += other.frames;
+        self.stack_scanning |= other.stack_scanning;
+        self.scanned_frames += other.scanned_frames;
+        self.cache_hits += other.cache_hits;
+        self.cache_misses += other.cache_misses;
+        self.unwind_time += other.unwind_time;
+        self.store_time += other.store_time;
+        self.preload_time += other.preload_time;
+        self.table_bytes += other.table_bytes;
+        self.table_rows += other.table_rows;
+        self.collector_cpu += other.collector_cpu;
+        self.refreshes += other.refreshes;
+        self.threads += other.threads;
+    }
+}
+
 impl Profile {
+    /// One profile of several processes (such as a shell, the program it ran and that
+    /// program's children), from the profiles of each; `None` if `profiles` is empty.
+    ///
+    /// The modules, locations, stacks, threads, samples and totals are concatenated in the
+    /// order of `profiles`, with their indices moved to match (an index that was out of range
+    /// stays out of range). The merged profile starts at the earliest start and lasts until the
+    /// latest end; each profile's sample times are shifted to count from the merged start. The
+    /// program, pid, interval and clock are those of the first profile (the root process); the
+    /// counters are summed (see [`Counters::add`]). Each thread keeps its own
+    /// [`pid`](Thread::pid) and [`process`](Thread::process), which tell the processes apart.
+    pub fn merge(profiles: Vec<Profile>) -> Option<Profile> {
+        let start = profiles.iter().map(|p| p.start).min()?;
+        let end = profiles
+            .iter()
+            .map(|p| p.start.checked_add(p.duration).unwrap_or(p.start))
+            .max()
+            .unwrap_or(start);
+        let mut profiles = profiles.into_iter();
+        let first = profiles.next()?;
+        let mut merged = Profile {
+            program: first.program.clone(),
+            pid: first.pid,
+            start,
+            duration: end.duration_since(start).unwrap_or_default(),
+            interval: first.interval,
+            wall_clock: first.wall_clock,
+            modules: Vec::new(),
+            locations: Vec::new(),
+            stacks: Vec::new(),
+            threads: Vec::new(),
+            samples: Vec::new(),
+            totals: Vec::new(),
+            counters: Counters::default(),
+        };
+        for p in std::iter::once(first).chain(profiles) {
+            let shift = p.start.duration_since(start).unwrap_or_default();
+            let (modules, locations, stacks, threads) = (
+                merged.modules.len(),
+                merged.locations.len(),
+                merged.stacks.len(),
+                merged.threads.len(),
+            );
+            let (n_modules, n_locations, n_stacks, n_threads) = (
+                p.modules.len(),
+                p.locations.len(),
+                p.stacks.len(),
+                p.threads.len(),
+            );
+            merged.modules.extend(p.modules);
+            merged
+                .locations
+                .extend(p.locations.into_iter().map(|l| Location {
+                    module: l.module.map(|m| remap(m, n_modules, modules)),
+                    ..l
+                }));
+            merged.stacks.extend(p.stacks.into_iter().map(|stack| {
+                stack
+                    .into_iter()
+                    .map(|l| remap(l, n_locations, locations))
+                    .collect()
+            }));
+            merged.threads.extend(p.threads);
+            merged.samples.extend(p.samples.into_iter().map(|s| Sample {
+                thread: remap(s.thread, n_threads, threads),
+                time: s.time + shift,
+                stack: remap(s.stack, n_stacks, stacks),
+                ..s
+            }));
+            merged.totals.extend(p.totals.into_iter().map(|t| Total {
+                thread: remap(t.thread, n_threads, threads),
+                stack: remap(t.stack, n_stacks, stacks),
+                ..t
+            }));
+            merged.counters.add(&p.counters);
+        }
+        Some(merged)
+    }
+
     /// Samples in the whole run (the sum of [`Profile::totals`]).
     pub fn sample_count(&self) -> u64 {
         self.totals.iter().map(|t| t.samples).sum()
@@ -265,5 +396,220 @@ impl Profile {
     pub fn stack_frames_leaf_first(&self, stack: usize) -> impl Iterator<Item = &Frame> + '_ {
         self.stack_locations(stack)
             .flat_map(|location| location.frames.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn module(path: &str) -> Module {
+        Module {
+            path: path.to_string(),
+            start: 0x1000,
+            end: 0x2000,
+            bias: 0,
+            file_offset: 0,
+            build_id: String::new(),
+        }
+    }
+
+    fn location(address: u64, module: Option<usize>, function: &str) -> Location {
+        Location {
+            address,
+            module,
+            frames: vec![Frame {
+                function: function.to_string(),
+                file: None,
+                line: None,
+            }],
+        }
+    }
+
+    fn thread(tid: i32, pid: u32, process: &str) -> Thread {
+        Thread {
+            tid,
+            name: process.to_string(),
+            pid,
+            process: process.to_string(),
+        }
+    }
+
+    fn sample(thread: usize, ms: u64, stack: usize) -> Sample {
+        Sample {
+            thread,
+            time: Duration::from_millis(ms),
+            weight: 1,
+            stack,
+        }
+    }
+
+    /// A shell (pid 10, from second 100 for 50 ms) and the program it ran (pid 20, from 20 ms
+    /// later for 60 ms).
+    fn two_profiles() -> (Profile, Profile) {
+        let t0 = UNIX_EPOCH + Duration::from_secs(100);
+        let sh_samples = vec![sample(0, 0, 0), sample(0, 10, 1), sample(0, 20, 1)];
+        let sh = Profile {
+            program: "/bin/sh".to_string(),
+            pid: 10,
+            start: t0,
+            duration: Duration::from_millis(50),
+            interval: Duration::from_millis(10),
+            wall_clock: false,
+            modules: vec![module("/bin/sh"), module("/lib/libc.so.6")],
+            locations: vec![
+                location(0x1100, Some(0), "main"),
+                location(0x1200, Some(1), "read"),
+            ],
+            stacks: vec![vec![0], vec![1, 0]],
+            threads: vec![thread(10, 10, "sh")],
+            totals: totals_of(&sh_samples),
+            samples: sh_samples,
+            counters: Counters {
+                signals: 4,
+                stored: 3,
+                dropped: vec![("busy".to_string(), 1)],
+                stops: vec![("end-of-stack".to_string(), 3)],
+                timers: vec![("timer_create".to_string(), 1)],
+                sampled_cpu: Duration::from_millis(30),
+                table_bytes: 100,
+                table_rows: 10,
+                threads: 1,
+                ..Counters::default()
+            },
+        };
+        let py_samples = vec![sample(0, 0, 0), sample(1, 5, 1), sample(1, 15, 0)];
+        let py = Profile {
+            program: "/usr/bin/python3.11".to_string(),
+            pid: 20,
+            start: t0 + Duration::from_millis(20),
+            duration: Duration::from_millis(60),
+            interval: Duration::from_millis(1),
+            wall_clock: true,
+            modules: vec![module("/usr/bin/python3.11")],
+            locations: vec![
+                location(0x1300, Some(0), "Py_Main"),
+                location(0x1400, Some(0), "eval"),
+                location(0x1500, None, "0x1500"),
+            ],
+            stacks: vec![vec![1, 0], vec![2, 1, 0]],
+            threads: vec![thread(20, 20, "python3.11"), thread(21, 20, "python3.11")],
+            totals: totals_of(&py_samples),
+            samples: py_samples,
+            counters: Counters {
+                signals: 3,
+                stored: 3,
+                dropped: vec![("no-memory".to_string(), 2), ("busy".to_string(), 5)],
+                stops: vec![("end-of-stack".to_string(), 2), ("no-rule".to_string(), 1)],
+                timers: vec![("timer_create".to_string(), 2)],
+                sampled_cpu: Duration::from_millis(3),
+                stack_scanning: true,
+                table_bytes: 50,
+                table_rows: 5,
+                threads: 2,
+                ..Counters::default()
+            },
+        };
+        (sh, py)
+    }
+
+    #[test]
+    fn merge_of_nothing_is_none() {
+        assert!(Profile::merge(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn merge_of_one_is_that_profile() {
+        let (sh, _) = two_profiles();
+        let merged = Profile::merge(vec![sh.clone()]).unwrap();
+        assert_eq!(merged.start, sh.start);
+        assert_eq!(merged.duration, sh.duration);
+        assert_eq!(merged.locations, sh.locations);
+        assert_eq!(merged.stacks, sh.stacks);
+        assert_eq!(merged.samples, sh.samples);
+        assert_eq!(merged.totals, sh.totals);
+        assert_eq!(merged.counters, sh.counters);
+    }
+
+    #[test]
+    fn merge_remaps_indices_shifts_times_and_sums_counters() {
+        let (sh, py) = two_profiles();
+        // The later process first: the start is still the earliest, its times shift.
+        let merged = Profile::merge(vec![py.clone(), sh.clone()]).unwrap();
+        assert_eq!(
+            (merged.program.as_str(), merged.pid),
+            ("/usr/bin/python3.11", 20)
+        );
+        assert_eq!(merged.interval, Duration::from_millis(1));
+        assert!(merged.wall_clock);
+        assert_eq!(merged.start, sh.start);
+        // sh ends at 50 ms, python at 20 + 60 = 80 ms.
+        assert_eq!(merged.duration, Duration::from_millis(80));
+
+        let paths: Vec<_> = merged.modules.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["/usr/bin/python3.11", "/bin/sh", "/lib/libc.so.6"]);
+        let modules: Vec<_> = merged.locations.iter().map(|l| l.module).collect();
+        assert_eq!(modules, [Some(0), Some(0), None, Some(1), Some(2)]);
+        assert_eq!(
+            merged.stacks,
+            [vec![1, 0], vec![2, 1, 0], vec![3], vec![4, 3]]
+        );
+        let tids: Vec<_> = merged.threads.iter().map(|t| (t.tid, t.pid)).collect();
+        assert_eq!(tids, [(20, 20), (21, 20), (10, 10)]);
+
+        let samples: Vec<_> = merged
+            .samples
+            .iter()
+            .map(|s| (s.thread, s.time.as_millis(), s.stack))
+            .collect();
+        assert_eq!(
+            samples,
+            [
+                (0, 20, 0),
+                (1, 25, 1),
+                (1, 35, 0),
+                (2, 0, 2),
+                (2, 10, 3),
+                (2, 20, 3)
+            ]
+        );
+        // Every stack names the functions it named before the merge.
+        let functions = |p: &Profile, stack: usize| -> Vec<String> {
+            p.stack_frames_root_first(stack)
+                .map(|f| f.function.clone())
+                .collect()
+        };
+        assert_eq!(functions(&merged, 1), functions(&py, 1));
+        assert_eq!(functions(&merged, 3), functions(&sh, 1));
+        assert_eq!(merged.totals, totals_of(&merged.samples));
+        assert_eq!(merged.sample_count(), 6);
+
+        let c = &merged.counters;
+        assert_eq!((c.signals, c.stored, c.threads), (7, 6, 3));
+        let named = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
+            v.iter().map(|&(n, c)| (n.to_string(), c)).collect()
+        };
+        assert_eq!(c.dropped, named(&[("no-memory", 2), ("busy", 6)]));
+        assert_eq!(c.stops, named(&[("end-of-stack", 5), ("no-rule", 1)]));
+        assert_eq!(c.timers, named(&[("timer_create", 3)]));
+        assert_eq!(c.sampled_cpu, Duration::from_millis(33));
+        assert!(c.stack_scanning);
+        assert_eq!((c.table_bytes, c.table_rows), (150, 15));
+    }
+
+    #[test]
+    fn merge_keeps_indices_out_of_range_out_of_range() {
+        let (mut sh, py) = two_profiles();
+        sh.stacks[0].push(7);
+        sh.locations[0].module = Some(9);
+        sh.samples[0].thread = 5;
+        sh.totals = totals_of(&sh.samples);
+        let merged = Profile::merge(vec![sh, py]).unwrap();
+        assert_eq!(merged.stacks[0], [0, usize::MAX]);
+        assert_eq!(merged.locations[0].module, Some(usize::MAX));
+        assert_eq!(merged.samples[0].thread, usize::MAX);
+        assert!(merged.totals.iter().any(|t| t.thread == usize::MAX));
+        assert!(merged.module_of(&merged.locations[0]).is_none());
     }
 }
