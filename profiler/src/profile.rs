@@ -144,6 +144,20 @@ pub struct Counters {
     pub threads: u64,
 }
 
+/// One process of a profile, as its threads name it, with its samples (see
+/// [`Profile::processes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    /// Its process id.
+    pub pid: u32,
+    /// Its program name (see [`Thread::process`]).
+    pub name: String,
+    /// Its threads' samples, over the whole run.
+    pub samples: u64,
+    /// The sampling periods they stand for.
+    pub periods: u64,
+}
+
 /// A finished, symbolized profile.
 #[derive(Clone, Debug)]
 pub struct Profile {
@@ -339,6 +353,61 @@ impl Profile {
             merged.counters.add(&p.counters);
         }
         Some(merged)
+    }
+
+    /// The process id and program name of thread `thread` (an index into
+    /// [`Profile::threads`]): the thread's own, or for an index out of range the profile's (its
+    /// root process: [`Profile::pid`] and the file name of [`Profile::program`]).
+    pub fn process_of(&self, thread: usize) -> (u32, &str) {
+        match self.threads.get(thread) {
+            Some(t) => (t.pid, &t.process),
+            None => (self.pid, crate::symbolize::basename(&self.program)),
+        }
+    }
+
+    /// The processes of the threads with samples in [`Profile::totals`]: one per distinct
+    /// (pid, program name), in the order of their first thread, with their totals. A process
+    /// that replaced its program (`exec`) is listed once per program. Samples of a thread index
+    /// out of range count for the root process (see [`Profile::process_of`]).
+    pub fn processes(&self) -> Vec<Process> {
+        let mut processes: Vec<Process> = Vec::new();
+        let mut index: std::collections::HashMap<(u32, &str), usize> =
+            std::collections::HashMap::new();
+        let mut per_thread = vec![(0u64, 0u64); self.threads.len()];
+        let mut unknown = (0u64, 0u64);
+        for t in &self.totals {
+            let counts = per_thread.get_mut(t.thread).unwrap_or(&mut unknown);
+            counts.0 += t.samples;
+            counts.1 += t.periods;
+        }
+        let known = per_thread
+            .into_iter()
+            .enumerate()
+            .map(|(thread, counts)| (self.process_of(thread), counts));
+        let unknown = (self.process_of(usize::MAX), unknown);
+        for ((pid, name), (samples, periods)) in known.chain(std::iter::once(unknown)) {
+            if samples == 0 && periods == 0 {
+                continue;
+            }
+            let i = *index.entry((pid, name)).or_insert_with(|| {
+                processes.push(Process {
+                    pid,
+                    name: name.to_owned(),
+                    samples: 0,
+                    periods: 0,
+                });
+                processes.len() - 1
+            });
+            processes[i].samples += samples;
+            processes[i].periods += periods;
+        }
+        processes
+    }
+
+    /// Whether the threads with samples belong to more than one process (more than one pid, or
+    /// one pid running more than one program): the outputs then tell the processes apart.
+    pub fn is_multi_process(&self) -> bool {
+        self.processes().len() > 1
     }
 
     /// Samples in the whole run (the sum of [`Profile::totals`]).
@@ -596,6 +665,39 @@ mod tests {
         assert_eq!(c.sampled_cpu, Duration::from_millis(33));
         assert!(c.stack_scanning);
         assert_eq!((c.table_bytes, c.table_rows), (150, 15));
+    }
+
+    #[test]
+    fn processes_of_the_threads_with_samples() {
+        let (sh, py) = two_profiles();
+        assert_eq!(sh.processes().len(), 1);
+        assert!(!sh.is_multi_process());
+        let mut merged = Profile::merge(vec![sh, py]).unwrap();
+        let process = |pid, name: &str, samples| Process {
+            pid,
+            name: name.to_string(),
+            samples,
+            periods: samples,
+        };
+        assert_eq!(
+            merged.processes(),
+            [process(10, "sh", 3), process(20, "python3.11", 3)]
+        );
+        assert!(merged.is_multi_process());
+        // The shell's pid ran python (exec): one process per program. A thread index out of
+        // range counts for the root process.
+        merged.threads[1].pid = 10;
+        merged.threads[2].pid = 10;
+        merged.totals[0].thread = 99;
+        assert_eq!(merged.process_of(99), (10, "sh"));
+        assert_eq!(
+            merged.processes(),
+            [process(10, "sh", 3), process(10, "python3.11", 3)]
+        );
+        // Threads without samples are no process.
+        merged.totals.retain(|t| t.thread == 1);
+        assert_eq!(merged.processes(), [process(10, "python3.11", 1)]);
+        assert!(!merged.is_multi_process());
     }
 
     #[test]
