@@ -833,3 +833,243 @@ fn totals_count_and_the_timeline_is_drawn() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+/// The sample profile (pid 100, `demo`) merged with a second process that started 30 ms later:
+/// `python3.11`, pid 200, threads 200 and 201 (the second also named `worker`, as one of demo's).
+fn two_process_profile() -> Profile {
+    let python_samples = vec![
+        Sample {
+            thread: 0,
+            time: Duration::ZERO,
+            weight: 1,
+            stack: 1,
+        },
+        Sample {
+            thread: 0,
+            time: MS * 10,
+            weight: 1,
+            stack: 1,
+        },
+        Sample {
+            thread: 1,
+            time: MS * 5,
+            weight: 1,
+            stack: 1,
+        },
+        Sample {
+            thread: 1,
+            time: MS * 15,
+            weight: 1,
+            stack: 0,
+        },
+    ];
+    let python = Profile {
+        program: PYTHON.to_string(),
+        pid: 200,
+        start: sample_profile().start + MS * 30,
+        duration: MS * 50,
+        interval: MS * 10,
+        wall_clock: false,
+        modules: vec![Module {
+            path: PYTHON.to_string(),
+            start: 0x40_0000,
+            end: 0x50_0000,
+            bias: 0x40_0000,
+            file_offset: 0,
+            build_id: "feed".to_string(),
+        }],
+        locations: vec![
+            location(0x40_1000, Some(0), vec![frame("Py_Main", None, None)]),
+            location(0x40_2000, Some(0), vec![frame("eval", None, None)]),
+        ],
+        stacks: vec![vec![0], vec![1, 0]],
+        threads: vec![
+            Thread {
+                tid: 200,
+                name: "python3.11".to_string(),
+                pid: 200,
+                process: "python3.11".to_string(),
+            },
+            Thread {
+                tid: 201,
+                name: "worker".to_string(),
+                pid: 200,
+                process: "python3.11".to_string(),
+            },
+        ],
+        totals: totals_of(&python_samples),
+        samples: python_samples,
+        counters: Counters {
+            signals: 4,
+            stored: 4,
+            threads: 2,
+            ..Counters::default()
+        },
+    };
+    Profile::merge(vec![sample_profile(), python]).unwrap()
+}
+
+/// The stacks per thread of [`two_process_profile`], as [`expected_stacks_per_thread`] gives
+/// them.
+fn expected_two_process_stacks() -> BTreeMap<(i64, String), i64> {
+    let mut stacks = expected_stacks_per_thread();
+    stacks.insert((200, "Py_Main;eval".to_string()), 2);
+    stacks.insert((201, "Py_Main;eval".to_string()), 1);
+    stacks.insert((201, "Py_Main".to_string()), 1);
+    stacks
+}
+
+/// The process every thread of [`two_process_profile`] belongs to, by tid.
+fn process_of_tid(tid: i64) -> (i64, &'static str) {
+    if tid < 200 {
+        (100, "demo")
+    } else {
+        (200, "python3.11")
+    }
+}
+
+#[test]
+fn two_processes_in_every_format() {
+    let dir = out_dir("two-processes");
+    let model = two_process_profile();
+    assert!(model.is_multi_process());
+    assert_eq!((model.program.as_str(), model.pid), (PROGRAM, 100));
+    assert_eq!(model.duration, MS * 80, "until python's end");
+    let outputs = output::write_all(&model, &dir, "two").unwrap();
+
+    // Folded: each stack starts with its process's name, aggregated over the process's threads.
+    let text = std::fs::read_to_string(&outputs.folded).unwrap();
+    assert_eq!(
+        text,
+        "demo;main;compute;helper 4\n\
+         python3.11;Py_Main;eval 3\n\
+         demo;main;recurse;recurse;recurse 2\n\
+         demo;start_thread;worker::run<[u8: 4]>;0xdead0000 2\n\
+         demo;start_thread;worker::run<[u8: 4]>;memcpy 2\n\
+         demo;main;compute;helper;memcpy 1\n\
+         demo;start_thread;worker::run<[u8: 4]> 1\n\
+         python3.11;Py_Main 1\n"
+    );
+
+    // The flame graph counts processes, not one program.
+    let svg = svg_text(&std::fs::read_to_string(&outputs.flamegraph).unwrap());
+    assert!(
+        svg.contains("2 processes: 16 samples"),
+        "title missing:\n{svg}"
+    );
+    assert!(svg.contains("python3.11 ("), "python3.11 missing:\n{svg}");
+
+    // pprof: every sample labelled with its own thread's process; a mapping per module.
+    let p = decode_pprof(&outputs.pprof);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let files: Vec<_> = p.mapping.iter().map(|m| s(m.filename)).collect();
+    assert_eq!(files, [PROGRAM, LIB, PYTHON]);
+    let mut stacks = BTreeMap::new();
+    for sample in &p.sample {
+        let label = |key: &str| sample.label.iter().find(|l| s(l.key) == key).unwrap();
+        let tid = label("thread_id").num;
+        let (pid, process) = process_of_tid(tid);
+        assert_eq!(label("pid").num, pid, "pid of thread {tid}");
+        assert_eq!(s(label("process").str), process, "process of thread {tid}");
+        let mut frames = Vec::new();
+        for id in sample.location_id.iter().rev() {
+            let location = p.location.iter().find(|l| l.id == *id).unwrap();
+            for line in location.line.iter().rev() {
+                let function = p.function.iter().find(|f| f.id == line.function_id);
+                frames.push(s(function.unwrap().name));
+            }
+        }
+        *stacks.entry((tid, frames.join(";"))).or_insert(0) += sample.value[0];
+    }
+    assert_eq!(stacks, expected_two_process_stacks());
+
+    // Firefox: two processes, each with its own threads and main thread; python's starts at its
+    // first sample, 30 ms into the profile.
+    let json: Value = serde_json::from_slice(&gunzip(&outputs.firefox)).unwrap();
+    assert_eq!(json["meta"]["product"], "demo");
+    let (stacks, threads) = check_firefox(&json, Some(10_000));
+    assert_eq!(stacks, expected_two_process_stacks());
+    assert_eq!(threads.len(), 4);
+    let mut pids = Vec::new();
+    for thread in &threads {
+        let tid: i64 = thread["tid"].as_str().unwrap().parse().unwrap();
+        let (pid, process) = process_of_tid(tid);
+        assert_eq!(thread["pid"], pid.to_string(), "pid of thread {tid}");
+        assert_eq!(thread["processName"], process, "process of thread {tid}");
+        assert_eq!(thread["isMainThread"], tid == pid, "thread {tid}");
+        let startup = if pid == 200 { 30.0 } else { 0.0 };
+        assert_eq!(thread["processStartupTime"], startup, "thread {tid}");
+        pids.push(pid);
+    }
+    pids.dedup();
+    assert_eq!(pids, [100, 200], "threads grouped by process");
+    // Python's samples count from the merged start.
+    let python_main = threads.iter().find(|t| t["tid"] == "200").unwrap();
+    let deltas = python_main["samples"]["timeDeltas"].as_array().unwrap();
+    assert_eq!(deltas[0], 30.0, "{deltas:?}");
+
+    // The summary lists the processes, and still the threads.
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    let lines: Vec<_> = summary.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "processes         2")
+        .unwrap_or_else(|| panic!("no processes section:\n{summary}"));
+    assert_eq!(
+        lines[at + 1..at + 3],
+        [
+            "       100  demo                      12 samples   75.00%",
+            "       200  python3.11                 4 samples   25.00%",
+        ],
+        "{summary}"
+    );
+    assert!(lines.contains(&"program           /opt/demo/bin/demo"));
+    assert!(lines.contains(&"threads           4 sampled"), "{summary}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("       201  worker ")),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A profile whose threads have one process is written as before: no process prefix.
+#[test]
+fn one_process_is_not_prefixed() {
+    let model = Profile::merge(vec![sample_profile()]).unwrap();
+    assert!(!model.is_multi_process());
+    assert_eq!(folded::lines(&model), folded::lines(&sample_profile()));
+    assert_eq!(
+        output::flamegraph::title(&model),
+        output::flamegraph::title(&sample_profile())
+    );
+    assert!(!summary::text(&model).contains("processes"));
+}
+
+/// `go tool pprof` tells the processes apart by their label (`-tagfocus process=...`).
+#[test]
+fn go_tool_pprof_focuses_on_one_process() {
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
+        unwind_test_support::missing("go (golang), for go tool pprof");
+        return;
+    }
+    let dir = out_dir("go-pprof-processes");
+    let outputs = output::write_all(&two_process_profile(), &dir, "p").unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-tagfocus=process=python3.11"])
+        .arg(&outputs.pprof)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = pprof_top_rows(&stdout);
+    let names: Vec<_> = rows.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["eval", "Py_Main"], "go tool pprof -top:\n{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,10 @@
 //!
 //! The profile has one process (the program, its pid, starting at the profile's start) and one
 //! thread per model thread (its tid and name; the thread whose tid is the pid is the main
-//! thread). Every sample is added with its time, its stack and, for a CPU-time profile, a CPU
+//! thread). When the threads belong to several pids (a [merged](crate::profile::Profile::merge)
+//! profile), it has one process per pid instead, named after its program (or programs, if it
+//! ran several), starting at its first sample, each with its own threads, its main thread the
+//! one whose tid is its pid; only the root process ([`Profile::pid`]) has an end time. Every sample is added with its time, its stack and, for a CPU-time profile, a CPU
 //! delta of one interval (each sample stands for that much CPU time of its thread).
 //!
 //! Frames are string labels holding [`function_name`], root first, with inlined frames
@@ -20,12 +23,12 @@ use std::time::{Duration, UNIX_EPOCH};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use fxprof_processed_profile::{
-    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
+    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo, ProcessHandle,
     Profile as FxProfile, ReferenceTimestamp, SamplingInterval, StackHandle, ThreadHandle,
     Timestamp,
 };
 
-use super::{file_name, function_name};
+use super::{file_name, function_name, process_name};
 use crate::profile::Profile;
 
 /// The name of the thread that gets the samples whose thread index is not in the model.
@@ -33,6 +36,85 @@ pub const UNKNOWN_THREAD: &str = "[unknown thread]";
 
 fn timestamp(since_start: Duration) -> Timestamp {
     Timestamp::from_nanos_since_reference(u64::try_from(since_start.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The processes of the Firefox profile, added as their first thread is: one for the whole
+/// profile if its threads have one pid, else one per pid.
+struct Processes<'a> {
+    profile: &'a Profile,
+    /// Whether the threads belong to several pids.
+    several: bool,
+    /// Per pid: its name (its programs' names) and when its first timeline sample was taken.
+    info: HashMap<u32, (String, Option<Duration>)>,
+    handles: HashMap<u32, ProcessHandle>,
+}
+
+impl<'a> Processes<'a> {
+    fn new(profile: &'a Profile) -> Processes<'a> {
+        let mut names: Vec<(u32, Vec<String>)> = Vec::new();
+        for p in profile.processes() {
+            let name = process_name(&p.name).into_owned();
+            match names.iter_mut().find(|(pid, _)| *pid == p.pid) {
+                Some((_, list)) => list.push(name),
+                None => names.push((p.pid, vec![name])),
+            }
+        }
+        let several = names.len() > 1;
+        let mut info: HashMap<u32, (String, Option<Duration>)> = names
+            .into_iter()
+            // A pid that ran several programs (exec) is named after all of them.
+            .map(|(pid, list)| (pid, (list.join(", "), None)))
+            .collect();
+        if several {
+            for sample in &profile.samples {
+                if let Some((_, first)) = info.get_mut(&profile.process_of(sample.thread).0) {
+                    *first = Some(first.map_or(sample.time, |t| t.min(sample.time)));
+                }
+            }
+        }
+        Processes {
+            profile,
+            several,
+            info,
+            handles: HashMap::new(),
+        }
+    }
+
+    /// The process of thread `thread` (an index into the model's threads, possibly out of range),
+    /// added if it is not yet, with its pid and start time.
+    fn handle(&mut self, fx: &mut FxProfile, thread: usize) -> (ProcessHandle, u32, Timestamp) {
+        let profile = self.profile;
+        if !self.several {
+            // One process: the program's, from the profile's start to its end.
+            let handle = *self.handles.entry(profile.pid).or_insert_with(|| {
+                let h = fx.add_process(
+                    file_name(&profile.program),
+                    profile.pid,
+                    timestamp(Duration::ZERO),
+                );
+                fx.set_process_end_time(h, timestamp(profile.duration));
+                h
+            });
+            return (handle, profile.pid, timestamp(Duration::ZERO));
+        }
+        let (pid, program) = profile.process_of(thread);
+        let (name, first) = self
+            .info
+            .get(&pid)
+            .cloned()
+            .unwrap_or_else(|| (process_name(program).into_owned(), None));
+        // From its first sample, or the profile's start if the timeline has none.
+        let start = first.unwrap_or_default();
+        let handle = *self.handles.entry(pid).or_insert_with(|| {
+            let h = fx.add_process(&name, pid, timestamp(start));
+            // The root process runs until the end; the others' ends are not known.
+            if pid == profile.pid {
+                fx.set_process_end_time(h, timestamp(profile.duration));
+            }
+            h
+        });
+        (handle, pid, timestamp(start))
+    }
 }
 
 /// The Firefox Profiler profile of `profile` (see the [module documentation](self)); serialize
@@ -51,8 +133,11 @@ pub fn build(profile: &Profile) -> FxProfile {
     fx.set_symbolicated(true);
     let category: CategoryPairHandle = fx.add_category("User", CategoryColor::Yellow).into();
 
-    let process = fx.add_process(name, profile.pid, timestamp(Duration::ZERO));
-    fx.set_process_end_time(process, timestamp(profile.duration));
+    let mut processes = Processes::new(profile);
+    if !processes.several {
+        // The one process is there even without samples.
+        processes.handle(&mut fx, 0);
+    }
     // A thread of the model gets a track when the timeline has samples of it (the threads that
     // exited, merged by name for the totals, have none).
     let mut handles: Vec<Option<ThreadHandle>> = vec![None; profile.threads.len()];
@@ -78,7 +163,8 @@ pub fn build(profile: &Profile) -> FxProfile {
         ) {
             (Some(t), Some(handle)) => *handle.get_or_insert_with(|| {
                 let tid = t.tid as u32;
-                let h = fx.add_thread(process, tid, timestamp(Duration::ZERO), tid == profile.pid);
+                let (process, pid, start) = processes.handle(&mut fx, sample.thread);
+                let h = fx.add_thread(process, tid, start, tid == pid);
                 if !t.name.is_empty() {
                     fx.set_thread_name(h, &t.name);
                 }
@@ -87,7 +173,8 @@ pub fn build(profile: &Profile) -> FxProfile {
             // Samples of a thread the model does not list still count; they get a thread of
             // their own.
             _ => *unknown_thread.get_or_insert_with(|| {
-                let h = fx.add_thread(process, 0, timestamp(Duration::ZERO), false);
+                let (process, _, start) = processes.handle(&mut fx, sample.thread);
+                let h = fx.add_thread(process, 0, start, false);
                 fx.set_thread_name(h, UNKNOWN_THREAD);
                 h
             }),

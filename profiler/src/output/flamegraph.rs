@@ -7,11 +7,17 @@ use inferno::flamegraph::{self, Options};
 use super::{file_name, folded};
 use crate::profile::Profile;
 
-/// The flame graph's title: the program's file name and the sample count.
+/// The flame graph's title: the program's file name and the sample count; for a profile of
+/// several processes ([`Profile::is_multi_process`]), `N processes` instead of the program.
 pub fn title(profile: &Profile) -> String {
     let samples = profile.sample_count();
     let plural = if samples == 1 { "" } else { "s" };
-    format!("{}: {samples} sample{plural}", file_name(&profile.program))
+    let processes = profile.processes().len();
+    if processes > 1 {
+        format!("{processes} processes: {samples} sample{plural}")
+    } else {
+        format!("{}: {samples} sample{plural}", file_name(&profile.program))
+    }
 }
 
 /// Writes the flame graph of `profile` as SVG.
@@ -40,8 +46,12 @@ fn subtitle(profile: &Profile) -> String {
     } else {
         "CPU"
     };
+    let processes = match profile.processes().len() {
+        0 | 1 => String::new(),
+        n => format!("{n} processes from "),
+    };
     format!(
-        "{} (pid {}), one sample per {:.3} ms of {clock} time per thread",
+        "{processes}{} (pid {}), one sample per {:.3} ms of {clock} time per thread",
         profile.program,
         profile.pid,
         profile.interval.as_secs_f64() * 1e3

@@ -4,12 +4,16 @@
 //! callee after the function it was inlined into). Stacks are aggregated over threads; the lines
 //! are sorted by count, highest first, then by text. `flamegraph.pl`, `inferno-flamegraph` and
 //! speedscope read this format.
+//!
+//! In a profile of several processes ([`Profile::is_multi_process`]) each stack starts with its
+//! process's name ([`process_name`], `;` replaced by `:`), as in `python3.11;main;...`, and
+//! stacks are aggregated over the threads of each process name.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::function_name;
+use super::{function_name, process_name};
 use crate::profile::{Frame, Profile};
 
 /// The single frame of a sample whose stack has no frames (a frame must name something).
@@ -29,11 +33,27 @@ pub fn frame_name(frame: &Frame) -> Cow<'_, str> {
 /// Every distinct folded stack (without its count) with its sample count, sorted as the lines
 /// are: by count, highest first, then by text.
 pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
-    let per_stack = profile.periods_per_stack();
     // Two stacks of the model may fold to the same text (same names at other addresses).
     let mut per_text: HashMap<String, u64> = HashMap::new();
-    for (stack, count) in per_stack {
-        *per_text.entry(stack_text(profile, stack)).or_default() += count;
+    if profile.is_multi_process() {
+        // The process's name as the root frame: stacks are aggregated per (name, stack).
+        let mut per_stack: HashMap<(&str, usize), u64> = HashMap::new();
+        for t in &profile.totals {
+            let (_, process) = profile.process_of(t.thread);
+            *per_stack.entry((process, t.stack)).or_default() += t.periods;
+        }
+        for ((process, stack), count) in per_stack {
+            let text = format!(
+                "{};{}",
+                process_name(process).replace(';', ":"),
+                stack_text(profile, stack)
+            );
+            *per_text.entry(text).or_default() += count;
+        }
+    } else {
+        for (stack, count) in profile.periods_per_stack() {
+            *per_text.entry(stack_text(profile, stack)).or_default() += count;
+        }
     }
     let mut stacks: Vec<(String, u64)> = per_text.into_iter().collect();
     stacks.sort_by(|(a_text, a), (b_text, b)| b.cmp(a).then_with(|| a_text.cmp(b_text)));

@@ -12,6 +12,11 @@
 //!
 //! Every format names a frame by [`function_name`], so that the functions of one format are
 //! those of the others.
+//!
+//! A profile of several processes (see [`Profile::merge`](crate::profile::Profile::merge))
+//! tells them apart in every format: pprof labels each sample with its thread's process, the
+//! Firefox profile has one process per pid, the folded stacks and the flame graph start each
+//! stack with its process's name ([`process_name`]), and the summary lists the processes.
 
 pub mod firefox;
 pub mod flamegraph;
@@ -28,6 +33,9 @@ use crate::profile::{Frame, Profile};
 
 /// The name given to a frame whose function name is empty.
 pub const UNKNOWN_FUNCTION: &str = "[unknown]";
+
+/// The name given to a process whose program name is empty.
+pub const UNKNOWN_PROCESS: &str = "[unknown process]";
 
 /// The files [`write_all`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,9 +108,20 @@ fn write_file(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) 
 /// characters replaced by spaces (every format is line-based or shows names on one line), and
 /// [`UNKNOWN_FUNCTION`] for an empty name.
 pub fn function_name(frame: &Frame) -> Cow<'_, str> {
-    let name = frame.function.as_str();
+    printable(&frame.function, UNKNOWN_FUNCTION)
+}
+
+/// The name every format gives a process whose program name (see
+/// [`Thread::process`](crate::profile::Thread::process)) is `name`: that name, with control
+/// characters replaced by spaces, and [`UNKNOWN_PROCESS`] for an empty name.
+pub fn process_name(name: &str) -> Cow<'_, str> {
+    printable(name, UNKNOWN_PROCESS)
+}
+
+/// `name` with control characters replaced by spaces, or `unknown` if it is empty.
+fn printable<'a>(name: &'a str, unknown: &'static str) -> Cow<'a, str> {
     if name.is_empty() {
-        Cow::Borrowed(UNKNOWN_FUNCTION)
+        Cow::Borrowed(unknown)
     } else if name.contains(char::is_control) {
         Cow::Owned(name.replace(char::is_control, " "))
     } else {

@@ -14,8 +14,10 @@
 //!   order: the last line is the function the others were inlined into);
 //! - one `Function` per distinct (name, file);
 //! - one `Sample` per distinct (stack, thread), location ids leaf first, values
-//!   `[count, count × period]`, labels `pid` and `process` (the program's file name), `thread`
-//!   (the name) and `thread_id` (the tid).
+//!   `[count, count × period]`, labels `pid` and `process` (the sampled thread's process and
+//!   its program's file name, which tell apart the processes of a
+//!   [merged](crate::profile::Profile::merge) profile), `thread` (the name) and `thread_id`
+//!   (the tid).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -386,8 +388,6 @@ pub fn build(profile: &Profile) -> proto::Profile {
     // (`go tool pprof -tagfocus process=...`, `-tags`).
     let pid_key = strings.intern("pid");
     let process_key = strings.intern("process");
-    let process_name = strings.intern(crate::symbolize::basename(&profile.program));
-    let pid = i64::from(profile.pid);
     let sample = profile
         .totals
         .iter()
@@ -409,18 +409,21 @@ pub fn build(profile: &Profile) -> proto::Profile {
                     .filter(|&&l| l < profile.locations.len())
                     .map(|&l| l as u64 + 1)
                     .collect();
-                let mut label = vec![
-                    proto::Label {
-                        key: pid_key,
-                        num: pid,
-                        ..Default::default()
-                    },
-                    proto::Label {
+                // The thread's process: in a profile of several processes, not the root's.
+                let (pid, process) = profile.process_of(thread);
+                let mut label = vec![proto::Label {
+                    key: pid_key,
+                    num: i64::from(pid),
+                    ..Default::default()
+                }];
+                // An empty string would read as a numeric label.
+                if !process.is_empty() {
+                    label.push(proto::Label {
                         key: process_key,
-                        str: process_name,
+                        str: strings.intern(process),
                         ..Default::default()
-                    },
-                ];
+                    });
+                }
                 if let Some(thread) = profile.threads.get(thread) {
                     if !thread.name.is_empty() {
                         label.push(proto::Label {

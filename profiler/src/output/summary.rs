@@ -1,5 +1,6 @@
 //! The plain-text summary printed at the end of a run: what was profiled, what the sampler
-//! counted (signals, drops, walk stops, costs, rule tables) and the top functions.
+//! counted (signals, drops, walk stops, costs, rule tables), the processes (in a profile of
+//! several: each one's pid, program name and samples), the threads and the top functions.
 //!
 //! The top functions ([`top_functions`]) are counted the way `go tool pprof -top` counts them
 //! from the [pprof](super::pprof) output: a sample's self (flat) count goes to the innermost
@@ -12,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::function_name;
+use super::{function_name, process_name};
 use crate::profile::Profile;
 
 /// How many functions each top list of the summary shows.
@@ -247,6 +248,19 @@ pub fn text(profile: &Profile) -> String {
         millis(c.collector_cpu),
         nanos_per(c.collector_cpu, c.stored)
     ));
+    let processes = profile.processes();
+    if processes.len() > 1 {
+        line(format_args!("processes         {}", processes.len()));
+        for p in &processes {
+            line(format_args!(
+                "  {:>8}  {:<16}  {:>10} samples  {:>7}",
+                p.pid,
+                process_name(&p.name),
+                p.samples,
+                percent(p.samples, profile.sample_count())
+            ));
+        }
+    }
     line(format_args!("threads           {} sampled", c.threads));
     let mut per_thread = vec![0u64; profile.threads.len()];
     for t in &profile.totals {
