@@ -1,7 +1,9 @@
-//! The collector: the profiler's own thread drains the per-thread rings, keeps the rule table
-//! current as modules come and go, and at the end symbolizes everything into a [`Profile`].
+//! The collector: drains the per-thread rings of one process and, at the end, symbolizes
+//! everything into a [`Profile`]. It runs in the profiler's own thread of the program
+//! ([`InProcess`], which also keeps the rule table current as modules come and go), or in the
+//! `record` process, fed through memory shared with the program ([`crate::session`]).
 //!
-//! Module changes are seen two ways, both off the signal path: the unwinder's count of walks
+//! In the program, module changes are seen two ways, both off the signal path: the unwinder's count of walks
 //! that met a PC in no known module ([`unwind_in_process::outside_modules`]), which catches a
 //! `dlopen` at the first sample in the new code, and the dynamic loader's own counts of loads
 //! and unloads (`dlpi_adds`/`dlpi_subs`), which catch a `dlclose`. Each distinct stack has its
@@ -15,7 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::profile::{
     Counters, Location, Module, Profile, Sample, Thread, Total, TIMELINE_SAMPLES,
 };
-use crate::sampler::{self, DropReason};
+use crate::ring::Ring;
+use crate::sampler::{self, DropReason, ProcessRecord, ThreadRecord};
 use crate::symbolize::Symbolizer;
 use unwind_in_process::StopReason;
 
@@ -102,6 +105,10 @@ fn add_counts(into: &mut Counts, from: &Counts) {
 /// threads all along does not grow its totals.
 pub const EXITED_THREADS_KEPT: usize = 1024;
 
+/// How many stacks with a PC in no module the collector keeps looking up again as modules are
+/// added (code generated at run time may give many, which are never resolved).
+const UNRESOLVED_KEPT: usize = 4096;
+
 /// What the collector has gathered so far.
 pub struct Collector {
     /// Every module seen, in order of first sight.
@@ -121,6 +128,10 @@ pub struct Collector {
     /// modules changed (a `dlopen` elsewhere) is the same stack, and a run that loads and
     /// unloads libraries all along does not grow its stacks.
     resolved_ids: HashMap<Resolved, usize, rustc_hash::FxBuildHasher>,
+    /// Stacks with a PC in no module when drained (at most [`UNRESOLVED_KEPT`]), looked up
+    /// again when modules are added: a sample in a library's constructor, which runs inside
+    /// `dlopen` before the new module is announced.
+    unresolved: Vec<usize>,
     timeline: Timeline,
     /// Exact totals of the threads that have not exited, by tid, then stack.
     live: HashMap<i32, Counts>,
@@ -135,28 +146,44 @@ pub struct Collector {
     /// the timeline (a program that starts threads all along names far more threads than it
     /// has samples of).
     names: HashMap<i32, String>,
+    /// CPU time spent draining (and, in the program, refreshing), by the draining threads'
+    /// clocks.
+    busy: Duration,
+    /// When sampling started (wall clock).
+    start_time: SystemTime,
+    interval: Duration,
+    wall_clock: bool,
+}
+
+/// The process a [`Collector`] collects from, as its profile names it.
+pub struct ProcessInfo<'a> {
+    /// Its process id.
+    pub pid: u32,
+    /// Its executable's path.
+    pub program: String,
+    /// How long it was sampled.
+    pub duration: Duration,
+    /// Its process-wide counters and table figures.
+    pub record: &'a ProcessRecord,
+}
+
+/// The collector of the program's own thread: a [`Collector`] of this process, which also keeps
+/// the rule table current.
+pub struct InProcess {
+    /// What was drained.
+    pub collector: Collector,
     outside_seen: u64,
     /// No refresh for an outside-module PC before this (backs off when refreshes find
     /// nothing new, as for JIT code).
     next_outside_refresh: Instant,
     outside_backoff: Duration,
     loader_counts: (u64, u64),
-    refreshes: u64,
-    /// CPU time spent in [`tick`](Self::tick) (draining, refreshing), by the ticking threads'
-    /// clocks.
-    busy: Duration,
-    preload_time: Duration,
-    table_bytes: usize,
-    table_rows: u64,
-    /// When sampling started (for sample times' epoch and the duration).
+    /// When sampling started (for the duration).
     started: Instant,
-    start_time: SystemTime,
-    interval: Duration,
-    wall_clock: bool,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
-fn loader_counts() -> (u64, u64) {
+pub fn loader_counts() -> (u64, u64) {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
@@ -176,74 +203,38 @@ fn loader_counts() -> (u64, u64) {
     counts
 }
 
-impl Collector {
-    /// A collector for the table `init` just built (`report`), for sampling that starts now
-    /// with timers of period `interval`, counting wall-clock time if `wall_clock`.
-    pub fn new(
-        report: &unwind_in_process::PreloadReport,
-        interval: Duration,
-        wall_clock: bool,
-    ) -> Collector {
-        let mut c = Collector {
-            modules: Vec::new(),
-            keys: HashMap::new(),
-            current: Vec::new(),
-            epoch: 0,
-            stack_ids: HashMap::default(),
-            stacks: Vec::new(),
-            resolved_ids: HashMap::default(),
-            timeline: Timeline::new(TIMELINE_SAMPLES),
-            live: HashMap::new(),
-            exited: HashMap::new(),
-            exited_by_name: HashMap::new(),
-            threads_seen: 0,
-            names: HashMap::new(),
+/// The modules of the rule table published now, as the profile describes them.
+pub fn modules_now() -> Vec<Module> {
+    unwind_in_process::loaded_modules()
+        .into_iter()
+        .map(|m| Module {
+            path: m.name.clone(),
+            start: m.start,
+            end: m.end,
+            bias: m.bias,
+            file_offset: m.file_offset,
+            build_id: m
+                .build_id
+                .as_deref()
+                .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl InProcess {
+    /// A collector for the table `init` just built, for sampling that starts now with timers
+    /// of period `interval`, counting wall-clock time if `wall_clock`.
+    pub fn new(interval: Duration, wall_clock: bool) -> InProcess {
+        let mut collector = Collector::new(interval, wall_clock, SystemTime::now());
+        collector.set_modules(modules_now());
+        InProcess {
+            collector,
             outside_seen: unwind_in_process::outside_modules().count,
             next_outside_refresh: Instant::now(),
             outside_backoff: Duration::from_millis(10),
             loader_counts: loader_counts(),
-            refreshes: 0,
-            busy: Duration::ZERO,
-            preload_time: report.build_time,
-            table_bytes: report.bytes(),
-            table_rows: report.rows(),
             started: Instant::now(),
-            start_time: SystemTime::now(),
-            interval,
-            wall_clock,
-        };
-        c.snapshot_modules();
-        c
-    }
-
-    /// Records the modules of the published table as the current ones.
-    fn snapshot_modules(&mut self) {
-        let mut current = Vec::new();
-        for m in unwind_in_process::loaded_modules() {
-            let key = (m.name.clone(), m.start, m.bias);
-            let next = self.modules.len();
-            let i = *self.keys.entry(key).or_insert(next);
-            if i == next {
-                self.modules.push(Module {
-                    path: m.name.clone(),
-                    start: m.start,
-                    end: m.end,
-                    bias: m.bias,
-                    file_offset: m.file_offset,
-                    build_id: m
-                        .build_id
-                        .as_deref()
-                        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
-                        .unwrap_or_default(),
-                });
-            }
-            current.push(i);
-        }
-        current.sort_by_key(|&i| self.modules[i].start);
-        if current != self.current {
-            self.current = current;
-            self.epoch += 1;
-            self.stack_ids.clear();
         }
     }
 
@@ -259,22 +250,119 @@ impl Collector {
         }
         self.loader_counts = counts;
         self.outside_seen = outside;
-        let epoch = self.epoch;
+        let epoch = self.collector.epoch;
         if let Ok(report) = unwind_in_process::refresh() {
-            self.refreshes += 1;
-            self.preload_time += report.build_time;
-            self.table_bytes = report.bytes();
-            self.table_rows = report.rows();
-            self.snapshot_modules();
+            sampler::process().table_built(&report, true);
+            self.collector.set_modules(modules_now());
         }
         // PCs outside every module that a refresh does not explain (run-time generated code):
         // wait longer before the next try, up to a second.
-        if outside_grew && !loader_changed && self.epoch == epoch {
+        if outside_grew && !loader_changed && self.collector.epoch == epoch {
             self.outside_backoff = (self.outside_backoff * 2).min(Duration::from_secs(1));
         } else {
             self.outside_backoff = Duration::from_millis(10);
         }
         self.next_outside_refresh = now + self.outside_backoff;
+    }
+
+    /// One collection step: keeps the table current, then drains every ring.
+    pub fn tick(&mut self) {
+        let start = thread_cpu();
+        self.refresh_if_modules_changed();
+        self.collector.drain(sampler::records(), None);
+        self.collector.busy += thread_cpu().saturating_sub(start);
+    }
+
+    /// Symbolizes everything gathered into a profile of the running program.
+    pub fn finish(&self) -> Profile {
+        sampler::process().cache_totals_now();
+        let vdso = unwind_in_process::vdso_image();
+        self.collector.finish(
+            sampler::records(),
+            &ProcessInfo {
+                pid: std::process::id(),
+                program: program(),
+                duration: self.started.elapsed(),
+                record: sampler::process(),
+            },
+            &mut Symbolizer::new(vdso.as_deref()),
+        )
+    }
+}
+
+impl Collector {
+    /// An empty collector for sampling that started at `start_time` with timers of period
+    /// `interval`, counting wall-clock time if `wall_clock`.
+    pub fn new(interval: Duration, wall_clock: bool, start_time: SystemTime) -> Collector {
+        Collector {
+            modules: Vec::new(),
+            keys: HashMap::new(),
+            current: Vec::new(),
+            epoch: 0,
+            stack_ids: HashMap::default(),
+            stacks: Vec::new(),
+            resolved_ids: HashMap::default(),
+            unresolved: Vec::new(),
+            timeline: Timeline::new(TIMELINE_SAMPLES),
+            live: HashMap::new(),
+            exited: HashMap::new(),
+            exited_by_name: HashMap::new(),
+            threads_seen: 0,
+            names: HashMap::new(),
+            busy: Duration::ZERO,
+            start_time,
+            interval,
+            wall_clock,
+        }
+    }
+
+    /// Makes `modules` the modules loaded now: stacks drained from here on are attributed to
+    /// them.
+    pub fn set_modules(&mut self, modules: Vec<Module>) {
+        let mut current = Vec::new();
+        for m in modules {
+            let key = (m.path.clone(), m.start, m.bias);
+            let next = self.modules.len();
+            let i = *self.keys.entry(key).or_insert(next);
+            if i == next {
+                self.modules.push(m);
+            }
+            current.push(i);
+        }
+        current.sort_by_key(|&i| self.modules[i].start);
+        if current != self.current {
+            self.current = current;
+            self.epoch += 1;
+            self.stack_ids.clear();
+            self.resolve_again();
+        }
+    }
+
+    /// Looks the PCs of the stacks that had some in no module up again in the current modules.
+    fn resolve_again(&mut self) {
+        for id in std::mem::take(&mut self.unresolved) {
+            let Some(stack) = self.stacks.get(id).cloned() else {
+                continue;
+            };
+            let again: Resolved = stack
+                .iter()
+                .enumerate()
+                .map(|(i, &(pc, m))| (pc, m.or_else(|| self.module_of(pc, i == 0))))
+                .collect();
+            if again.iter().any(|&(_, m)| m.is_none()) {
+                self.unresolved.push(id);
+            }
+            if again != stack {
+                self.resolved_ids.remove(&stack);
+                self.resolved_ids.entry(again.clone()).or_insert(id);
+                self.stacks[id] = again;
+            }
+        }
+    }
+
+    /// Adds `cpu` to the time spent collecting.
+    pub fn add_busy(&mut self, cpu: Duration) {
+        self.busy += cpu;
     }
 
     /// The current module containing `pc` (for a return address, the byte before it).
@@ -288,19 +376,21 @@ impl Collector {
         (probe < self.modules[m].end).then_some(m)
     }
 
-    /// One collection step: keeps the table current, then drains every ring.
-    pub fn tick(&mut self) {
-        let start = thread_cpu();
-        self.refresh_if_modules_changed();
-        self.drain();
-        self.busy += thread_cpu().saturating_sub(start);
-    }
-
-    fn drain(&mut self) {
-        for r in sampler::records() {
+    /// Drains the rings of `records`, threads of process `pid` (`None`: this one).
+    pub fn drain<'r>(
+        &mut self,
+        records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
+        pid: Option<u32>,
+    ) {
+        let proc_dir = match pid {
+            Some(pid) => format!("/proc/{pid}"),
+            None => "/proc/self".to_owned(),
+        };
+        let pid = pid.unwrap_or_else(std::process::id);
+        for (r, ring) in records {
             let exited = r.exited();
             let tid = r.tid.load(std::sync::atomic::Ordering::Relaxed);
-            r.ring.drain(|record| {
+            ring.drain(|record| {
                 if let Some(s) = sampler::decode(record) {
                     let stack = self.stack_id(s.pcs);
                     self.add(tid, s.time_ns, s.weight, stack);
@@ -326,9 +416,9 @@ impl Collector {
                 if let Some(n) = name.filter(|_| sampled) {
                     self.names.insert(tid, n);
                 }
-                r.release_if_gone();
+                r.release_if_gone(pid);
             } else if r.active() && self.live.contains_key(&tid) && !self.names.contains_key(&tid) {
-                if let Ok(n) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
+                if let Ok(n) = std::fs::read_to_string(format!("{proc_dir}/task/{tid}/comm")) {
                     self.names.insert(tid, n.trim_end().to_owned());
                 }
             }
@@ -374,6 +464,11 @@ impl Collector {
             Some(&id) => id,
             None => {
                 let id = self.stacks.len();
+                if resolved.iter().any(|&(_, m)| m.is_none())
+                    && self.unresolved.len() < UNRESOLVED_KEPT
+                {
+                    self.unresolved.push(id);
+                }
                 self.stacks.push(resolved.clone());
                 self.resolved_ids.insert(resolved, id);
                 id
@@ -393,14 +488,24 @@ impl Collector {
         self.timeline.samples.len()
     }
 
-    /// Symbolizes everything gathered into a profile of the running program.
-    pub fn finish(&self) -> Profile {
-        let mut symbolizer =
-            Symbolizer::new(&self.modules, unwind_in_process::vdso_image().as_deref());
+    /// Symbolizes everything gathered from `records`, the thread records of the process
+    /// `info` describes, into a profile of it.
+    pub fn finish<'r>(
+        &self,
+        records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
+        info: &ProcessInfo<'_>,
+        symbolizer: &mut Symbolizer,
+    ) -> Profile {
         // The profiler's own frame in the threads it started (see `threads::trampoline`).
-        let ours = symbolizer
-            .function_bounds(crate::threads::trampoline_address())
+        let trampoline = info
+            .record
+            .trampoline
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let ours = self
+            .module_of(trampoline, true)
+            .and_then(|m| symbolizer.function_bounds(&self.modules[m], trampoline))
             .unwrap_or((0, 0));
+        let process = crate::symbolize::basename(&info.program).to_owned();
         let is_ours = |pc: u64, leaf: bool| {
             let at = crate::symbolize::code_address(pc, leaf);
             ours.0 <= at && at < ours.1
@@ -422,7 +527,11 @@ impl Collector {
                             locations.push(Location {
                                 address: pc,
                                 module,
-                                frames: symbolizer.frames(module, pc, leaf),
+                                frames: symbolizer.frames(
+                                    module.and_then(|m| self.modules.get(m)),
+                                    pc,
+                                    leaf,
+                                ),
                             });
                             locations.len() - 1
                         })
@@ -437,8 +546,8 @@ impl Collector {
                 threads.push(Thread {
                     tid,
                     name: self.names.get(&tid).cloned().unwrap_or_default(),
-                    pid: std::process::id(),
-                    process: crate::symbolize::basename(&program()).to_owned(),
+                    pid: info.pid,
+                    process: process.clone(),
                 });
                 threads.len() - 1
             })
@@ -480,17 +589,17 @@ impl Collector {
             threads.push(Thread {
                 tid: 0,
                 name: name.clone(),
-                pid: std::process::id(),
-                process: crate::symbolize::basename(&program()).to_owned(),
+                pid: info.pid,
+                process: process.clone(),
             });
             push(threads.len() - 1, counts);
         }
         totals.sort_by_key(|t| (t.thread, t.stack));
         Profile {
-            program: program(),
-            pid: std::process::id(),
+            program: info.program.clone(),
+            pid: info.pid,
             start: self.start_time,
-            duration: self.started.elapsed(),
+            duration: info.duration,
             interval: self.interval,
             wall_clock: self.wall_clock,
             modules: self.modules.clone(),
@@ -499,26 +608,31 @@ impl Collector {
             threads,
             samples,
             totals,
-            counters: self.counters(),
+            counters: self.counters(records, info.record),
         }
     }
 
-    /// The counters of every record, summed.
-    fn counters(&self) -> Counters {
+    /// The counters of every record, summed, with the process's.
+    fn counters<'r>(
+        &self,
+        records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
+        process: &ProcessRecord,
+    ) -> Counters {
+        use std::sync::atomic::Ordering::Relaxed;
         let mut c = Counters {
-            preload_time: self.preload_time,
-            table_bytes: self.table_bytes,
-            table_rows: self.table_rows,
-            refreshes: self.refreshes,
+            preload_time: Duration::from_nanos(process.preload_ns.load(Relaxed)),
+            table_bytes: usize::try_from(process.table_bytes.load(Relaxed)).unwrap_or(usize::MAX),
+            table_rows: process.table_rows.load(Relaxed),
+            refreshes: process.refreshes.load(Relaxed),
             collector_cpu: self.busy,
-            stack_scanning: sampler::scanning(),
+            stack_scanning: process.scanning.load(Relaxed) != 0,
             ..Counters::default()
         };
         let mut dropped = [0u64; DropReason::ALL.len()];
         let mut stops = [0u64; StopReason::ALL.len()];
         let (mut unwind_ns, mut store_ns, mut overruns) = (0u64, 0u64, 0u64);
         let (mut perf_unsignalled, mut cpu_ns) = (0u64, 0u64);
-        for r in sampler::records() {
+        for (r, _) in records {
             let t = &r.counters;
             c.signals += t.signals.get();
             c.stored += t.stored.get();
@@ -543,7 +657,7 @@ impl Collector {
             .zip(dropped)
             .map(|(r, n)| (r.name().to_owned(), n))
             .collect();
-        let unsampled = sampler::unsampled();
+        let unsampled = process.unsampled();
         c.merged_expirations = overruns;
         c.perf_unsignalled = perf_unsignalled;
         c.sampled_cpu = Duration::from_nanos(cpu_ns);
@@ -562,9 +676,8 @@ impl Collector {
             .zip(stops)
             .map(|(r, n)| (format!("{r:?}"), n))
             .collect();
-        let (hits, misses) = unwind_in_process::cache_totals();
-        c.cache_hits = hits;
-        c.cache_misses = misses;
+        c.cache_hits = process.cache_hits.load(Relaxed);
+        c.cache_misses = process.cache_misses.load(Relaxed);
         c.threads = self.threads_seen;
         c
     }
@@ -594,6 +707,41 @@ mod tests {
             stack: 0,
             represents: 0,
         }
+    }
+
+    fn module(path: &str, start: u64, end: u64) -> Module {
+        Module {
+            path: path.into(),
+            start,
+            end,
+            bias: start,
+            file_offset: 0,
+            build_id: String::new(),
+        }
+    }
+
+    /// A sample in a library's constructor (inside `dlopen`, before the library is announced)
+    /// is attributed to the library once it is.
+    #[test]
+    fn a_pc_in_no_module_is_looked_up_again_when_modules_are_added() {
+        let mut c = Collector::new(Duration::from_millis(1), false, SystemTime::now());
+        c.set_modules(vec![module("/bin/main", 0x1000, 0x2000)]);
+        let early = c.stack_id(&[0x5010, 0x1100]);
+        assert_eq!(c.stacks[early][0].1, None);
+        assert_eq!(c.stacks[early][1].1, Some(0));
+        c.set_modules(vec![
+            module("/bin/main", 0x1000, 0x2000),
+            module("/lib/plugin.so", 0x5000, 0x6000),
+        ]);
+        assert_eq!(c.stacks[early][0].1, Some(1), "the constructor's sample");
+        assert!(c.unresolved.is_empty());
+        // The same PCs drained now are the same stack.
+        assert_eq!(c.stack_id(&[0x5010, 0x1100]), early);
+        // A PC that no module ever covers stays unknown, and listed.
+        let jit = c.stack_id(&[0x9000]);
+        c.set_modules(vec![module("/bin/main", 0x1000, 0x2000)]);
+        assert_eq!(c.stacks[jit][0].1, None);
+        assert_eq!(c.unresolved, [jit]);
     }
 
     #[test]

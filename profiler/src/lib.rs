@@ -27,6 +27,7 @@ pub mod output;
 pub mod profile;
 pub mod ring;
 pub mod sampler;
+pub mod session;
 pub mod symbolize;
 pub mod threads;
 pub mod timer;
@@ -47,6 +48,8 @@ pub enum StartError {
     Signal(std::io::Error),
     /// The collector thread could not be started.
     Thread(std::io::Error),
+    /// `record`'s session could not be joined (see [`session`]).
+    Session(std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -55,6 +58,7 @@ impl std::fmt::Display for StartError {
             StartError::Unwinder(e) => write!(f, "cannot load the unwind tables: {e}"),
             StartError::Signal(e) => write!(f, "cannot install the sampling signal handler: {e}"),
             StartError::Thread(e) => write!(f, "cannot start the collector thread: {e}"),
+            StartError::Session(e) => write!(f, "cannot join the recording session: {e}"),
         }
     }
 }
@@ -63,7 +67,7 @@ impl std::error::Error for StartError {}
 
 /// What the collector thread shares with the [`Profiler`].
 struct Shared {
-    collector: Mutex<collect::Collector>,
+    collector: Mutex<collect::InProcess>,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -98,10 +102,10 @@ impl Profiler {
         unwind_in_process::set_stack_scanning(config.stack_scanning)
             .map_err(StartError::Unwinder)?;
         let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
+        sampler::process().table_built(&report, false);
         sampler::install(config.timing()).map_err(StartError::Signal)?;
         let shared = Arc::new(Shared {
-            collector: Mutex::new(collect::Collector::new(
-                &report,
+            collector: Mutex::new(collect::InProcess::new(
                 config.period(),
                 config.clock == Clock::Wall,
             )),
@@ -173,7 +177,12 @@ impl Profiler {
 /// configured output directory, within one collection interval. Async-signal-safe (an atomic
 /// store; the collector does the work).
 pub fn request_snapshot() {
-    SNAPSHOT.store(true, Ordering::Relaxed);
+    // Under `record`, which writes the profile.
+    if !session::active() {
+        SNAPSHOT.store(true, Ordering::Relaxed);
+    } else {
+        session::request_snapshot();
+    }
 }
 
 /// Starts sampling the calling thread; call it once per thread. Threads created through the

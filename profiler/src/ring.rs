@@ -1,32 +1,60 @@
 //! A preallocated single-producer, single-consumer ring of variable-length records of `u64`
-//! words: the signal handler of one thread writes its samples, the collector thread reads them.
+//! words: the signal handler of one thread writes its samples, the collector reads them (a
+//! thread of the program, or the `record` process through memory shared with it).
 //!
 //! The producer never blocks or allocates: a record that does not fit is refused (and counted by
 //! the caller). Indices only grow (wrapping at 2^64, never in practice); a word's slot is its
-//! index modulo the capacity, a power of two.
+//! index modulo the capacity, a power of two. The ring is a view: its indices ([`RingIndices`])
+//! and words live in a region the owner allocated (a leaked block, or a shared mapping), so
+//! both ends may be in different processes. The consumer trusts nothing it reads there: a
+//! length that cannot be right ends the drain.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The ring. Each record is a length word (the number of words that follow) and its words.
-pub struct Ring {
-    words: Box<[AtomicU64]>,
-    mask: u64,
+/// The ring's two indices, each on its own cache line (the producer writes one, the consumer
+/// the other). Zeroed memory is an empty ring.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub struct RingIndices {
     /// Next word the producer writes (written by the producer only).
     head: AtomicU64,
+    _head_line: [u64; 7],
     /// Next word the consumer reads (written by the consumer only).
     tail: AtomicU64,
+    _tail_line: [u64; 7],
+}
+
+/// The ring: indices and words in a region that outlives it. Each record is a length word (the
+/// number of words that follow) and its words.
+pub struct Ring {
+    indices: &'static RingIndices,
+    words: &'static [AtomicU64],
+    mask: u64,
 }
 
 impl Ring {
-    /// A ring of `capacity` words, rounded up to a power of two (at least 64).
+    /// A ring of `capacity` words, rounded up to a power of two (at least 64), in memory of its
+    /// own that is never freed (rings live as long as the process).
     pub fn new(capacity: usize) -> Ring {
         let capacity = capacity.max(64).next_power_of_two();
+        let indices: &'static RingIndices = Box::leak(Box::default());
+        let words: &'static [AtomicU64] =
+            Box::leak((0..capacity).map(|_| AtomicU64::new(0)).collect());
         Ring {
-            words: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            indices,
+            words,
             mask: capacity as u64 - 1,
-            head: AtomicU64::new(0),
-            tail: AtomicU64::new(0),
         }
+    }
+
+    /// A view of the ring whose indices and words are given, or `None` if the number of words
+    /// is not a power of two.
+    pub fn over(indices: &'static RingIndices, words: &'static [AtomicU64]) -> Option<Ring> {
+        words.len().is_power_of_two().then(|| Ring {
+            indices,
+            words,
+            mask: words.len() as u64 - 1,
+        })
     }
 
     /// Appends one record made of `header` then `body`. Returns false, writing nothing, if it
@@ -35,9 +63,9 @@ impl Ring {
     #[inline]
     pub fn push(&self, header: &[u64], body: &[u64]) -> bool {
         let len = (header.len() + body.len()) as u64;
-        let head = self.head.load(Ordering::Relaxed);
+        let head = self.indices.head.load(Ordering::Relaxed);
         // Acquire: the consumer's reads of the words it freed happen before we overwrite them.
-        let tail = self.tail.load(Ordering::Acquire);
+        let tail = self.indices.tail.load(Ordering::Acquire);
         let free = (self.mask + 1).wrapping_sub(head.wrapping_sub(tail));
         if len + 1 > free {
             return false;
@@ -48,15 +76,21 @@ impl Ring {
             at = at.wrapping_add(1);
         }
         // Release: the record's words are visible before the consumer sees the new head.
-        self.head.store(at, Ordering::Release);
+        self.indices.head.store(at, Ordering::Release);
         true
     }
 
     /// Removes every complete record, passing each to `f` (its words, header first). Consumer
     /// only.
     pub fn drain(&self, mut f: impl FnMut(&[u64])) {
-        let head = self.head.load(Ordering::Acquire);
-        let mut tail = self.tail.load(Ordering::Relaxed);
+        let head = self.indices.head.load(Ordering::Acquire);
+        let mut tail = self.indices.tail.load(Ordering::Relaxed);
+        // A producer is never more than the capacity ahead: if it seems to be, the indices are
+        // corrupt; skip everything rather than read the ring round and round.
+        if head.wrapping_sub(tail) > self.mask + 1 {
+            self.indices.tail.store(head, Ordering::Release);
+            return;
+        }
         let mut record = Vec::new();
         while tail != head {
             let len = self.slot(tail).load(Ordering::Relaxed);
@@ -71,7 +105,7 @@ impl Ring {
             tail = tail.wrapping_add(len + 1);
             f(&record);
         }
-        self.tail.store(tail, Ordering::Release);
+        self.indices.tail.store(tail, Ordering::Release);
     }
 
     #[inline(always)]
@@ -79,7 +113,7 @@ impl Ring {
         // `index & mask` is below the length; the fallback keeps the path free of a panic.
         self.words
             .get((index & self.mask) as usize)
-            .unwrap_or(&self.head)
+            .unwrap_or(&self.indices.head)
     }
 
     /// The ring's capacity in words.

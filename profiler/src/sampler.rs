@@ -7,13 +7,17 @@
 //! in a shared object can allocate) and no lock.
 //! Records are allocated outside the handler, never freed, and reused by later threads only
 //! once the collector has drained them and their thread is gone.
+//!
+//! What the collector reads (a [`ThreadRecord`] and its ring's words, and the process-wide
+//! [`ProcessRecord`]) is `#[repr(C)]`, all atomics, in a region of its own: a leaked block when
+//! the collector is a thread of the program, or memory shared with `record` (see
+//! [`crate::session`]), which then reads it even after the program was killed.
 
-use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::Mutex;
 
-use crate::ring::Ring;
+use crate::ring::{Ring, RingIndices};
 use crate::timer::{self, ThreadTimer, TimerChoice, TimerSpec};
 use unwind_in_process::{SampleError, StopReason, Trust};
 
@@ -75,18 +79,19 @@ impl DropReason {
 }
 
 /// A record's life: free, owned by a live thread, or left by an exited thread (to be drained).
-const FREE: u8 = 0;
-const ACTIVE: u8 = 1;
-const EXITED: u8 = 2;
+const FREE: u64 = 0;
+const ACTIVE: u64 = 1;
+const EXITED: u64 = 2;
 
 /// A counter with one writer (the owning thread's handler, or the thread itself): a load and a
 /// store, no read-modify-write.
 #[derive(Default)]
+#[repr(transparent)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
     #[inline(always)]
-    fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
@@ -99,6 +104,7 @@ impl Counter {
 /// What one sampled thread's handler counts. Counters are never reset, so that totals over all
 /// records stay right when a record passes to another thread.
 #[derive(Default)]
+#[repr(C)]
 pub struct ThreadCounters {
     /// Our timer's signals received.
     pub signals: Counter,
@@ -135,52 +141,170 @@ impl ThreadCounters {
     }
 }
 
-/// One sampled thread.
+/// Marks an initialized [`ThreadRecord`] (and the layout the reader expects).
+pub const THREAD_RECORD_MAGIC: u64 =
+    0x7468_7265_6164_0000 ^ std::mem::size_of::<ThreadRecord>() as u64;
+
+/// One sampled thread, as the collector sees it: in a region of its own, followed by its ring's
+/// words (see the module docs). Zeroed memory is a free record.
+#[repr(C)]
 pub struct ThreadRecord {
-    state: AtomicU8,
+    /// [`THREAD_RECORD_MAGIC`] once set up.
+    pub magic: AtomicU64,
+    /// The words of its ring (a power of two), which follow the record.
+    pub ring_words: AtomicU64,
+    state: AtomicU64,
+    /// The owner's kernel thread id.
+    pub tid: AtomicI32,
+    _tid_pad: u32,
+    /// The owner's CPU time when its timer started, in ns (`record` counts the CPU time of a
+    /// thread whose timer was never deleted from it).
+    pub cpu_at_start: AtomicU64,
+    /// The owner's name, as it was when it exited (written by the owner, then read by the
+    /// collector once `state` is EXITED).
+    name: [AtomicU8; 16],
+    /// The handler's counters.
+    pub counters: ThreadCounters,
+    /// The indices of the ring.
+    pub ring: RingIndices,
+}
+
+/// A record of this process: where its [`ThreadRecord`] is, a view of its ring, and the owner's
+/// timer, which only this process can delete.
+pub struct Slot {
+    /// The record the collector reads.
+    pub record: &'static ThreadRecord,
+    /// Its ring (the words after the record).
+    pub ring: Ring,
     /// The owner's `pthread_t` (the handler checks it: a signal meant for another thread is not
     /// ours).
     pthread: AtomicUsize,
-    /// The owner's kernel thread id.
-    pub tid: AtomicI32,
     /// The owner's timer, taken by whoever deletes it (the exiting thread, or `stop`).
     timer: Mutex<Option<ThreadTimer>>,
     /// `counters.signals` when the owner's timer started (for a perf event's unsignalled
     /// periods).
     signals_at_start: AtomicU64,
-    /// The owner's CPU time when its timer started, in ns.
-    cpu_at_start: AtomicU64,
-    /// The samples, written by the handler, read by the collector.
-    pub ring: Ring,
-    /// The handler's counters.
-    pub counters: ThreadCounters,
-    /// The owner's name, as it was when it exited (written by the owner, then read by the
-    /// collector once `state` is EXITED).
-    name: UnsafeCell<[u8; 16]>,
 }
 
-// SAFETY: every field but `name` is atomic; `name` is written by the owning thread before it
-// publishes EXITED (Release) and read by the collector only after seeing EXITED (Acquire).
-unsafe impl Sync for ThreadRecord {}
+/// Marks an initialized [`ProcessRecord`].
+pub const PROCESS_RECORD_MAGIC: u64 =
+    0x7072_6f63_6573_0000 ^ std::mem::size_of::<ProcessRecord>() as u64;
+
+/// What the process as a whole counts and reports about its tables (see the module docs).
+#[repr(C)]
+pub struct ProcessRecord {
+    /// [`PROCESS_RECORD_MAGIC`] once set up.
+    pub magic: AtomicU64,
+    /// Signals of our number that were not from one of our timers (the program's own, or
+    /// another thread's timer after a record was reused): ignored, counted.
+    pub foreign: AtomicU64,
+    /// Threads that could not be sampled because every record was in use.
+    pub over_limit: AtomicU64,
+    /// Threads whose timer could not be created.
+    pub timer_failed: AtomicU64,
+    /// Threads sampled, by kind of timer (in the order of [`timer::KINDS`]).
+    pub threads_by_timer: [AtomicU64; timer::KINDS.len()],
+    /// CLOCK_MONOTONIC when sampling started, in ns: sample times count from it.
+    pub epoch_ns: AtomicU64,
+    /// Whether walks scan the stack (1) or not (0).
+    pub scanning: AtomicU64,
+    /// The address of [`crate::threads`]' trampoline, whose frame profiles leave out.
+    pub trampoline: AtomicU64,
+    /// Nanoseconds spent building the rule tables, at start and at every refresh.
+    pub preload_ns: AtomicU64,
+    /// Bytes of the rule tables, as last published.
+    pub table_bytes: AtomicU64,
+    /// Rows of the rule tables, as last published.
+    pub table_rows: AtomicU64,
+    /// Times the tables were rebuilt after start.
+    pub refreshes: AtomicU64,
+    /// Rule-cache hits and misses of the sampled threads, as of the last thread exit or table
+    /// refresh (the in-process collector reads them at the end instead).
+    pub cache_hits: AtomicU64,
+    /// See `cache_hits`.
+    pub cache_misses: AtomicU64,
+}
+
+impl ProcessRecord {
+    /// A zeroed record.
+    pub const fn zero() -> ProcessRecord {
+        ProcessRecord {
+            magic: AtomicU64::new(0),
+            foreign: AtomicU64::new(0),
+            over_limit: AtomicU64::new(0),
+            timer_failed: AtomicU64::new(0),
+            threads_by_timer: [const { AtomicU64::new(0) }; timer::KINDS.len()],
+            epoch_ns: AtomicU64::new(0),
+            scanning: AtomicU64::new(0),
+            trampoline: AtomicU64::new(0),
+            preload_ns: AtomicU64::new(0),
+            table_bytes: AtomicU64::new(0),
+            table_rows: AtomicU64::new(0),
+            refreshes: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the table a build or refresh just published.
+    pub fn table_built(&self, report: &unwind_in_process::PreloadReport, refresh: bool) {
+        self.preload_ns
+            .fetch_add(report.build_time.as_nanos() as u64, Relaxed);
+        self.table_bytes.store(report.bytes() as u64, Relaxed);
+        self.table_rows.store(report.rows(), Relaxed);
+        if refresh {
+            self.refreshes.fetch_add(1, Relaxed);
+        }
+        self.cache_totals_now();
+    }
+
+    /// Copies the unwinder's rule-cache totals.
+    pub fn cache_totals_now(&self) {
+        let (hits, misses) = unwind_in_process::cache_totals();
+        self.cache_hits.store(hits, Relaxed);
+        self.cache_misses.store(misses, Relaxed);
+    }
+
+    /// The counts of what was not sampled.
+    pub fn unsampled(&self) -> Unsampled {
+        Unsampled {
+            threads_by_timer: self.threads_by_timer.each_ref().map(|n| n.load(Relaxed)),
+            over_limit: self.over_limit.load(Relaxed),
+            timer_failed: self.timer_failed.load(Relaxed),
+            foreign_signals: self.foreign.load(Relaxed),
+        }
+    }
+}
+
+/// This process's record when no one shares it.
+static LOCAL_PROCESS: ProcessRecord = ProcessRecord::zero();
+/// This process's record: [`LOCAL_PROCESS`], or one shared with `record`.
+static PROCESS: AtomicPtr<ProcessRecord> =
+    AtomicPtr::new(&LOCAL_PROCESS as *const ProcessRecord as *mut ProcessRecord);
+
+/// This process's [`ProcessRecord`].
+#[inline(always)]
+pub fn process() -> &'static ProcessRecord {
+    // SAFETY: PROCESS points to LOCAL_PROCESS or to a shared mapping that is never unmapped
+    // (see `use_process_record`).
+    unsafe { &*PROCESS.load(Acquire) }
+}
+
+/// Makes `record` this process's [`ProcessRecord`] (before sampling starts).
+///
+/// # Safety
+/// `record` stays mapped and valid for the rest of the process.
+pub unsafe fn use_process_record(record: *mut ProcessRecord) {
+    PROCESS.store(record, Release);
+}
 
 /// Every record ever allocated, by index (the timer's `sigev_value`).
-static RECORDS: [AtomicPtr<ThreadRecord>; MAX_THREADS] =
+static RECORDS: [AtomicPtr<Slot>; MAX_THREADS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
 /// Records allocated so far (indices below it may be non-null).
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 /// Whether the handler stores samples.
 static RUNNING: AtomicBool = AtomicBool::new(false);
-/// Signals of our number that were not from one of our timers (the program's own, or another
-/// thread's timer after a record was reused): ignored, counted.
-static FOREIGN: AtomicU64 = AtomicU64::new(0);
-/// Threads that could not be sampled because every record was in use.
-static OVER_LIMIT: AtomicU64 = AtomicU64::new(0);
-/// Threads whose timer could not be created.
-static TIMER_FAILED: AtomicU64 = AtomicU64::new(0);
-
-/// Threads sampled, by kind of timer (in the order of [`timer::KINDS`]).
-static THREADS_BY_TIMER: [AtomicU64; timer::KINDS.len()] =
-    [const { AtomicU64::new(0) }; timer::KINDS.len()];
 
 /// How threads are sampled, fixed when sampling starts.
 #[derive(Clone, Copy, Debug)]
@@ -275,6 +399,11 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
     }
     SCANNING.store(timing.stack_scanning, Relaxed);
     EPOCH_NS.store(now_ns(), Relaxed);
+    let p = process();
+    p.epoch_ns.store(EPOCH_NS.load(Relaxed), Relaxed);
+    p.scanning.store(u64::from(timing.stack_scanning), Relaxed);
+    p.trampoline
+        .store(crate::threads::trampoline_address(), Relaxed);
     set_handler(timing.timer.signal, on_signal, None)?;
     if timing.timer.choice == TimerChoice::PerfSigtrap {
         // SAFETY: a zeroed sigaction is valid (sigaction overwrites it).
@@ -372,11 +501,12 @@ unsafe fn pass_on_sigtrap(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
 /// deletes every live thread's timer.
 pub fn stop() {
     RUNNING.store(false, Release);
-    for r in records() {
-        if r.state.load(Acquire) == ACTIVE {
-            r.delete_timer();
+    for s in slots() {
+        if s.record.active() {
+            s.delete_timer();
         }
     }
+    process().cache_totals_now();
 }
 
 /// Whether sampling is running.
@@ -388,9 +518,9 @@ pub fn running() -> bool {
 /// exist here; sample nothing, and close the copies of the parent's perf events.
 pub fn disable_in_child() {
     RUNNING.store(false, Release);
-    for r in records() {
+    for s in slots() {
         // `try_lock`: a lock held by another thread of the parent at the fork stays held here.
-        if let Ok(mut t) = r.timer.try_lock() {
+        if let Ok(mut t) = s.timer.try_lock() {
             if let Some(ThreadTimer::PerfEvent { fd, .. }) = t.take() {
                 timer::close_in_child(fd);
             }
@@ -398,13 +528,18 @@ pub fn disable_in_child() {
     }
 }
 
-/// Every record allocated so far.
-pub fn records() -> impl Iterator<Item = &'static ThreadRecord> {
+/// Every record of this process allocated so far.
+pub fn slots() -> impl Iterator<Item = &'static Slot> {
     let n = ALLOCATED.load(Acquire).min(MAX_THREADS);
     RECORDS[..n].iter().filter_map(|p| {
-        // SAFETY: records are leaked boxes, never freed.
+        // SAFETY: slots are leaked boxes, never freed.
         unsafe { p.load(Acquire).as_ref() }
     })
+}
+
+/// Every thread record of this process with its ring, for the collector.
+pub fn records() -> impl Iterator<Item = (&'static ThreadRecord, &'static Ring)> {
+    slots().map(|s| (s.record, &s.ring))
 }
 
 /// What the per-thread counters cannot hold: threads never sampled, foreign signals, and the
@@ -423,28 +558,37 @@ pub struct Unsampled {
 
 /// The process-wide counts of what was not sampled.
 pub fn unsampled() -> Unsampled {
-    Unsampled {
-        threads_by_timer: THREADS_BY_TIMER.each_ref().map(|n| n.load(Relaxed)),
-        over_limit: OVER_LIMIT.load(Relaxed),
-        timer_failed: TIMER_FAILED.load(Relaxed),
-        foreign_signals: FOREIGN.load(Relaxed),
+    process().unsampled()
+}
+
+/// Bytes of a thread record's region: the record, then `ring_words` words.
+pub fn record_region_bytes(ring_words: usize) -> usize {
+    std::mem::size_of::<ThreadRecord>() + ring_words * 8
+}
+
+/// A new zeroed record region of `ring_words` words of ring, never freed: shared with
+/// `record` when this process runs under it (with the descriptor to hand over), else a block
+/// of this process.
+fn new_region(ring_words: usize) -> Option<(*mut u8, Option<std::os::fd::OwnedFd>)> {
+    let bytes = record_region_bytes(ring_words);
+    if let Some((fd, p)) = crate::session::shared_thread_region(bytes) {
+        return Some((p, Some(fd)));
     }
+    let layout = std::alloc::Layout::from_size_align(bytes, 64).ok()?;
+    // SAFETY: a layout of non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    (!p.is_null()).then_some((p, None))
 }
 
 /// The index of a record for the calling thread: a free one, or a new one.
 fn claim_record(ring_words: usize) -> Option<usize> {
-    for (i, p) in RECORDS[..ALLOCATED.load(Acquire).min(MAX_THREADS)]
-        .iter()
-        .enumerate()
-    {
-        // SAFETY: as in `records`.
-        if let Some(r) = unsafe { p.load(Acquire).as_ref() } {
-            if r.state
-                .compare_exchange(FREE, ACTIVE, Acquire, Relaxed)
-                .is_ok()
-            {
-                return Some(i);
-            }
+    for (i, s) in slots().enumerate() {
+        if s.record
+            .state
+            .compare_exchange(FREE, ACTIVE, Acquire, Relaxed)
+            .is_ok()
+        {
+            return Some(i);
         }
     }
     let i = ALLOCATED.fetch_add(1, Relaxed);
@@ -452,18 +596,36 @@ fn claim_record(ring_words: usize) -> Option<usize> {
         ALLOCATED.store(MAX_THREADS, Relaxed);
         return None;
     }
-    let r = Box::leak(Box::new(ThreadRecord {
-        state: AtomicU8::new(ACTIVE),
+    let ring_words = ring_words.max(64).next_power_of_two();
+    let Some((region, shared)) = new_region(ring_words) else {
+        // Never published: the index stays empty (`slots` skips it).
+        return None;
+    };
+    // SAFETY: the region is zeroed (a valid free ThreadRecord), 64-byte aligned, at least
+    // `record_region_bytes(ring_words)` long and never freed; the words follow the record.
+    let (record, words) = unsafe {
+        let record = &*(region as *const ThreadRecord);
+        let words = std::slice::from_raw_parts(
+            region.add(std::mem::size_of::<ThreadRecord>()) as *const AtomicU64,
+            ring_words,
+        );
+        (record, words)
+    };
+    record.ring_words.store(ring_words as u64, Relaxed);
+    record.state.store(ACTIVE, Relaxed);
+    record.magic.store(THREAD_RECORD_MAGIC, Release);
+    if let Some(fd) = shared {
+        crate::session::announce_thread(i, fd);
+    }
+    let ring = Ring::over(&record.ring, words)?;
+    let s = Box::leak(Box::new(Slot {
+        record,
+        ring,
         pthread: AtomicUsize::new(0),
-        tid: AtomicI32::new(0),
         timer: Mutex::new(None),
         signals_at_start: AtomicU64::new(0),
-        cpu_at_start: AtomicU64::new(0),
-        ring: Ring::new(ring_words),
-        counters: ThreadCounters::default(),
-        name: UnsafeCell::new([0; 16]),
     }));
-    RECORDS[i].store(r, Release);
+    RECORDS[i].store(s, Release);
     Some(i)
 }
 
@@ -477,27 +639,28 @@ pub fn start_thread() -> Option<usize> {
     }
     unwind_in_process::register_thread().ok()?;
     let Some(index) = claim_record(timing.ring_words) else {
-        OVER_LIMIT.fetch_add(1, Relaxed);
+        process().over_limit.fetch_add(1, Relaxed);
         return None;
     };
-    // SAFETY: `claim_record` returned the index of a non-null record.
-    let r = unsafe { &*RECORDS[index].load(Acquire) };
+    // SAFETY: `claim_record` returned the index of a non-null slot.
+    let s = unsafe { &*RECORDS[index].load(Acquire) };
+    let r = s.record;
     // SAFETY: gettid and pthread_self have no preconditions.
     let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
     r.tid.store(tid, Relaxed);
-    r.pthread.store(me as usize, Release);
-    r.signals_at_start.store(r.counters.signals.get(), Relaxed);
+    s.pthread.store(me as usize, Release);
+    s.signals_at_start.store(r.counters.signals.get(), Relaxed);
     r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
     match timer::create(&timing.timer, index, tid) {
         Ok(t) => {
-            if let Some(n) = THREADS_BY_TIMER.get(t.kind()) {
+            if let Some(n) = process().threads_by_timer.get(t.kind()) {
                 n.fetch_add(1, Relaxed);
             }
-            *r.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+            *s.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         }
         Err(_) => {
-            TIMER_FAILED.fetch_add(1, Relaxed);
-            r.pthread.store(0, Relaxed);
+            process().timer_failed.fetch_add(1, Relaxed);
+            s.pthread.store(0, Relaxed);
             r.state.store(FREE, Release);
             return None;
         }
@@ -508,25 +671,29 @@ pub fn start_thread() -> Option<usize> {
 /// Ends sampling of the calling thread (from its exit path): deletes its timer, records its
 /// name, and hands its record to the collector. A signal still pending finds the record intact.
 pub fn thread_exiting(index: usize) {
-    // SAFETY: as in `records`.
-    let Some(r) = RECORDS
+    // SAFETY: as in `slots`.
+    let Some(s) = RECORDS
         .get(index)
         .and_then(|p| unsafe { p.load(Acquire).as_ref() })
     else {
         return;
     };
     // SAFETY: pthread_self has no preconditions.
-    if r.pthread.load(Relaxed) != unsafe { libc::pthread_self() } as usize {
+    if s.pthread.load(Relaxed) != unsafe { libc::pthread_self() } as usize {
         return;
     }
-    r.delete_timer();
-    // SAFETY: the name buffer is this thread's to write until it publishes EXITED; PR_GET_NAME
-    // writes at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_GET_NAME, (*r.name.get()).as_mut_ptr()) };
-    r.state.store(EXITED, Release);
+    s.delete_timer();
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    for (to, from) in s.record.name.iter().zip(name) {
+        to.store(from, Relaxed);
+    }
+    process().cache_totals_now();
+    s.record.state.store(EXITED, Release);
 }
 
-impl ThreadRecord {
+impl Slot {
     /// Deletes the owner's timer, if no one has yet. For a perf event, counts the periods its
     /// clock ran that sent no signal.
     fn delete_timer(&self) {
@@ -536,23 +703,25 @@ impl ThreadRecord {
         let Some(period) = TIMING.get().map(|t| t.timer.period) else {
             return;
         };
+        let counters = &self.record.counters;
         // Written only here, by whoever took the timer: one writer.
-        let cpu = thread_cpu_ns(self.tid.load(Relaxed));
-        self.counters
+        let cpu = thread_cpu_ns(self.record.tid.load(Relaxed));
+        counters
             .cpu_ns
-            .add(cpu.saturating_sub(self.cpu_at_start.load(Relaxed)));
+            .add(cpu.saturating_sub(self.record.cpu_at_start.load(Relaxed)));
         if let Some(periods) = timer::delete(t, period) {
-            let signalled = self
-                .counters
+            let signalled = counters
                 .signals
                 .get()
                 .wrapping_sub(self.signals_at_start.load(Relaxed));
-            self.counters
+            counters
                 .perf_unsignalled
                 .add(periods.saturating_sub(signalled));
         }
     }
+}
 
+impl ThreadRecord {
     /// Whether the owning thread has exited (its record is waiting for a last drain).
     pub fn exited(&self) -> bool {
         self.state.load(Acquire) == EXITED
@@ -568,23 +737,26 @@ impl ThreadRecord {
         if !self.exited() {
             return None;
         }
-        // SAFETY: see the Sync impl: EXITED was seen with Acquire.
-        let name = unsafe { &*self.name.get() };
-        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        Some(String::from_utf8_lossy(&name[..len]).into_owned())
+        let name: Vec<u8> = self
+            .name
+            .iter()
+            .map(|b| b.load(Relaxed))
+            .take_while(|&b| b != 0)
+            .collect();
+        Some(String::from_utf8_lossy(&name).into_owned())
     }
 
-    /// After the last drain of an exited thread's record: lets a new thread take it once the
-    /// old one is gone from the kernel (so that no signal of its can still be handled).
-    pub fn release_if_gone(&self) -> bool {
+    /// After the last drain of an exited thread's record: lets a new thread of process `pid`
+    /// take it once the old one is gone from the kernel (so that no signal of its can still be
+    /// handled).
+    pub fn release_if_gone(&self, pid: u32) -> bool {
         if !self.exited() {
             return false;
         }
         let tid = self.tid.load(Relaxed);
         // SAFETY: signal 0 only checks that the thread exists.
-        let gone = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } != 0;
+        let gone = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid, 0) } != 0;
         if gone {
-            self.pthread.store(0, Relaxed);
             self.state.store(FREE, Release);
         }
         gone
@@ -625,18 +797,18 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         },
         _ => (usize::MAX, 0),
     };
-    // SAFETY: as in `records`.
-    let record = RECORDS
+    // SAFETY: as in `slots`.
+    let slot = RECORDS
         .get(index)
         .and_then(|p| unsafe { p.load(Acquire).as_ref() });
-    let Some(r) = record.filter(|r| {
+    let Some(s) = slot.filter(|s| {
         // SAFETY: pthread_self only reads the thread pointer.
-        r.pthread.load(Relaxed) == unsafe { libc::pthread_self() } as usize
+        s.pthread.load(Relaxed) == unsafe { libc::pthread_self() } as usize
     }) else {
-        FOREIGN.fetch_add(1, Relaxed);
+        process().foreign.fetch_add(1, Relaxed);
         return;
     };
-    let c = &r.counters;
+    let c = &s.record.counters;
     c.signals.add(1);
     c.overruns.add(overrun.max(0) as u64);
     if !RUNNING.load(Acquire) {
@@ -681,7 +853,7 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
     // signal may stand for several periods: the sample carries that weight.
     let weight = 1 + overrun.max(0) as u64;
     let header = [time, result.stop.index() as u64, weight];
-    if !r.ring.push(&header, stack) {
+    if !s.ring.push(&header, stack) {
         c.drop(DropReason::RingFull);
         return;
     }

@@ -12,18 +12,23 @@ use crate::profile::{Frame, Module};
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::has_file;
 
-/// The files of one module that can name its addresses.
-struct Sources {
+/// One module file (by path and build id) and what names its addresses, shared by every
+/// process that loaded it, at whatever address.
+struct File {
     /// Loaders for the separate debug file (first) and the module's own file.
     loaders: Vec<addr2line::Loader>,
+    /// Its symbol tables (dynamic ones included; the vdso's from its image) and the functions
+    /// its unwind tables describe, at file addresses: the fallback for names.
+    symbols: unwind_samples::symbolize::Symbolizer,
+    /// Frames already found, by file address and leaf or not.
+    frames: HashMap<(u64, bool), Vec<Frame>>,
 }
 
-/// Symbolizes addresses in the modules of a profile.
+/// Symbolizes addresses in modules, each module file read once however many processes (or
+/// loads) it had.
 pub struct Symbolizer {
-    modules: Vec<Module>,
-    sources: HashMap<usize, Sources>,
-    /// Symbol tables (dynamic ones included) and the vdso's image: the fallback for names.
-    symbols: unwind_samples::symbolize::Symbolizer,
+    files: HashMap<(String, String), File>,
+    vdso_image: Option<Vec<u8>>,
 }
 
 /// The separate debug file for a build id, if installed.
@@ -38,92 +43,114 @@ fn debug_file(build_id: &str) -> Option<PathBuf> {
 }
 
 impl Symbolizer {
-    /// A symbolizer for `modules`; `vdso_image` names the vdso's functions.
-    pub fn new(modules: &[Module], vdso_image: Option<&[u8]>) -> Symbolizer {
-        let files: Vec<ModuleFile> = modules
-            .iter()
-            .map(|m| ModuleFile {
-                path: PathBuf::from(&m.path),
-                start: m.start,
-                end: m.end,
-                bias: m.bias,
-            })
-            .collect();
+    /// A symbolizer; `vdso_image` names the vdso's functions.
+    pub fn new(vdso_image: Option<&[u8]>) -> Symbolizer {
         Symbolizer {
-            modules: modules.to_vec(),
-            sources: HashMap::new(),
-            symbols: unwind_samples::symbolize::Symbolizer::new(&files, vdso_image),
+            files: HashMap::new(),
+            vdso_image: vdso_image.map(<[u8]>::to_vec),
         }
     }
 
-    fn sources(&mut self, module: usize) -> &Sources {
-        let m = &self.modules[module];
-        let (path, build_id) = (m.path.clone(), m.build_id.clone());
-        self.sources.entry(module).or_insert_with(|| {
-            let loaders = debug_file(&build_id)
-                .into_iter()
-                .chain(Some(PathBuf::from(path)).filter(|p| has_file(p) && p.is_file()))
-                .filter_map(|p| addr2line::Loader::new(&p).ok())
-                .collect();
-            Sources { loaders }
-        })
+    fn file(&mut self, m: &Module) -> &mut File {
+        let vdso = self.vdso_image.as_deref();
+        self.files
+            .entry((m.path.clone(), m.build_id.clone()))
+            .or_insert_with(|| {
+                let path = PathBuf::from(&m.path);
+                let loaders = debug_file(&m.build_id)
+                    .into_iter()
+                    .chain(Some(path.clone()).filter(|p| has_file(p) && p.is_file()))
+                    .filter_map(|p| addr2line::Loader::new(&p).ok())
+                    .collect();
+                let whole_file = ModuleFile {
+                    path,
+                    start: 0,
+                    end: u64::MAX,
+                    bias: 0,
+                };
+                File {
+                    loaders,
+                    symbols: unwind_samples::symbolize::Symbolizer::new(&[whole_file], vdso),
+                    frames: HashMap::new(),
+                }
+            })
     }
 
     /// The frames at `address` in `module` (innermost first; never empty). A return address
     /// (`leaf` false) is looked up one byte back, inside its call instruction.
-    pub fn frames(&mut self, module: Option<usize>, address: u64, leaf: bool) -> Vec<Frame> {
-        let probe_at = code_address(address, leaf);
-        let Some(mi) = module.filter(|&i| i < self.modules.len()) else {
+    pub fn frames(&mut self, module: Option<&Module>, address: u64, leaf: bool) -> Vec<Frame> {
+        let Some(m) = module else {
             return vec![unknown(address)];
         };
-        let bias = self.modules[mi].bias;
-        let probe = probe_at.wrapping_sub(bias);
-        let mut frames = Vec::new();
-        for loader in &self.sources(mi).loaders {
-            if let Ok(mut iter) = loader.find_frames(probe) {
-                while let Ok(Some(f)) = iter.next() {
-                    let Some(name) = f.function.as_ref().and_then(|n| n.demangle().ok()) else {
-                        continue;
-                    };
-                    frames.push(Frame {
-                        function: name.into_owned(),
-                        file: f.location.as_ref().and_then(|l| l.file).map(str::to_owned),
-                        line: f.location.as_ref().and_then(|l| l.line),
-                    });
-                }
-            }
-            if !frames.is_empty() {
-                return frames;
-            }
-        }
-        // No debug information: the symbol tables.
-        for loader in &self.sources(mi).loaders {
-            if let Some(name) = loader.find_symbol(probe) {
-                return vec![symbol_frame(name)];
-            }
-        }
-        if let Some(f) = self.symbols.lookup(probe_at).and_then(|s| s.function) {
-            return vec![symbol_frame(f)];
-        }
-        // No symbol: named by the start of its function as the unwind tables describe it (one
-        // name for all of a function's addresses), else by the address.
-        let m = &self.modules[mi];
-        let at = self
-            .symbols
-            .function_bounds(probe_at)
-            .map_or(probe, |(start, _)| start.wrapping_sub(bias));
-        vec![Frame {
-            function: format!("{}+{:#x}", basename(&m.path), at),
-            file: None,
-            line: None,
-        }]
+        let probe = code_address(address, leaf).wrapping_sub(m.bias);
+        let file = self.file(m);
+        file.frames
+            .entry((probe, leaf))
+            .or_insert_with(|| {
+                name_in_file(&file.loaders, &file.symbols, probe).unwrap_or_else(|| {
+                    // No symbol: named by the start of its function as the unwind tables
+                    // describe it (one name for all of a function's addresses), else by the
+                    // address.
+                    let at = file
+                        .symbols
+                        .function_bounds(probe)
+                        .map_or(probe, |(s, _)| s);
+                    vec![Frame {
+                        function: format!("{}+{:#x}", basename(&m.path), at),
+                        file: None,
+                        line: None,
+                    }]
+                })
+            })
+            .clone()
     }
 
-    /// The run-time bounds `(start, end)` of the function containing `address`, as its
-    /// module's unwind tables describe it.
-    pub fn function_bounds(&self, address: u64) -> Option<(u64, u64)> {
-        self.symbols.function_bounds(address)
+    /// The run-time bounds `(start, end)` of the function containing `address`, in `module`,
+    /// as its unwind tables describe it.
+    pub fn function_bounds(&mut self, module: &Module, address: u64) -> Option<(u64, u64)> {
+        let (start, end) = self
+            .file(module)
+            .symbols
+            .function_bounds(address.wrapping_sub(module.bias))?;
+        Some((
+            start.wrapping_add(module.bias),
+            end.wrapping_add(module.bias),
+        ))
     }
+}
+
+/// The frames of file address `probe`: from debug information, else a symbol.
+fn name_in_file(
+    loaders: &[addr2line::Loader],
+    symbols: &unwind_samples::symbolize::Symbolizer,
+    probe: u64,
+) -> Option<Vec<Frame>> {
+    let mut frames = Vec::new();
+    for loader in loaders {
+        if let Ok(mut iter) = loader.find_frames(probe) {
+            while let Ok(Some(f)) = iter.next() {
+                let Some(name) = f.function.as_ref().and_then(|n| n.demangle().ok()) else {
+                    continue;
+                };
+                frames.push(Frame {
+                    function: name.into_owned(),
+                    file: f.location.as_ref().and_then(|l| l.file).map(str::to_owned),
+                    line: f.location.as_ref().and_then(|l| l.line),
+                });
+            }
+        }
+        if !frames.is_empty() {
+            return Some(frames);
+        }
+    }
+    // No debug information: the symbol tables.
+    for loader in loaders {
+        if let Some(name) = loader.find_symbol(probe) {
+            return Some(vec![symbol_frame(name)]);
+        }
+    }
+    let f = symbols.lookup(probe).and_then(|s| s.function)?;
+    Some(vec![symbol_frame(f)])
 }
 
 fn symbol_frame(name: &str) -> Frame {
@@ -194,15 +221,17 @@ mod tests {
         };
         // A function that has code of its own (a pointer to it is taken).
         let f = basename as fn(&str) -> &str as usize as u64;
-        let mut named = Symbolizer::new(&[module(&exe)], None);
+        let mut symbolizer = Symbolizer::new(None);
         assert_eq!(
-            named.frames(Some(0), f + 2, true)[0].function,
+            symbolizer.frames(Some(&module(&exe)), f + 2, true)[0].function,
             "unwind_profiler::symbolize::basename"
         );
-        let mut unnamed = Symbolizer::new(&[module(&stripped)], None);
         let want = format!("stripped-copy+{:#x}", f - main.bias);
         for at in [f, f + 1, f + 2] {
-            assert_eq!(unnamed.frames(Some(0), at, true)[0].function, want);
+            assert_eq!(
+                symbolizer.frames(Some(&module(&stripped)), at, true)[0].function,
+                want
+            );
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -294,7 +294,7 @@ fn profile_this_process_with_the_wall_clock() {
 /// The signals a stopped profiler's handler still received, over every sampled thread.
 fn signals_after_stop() -> u64 {
     sampler::records()
-        .filter_map(|r| r.counters.dropped.get(DropReason::AfterStop.index()))
+        .filter_map(|(r, _)| r.counters.dropped.get(DropReason::AfterStop.index()))
         .map(|c| c.get())
         .sum()
 }

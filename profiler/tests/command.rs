@@ -12,8 +12,9 @@
 //!   output with the busy threads' functions under their callers; `--snapshot-signal USR2`
 //!   writes the profile so far while the program runs on, when the program `raise()`s it and
 //!   when the test sends it; `--clock wall` samples a thread sleeping in `nanosleep` about as
-//!   often as a busy one, the CPU clock almost never; `_exit` writes nothing and the command
-//!   still ends with its status.
+//!   often as a busy one, the CPU clock almost never; `_exit` and `SIGKILL` keep the profile
+//!   and the command ends with the program's status; a fork that execs and an exec make one
+//!   profile of three processes, each still single-threaded in its C library's eyes.
 //!
 //! Needs the release build of the command and the preload library, and `cc` (under `CI=true` a
 //! missing `cc` fails the tests): `cargo build --release -p unwind-profiler
@@ -484,13 +485,16 @@ fn the_programs_exit_status_is_passed_on() {
         assert_eq!(out.status.code(), Some(code), "{script}: {stderr}");
         if let Some(says) = says {
             assert!(stderr.contains(says), "{script}: {stderr}");
-            // No atexit handler runs: the command says why there is no profile.
-            assert!(stderr.contains("wrote no profile"), "{script}: {stderr}");
         } else {
-            // (Whether outputs are written depends on the shell: dash's `exit` ends with
-            // `_exit`; the C programs below check the outputs.)
             assert!(!stderr.contains("killed by signal"), "{script}: {stderr}");
         }
+        // However the shell ended (dash's `exit` is an `_exit`), its profile was written.
+        assert!(
+            Outputs::paths(&dir.join("unwind-profile"), "profile")
+                .summary
+                .is_file(),
+            "{script}: no profile: {stderr}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -802,19 +806,63 @@ fn wall_clock_samples_a_sleeping_thread_and_cpu_time_does_not() {
     );
 }
 
+/// A program that ends without running anything of its own (`_exit`, `SIGKILL`) keeps its
+/// profile: `record` reads the samples from the memory it shares with the program.
 #[test]
-fn underscore_exit_writes_nothing_and_the_command_ends() {
+fn underscore_exit_and_sigkill_keep_the_profile() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((out_dir, out)) = record_program("underscore_exit", &[]) else {
+    for (name, code, function) in [
+        ("underscore_exit", 4, "main_work"),
+        ("killed", 128 + 9, "work_before_kill"),
+    ] {
+        let Some((out_dir, out)) = record_program(name, &[]) else {
+            return;
+        };
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{name}: {stderr}");
+        assert_outputs(&out_dir);
+        let n = samples_under(&folded(&out_dir), "main", function);
+        println!("{name}: {function} under main: {n} samples");
+        assert!(n >= 100, "{name}: {function} under main: {n} samples");
+        let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+    }
+}
+
+/// One run of several program images (a fork that execs, then an exec of the first process)
+/// gives one profile: one set of files, each process's samples under its own name and pid, and the C
+/// library of each process still sees it single-threaded (the profiler starts no thread).
+#[test]
+fn every_process_of_a_run_is_in_one_profile_and_stays_single_threaded() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("exec_chain", &[]) else {
         return;
     };
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{stderr}");
-    assert!(stderr.contains("wrote no profile"), "{stderr}");
-    let files: Vec<_> = std::fs::read_dir(&out_dir)
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for who in ["parent", "child", "last"] {
+        assert!(
+            stdout.contains(&format!("{who} single-threaded 1")),
+            "{who}: {stdout}"
+        );
+    }
+    assert_outputs(&out_dir);
+    let files: Vec<String> = std::fs::read_dir(&out_dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(files.is_empty(), "_exit wrote {files:?}");
+    assert_eq!(files.len(), 5, "one set of outputs: {files:?}");
+    // Two processes: the first (before and after its exec of the same program) and the child.
+    assert!(stderr.contains("of 2 processes"), "{stderr}");
+    // Several processes: each stack starts with its process's name.
+    let lines = folded(&out_dir);
+    assert!(lines.iter().all(|(s, _)| s[0] == "exec_chain"), "{lines:?}");
+    for function in ["parent_work", "child_work", "last_work"] {
+        let n = samples_under(&lines, "main", function);
+        println!("{function} under main: {n} samples");
+        assert!(n >= 100, "{function} under main: {n} samples");
+    }
+    let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
+    assert!(summary.contains("processes         2"), "{summary}");
     let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
 }

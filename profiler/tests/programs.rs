@@ -149,6 +149,8 @@ struct PFrame {
 struct PSample {
     tid: i64,
     thread: String,
+    /// The process's program name (its executable's file name).
+    process: String,
     /// Samples taken with this stack on this thread.
     count: u64,
     /// Frames root first (inlined frames after the function they were inlined into).
@@ -163,6 +165,11 @@ impl PSample {
     fn root(&self) -> &str {
         self.frames.first().map_or("", |f| f.function.as_str())
     }
+}
+
+/// The file name of `path`.
+fn basename(path: &str) -> String {
+    path.rsplit('/').next().unwrap_or(path).to_owned()
 }
 
 /// The samples of the pprof file `path`.
@@ -205,6 +212,7 @@ fn pprof_samples(path: &Path) -> Vec<PSample> {
             PSample {
                 tid: label("thread_id").map_or(0, |l| l.num),
                 thread: label("thread").map_or(String::new(), |l| s(l.str)),
+                process: label("process").map_or(String::new(), |l| s(l.str)),
                 count: sample.value[0] as u64,
                 frames: sample
                     .location_id
@@ -483,47 +491,62 @@ fn gcc_driver_and_the_programs_it_execs() {
         run(&profiled),
         "the programs compiled with and without the profiler print different things"
     );
-    // Every process of the run wrote its profile: the driver `STEM.*`, the others
-    // `STEM-COMM-PID.*`.
-    let mut stems: BTreeMap<String, String> = BTreeMap::new();
-    for e in std::fs::read_dir(&out).unwrap() {
-        let name = e.unwrap().file_name().into_string().unwrap();
-        if let Some(stem) = name.strip_suffix(".pb.gz") {
-            let comm = stem
-                .strip_prefix(&format!("{STEM}-"))
-                .and_then(|s| s.rsplit_once('-'))
-                .map_or("gcc", |(comm, _pid)| comm);
-            assert!(
-                stems.insert(comm.to_owned(), stem.to_owned()).is_none(),
-                "two processes named {comm}: {name}"
-            );
-        }
+    // One profile of every process of the run (one set of files), told apart by their
+    // programs' names: the driver (`x86_64-linux-gnu-gcc-12` where `gcc` is a link to it),
+    // `cc1`, the assembler, `collect2` and the linker.
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 5, "one set of outputs: {files:?}");
+    let all = check_profile(&out, STEM, 400, 1.0);
+    let driver_name = basename(&summary_program(&out, STEM));
+    let mut processes: BTreeMap<String, Vec<PSample>> = BTreeMap::new();
+    for sample in &all {
+        let name = sample.process.clone();
+        let role = if name == driver_name {
+            "gcc"
+        } else if name == "cc1" || name == "collect2" {
+            name.as_str()
+        } else if name.ends_with("as") {
+            "as"
+        } else {
+            "other"
+        };
+        processes
+            .entry(role.to_owned())
+            .or_default()
+            .push(sample.clone());
     }
-    println!("profiles: {stems:?}");
-    for comm in ["gcc", "cc1", "as", "collect2"] {
+    println!(
+        "processes: {:?}",
+        processes
+            .iter()
+            .map(|(k, v)| (k, count(v, |_| true)))
+            .collect::<Vec<_>>()
+    );
+    for role in ["gcc", "cc1", "as", "collect2"] {
         assert!(
-            stems.contains_key(comm),
-            "no profile of {comm} in {}: {stems:?}",
-            out.display()
+            processes.contains_key(role),
+            "no samples of {role} in {}: {:?}",
+            out.display(),
+            processes.keys()
         );
     }
     // No frame is named after a function its module imports: that name belongs to another
     // module (the imported function's PLT entry is no function of the module's own).
     let mut misnamed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (comm, stem) in &stems {
-        let samples = pprof_samples(&out.join(format!("{stem}.pb.gz")));
-        let mut by_module: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for f in samples.iter().flat_map(|s| &s.frames) {
-            by_module.entry(&f.module).or_default().insert(&f.function);
-        }
-        for (module, names) in by_module.into_iter().filter(|(m, _)| !m.is_empty()) {
-            let imported = imports(module);
-            for name in names.into_iter().filter(|n| imported.contains(*n)) {
-                misnamed
-                    .entry(format!("{comm}: {module}"))
-                    .or_default()
-                    .insert(name.to_owned());
-            }
+    let mut by_module: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for f in all.iter().flat_map(|s| &s.frames) {
+        by_module.entry(&f.module).or_default().insert(&f.function);
+    }
+    for (module, names) in by_module.into_iter().filter(|(m, _)| !m.is_empty()) {
+        let imported = imports(module);
+        for name in names.into_iter().filter(|n| imported.contains(*n)) {
+            misnamed
+                .entry(module.to_owned())
+                .or_default()
+                .insert(name.to_owned());
         }
     }
     assert!(
@@ -531,20 +554,24 @@ fn gcc_driver_and_the_programs_it_execs() {
         "frames named after functions their module imports: {misnamed:?}"
     );
     // The driver waits for its children: wall-clock samples, in a wait, under `main`.
-    let driver = check_profile(&out, &stems["gcc"], 100, 0.0);
+    let driver = &processes["gcc"];
+    assert!(
+        count(driver, |_| true) >= 100,
+        "too few samples of the driver"
+    );
     // The driver is stripped, and no symbol names its `_start`: the walks reach the C library's
     // start of `main` and a frame in the driver before it.
-    let program = summary_program(&out, &stems["gcc"]);
+    let program = summary_program(&out, STEM);
     check_first_frames(
         "gcc",
-        &driver,
+        driver,
         &format!("{program} (its _start)"),
         90.0,
         |f| f.module == program,
     );
-    check_share("gcc", &driver, "__libc_start_call_main", 90.0);
-    let total = count(&driver, |_| true);
-    let waiting = count(&driver, |s| {
+    check_share("gcc", driver, "__libc_start_call_main", 90.0);
+    let total = count(driver, |_| true);
+    let waiting = count(driver, |s| {
         s.frames.last().is_some_and(|f| f.function.contains("wait"))
     });
     println!(
@@ -561,9 +588,10 @@ fn gcc_driver_and_the_programs_it_execs() {
     // resolution in a template argument (`...XsrNS4_IT0_EE...`), which `c++filt` demangles
     // but the profiler's demangler (cpp_demangle, through addr2line) rejects by design
     // (gimli-rs/cpp_demangle#173, #302): those stay mangled.
-    let cc1 = check_profile(&out, &stems["cc1"], 300, 1.0);
-    check_roots("cc1", &cc1, &["_start"], 90.0);
-    check_share("cc1", &cc1, "toplev::main(int, char**)", 90.0);
+    let cc1 = &processes["cc1"];
+    assert!(count(cc1, |_| true) >= 300, "too few samples of cc1");
+    check_roots("cc1", cc1, &["_start"], 90.0);
+    check_share("cc1", cc1, "toplev::main(int, char**)", 90.0);
     let named: BTreeSet<&str> = cc1
         .iter()
         .flat_map(|s| &s.frames)

@@ -10,6 +10,13 @@
 //!   instruction; the call goes on to the C library's `pthread_create`.
 //! - **Exit**: an `atexit` handler writes the outputs, whichever thread calls `exit` (returning
 //!   from `main` included). A process that ends with `_exit` or a fatal signal writes nothing.
+//! - **Under `record`** (`UNWIND_PROFILER_SESSION` names its socket): the process joins the
+//!   session ([`unwind_profiler::session`]): its rings and counters are in memory shared with
+//!   `record`, which collects and writes one profile of every process, however they end. No
+//!   collector thread is started and nothing runs at exit; the tables are rebuilt after a
+//!   `dlopen` or `dlclose` (this library interposes both) that changed the loaded modules.
+//!   If the socket cannot be reached (a program that left the session's network namespace),
+//!   the process is profiled on its own as below.
 //! - **Snapshots**: with `UNWIND_PROFILER_SNAPSHOT_SIGNAL`, that signal writes the profile so
 //!   far while the program runs on.
 //! - **Processes**: a `fork`ed child is not profiled (timers are not inherited, the collector
@@ -60,6 +67,38 @@ extern "C" fn start() {
             return;
         }
     };
+    // Captured samples are written at exit by the process itself: such a process is profiled
+    // on its own.
+    if let Some(name) = std::env::var(unwind_profiler::session::SESSION_VAR)
+        .ok()
+        .filter(|n| !n.is_empty() && config.capture_samples == 0)
+    {
+        match unwind_profiler::session::start(&config, &name) {
+            Ok(()) => {
+                // SAFETY: registers handlers with the right signatures; a zeroed sigaction
+                // with an empty mask is valid.
+                unsafe {
+                    libc::pthread_atfork(None, None, Some(in_child));
+                    if let Some(sig) = config.snapshot_signal {
+                        let mut sa: libc::sigaction = std::mem::zeroed();
+                        sa.sa_sigaction = on_snapshot_signal as *const () as usize;
+                        sa.sa_flags = libc::SA_RESTART;
+                        libc::sigemptyset(&mut sa.sa_mask);
+                        libc::sigaction(sig, &sa, std::ptr::null_mut());
+                    }
+                }
+                return;
+            }
+            // Not connected: nothing was set up; profile this process on its own.
+            Err(e @ unwind_profiler::StartError::Session(_)) => {
+                eprintln!("unwind-profiler: {e}; profiling this process on its own")
+            }
+            Err(e) => {
+                eprintln!("unwind-profiler: {e}; not profiling");
+                return;
+            }
+        }
+    }
     let pid = std::process::id();
     match std::env::var(ROOT_PID) {
         Ok(root) if root != pid.to_string() => {
@@ -181,4 +220,63 @@ pub unsafe extern "C" fn pthread_create(
         Some(real) => unsafe { unwind_profiler::threads::create(real, thread, attr, routine, arg) },
         None => libc::EAGAIN,
     }
+}
+
+/// `dlopen`'s signature.
+type Dlopen = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;
+/// `dlclose`'s signature.
+type Dlclose = unsafe extern "C" fn(*mut c_void) -> libc::c_int;
+
+static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The next object's definition of `name`, found once with `dlsym(RTLD_NEXT)`.
+fn next_symbol(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
+    let mut p = cache.load(Ordering::Acquire);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        cache.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// Interposes the C library's `dlopen`: under `record`, a load that added modules rebuilds the
+/// tables once the real call has returned (see the crate docs).
+///
+/// # Safety
+/// The contract of `dlopen`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlopen(file: *const libc::c_char, flags: libc::c_int) -> *mut c_void {
+    let p = next_symbol(&REAL_DLOPEN, c"dlopen");
+    if p.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the next object's `dlopen` is the C library's, of this type.
+    let real = unsafe { std::mem::transmute::<*mut c_void, Dlopen>(p) };
+    // SAFETY: forwarded.
+    let handle = unsafe { real(file, flags) };
+    // errno is not part of dlopen's contract (dlerror is), and the refresh leaves dlerror
+    // alone: it makes no dl* call that fails.
+    unwind_profiler::session::modules_may_have_changed();
+    handle
+}
+
+/// Interposes the C library's `dlclose`: under `record`, an unload rebuilds the tables once the
+/// real call has returned.
+///
+/// # Safety
+/// The contract of `dlclose`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> libc::c_int {
+    let p = next_symbol(&REAL_DLCLOSE, c"dlclose");
+    if p.is_null() {
+        return -1;
+    }
+    // SAFETY: the next object's `dlclose` is the C library's, of this type.
+    let real = unsafe { std::mem::transmute::<*mut c_void, Dlclose>(p) };
+    // SAFETY: forwarded.
+    let rc = unsafe { real(handle) };
+    unwind_profiler::session::modules_may_have_changed();
+    rc
 }

@@ -4,8 +4,10 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use unwind_profiler::config::{Config, OPTIONS};
+use unwind_profiler::session::{Server, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
 
@@ -125,15 +127,52 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Waits until every descendant of `record` has ended (orphans are reparented to it, a child
-/// subreaper), reaping them.
-fn wait_for_descendants() {
+/// Writes the profile so far (the snapshot signal reached a process).
+fn write_snapshot(server: &Server, dir: &Path, stem: &str) {
+    let Some(profile) = server.profile() else {
+        return;
+    };
+    match unwind_profiler::output::write_all(&profile, dir, stem) {
+        Ok(_) => eprintln!("unwind-profiler: snapshot written to {}", dir.display()),
+        Err(e) => eprintln!("unwind-profiler: snapshot: {e}"),
+    }
+}
+
+/// Collects from the session until every descendant of `record` has ended (orphans are
+/// reparented to it, a child subreaper), reaping them; returns the status of `child`.
+fn collect_until_all_ended(
+    mut server: Option<&mut Server>,
+    child: libc::pid_t,
+    dir: &Path,
+    stem: &str,
+) -> Option<libc::c_int> {
+    let mut child_status = None;
     loop {
-        let mut status = 0;
-        // SAFETY: waits for any child of this process; `status` is a valid out-pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if pid < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return; // ECHILD: none left
+        match server.as_mut() {
+            Some(s) => {
+                s.collect(Duration::from_millis(10));
+                if s.snapshot_requested() {
+                    write_snapshot(s, dir, stem);
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+        loop {
+            let mut status = 0;
+            // SAFETY: reaps any ended child of this process; `status` is a valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid == child {
+                child_status = Some(status);
+            }
+            if pid == 0 {
+                break; // children left, none ended
+            }
+            if pid < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return child_status; // ECHILD: none left
+            }
         }
     }
 }
@@ -236,6 +275,18 @@ fn main() -> ExitCode {
         .env("UNWIND_PROFILER_OUTPUT", &dir)
         .env("UNWIND_PROFILER_RECORD", "1")
         .env_remove("UNWIND_PROFILER_ROOT_PID");
+    // The processes join the session: one profile of them all, written here.
+    let mut server = match Server::new(&config) {
+        Ok(s) => {
+            cmd.env(SESSION_VAR, s.name());
+            Some(s)
+        }
+        Err(e) => {
+            eprintln!("unwind-profiler: cannot open the session socket ({e}); each process writes its own profile");
+            cmd.env_remove(SESSION_VAR);
+            None
+        }
+    };
     for (k, v) in &request.vars {
         if k != "UNWIND_PROFILER_OUTPUT" {
             cmd.env(k, v);
@@ -270,8 +321,8 @@ fn main() -> ExitCode {
     // them too: their profiles are written when they end.
     // SAFETY: only changes who reaps this process's orphaned descendants.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let status = match cmd.status() {
-        Ok(s) => s,
+    let child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => {
             eprintln!(
                 "unwind-profiler: cannot run {}: {e}",
@@ -280,30 +331,62 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    wait_for_descendants();
-    let summary = dir.join(format!("{}.summary.txt", config.stem));
-    match std::fs::read_to_string(&summary) {
-        Ok(_) if config.quiet => {}
-        Ok(text) => {
-            if config.verbose {
-                eprintln!("{text}");
+    let child = child.id() as libc::pid_t;
+    let status = collect_until_all_ended(server.as_mut(), child, &dir, &config.stem);
+    let profile = server.and_then(Server::finish);
+    match profile {
+        Some(profile) => match unwind_profiler::output::write_all(&profile, &dir, &config.stem) {
+            Ok(out) if !config.quiet => {
+                if config.verbose {
+                    if let Ok(text) = std::fs::read_to_string(&out.summary) {
+                        eprintln!("{text}");
+                    }
+                }
+                let processes = profile.processes().len();
+                let mut line = format!("unwind-profiler: {} samples", profile.sample_count());
+                if processes > 1 {
+                    line.push_str(&format!(" of {processes} processes"));
+                }
+                line.push_str(&format!(
+                    "; profile in {}/{}.{{folded,svg,pb.gz,firefox.json.gz,summary.txt}}",
+                    dir.display(),
+                    config.stem
+                ));
+                eprintln!("{line}");
             }
-            eprintln!("{}", end_line(&text, &dir, &config.stem));
-        }
-        Err(_) => eprintln!(
-            "unwind-profiler: the program wrote no profile ({} is missing: it may have ended with _exit or a signal, or is statically linked)",
-            summary.display()
-        ),
-    }
-    match status.code() {
-        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+            Ok(_) => {}
+            Err(e) => eprintln!("unwind-profiler: {e}"),
+        },
         None => {
-            use std::os::unix::process::ExitStatusExt;
-            eprintln!(
-                "unwind-profiler: the program was killed by signal {}",
-                status.signal().unwrap_or(0)
-            );
-            ExitCode::from(128 + status.signal().unwrap_or(0).clamp(0, 127) as u8)
+            // Processes that could not join wrote their own profiles.
+            let summary = dir.join(format!("{}.summary.txt", config.stem));
+            match std::fs::read_to_string(&summary) {
+                Ok(_) if config.quiet => {}
+                Ok(text) => {
+                    if config.verbose {
+                        eprintln!("{text}");
+                    }
+                    eprintln!("{}", end_line(&text, &dir, &config.stem));
+                }
+                Err(_) => eprintln!(
+                    "unwind-profiler: the program wrote no profile ({} is missing: it may be statically linked, or not have loaded the preload library)",
+                    summary.display()
+                ),
+            }
         }
     }
+    let Some(status) = status else {
+        eprintln!("unwind-profiler: the program's exit status was lost");
+        return ExitCode::from(1);
+    };
+    if libc::WIFEXITED(status) {
+        return ExitCode::from(libc::WEXITSTATUS(status).clamp(0, 255) as u8);
+    }
+    let signal = if libc::WIFSIGNALED(status) {
+        libc::WTERMSIG(status)
+    } else {
+        0
+    };
+    eprintln!("unwind-profiler: the program was killed by signal {signal}");
+    ExitCode::from(128 + signal.clamp(0, 127) as u8)
 }

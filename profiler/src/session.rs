@@ -1,0 +1,916 @@
+//! Profiling under `record`: the program's processes sample into memory they share with the
+//! `record` process, which collects, symbolizes and writes one profile of them all.
+//!
+//! `record` listens on a Unix socket in the abstract namespace and passes its name to the
+//! program in [`SESSION_VAR`]. The preload library of every process the program becomes or
+//! starts (it is inherited through `fork` and `exec`, and survives programs that close every
+//! descriptor) connects to it and sends, as messages of one connection:
+//!
+//! - [`Message::Hello`]: its pid and executable, with a `memfd` holding its
+//!   [`ProcessRecord`] (process-wide counters, sampling epoch, table figures);
+//! - [`Message::Thread`]: for every thread record it allocates, a `memfd` holding the
+//!   [`ThreadRecord`] and its ring;
+//! - [`Message::Modules`]: the modules of its rule table, whenever they change (after a
+//!   `dlopen` or `dlclose` the preload library interposes).
+//!
+//! Nothing of the profiler runs in the program besides its signal handler, the hooks on
+//! `pthread_create`, `dlopen` and `dlclose`, and the constructor that sets up: no collector
+//! thread (a single-threaded program stays single-threaded in its C library's eyes) and nothing
+//! at exit. `record` maps each `memfd` it receives, drains the rings while the program runs,
+//! and after the last process has ended (however: `exit`, `_exit`, a signal, `SIGKILL`) reads
+//! what is left, the kernel keeping the memory as long as `record` maps it.
+//!
+//! The receiving side trusts nothing the program wrote: every record is checked for its magic
+//! and its size against the mapping, and the rings' consumer checks every length.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::collect::{self, Collector, ProcessInfo};
+use crate::profile::{Module, Profile};
+use crate::ring::Ring;
+use crate::sampler::{self, ProcessRecord, ThreadRecord};
+use crate::{Config, StartError};
+
+/// The environment variable that names `record`'s socket (in the abstract namespace).
+pub const SESSION_VAR: &str = "UNWIND_PROFILER_SESSION";
+
+/// The largest message: one module's path and build id (paths are at most `PATH_MAX`).
+const MAX_MESSAGE: usize = 8192;
+
+/// What a process tells `record`. Encoded as little-endian `u64` words, then bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// The process starts (with its [`ProcessRecord`]'s descriptor).
+    Hello {
+        /// Its process id.
+        pid: u32,
+        /// Its executable's path.
+        program: String,
+    },
+    /// A thread record (with its descriptor): the record at `index` of the process.
+    Thread {
+        /// The record's index in the process.
+        index: u64,
+    },
+    /// The modules of the rule table from now on: `count` [`Message::Module`]s follow.
+    Modules {
+        /// How many.
+        count: u64,
+    },
+    /// One module of a [`Message::Modules`] list.
+    Module(Module),
+    /// The snapshot signal arrived: write the profile so far.
+    Snapshot,
+}
+
+const HELLO: u64 = 1;
+const THREAD: u64 = 2;
+const MODULES: u64 = 3;
+const MODULE: u64 = 4;
+const SNAPSHOT: u64 = 5;
+
+impl Message {
+    /// The message as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut word = |w: u64| out.extend_from_slice(&w.to_le_bytes());
+        match self {
+            Message::Hello { pid, program } => {
+                word(HELLO);
+                word(u64::from(*pid));
+                out.extend_from_slice(program.as_bytes());
+            }
+            Message::Thread { index } => {
+                word(THREAD);
+                word(*index);
+            }
+            Message::Modules { count } => {
+                word(MODULES);
+                word(*count);
+            }
+            Message::Snapshot => word(SNAPSHOT),
+            Message::Module(m) => {
+                for w in [
+                    MODULE,
+                    m.start,
+                    m.end,
+                    m.bias,
+                    m.file_offset,
+                    m.build_id.len() as u64,
+                ] {
+                    word(w);
+                }
+                out.extend_from_slice(m.build_id.as_bytes());
+                out.extend_from_slice(m.path.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes a message, or `None` if it is not one.
+    pub fn decode(bytes: &[u8]) -> Option<Message> {
+        let word = |i: usize| -> Option<u64> {
+            let b = bytes.get(i * 8..i * 8 + 8)?;
+            Some(u64::from_le_bytes(b.try_into().ok()?))
+        };
+        let text = |from: usize| -> Option<String> {
+            Some(String::from_utf8_lossy(bytes.get(from..)?).into_owned())
+        };
+        match word(0)? {
+            HELLO => Some(Message::Hello {
+                pid: u32::try_from(word(1)?).ok()?,
+                program: text(16)?,
+            }),
+            THREAD => Some(Message::Thread { index: word(1)? }),
+            MODULES => Some(Message::Modules { count: word(1)? }),
+            SNAPSHOT => Some(Message::Snapshot),
+            MODULE => {
+                let id_len = usize::try_from(word(5)?).ok()?;
+                let id = bytes.get(48..48usize.checked_add(id_len)?)?;
+                Some(Message::Module(Module {
+                    start: word(1)?,
+                    end: word(2)?,
+                    bias: word(3)?,
+                    file_offset: word(4)?,
+                    build_id: String::from_utf8_lossy(id).into_owned(),
+                    path: text(48 + id_len)?,
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The socket address of the abstract name `name`, and its length.
+fn address(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    // The first byte stays 0: the abstract namespace.
+    if bytes.len() + 1 > addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "session name too long",
+        ));
+    }
+    for (to, &from) in addr.sun_path[1..].iter_mut().zip(bytes) {
+        *to = from as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A new `SOCK_SEQPACKET` Unix socket, closed on `exec`.
+fn seqpacket(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A `memfd` of `bytes` zeroed bytes, closed on `exec`, mapped shared; the mapping is never
+/// unmapped.
+fn shared_memory(bytes: usize) -> io::Result<(OwnedFd, *mut u8)> {
+    // SAFETY: a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"unwind-profiler".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: plain system call on our descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let p = map(&fd, bytes)?;
+    Ok((fd, p))
+}
+
+/// Maps `bytes` of `fd` shared, readable and writable.
+fn map(fd: &OwnedFd, bytes: usize) -> io::Result<*mut u8> {
+    // SAFETY: a new mapping of our descriptor, placed by the kernel.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// Sends `message` on `socket`, with `fd` if given.
+fn send(socket: RawFd, message: &Message, fd: Option<RawFd>) -> io::Result<()> {
+    let bytes = message.encode();
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for one descriptor, aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic; the control buffer holds one descriptor's
+        // message (CMSG_SPACE(4) is at most 24 bytes), and CMSG_FIRSTHDR of a msghdr with that
+        // buffer points into it.
+        unsafe {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        }
+    }
+    loop {
+        // SAFETY: a valid msghdr; MSG_NOSIGNAL: a gone `record` gives EPIPE, not SIGPIPE.
+        let n = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message from `socket` without blocking: its bytes and the descriptor it
+/// carried. `Ok(None)` when none is waiting; an empty message at the end of the connection.
+fn receive(socket: RawFd, buffer: &mut [u8]) -> io::Result<Option<(usize, Option<OwnedFd>)>> {
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: a valid msghdr whose buffers outlive the call.
+    let n = unsafe {
+        libc::recvmsg(
+            socket,
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut fd = None;
+    // SAFETY: the kernel filled the control buffer; CMSG_FIRSTHDR/NXTHDR stay within
+    // msg_controllen, and an SCM_RIGHTS message's data holds descriptors now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    // One descriptor per message: any other is closed.
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Some((n as usize, fd)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The program's side.
+
+/// This process's connection to `record`.
+struct Client {
+    socket: OwnedFd,
+    /// The loader's counts of loads and unloads when the modules were last sent (also keeps
+    /// one [`Message::Modules`] list from interleaving with another).
+    sent: Mutex<(u64, u64)>,
+}
+
+static CLIENT: OnceLock<Client> = OnceLock::new();
+
+/// Whether this process samples into memory shared with `record`.
+pub fn active() -> bool {
+    CLIENT.get().is_some()
+}
+
+/// Starts profiling this process under `record`, whose socket is `name`: connects, shares its
+/// process record, builds the tables, installs the signal handler and samples the calling
+/// thread. Starts no thread and registers nothing at exit. On an error the process is not
+/// profiled by this way (and nothing was installed if the connection failed).
+pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
+    let session = |e: io::Error| StartError::Session(e);
+    let socket = seqpacket(0).map_err(session)?;
+    let (addr, len) = address(name).map_err(session)?;
+    // SAFETY: a valid address of the given length.
+    let rc = unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(session(io::Error::last_os_error()));
+    }
+    let (fd, region) = shared_memory(std::mem::size_of::<ProcessRecord>()).map_err(session)?;
+    // SAFETY: the region is zeroed (a valid ProcessRecord: all atomics), page-aligned, and
+    // mapped for the rest of the process.
+    let record = unsafe { &*(region as *const ProcessRecord) };
+    record.magic.store(sampler::PROCESS_RECORD_MAGIC, Release);
+    let program = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let hello = Message::Hello {
+        pid: std::process::id(),
+        program,
+    };
+    send(socket.as_raw_fd(), &hello, Some(fd.as_raw_fd())).map_err(session)?;
+    // SAFETY: as above: mapped for the rest of the process.
+    unsafe { sampler::use_process_record(region.cast()) };
+    let _ = CLIENT.set(Client {
+        socket,
+        sent: Mutex::new(collect::loader_counts()),
+    });
+    unwind_in_process::set_stack_scanning(config.stack_scanning).map_err(StartError::Unwinder)?;
+    let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
+    sampler::process().table_built(&report, false);
+    send_modules();
+    sampler::install(config.timing()).map_err(StartError::Signal)?;
+    sampler::start_thread();
+    Ok(())
+}
+
+/// Asks `record` for a snapshot of the profile so far; async-signal-safe (one `sendmsg` of
+/// bytes prepared here, errno kept), for the snapshot signal's handler. False outside a
+/// session.
+pub fn request_snapshot() -> bool {
+    let Some(c) = CLIENT.get() else {
+        return false;
+    };
+    let message = SNAPSHOT.to_le_bytes();
+    // SAFETY: this thread's errno, restored below so the interrupted code never sees a change.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: sends 8 bytes from a local buffer; send is async-signal-safe.
+    unsafe {
+        libc::send(
+            c.socket.as_raw_fd(),
+            message.as_ptr().cast(),
+            message.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    true
+}
+
+/// Sends the modules of the published table.
+fn send_modules() {
+    let Some(c) = CLIENT.get() else { return };
+    let mut sent = c.sent.lock().unwrap_or_else(|e| e.into_inner());
+    *sent = collect::loader_counts();
+    let modules = collect::modules_now();
+    let socket = c.socket.as_raw_fd();
+    let count = Message::Modules {
+        count: modules.len() as u64,
+    };
+    if send(socket, &count, None).is_err() {
+        return;
+    }
+    for m in modules {
+        if send(socket, &Message::Module(m), None).is_err() {
+            return;
+        }
+    }
+}
+
+/// After the program's `dlopen` or `dlclose` returned: if modules were loaded or unloaded,
+/// rebuilds the tables and tells `record`. Does nothing outside a session.
+pub fn modules_may_have_changed() {
+    let Some(c) = CLIENT.get() else { return };
+    if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts() {
+        return;
+    }
+    if let Ok(report) = unwind_in_process::refresh() {
+        sampler::process().table_built(&report, true);
+    }
+    send_modules();
+}
+
+/// A zeroed region of `bytes` shared with `record`, for a thread record, or `None` outside a
+/// session (or if it cannot be made). [`announce_thread`] hands it over once set up.
+pub(crate) fn shared_thread_region(bytes: usize) -> Option<(OwnedFd, *mut u8)> {
+    CLIENT.get()?;
+    shared_memory(bytes).ok()
+}
+
+/// Hands the thread record at `index`, in the region of `fd`, over to `record`.
+pub(crate) fn announce_thread(index: usize, fd: OwnedFd) {
+    if let Some(c) = CLIENT.get() {
+        let _ = send(
+            c.socket.as_raw_fd(),
+            &Message::Thread {
+                index: index as u64,
+            },
+            Some(fd.as_raw_fd()),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `record`'s side.
+
+/// A thread record received from a process, checked.
+struct SharedThread {
+    record: &'static ThreadRecord,
+    ring: Ring,
+    /// The owner's CPU time when last looked at (ns), while its timer runs, and its tid.
+    cpu_seen_ns: u64,
+    cpu_seen_tid: i32,
+}
+
+/// How often `record` reads the CPU time of the threads whose timer runs: what it adds for a
+/// thread that ends without deleting its timer (the main thread at `exit`, every thread at a
+/// `SIGKILL`), which misses at most this much of each.
+const CPU_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// The CPU time thread `tid` of process `pid` has run, in ns (`/proc`'s schedstat), if it
+/// still exists.
+fn thread_cpu_ns(pid: u32, tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// One process (one program image: an `exec` starts another, with the same pid).
+struct Process {
+    socket: OwnedFd,
+    /// Until its connection ends.
+    open: bool,
+    pid: u32,
+    program: String,
+    record: Option<&'static ProcessRecord>,
+    threads: Vec<SharedThread>,
+    /// A [`Message::Modules`] list being received, and how many are still to come.
+    modules: Vec<Module>,
+    modules_due: u64,
+    collector: Collector,
+    /// When its connection ended (CLOCK_MONOTONIC ns).
+    ended_ns: Option<u64>,
+    /// Drained once more after its end.
+    drained_after_end: bool,
+    /// When the threads' CPU time was last read.
+    cpu_looked: Option<Instant>,
+}
+
+/// `record`'s end of a session: the socket the program's processes connect to, and what they
+/// shared.
+pub struct Server {
+    listener: OwnedFd,
+    name: String,
+    processes: Vec<Process>,
+    interval: Duration,
+    wall_clock: bool,
+    /// Messages and descriptors that did not check out, by what was wrong.
+    rejected: HashMap<&'static str, u64>,
+    /// A process asked for a snapshot.
+    snapshot: bool,
+    /// `record`'s CLOCK_MONOTONIC and wall clock at the same instant.
+    clocks: (u64, SystemTime),
+}
+
+impl Server {
+    /// Listens on a new abstract socket named after this process, for processes sampled with
+    /// `config`'s period and clock.
+    pub fn new(config: &Config) -> io::Result<Server> {
+        let listener = seqpacket(libc::SOCK_NONBLOCK)?;
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!("unwind-profiler-{}-{nanos:x}", std::process::id());
+        let (addr, len) = address(&name)?;
+        // SAFETY: a valid address of the given length; then listen on our socket.
+        unsafe {
+            if libc::bind(
+                listener.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            ) != 0
+                || libc::listen(listener.as_raw_fd(), 4096) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Server {
+            listener,
+            name,
+            processes: Vec::new(),
+            interval: config.period(),
+            wall_clock: config.clock == crate::Clock::Wall,
+            rejected: HashMap::new(),
+            snapshot: false,
+            clocks: (sampler::now_ns(), SystemTime::now()),
+        })
+    }
+
+    /// The socket's name, for [`SESSION_VAR`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Processes that connected so far.
+    pub fn processes(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// Waits up to `timeout` for news, then takes every new connection and message and drains
+    /// every ring.
+    pub fn collect(&mut self, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
+            .chain(
+                self.processes
+                    .iter()
+                    .filter(|p| p.open)
+                    .map(|p| p.socket.as_raw_fd()),
+            )
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: a valid array of pollfds; a signal (Ctrl-C) ends the wait early (EINTR).
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis().min(1000) as libc::c_int,
+            )
+        };
+        self.accept();
+        let mut buffer = vec![0u8; MAX_MESSAGE];
+        for i in 0..self.processes.len() {
+            self.receive(i, &mut buffer);
+        }
+        self.drain();
+    }
+
+    fn accept(&mut self) {
+        loop {
+            // SAFETY: accepts on our listening socket; no address wanted.
+            let fd = unsafe {
+                libc::accept4(
+                    self.listener.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                )
+            };
+            if fd < 0 {
+                return;
+            }
+            self.processes.push(Process {
+                // SAFETY: a descriptor accept just gave us.
+                socket: unsafe { OwnedFd::from_raw_fd(fd) },
+                open: true,
+                pid: 0,
+                program: String::new(),
+                record: None,
+                threads: Vec::new(),
+                modules: Vec::new(),
+                modules_due: 0,
+                collector: Collector::new(self.interval, self.wall_clock, self.clocks.1),
+                ended_ns: None,
+                drained_after_end: false,
+                cpu_looked: None,
+            });
+        }
+    }
+
+    fn reject(&mut self, what: &'static str) {
+        *self.rejected.entry(what).or_default() += 1;
+    }
+
+    /// Takes every message waiting on process `i`'s connection.
+    fn receive(&mut self, i: usize, buffer: &mut [u8]) {
+        while self.processes[i].open {
+            let (n, fd) = match receive(self.processes[i].socket.as_raw_fd(), buffer) {
+                Ok(Some(m)) => m,
+                Ok(None) => return,
+                Err(_) => (0, None),
+            };
+            if n == 0 {
+                let p = &mut self.processes[i];
+                p.open = false;
+                p.ended_ns = Some(sampler::now_ns());
+                return;
+            }
+            match Message::decode(&buffer[..n]) {
+                Some(Message::Hello { pid, program }) => {
+                    let record = fd.and_then(|fd| map_checked::<ProcessRecord>(&fd, 0));
+                    let record =
+                        record.filter(|r| r.magic.load(Acquire) == sampler::PROCESS_RECORD_MAGIC);
+                    if record.is_none() {
+                        self.reject("process record");
+                    }
+                    let p = &mut self.processes[i];
+                    p.pid = pid;
+                    p.program = program;
+                    p.record = record;
+                }
+                Some(Message::Thread { .. }) => match fd.and_then(|fd| map_thread(&fd)) {
+                    Some(t) => self.processes[i].threads.push(t),
+                    None => self.reject("thread record"),
+                },
+                Some(Message::Modules { count }) => {
+                    let p = &mut self.processes[i];
+                    p.modules.clear();
+                    p.modules_due = count;
+                    if count == 0 {
+                        p.collector.set_modules(Vec::new());
+                    }
+                }
+                Some(Message::Module(m)) => {
+                    let p = &mut self.processes[i];
+                    if p.modules_due > 0 {
+                        p.modules.push(m);
+                        p.modules_due -= 1;
+                        if p.modules_due == 0 {
+                            let modules = std::mem::take(&mut p.modules);
+                            // The samples so far were taken with the old modules.
+                            p.drain();
+                            p.collector.set_modules(modules);
+                        }
+                    }
+                }
+                Some(Message::Snapshot) => self.snapshot = true,
+                None => self.reject("message"),
+            }
+        }
+    }
+
+    /// Drains every ring of every process still running, and once more those that ended.
+    fn drain(&mut self) {
+        for p in &mut self.processes {
+            if p.drained_after_end {
+                continue;
+            }
+            p.drain();
+            if !p.open {
+                p.drained_after_end = true;
+            }
+        }
+    }
+
+    /// Whether a process asked for a snapshot since the last call.
+    pub fn snapshot_requested(&mut self) -> bool {
+        std::mem::take(&mut self.snapshot)
+    }
+
+    /// Every process's profile, symbolized, merged into one (`None` if no process connected or
+    /// none had a record). Call after the last process has ended.
+    pub fn finish(mut self) -> Option<Profile> {
+        self.accept();
+        let mut buffer = vec![0u8; MAX_MESSAGE];
+        for i in 0..self.processes.len() {
+            self.receive(i, &mut buffer);
+        }
+        for p in &mut self.processes {
+            p.drain();
+        }
+        self.profile()
+    }
+
+    /// Every process's profile so far, symbolized, merged into one (`None` if no process
+    /// connected or none had a record).
+    pub fn profile(&self) -> Option<Profile> {
+        // The CPU time of threads whose timers still run, as last seen (the records' own
+        // counts have the threads that deleted their timers).
+        let unended: Vec<(&ThreadRecord, u64)> = self
+            .processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .filter(|t| {
+                t.record.active()
+                    && t.cpu_seen_ns > 0
+                    && t.cpu_seen_tid == t.record.tid.load(Relaxed)
+            })
+            .map(|t| {
+                let start = t.record.cpu_at_start.load(Relaxed);
+                (t.record, t.cpu_seen_ns.saturating_sub(start))
+            })
+            .collect();
+        for (r, cpu) in &unended {
+            r.counters.cpu_ns.add(*cpu);
+        }
+        let profile = self.profile_now();
+        for (r, cpu) in &unended {
+            r.counters.cpu_ns.add(cpu.wrapping_neg());
+        }
+        profile
+    }
+
+    fn profile_now(&self) -> Option<Profile> {
+        // The vdso is the same image in every process of one kernel: ours names theirs.
+        let vdso = unwind_in_process::vdso_image();
+        let mut symbolizer = crate::symbolize::Symbolizer::new(vdso.as_deref());
+        let now = sampler::now_ns();
+        let (mono, wall) = self.clocks;
+        let profiles: Vec<Profile> = self
+            .processes
+            .iter()
+            .filter_map(|p| {
+                let record = p.record?;
+                let epoch = record.epoch_ns.load(Relaxed);
+                if epoch == 0 {
+                    return None; // never sampled
+                }
+                let end = p.ended_ns.unwrap_or(now);
+                let info = ProcessInfo {
+                    pid: p.pid,
+                    program: p.program.clone(),
+                    duration: Duration::from_nanos(end.saturating_sub(epoch)),
+                    record,
+                };
+                let mut profile = p.collector.finish(
+                    p.threads.iter().map(|t| (t.record, &t.ring)),
+                    &info,
+                    &mut symbolizer,
+                );
+                profile.start = if epoch >= mono {
+                    wall + Duration::from_nanos(epoch - mono)
+                } else {
+                    wall - Duration::from_nanos(mono - epoch)
+                };
+                Some(profile)
+            })
+            .collect();
+        crate::profile::Profile::merge(profiles)
+    }
+
+    /// Messages and descriptors that did not check out, by what was wrong (none, unless the
+    /// program wrote over the profiler's memory or another program connected).
+    pub fn rejected(&self) -> &HashMap<&'static str, u64> {
+        &self.rejected
+    }
+}
+
+impl Process {
+    fn drain(&mut self) {
+        let start = Instant::now();
+        let cpu = sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        self.collector.drain(
+            self.threads.iter().map(|t| (t.record, &t.ring)),
+            Some(self.pid),
+        );
+        // A closed connection: the process ended or exec'd another image, whose threads are
+        // not these.
+        if self.open && self.cpu_looked.is_none_or(|t| start - t >= CPU_LOOK_EVERY) {
+            self.cpu_looked = Some(start);
+            for t in &mut self.threads {
+                if t.record.active() {
+                    let tid = t.record.tid.load(Relaxed);
+                    if let Some(cpu) = thread_cpu_ns(self.pid, tid) {
+                        t.cpu_seen_ns = cpu;
+                        t.cpu_seen_tid = tid;
+                    }
+                }
+            }
+        }
+        self.collector.add_busy(Duration::from_nanos(
+            sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu),
+        ));
+    }
+}
+
+/// The size of the region behind `fd`.
+fn size_of_fd(fd: &OwnedFd) -> Option<usize> {
+    // SAFETY: a zeroed stat is valid; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor.
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0)
+        .then(|| usize::try_from(st.st_size).ok())
+        .flatten()
+}
+
+/// Maps the region of `fd`, if it holds at least a `T` and `extra` bytes; never unmapped.
+fn map_checked<T>(fd: &OwnedFd, extra: usize) -> Option<&'static T> {
+    let size = size_of_fd(fd)?;
+    if size < std::mem::size_of::<T>().checked_add(extra)? {
+        return None;
+    }
+    let p = map(fd, size).ok()?;
+    // SAFETY: the mapping is page-aligned, at least a T long, never unmapped; T is made of
+    // atomics (ProcessRecord, ThreadRecord), for which every bit pattern is valid.
+    Some(unsafe { &*(p as *const T) })
+}
+
+/// Maps a thread record and its ring, checking its magic and that its ring fits the region.
+fn map_thread(fd: &OwnedFd) -> Option<SharedThread> {
+    let size = size_of_fd(fd)?;
+    let record: &'static ThreadRecord = map_checked(fd, 0)?;
+    if record.magic.load(Acquire) != sampler::THREAD_RECORD_MAGIC {
+        return None;
+    }
+    let words = usize::try_from(record.ring_words.load(Relaxed)).ok()?;
+    if sampler::record_region_bytes(words) > size || !words.is_power_of_two() {
+        return None;
+    }
+    // SAFETY: the words follow the record inside the mapping (checked above), which is never
+    // unmapped; AtomicU64 has u64's layout, and the offset is a multiple of 64.
+    let words: &'static [AtomicU64] = unsafe {
+        std::slice::from_raw_parts(
+            (record as *const ThreadRecord)
+                .cast::<u8>()
+                .add(std::mem::size_of::<ThreadRecord>())
+                .cast::<AtomicU64>(),
+            words,
+        )
+    };
+    let ring = Ring::over(&record.ring, words)?;
+    Some(SharedThread {
+        record,
+        ring,
+        cpu_seen_ns: 0,
+        cpu_seen_tid: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_refused() {
+        let messages = [
+            Message::Hello {
+                pid: 42,
+                program: "/usr/bin/python3.11".into(),
+            },
+            Message::Thread { index: 7 },
+            Message::Modules { count: 3 },
+            Message::Module(Module {
+                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                start: 0x7f00_0002_8000,
+                end: 0x7f00_001b_d000,
+                bias: 0x7f00_0000_0000,
+                file_offset: 0x28000,
+                build_id: "c289da5071a3399de893d2af81d6a30c62646e1e".into(),
+            }),
+        ];
+        for m in &messages {
+            assert_eq!(Message::decode(&m.encode()).as_ref(), Some(m));
+        }
+        assert_eq!(Message::decode(&[]), None);
+        assert_eq!(Message::decode(&99u64.to_le_bytes()), None);
+        // A module whose build id runs past the message.
+        let mut bad = messages[3].encode();
+        bad[40..48].copy_from_slice(&1000u64.to_le_bytes());
+        assert_eq!(Message::decode(&bad), None);
+        // Truncated anywhere: never a panic.
+        for m in &messages {
+            let bytes = m.encode();
+            for n in 0..bytes.len() {
+                let _ = Message::decode(&bytes[..n]);
+            }
+        }
+    }
+}
