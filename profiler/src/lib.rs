@@ -5,10 +5,11 @@
 //! [`timer`]), or a wall-clock one. Its signal handler
 //! unwinds the interrupted stack with [`unwind_in_process::unwind_signal`] into a preallocated
 //! ring of that thread ([`ring`]), counting every signal it could not turn into a sample, by
-//! reason. A collector thread drains the rings every few milliseconds and keeps the unwinder's
-//! rule table current as modules are loaded and unloaded ([`collect`]). At the end, the samples
-//! are symbolized ([`symbolize`]) into a [`Profile`] that every output format is written from
-//! ([`output`]).
+//! reason. A collector drains the rings every few milliseconds ([`collect`]): under the
+//! `record` command, `record` itself, through memory the program's processes share with it
+//! ([`session`]); otherwise a thread of the program, which also keeps the unwinder's rule table
+//! current as modules are loaded and unloaded. At the end, the samples are symbolized
+//! ([`symbolize`]) into a [`Profile`] that every output format is written from ([`output`]).
 //!
 //! Three ways to use it: the `unwind-profiler record -- PROGRAM ARGS` command; the preload
 //! library (`libunwind_profiler_preload.so`, configured by environment variables, see

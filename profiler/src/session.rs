@@ -318,6 +318,9 @@ fn receive(socket: RawFd, buffer: &mut [u8]) -> io::Result<Option<(usize, Option
 
 /// This process's connection to `record`.
 struct Client {
+    /// The process that connected: a child forked from it (and not yet `exec`ed) inherits the
+    /// connection but is not that process, and sends nothing on it.
+    pid: u32,
     socket: OwnedFd,
     /// The loader's counts of loads and unloads when the modules were last sent (also keeps
     /// one [`Message::Modules`] list from interleaving with another).
@@ -326,9 +329,44 @@ struct Client {
 
 static CLIENT: OnceLock<Client> = OnceLock::new();
 
+/// This process's connection, if it has one of its own (see [`Client::pid`]).
+fn client() -> Option<&'static Client> {
+    CLIENT.get().filter(|c| c.pid == std::process::id())
+}
+
 /// Whether this process samples into memory shared with `record`.
 pub fn active() -> bool {
     CLIENT.get().is_some()
+}
+
+/// How long a process waits for `record` to take its connection before profiling itself
+/// alone (`record`'s queue of connections is full: thousands of processes starting at once).
+const CONNECT_PATIENCE: Duration = Duration::from_millis(200);
+
+/// Connects `socket` to `record`'s socket at `addr` without blocking past
+/// [`CONNECT_PATIENCE`] (a Unix socket's `connect` blocks while the listener's queue is full).
+fn connect(socket: &OwnedFd, addr: &libc::sockaddr_un, len: libc::socklen_t) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    // SAFETY: plain fcntl calls on our descriptor.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let start = Instant::now();
+    let result = loop {
+        // SAFETY: a valid address of the given length.
+        if unsafe { libc::connect(fd, (addr as *const libc::sockaddr_un).cast(), len) } == 0 {
+            break Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock || start.elapsed() >= CONNECT_PATIENCE {
+            break Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Blocking from here on: a message waits for room rather than being lost.
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    result
 }
 
 /// Starts profiling this process under `record`, whose socket is `name`: connects, shares its
@@ -339,17 +377,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     let session = |e: io::Error| StartError::Session(e);
     let socket = seqpacket(0).map_err(session)?;
     let (addr, len) = address(name).map_err(session)?;
-    // SAFETY: a valid address of the given length.
-    let rc = unsafe {
-        libc::connect(
-            socket.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    };
-    if rc != 0 {
-        return Err(session(io::Error::last_os_error()));
-    }
+    connect(&socket, &addr, len).map_err(session)?;
     let (fd, region) = shared_memory(std::mem::size_of::<ProcessRecord>()).map_err(session)?;
     // SAFETY: the region is zeroed (a valid ProcessRecord: all atomics), page-aligned, and
     // mapped for the rest of the process.
@@ -366,6 +394,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     // SAFETY: as above: mapped for the rest of the process.
     unsafe { sampler::use_process_record(region.cast()) };
     let _ = CLIENT.set(Client {
+        pid: std::process::id(),
         socket,
         sent: Mutex::new(collect::loader_counts()),
     });
@@ -382,6 +411,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
 /// bytes prepared here, errno kept), for the snapshot signal's handler. False outside a
 /// session.
 pub fn request_snapshot() -> bool {
+    // Not `client()`: `getpid` is a system call, and a forked child's snapshot is harmless.
     let Some(c) = CLIENT.get() else {
         return false;
     };
@@ -404,7 +434,7 @@ pub fn request_snapshot() -> bool {
 
 /// Sends the modules of the published table.
 fn send_modules() {
-    let Some(c) = CLIENT.get() else { return };
+    let Some(c) = client() else { return };
     let mut sent = c.sent.lock().unwrap_or_else(|e| e.into_inner());
     *sent = collect::loader_counts();
     let modules = collect::modules_now();
@@ -425,7 +455,7 @@ fn send_modules() {
 /// After the program's `dlopen` or `dlclose` returned: if modules were loaded or unloaded,
 /// rebuilds the tables and tells `record`. Does nothing outside a session.
 pub fn modules_may_have_changed() {
-    let Some(c) = CLIENT.get() else { return };
+    let Some(c) = client() else { return };
     if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts() {
         return;
     }
@@ -438,13 +468,13 @@ pub fn modules_may_have_changed() {
 /// A zeroed region of `bytes` shared with `record`, for a thread record, or `None` outside a
 /// session (or if it cannot be made). [`announce_thread`] hands it over once set up.
 pub(crate) fn shared_thread_region(bytes: usize) -> Option<(OwnedFd, *mut u8)> {
-    CLIENT.get()?;
+    client()?;
     shared_memory(bytes).ok()
 }
 
 /// Hands the thread record at `index`, in the region of `fd`, over to `record`.
 pub(crate) fn announce_thread(index: usize, fd: OwnedFd) {
-    if let Some(c) = CLIENT.get() {
+    if let Some(c) = client() {
         let _ = send(
             c.socket.as_raw_fd(),
             &Message::Thread {
@@ -481,9 +511,8 @@ fn thread_cpu_ns(pid: u32, tid: i32) -> Option<u64> {
 
 /// One process (one program image: an `exec` starts another, with the same pid).
 struct Process {
-    socket: OwnedFd,
-    /// Until its connection ends.
-    open: bool,
+    /// Its connection, until it ends (then closed: a long run may see thousands of processes).
+    socket: Option<OwnedFd>,
     pid: u32,
     program: String,
     record: Option<&'static ProcessRecord>,
@@ -568,8 +597,8 @@ impl Server {
             .chain(
                 self.processes
                     .iter()
-                    .filter(|p| p.open)
-                    .map(|p| p.socket.as_raw_fd()),
+                    .filter_map(|p| p.socket.as_ref())
+                    .map(|s| s.as_raw_fd()),
             )
             .map(|fd| libc::pollfd {
                 fd,
@@ -609,8 +638,7 @@ impl Server {
             }
             self.processes.push(Process {
                 // SAFETY: a descriptor accept just gave us.
-                socket: unsafe { OwnedFd::from_raw_fd(fd) },
-                open: true,
+                socket: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
                 pid: 0,
                 program: String::new(),
                 record: None,
@@ -631,15 +659,15 @@ impl Server {
 
     /// Takes every message waiting on process `i`'s connection.
     fn receive(&mut self, i: usize, buffer: &mut [u8]) {
-        while self.processes[i].open {
-            let (n, fd) = match receive(self.processes[i].socket.as_raw_fd(), buffer) {
+        while let Some(socket) = self.processes[i].socket.as_ref() {
+            let (n, fd) = match receive(socket.as_raw_fd(), buffer) {
                 Ok(Some(m)) => m,
                 Ok(None) => return,
                 Err(_) => (0, None),
             };
             if n == 0 {
                 let p = &mut self.processes[i];
-                p.open = false;
+                p.socket = None;
                 p.ended_ns = Some(sampler::now_ns());
                 return;
             }
@@ -694,7 +722,7 @@ impl Server {
                 continue;
             }
             p.drain();
-            if !p.open {
+            if p.socket.is_none() {
                 p.drained_after_end = true;
             }
         }
@@ -803,7 +831,7 @@ impl Process {
         );
         // A closed connection: the process ended or exec'd another image, whose threads are
         // not these.
-        if self.open && self.cpu_looked.is_none_or(|t| start - t >= CPU_LOOK_EVERY) {
+        if self.socket.is_some() && self.cpu_looked.is_none_or(|t| start - t >= CPU_LOOK_EVERY) {
             self.cpu_looked = Some(start);
             for t in &mut self.threads {
                 if t.record.active() {
@@ -818,6 +846,24 @@ impl Process {
         self.collector.add_busy(Duration::from_nanos(
             sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu),
         ));
+    }
+}
+
+/// Raises this process's limit of open descriptors to its hard limit: `record` holds one
+/// connection per running process of the program. Call it after starting the program, which
+/// must inherit the limit it would have had.
+pub fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads and sets this process's own limit through a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 

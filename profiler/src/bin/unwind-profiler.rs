@@ -1,5 +1,7 @@
 //! `unwind-profiler record [OPTIONS] -- PROGRAM [ARGS...]`: runs a program under the preload
-//! library and, when it exits, prints the summary and the paths of the outputs.
+//! library, collects the samples of every process it becomes or starts through a session
+//! ([`unwind_profiler::session`]), and when the last has ended writes one profile and prints
+//! the paths of the outputs.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,9 +19,10 @@ fn usage() -> String {
          Runs PROGRAM with the profiler preloaded, samples every thread it starts, and when it\n\
          exits writes, in the output directory: STEM.folded (folded stacks), STEM.svg (flame\n\
          graph), STEM.pb.gz (pprof: `go tool pprof`), STEM.firefox.json.gz (profiler.firefox.com)\n\
-         and STEM.summary.txt. Programs it starts with exec are profiled too (STEM-COMM-PID.*).\n\
-         It ends when PROGRAM and every process PROGRAM started have ended; Ctrl-C goes to\n\
-         PROGRAM, which ends as it would alone, and then it reports how.\n\n\
+         and STEM.summary.txt: one profile of PROGRAM and every program it runs (exec, fork and\n\
+         exec), however each ends (exit, _exit, a signal, SIGKILL). It ends when PROGRAM and every\n\
+         process PROGRAM started have ended; Ctrl-C goes to PROGRAM, which ends as it would\n\
+         alone, and then it reports how.\n\n\
          Options (each also settable as the environment variable shown, for LD_PRELOAD use):\n",
     );
     for o in OPTIONS {
@@ -332,6 +335,7 @@ fn main() -> ExitCode {
         }
     };
     let child = child.id() as libc::pid_t;
+    unwind_profiler::session::raise_descriptor_limit();
     let status = collect_until_all_ended(server.as_mut(), child, &dir, &config.stem);
     let profile = server.and_then(Server::finish);
     match profile {
