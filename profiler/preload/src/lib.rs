@@ -15,6 +15,9 @@
 //!   `record`, which collects and writes one profile of every process, however they end. No
 //!   collector thread is started and nothing runs at exit; the tables are rebuilt after a
 //!   `dlopen` or `dlclose` (this library interposes both) that changed the loaded modules.
+//!   The interposed `dlopen` keeps its caller's search path: a bare file name is still looked
+//!   up along the calling object's DT_RPATH or DT_RUNPATH, and `$ORIGIN` is still the calling
+//!   object's directory, as if the C library had been called directly (see `dlopen.rs`).
 //!   If the socket cannot be reached (a program that left the session's network namespace),
 //!   the process is profiled on its own as below.
 //! - **Snapshots**: with `UNWIND_PROFILER_SNAPSHOT_SIGNAL`, that signal writes the profile so
@@ -34,6 +37,7 @@ use std::sync::Mutex;
 
 use unwind_profiler::{Config, Profiler};
 
+mod dlopen;
 mod huge_pages;
 
 /// Large blocks (the rule tables of large modules) in 2 MiB pages: see [`huge_pages`].
@@ -60,6 +64,7 @@ const ROOT_PID: &str = "UNWIND_PROFILER_ROOT_PID";
 static CONSTRUCTOR: extern "C" fn() = start;
 
 extern "C" fn start() {
+    dlopen::remember_library_path();
     let mut config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -222,12 +227,9 @@ pub unsafe extern "C" fn pthread_create(
     }
 }
 
-/// `dlopen`'s signature.
-type Dlopen = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;
 /// `dlclose`'s signature.
 type Dlclose = unsafe extern "C" fn(*mut c_void) -> libc::c_int;
 
-static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The next object's definition of `name`, found once with `dlsym(RTLD_NEXT)`.
@@ -241,27 +243,6 @@ fn next_symbol(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void 
     p
 }
 
-/// Interposes the C library's `dlopen`: under `record`, a load that added modules rebuilds the
-/// tables once the real call has returned (see the crate docs).
-///
-/// # Safety
-/// The contract of `dlopen`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlopen(file: *const libc::c_char, flags: libc::c_int) -> *mut c_void {
-    let p = next_symbol(&REAL_DLOPEN, c"dlopen");
-    if p.is_null() {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: the next object's `dlopen` is the C library's, of this type.
-    let real = unsafe { std::mem::transmute::<*mut c_void, Dlopen>(p) };
-    // SAFETY: forwarded.
-    let handle = unsafe { real(file, flags) };
-    // errno is not part of dlopen's contract (dlerror is), and the refresh leaves dlerror
-    // alone: it makes no dl* call that fails.
-    unwind_profiler::session::modules_may_have_changed();
-    handle
-}
-
 /// Interposes the C library's `dlclose`: under `record`, an unload rebuilds the tables once the
 /// real call has returned.
 ///
@@ -269,14 +250,18 @@ pub unsafe extern "C" fn dlopen(file: *const libc::c_char, flags: libc::c_int) -
 /// The contract of `dlclose`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> libc::c_int {
-    let p = next_symbol(&REAL_DLCLOSE, c"dlclose");
-    if p.is_null() {
+    let Some(real) = real_dlclose() else {
         return -1;
-    }
-    // SAFETY: the next object's `dlclose` is the C library's, of this type.
-    let real = unsafe { std::mem::transmute::<*mut c_void, Dlclose>(p) };
+    };
     // SAFETY: forwarded.
     let rc = unsafe { real(handle) };
     unwind_profiler::session::modules_may_have_changed();
     rc
+}
+
+/// The C library's `dlclose`.
+fn real_dlclose() -> Option<Dlclose> {
+    let p = next_symbol(&REAL_DLCLOSE, c"dlclose");
+    // SAFETY: the next object's `dlclose` is the C library's, of this type.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Dlclose>(p) })
 }
