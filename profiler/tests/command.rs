@@ -15,6 +15,9 @@
 //!   often as a busy one, the CPU clock almost never; `_exit` and `SIGKILL` keep the profile
 //!   and the command ends with the program's status; a fork that execs and an exec make one
 //!   profile of three processes, each still single-threaded in its C library's eyes.
+//! - A library that `dlopen`s a plugin through its own RUNPATH or RPATH, or by a `$ORIGIN`
+//!   name, loads it under `record` and under the preload library alone as it does on its own,
+//!   and a missing plugin fails with the same `dlerror` message.
 //!
 //! Needs the release build of the command and the preload library, and `cc` (under `CI=true` a
 //! missing `cc` fails the tests): `cargo build --release -p unwind-profiler
@@ -189,6 +192,28 @@ fn build(name: &str, dir: &Path) -> Option<PathBuf> {
             .arg(&exe),
     );
     Some(exe)
+}
+
+/// Compiles `profiler/tests/behaviour/SOURCE` into `out` with `args` after the source (such as
+/// `-shared`, `-Wl,...`, `-l...`), making `out`'s directory; `None` (skipping the test, failing
+/// it under CI) without a C compiler.
+fn compile(source: &str, out: &Path, args: &[&str]) -> Option<PathBuf> {
+    if !unwind_test_support::tool_runs("cc") {
+        unwind_test_support::missing("cc (a C compiler: gcc)");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    unwind_test_support::run(
+        Command::new("cc")
+            .args(["-O0", "-g", "-I"])
+            .arg(&src)
+            .arg(src.join(source))
+            .args(args)
+            .arg("-o")
+            .arg(out),
+    );
+    Some(out.to_path_buf())
 }
 
 /// Folded lines as (frames root first, weighted count).
@@ -865,4 +890,119 @@ fn every_process_of_a_run_is_in_one_profile_and_stays_single_threaded() {
     let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
     assert!(summary.contains("processes         2"), "{summary}");
     let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
+
+/// A library that `dlopen`s a plugin by its own search path (a bare name found through its
+/// RUNPATH or RPATH, and a name starting with `$ORIGIN`) loads it under `record` and under the
+/// preload library alone as it does on its own: glibc resolves such names from the object that
+/// calls `dlopen`, and the preload library's `dlopen` stands between the two. A file that is
+/// nowhere fails with the same message, by either kind of name.
+#[test]
+fn dlopen_keeps_the_search_path_of_its_caller() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("dlopen");
+    let expected = "bare name: loaded, plugin_value 42, dlerror empty\n\
+                    $ORIGIN name: loaded, plugin_value 42, dlerror empty\n\
+                    missing: failed: libnot-anywhere.so: cannot open shared object file: \
+                    No such file or directory\n\
+                    $ORIGIN missing: failed: $ORIGIN/../plugins/libnot-anywhere.so: cannot open \
+                    shared object file: No such file or directory\n";
+    for (tag, dtags) in [
+        ("RUNPATH", "-Wl,--enable-new-dtags"),
+        ("RPATH", "-Wl,--disable-new-dtags"),
+    ] {
+        // TREE/plugins/libplugin.so, TREE/lib/libloader.so (searching $ORIGIN/../plugins),
+        // TREE/caller (searching $ORIGIN/lib).
+        let tree = dir.join(tag);
+        let lib = tree.join("lib");
+        let built = compile(
+            "dlopen_plugin.c",
+            &tree.join("plugins/libplugin.so"),
+            &["-shared", "-fPIC"],
+        )
+        .and_then(|_| {
+            compile(
+                "dlopen_loader.c",
+                &lib.join("libloader.so"),
+                &["-shared", "-fPIC", "-Wl,-rpath,$ORIGIN/../plugins", dtags],
+            )
+        })
+        .and_then(|_| {
+            compile(
+                "dlopen_caller.c",
+                &tree.join("caller"),
+                &[
+                    &format!("-L{}", lib.display()),
+                    "-lloader",
+                    "-ldl",
+                    "-Wl,-rpath,$ORIGIN/lib",
+                    dtags,
+                ],
+            )
+        });
+        let Some(exe) = built else {
+            return;
+        };
+        let dynamic = Command::new("readelf")
+            .arg("-d")
+            .arg(lib.join("libloader.so"))
+            .output()
+            .expect("readelf (binutils, with cc)");
+        assert!(
+            text(&dynamic.stdout).contains(&format!("({tag})")),
+            "libloader.so has no {tag}: {}",
+            text(&dynamic.stdout)
+        );
+
+        // The test's own check: the program loads its plugin when nothing stands between.
+        let alone = run(Command::new(&exe).env_remove("LD_PRELOAD"));
+        assert_eq!(
+            text(&alone.stdout),
+            expected,
+            "{tag}, alone: {}",
+            text(&alone.stderr)
+        );
+        assert!(alone.status.success(), "{tag}, alone: {}", alone.status);
+
+        let out_dir = tree.join("out");
+        let recorded = run(record()
+            .arg("record")
+            .arg("--output")
+            .arg(&out_dir)
+            .arg("--")
+            .arg(&exe));
+        let stderr = text(&recorded.stderr);
+        println!("{tag}, under record: {stderr}");
+        assert_eq!(
+            text(&recorded.stdout),
+            expected,
+            "{tag}, under record: {stderr}"
+        );
+        assert_eq!(
+            recorded.status.code(),
+            Some(0),
+            "{tag}, under record: {stderr}"
+        );
+
+        let mut preloaded = Command::new(&exe);
+        for o in OPTIONS {
+            preloaded.env_remove(o.env);
+        }
+        let preloaded = run(preloaded
+            .env_remove(unwind_profiler::session::SESSION_VAR)
+            .env(
+                "LD_PRELOAD",
+                release_dir().join("libunwind_profiler_preload.so"),
+            )
+            .env("UNWIND_PROFILER_OUTPUT", tree.join("preloaded"))
+            .env("UNWIND_PROFILER_QUIET", "1"));
+        let stderr = text(&preloaded.stderr);
+        assert_eq!(
+            text(&preloaded.stdout),
+            expected,
+            "{tag}, preloaded: {stderr}"
+        );
+        assert!(preloaded.status.success(), "{tag}, preloaded: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
