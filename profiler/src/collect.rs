@@ -501,12 +501,23 @@ impl Collector {
             .record
             .trampoline
             .load(std::sync::atomic::Ordering::Relaxed);
-        let ours = self
-            .module_of(trampoline, true)
+        let our_module = self.module_of(trampoline, true);
+        // The preload library is none of the program's code: its frames (the interposers of
+        // `pthread_create` and `dlopen`, a thread's start) are left out. Linked into a program,
+        // the profiler's module is the program's: only the trampoline's frame is.
+        let preloaded = info
+            .record
+            .preloaded
+            .load(std::sync::atomic::Ordering::Relaxed)
+            != 0;
+        let ours = our_module
             .and_then(|m| symbolizer.function_bounds(&self.modules[m], trampoline))
             .unwrap_or((0, 0));
         let process = crate::symbolize::basename(&info.program).to_owned();
-        let is_ours = |pc: u64, leaf: bool| {
+        let is_ours = |pc: u64, module: Option<usize>, leaf: bool| {
+            if preloaded {
+                return module.is_some() && module == our_module;
+            }
             let at = crate::symbolize::code_address(pc, leaf);
             ours.0 <= at && at < ours.1
         };
@@ -520,7 +531,7 @@ impl Collector {
                 stack
                     .iter()
                     .enumerate()
-                    .filter(|&(i, &(pc, _))| !is_ours(pc, i == 0))
+                    .filter(|&(i, &(pc, module))| !is_ours(pc, module, i == 0))
                     .map(|(i, &(pc, module))| {
                         let leaf = i == 0;
                         *location_ids.entry((pc, module, leaf)).or_insert_with(|| {

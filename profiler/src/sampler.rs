@@ -210,6 +210,9 @@ pub struct ProcessRecord {
     pub scanning: AtomicU64,
     /// The address of [`crate::threads`]' trampoline, whose frame profiles leave out.
     pub trampoline: AtomicU64,
+    /// 1 when the profiler runs as the preload library: profiles leave out every frame of the
+    /// trampoline's module (see [`mark_preloaded`]).
+    pub preloaded: AtomicU64,
     /// Nanoseconds spent building the rule tables, at start and at every refresh.
     pub preload_ns: AtomicU64,
     /// Bytes of the rule tables, as last published.
@@ -237,6 +240,7 @@ impl ProcessRecord {
             epoch_ns: AtomicU64::new(0),
             scanning: AtomicU64::new(0),
             trampoline: AtomicU64::new(0),
+            preloaded: AtomicU64::new(0),
             preload_ns: AtomicU64::new(0),
             table_bytes: AtomicU64::new(0),
             table_rows: AtomicU64::new(0),
@@ -275,6 +279,16 @@ impl ProcessRecord {
         }
     }
 }
+
+/// Says that the profiler runs as a library of its own, preloaded into the program: profiles
+/// leave its frames out (its interposers of `pthread_create` and `dlopen` are not the
+/// program's code). Call before sampling starts.
+pub fn mark_preloaded() {
+    PRELOADED.store(true, Relaxed);
+}
+
+/// Set by [`mark_preloaded`]; copied into the process record when sampling starts.
+static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 /// This process's record when no one shares it.
 static LOCAL_PROCESS: ProcessRecord = ProcessRecord::zero();
@@ -404,6 +418,8 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
     p.scanning.store(u64::from(timing.stack_scanning), Relaxed);
     p.trampoline
         .store(crate::threads::trampoline_address(), Relaxed);
+    p.preloaded
+        .store(u64::from(PRELOADED.load(Relaxed)), Relaxed);
     set_handler(timing.timer.signal, on_signal, None)?;
     if timing.timer.choice == TimerChoice::PerfSigtrap {
         // SAFETY: a zeroed sigaction is valid (sigaction overwrites it).

@@ -64,6 +64,7 @@ const ROOT_PID: &str = "UNWIND_PROFILER_ROOT_PID";
 static CONSTRUCTOR: extern "C" fn() = start;
 
 extern "C" fn start() {
+    unwind_profiler::sampler::mark_preloaded();
     dlopen::remember_library_path();
     let mut config = match Config::from_env() {
         Ok(c) => c,
