@@ -526,18 +526,7 @@ fn go_tool_pprof_top_matches_the_summary() {
     let dir = out_dir("go-pprof");
     let model = sample_profile();
     let outputs = output::write_all(&model, &dir, "p").unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-nodecount=20"])
-        .arg(&outputs.pprof)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go tool pprof failed: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = go_pprof(&["-top", "-nodecount=20"], &outputs.pprof);
     let top = summary::top_functions(&model, 20);
     let expected: Vec<(String, String)> = top
         .by_self
@@ -1056,20 +1045,27 @@ fn go_tool_pprof_focuses_on_one_process() {
     }
     let dir = out_dir("go-pprof-processes");
     let outputs = output::write_all(&two_process_profile(), &dir, "p").unwrap();
+    let stdout = go_pprof(&["-top", "-tagfocus=process=python3.11"], &outputs.pprof);
+    let rows = pprof_top_rows(&stdout);
+    let names: Vec<_> = rows.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["eval", "Py_Main"], "go tool pprof -top:\n{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `go tool pprof ARGS FILE` prints; fails the test if it fails.
+fn go_pprof(args: &[&str], file: &std::path::Path) -> String {
     let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-tagfocus=process=python3.11"])
-        .arg(&outputs.pprof)
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "go tool pprof failed: {}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows = pprof_top_rows(&stdout);
-    let names: Vec<_> = rows.iter().map(|(_, name)| name.as_str()).collect();
-    assert_eq!(names, ["eval", "Py_Main"], "go tool pprof -top:\n{stdout}");
-    let _ = std::fs::remove_dir_all(&dir);
+    stdout
 }
