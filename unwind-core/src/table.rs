@@ -159,7 +159,9 @@ impl<R: TableRule> ModuleRules<R> {
         let page = usize::try_from(rel >> self.page_shift).ok()?;
         // The extent is between the one holding the page's first byte and the one holding the
         // next page's (inclusive); past the last page there is none.
-        let &[first, last] = self.pages.get(page..page + 2)? else {
+        // (`get(page..)` first: `page + 2` overflows for the top pages of a 16-byte page
+        // size on 32-bit hosts, or of an empty module's page size of 1.)
+        let &[first, last] = self.pages.get(page..)?.get(..2)? else {
             return None;
         };
         let (first, last, rel) = (first as usize, last as usize, rel as u32);
@@ -325,7 +327,10 @@ impl<R: TableRule> ModuleRulesBuilder<R> {
             ..BuildStats::default()
         };
         self.rows.sort_by_key(|r| r.0);
-        let base = self.rows.first().map_or(0, |r| r.0);
+        // The first extent starts at the base (the page index takes addresses below the first
+        // start for the first extent's): an empty row below it (a discarded function's FDE at
+        // address 0 in `.debug_frame`) does not count.
+        let base = self.rows.iter().find(|r| r.0 < r.1).map_or(0, |r| r.0);
         let mut starts = Vec::with_capacity(self.rows.len() + 1);
         let mut rules: Vec<u16> = Vec::with_capacity(self.rows.len() + 1);
         let rel = |a: u64| u32::try_from(a - base).map_err(|_| TableError::RangeTooLarge);
@@ -838,6 +843,31 @@ mod tests {
         assert_eq!(m.lookup(0x30), Some(3));
         assert_eq!(m.stats().overlapping, 2);
         assert_eq!(m.stats().empty, 1);
+    }
+
+    /// An empty row below every other (a discarded function's FDE at address 0) does not move
+    /// the base: the addresses between it and the first extent have no rule.
+    #[test]
+    fn an_empty_row_below_the_first_extent_is_not_the_base() {
+        let m = build(&[(0x10, 0x10, 1), (0x20, 0x30, 2), (0, 0, 3)]);
+        for svma in [0, 0x10, 0x15, 0x1f, 0x30] {
+            assert_eq!(m.extent_at(svma).and_then(|e| e.rule), None, "{svma:#x}");
+        }
+        assert_eq!(m.lookup(0x20), Some(2));
+        assert_eq!(m.stats().empty, 2);
+    }
+
+    /// The top of the address space has no page in any module, empty or not (no overflow
+    /// finding its page).
+    #[test]
+    fn the_last_addresses_have_no_extent() {
+        let empty = ModuleRules::<u8>::empty();
+        let one = build(&[(0x1000, 0x1010, 1)]);
+        for m in [&empty, &one] {
+            for svma in [u64::MAX, u64::MAX - 1, u64::MAX - 16, 1 << 63] {
+                assert_eq!(m.extent_at(svma), None, "{svma:#x}");
+            }
+        }
     }
 
     #[test]
