@@ -394,6 +394,115 @@ impl crate::table::TableRule for Rule {
     }
 }
 
+/// The tracked registers in [`Reg`]'s order: a register's number in the byte form of rules.
+const REGS: [Reg; 6] = [Reg::R7, Reg::R11, Reg::R12, Reg::Sp, Reg::Lr, Reg::Pc];
+
+/// The register numbered `n` in the byte form of rules ([`REGS`]).
+fn reg_of(n: u32) -> Option<Reg> {
+    REGS.get(usize::try_from(n).ok()?).copied()
+}
+
+/// The byte form of ARM rules: the CFA rule (a tag, a register and a 4-byte payload), the six
+/// registers' rules (each a tag and a 4-byte payload: an offset, a register, an expression
+/// index or nothing), the source and the signal-frame flag, 38 bytes.
+impl crate::table::RuleBytes for Rule {
+    const ARCH: [u8; 4] = *b"arm\0";
+    const SIZE: usize = 38;
+
+    fn write(&self, out: &mut alloc::vec::Vec<u8>) {
+        use crate::table::bytes::write_tagged;
+        let (tag, reg, payload) = match self.cfa {
+            CfaRule::RegOffset(r, o) => (0, r as u8, o as u32),
+            CfaRule::Expr(i) => (1, 0, u32::from(i)),
+        };
+        out.push(tag);
+        write_tagged(out, reg, payload);
+        for r in [self.pc, self.lr, self.sp, self.r12, self.r11, self.r7] {
+            let (tag, payload) = match r {
+                RegRule::Offset(o) => (0, o as u32),
+                RegRule::Undefined => (1, 0),
+                RegRule::Same => (2, 0),
+                RegRule::ValOffset(o) => (3, o as u32),
+                RegRule::Register(r) => (4, u32::from(r as u8)),
+                RegRule::Expr(i) => (5, u32::from(i)),
+                RegRule::ValExpr(i) => (6, u32::from(i)),
+            };
+            write_tagged(out, tag, payload);
+        }
+        out.push(match self.source {
+            Source::Dwarf => 0,
+            Source::Exidx => 1,
+            Source::Instructions => 2,
+        });
+        out.push(u8::from(self.signal_frame));
+    }
+
+    fn read(
+        r: &mut crate::table::bytes::RuleReader<'_>,
+    ) -> Result<Self, crate::table::RulesBytesError> {
+        use crate::table::bytes::payload::{index, none, offset};
+        use crate::table::bytes::RuleReader;
+        const CFA: &str = "ARM CFA rule";
+        let cfa = match r.tag(CFA, 2)? {
+            0 => {
+                let at = r.offset();
+                let reg = reg_of(u32::from(r.u8()?))
+                    .ok_or(RuleReader::invalid("ARM CFA register", at))?;
+                CfaRule::RegOffset(reg, r.payload(CFA, offset)?)
+            }
+            _ => {
+                r.tag("ARM CFA register of an expression", 1)?;
+                CfaRule::Expr(r.payload(CFA, index)?)
+            }
+        };
+        let mut reg = |what| {
+            Ok(match r.tag(what, 7)? {
+                0 => RegRule::Offset(r.payload(what, offset)?),
+                1 => r.payload(what, none).map(|()| RegRule::Undefined)?,
+                2 => r.payload(what, none).map(|()| RegRule::Same)?,
+                3 => RegRule::ValOffset(r.payload(what, offset)?),
+                4 => RegRule::Register(r.payload(what, reg_of)?),
+                5 => RegRule::Expr(r.payload(what, index)?),
+                _ => RegRule::ValExpr(r.payload(what, index)?),
+            })
+        };
+        let pc = reg("ARM pc rule")?;
+        let lr = reg("ARM lr rule")?;
+        let sp = reg("ARM sp rule")?;
+        let r12 = reg("ARM r12 rule")?;
+        let r11 = reg("ARM r11 rule")?;
+        let r7 = reg("ARM r7 rule")?;
+        let source = match r.tag("ARM rule source", 3)? {
+            0 => Source::Dwarf,
+            1 => Source::Exidx,
+            _ => Source::Instructions,
+        };
+        let signal_frame = r.bool("ARM signal frame flag")?;
+        Ok(Rule {
+            cfa,
+            pc,
+            lr,
+            sp,
+            r12,
+            r11,
+            r7,
+            source,
+            signal_frame,
+        })
+    }
+
+    fn exprs(&self, mut each: impl FnMut(u16)) {
+        if let CfaRule::Expr(i) = self.cfa {
+            each(i);
+        }
+        for r in [self.pc, self.lr, self.sp, self.r12, self.r11, self.r7] {
+            if let RegRule::Expr(i) | RegRule::ValExpr(i) = r {
+                each(i);
+            }
+        }
+    }
+}
+
 /// The 32-bit ARM architecture (ARM and Thumb-2 code): rules from DWARF CFI or EXIDX; the
 /// Thumb bit cleared for lookups; a leaf's return address in LR, then the frame record of r7
 /// (Thumb) or r11 (ARM) as fallbacks.

@@ -29,6 +29,10 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::num::NonZeroU32;
 
+pub mod bytes;
+
+pub use bytes::{RuleBytes, RulesBytesError};
+
 use crate::cache::RuleRef;
 use crate::expr::Expr;
 use crate::scan::{CallFit, ReturnSites};

@@ -309,6 +309,78 @@ impl crate::table::TableRule for Rule {
     }
 }
 
+/// The byte form of x86_64 rules: the CFA rule, the return address's and `rbp`'s rules (each a
+/// tag and a 4-byte payload: an offset, an expression index or nothing) and the signal-frame
+/// flag, 16 bytes.
+impl crate::table::RuleBytes for Rule {
+    const ARCH: [u8; 4] = *b"x64\0";
+    const SIZE: usize = 16;
+
+    fn write(&self, out: &mut alloc::vec::Vec<u8>) {
+        use crate::table::bytes::write_tagged;
+        let (tag, payload) = match self.cfa {
+            CfaRule::SpOffset(o) => (0, o as u32),
+            CfaRule::FpOffset(o) => (1, o as u32),
+            CfaRule::Expr(i) => (2, u32::from(i)),
+        };
+        write_tagged(out, tag, payload);
+        for r in [self.ra, self.fp] {
+            let (tag, payload) = match r {
+                RegRule::Offset(o) => (0, o as u32),
+                RegRule::Undefined => (1, 0),
+                RegRule::Same => (2, 0),
+                RegRule::ValOffset(o) => (3, o as u32),
+                RegRule::Expr(i) => (4, u32::from(i)),
+                RegRule::ValExpr(i) => (5, u32::from(i)),
+            };
+            write_tagged(out, tag, payload);
+        }
+        out.push(u8::from(self.signal_frame));
+    }
+
+    fn read(
+        r: &mut crate::table::bytes::RuleReader<'_>,
+    ) -> Result<Self, crate::table::RulesBytesError> {
+        use crate::table::bytes::payload::{index, none, offset};
+        const CFA: &str = "x86_64 CFA rule";
+        let cfa = match r.tag(CFA, 3)? {
+            0 => CfaRule::SpOffset(r.payload(CFA, offset)?),
+            1 => CfaRule::FpOffset(r.payload(CFA, offset)?),
+            _ => CfaRule::Expr(r.payload(CFA, index)?),
+        };
+        let mut reg = |what| {
+            Ok(match r.tag(what, 6)? {
+                0 => RegRule::Offset(r.payload(what, offset)?),
+                1 => r.payload(what, none).map(|()| RegRule::Undefined)?,
+                2 => r.payload(what, none).map(|()| RegRule::Same)?,
+                3 => RegRule::ValOffset(r.payload(what, offset)?),
+                4 => RegRule::Expr(r.payload(what, index)?),
+                _ => RegRule::ValExpr(r.payload(what, index)?),
+            })
+        };
+        let ra = reg("x86_64 return address rule")?;
+        let fp = reg("x86_64 rbp rule")?;
+        let signal_frame = r.bool("x86_64 signal frame flag")?;
+        Ok(Rule {
+            cfa,
+            ra,
+            fp,
+            signal_frame,
+        })
+    }
+
+    fn exprs(&self, mut each: impl FnMut(u16)) {
+        if let CfaRule::Expr(i) = self.cfa {
+            each(i);
+        }
+        for r in [self.ra, self.fp] {
+            if let RegRule::Expr(i) | RegRule::ValExpr(i) = r {
+                each(i);
+            }
+        }
+    }
+}
+
 /// The x86_64 architecture: 64-bit PC, SP and `rbp`; return addresses looked up at `PC - 1`;
 /// the frame-pointer chain as the fallback.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
