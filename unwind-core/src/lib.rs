@@ -11,7 +11,8 @@
 //! - [`x86_64`]: [`X86_64`], the register set (PC, SP, FP), its typed [`x86_64::Rule`].
 //! - [`arm`]: [`Arm`], 32-bit ARM (r15, r14, r13, r12, r11, r7), rules from DWARF or EXIDX.
 //! - [`expr`]: a small postfix program for the DWARF expressions that read only tracked registers.
-//! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`].
+//! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`];
+//!   [`table::bytes`], a module's rules as bytes and their checked reader.
 //! - [`cache`]: the direct-mapped, generation-stamped [`Cache`].
 //! - [`memory`]: bounds-checked reads of a copied stack image or of the live stack.
 //! - [`scan`]: stack scanning for return addresses, the opt-in last fallback.
