@@ -535,6 +535,24 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         module.start.wrapping_sub(module.bias),
         module.end.wrapping_sub(module.bias),
     );
+    // Another process of the run may have built them (see `crate::set_rules_cache`); with
+    // stack scanning on, the module's file is read for its return sites anyway.
+    let cached = if scan {
+        None
+    } else {
+        rules_cache::path(module, code)
+    };
+    if let Some(rules) = cached.as_deref().and_then(rules_cache::read) {
+        return Parsed {
+            rules: Arc::new(rules),
+            stats: None,
+            exidx: None,
+            exidx_error: None,
+            error: None,
+            file_note: Some("rules read from the run's cache (built by another process)".into()),
+            return_sites: None,
+        };
+    }
     let file = matching_file(module);
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
     let elf = map.and_then(|m| object::File::parse(m).ok());
@@ -556,7 +574,12 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
     let file_note = file.as_ref().err().cloned();
     match arch::rules_from_image(image, map, hdr, phdrs, &plt, code) {
         Ok(read) => Parsed {
-            rules: Arc::new(read.rules),
+            rules: {
+                if let Some(path) = &cached {
+                    rules_cache::write(path, &read.rules);
+                }
+                Arc::new(read.rules)
+            },
             stats: Some(read.cfi),
             exidx: read.exidx,
             exidx_error: read.exidx_error,
@@ -847,5 +870,49 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 2, "the program and libc at least");
+    }
+}
+
+/// The rules of modules shared by the processes of a run, as files of a directory: the first
+/// process that builds a module's rules writes them ([`ModuleRules::to_bytes`]), the others read
+/// them back ([`ModuleRules::from_bytes`], which checks everything) instead of parsing the
+/// module's unwind sections again.
+pub(crate) mod rules_cache {
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    /// The directory, when set.
+    pub(crate) static DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+    /// Where the rules of `module` (covering file addresses `code`) are kept: named by its build
+    /// id, the code range and the architecture, so that only the same build's rules are read.
+    /// `None` without a directory or a build id.
+    pub(crate) fn path(module: &LoadedModule, code: (u64, u64)) -> Option<PathBuf> {
+        let dir = DIR.lock().ok()?.clone()?;
+        let id = module.build_id.as_deref().filter(|id| id.len() >= 8)?;
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let arch = std::str::from_utf8(&<Rule as unwind_core::table::RuleBytes>::ARCH)
+            .unwrap_or("arch")
+            .trim_end_matches('\0')
+            .to_owned();
+        Some(dir.join(format!("{hex}-{:x}-{:x}-{arch}.rules", code.0, code.1)))
+    }
+
+    /// The rules kept at `path`, if they are there and read back whole.
+    pub(crate) fn read(path: &Path) -> Option<ModuleRules<Rule>> {
+        let bytes = std::fs::read(path).ok()?;
+        ModuleRules::from_bytes(&bytes).ok()
+    }
+
+    /// Keeps `rules` at `path` (written aside, then renamed: a reader sees all or nothing).
+    /// Failing to is harmless: the next process builds them again.
+    pub(crate) fn write(path: &Path, rules: &ModuleRules<Rule>) {
+        let aside = path.with_extension(format!("{}.part", std::process::id()));
+        if std::fs::write(&aside, rules.to_bytes()).is_ok()
+            && std::fs::rename(&aside, path).is_err()
+        {
+            let _ = std::fs::remove_file(&aside);
+        }
     }
 }

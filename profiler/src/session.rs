@@ -40,6 +40,10 @@ use crate::{Config, StartError};
 /// The environment variable that names `record`'s socket (in the abstract namespace).
 pub const SESSION_VAR: &str = "UNWIND_PROFILER_SESSION";
 
+/// The environment variable that names the directory where the processes of a run share the
+/// rules of their modules ([`unwind_in_process::set_rules_cache`]).
+pub const RULES_CACHE_VAR: &str = "UNWIND_PROFILER_RULES_CACHE";
+
 /// The largest message: one module's path and build id (paths are at most `PATH_MAX`).
 const MAX_MESSAGE: usize = 8192;
 
@@ -399,6 +403,9 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
         sent: Mutex::new(collect::loader_counts()),
     });
     unwind_in_process::set_stack_scanning(config.stack_scanning).map_err(StartError::Unwinder)?;
+    if let Some(dir) = std::env::var_os(RULES_CACHE_VAR).filter(|d| !d.is_empty()) {
+        unwind_in_process::set_rules_cache(Some(dir.into()));
+    }
     let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
     sampler::process().table_built(&report, false);
     send_modules();
@@ -543,6 +550,16 @@ pub struct Server {
     snapshot: bool,
     /// `record`'s CLOCK_MONOTONIC and wall clock at the same instant.
     clocks: (u64, SystemTime),
+    /// The directory where the processes share their modules' rules, removed with the server.
+    rules_cache: Option<std::path::PathBuf>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.rules_cache {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl Server {
@@ -570,19 +587,25 @@ impl Server {
         }
         Ok(Server {
             listener,
-            name,
+            name: name.clone(),
             processes: Vec::new(),
             interval: config.period(),
             wall_clock: config.clock == crate::Clock::Wall,
             rejected: HashMap::new(),
             snapshot: false,
             clocks: (sampler::now_ns(), SystemTime::now()),
+            rules_cache: private_directory(&format!("{name}-rules")),
         })
     }
 
     /// The socket's name, for [`SESSION_VAR`].
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The directory for [`RULES_CACHE_VAR`], if one could be made.
+    pub fn rules_cache(&self) -> Option<&std::path::Path> {
+        self.rules_cache.as_deref()
     }
 
     /// Processes that connected so far.
@@ -847,6 +870,17 @@ impl Process {
             sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu),
         ));
     }
+}
+
+/// A new directory named `name` in the temporary directory, readable by this user only.
+fn private_directory(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(name);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .ok()
+        .map(|()| dir)
 }
 
 /// Raises this process's limit of open descriptors to its hard limit: `record` holds one

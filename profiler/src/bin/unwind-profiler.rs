@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use unwind_profiler::config::{Config, OPTIONS};
-use unwind_profiler::session::{Server, SESSION_VAR};
+use unwind_profiler::session::{Server, RULES_CACHE_VAR, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
 
@@ -282,6 +282,10 @@ fn main() -> ExitCode {
     let mut server = match Server::new(&config) {
         Ok(s) => {
             cmd.env(SESSION_VAR, s.name());
+            match s.rules_cache() {
+                Some(dir) => cmd.env(RULES_CACHE_VAR, dir),
+                None => cmd.env_remove(RULES_CACHE_VAR),
+            };
             Some(s)
         }
         Err(e) => {
