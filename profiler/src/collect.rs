@@ -511,6 +511,7 @@ impl Collector {
             .load(std::sync::atomic::Ordering::Relaxed)
             != 0;
         let ours = our_module
+            .filter(|_| !preloaded)
             .and_then(|m| symbolizer.function_bounds(&self.modules[m], trampoline))
             .unwrap_or((0, 0));
         let process = crate::symbolize::basename(&info.program).to_owned();

@@ -18,8 +18,11 @@ struct File {
     /// Loaders for the separate debug file (first) and the module's own file.
     loaders: Vec<addr2line::Loader>,
     /// Its symbol tables (dynamic ones included; the vdso's from its image) and the functions
-    /// its unwind tables describe, at file addresses: the fallback for names.
-    symbols: unwind_samples::symbolize::Symbolizer,
+    /// its unwind tables describe, at file addresses: the fallback for names, read when first
+    /// needed (debug information names most addresses without them).
+    symbols: std::cell::OnceCell<unwind_samples::symbolize::Symbolizer>,
+    /// The file, for `symbols`.
+    whole_file: ModuleFile,
     /// Frames already found, by file address and leaf or not.
     frames: HashMap<(u64, bool), Vec<Frame>>,
 }
@@ -52,7 +55,6 @@ impl Symbolizer {
     }
 
     fn file(&mut self, m: &Module) -> &mut File {
-        let vdso = self.vdso_image.as_deref();
         self.files
             .entry((m.path.clone(), m.build_id.clone()))
             .or_insert_with(|| {
@@ -62,15 +64,15 @@ impl Symbolizer {
                     .chain(Some(path.clone()).filter(|p| has_file(p) && p.is_file()))
                     .filter_map(|p| addr2line::Loader::new(&p).ok())
                     .collect();
-                let whole_file = ModuleFile {
-                    path,
-                    start: 0,
-                    end: u64::MAX,
-                    bias: 0,
-                };
                 File {
                     loaders,
-                    symbols: unwind_samples::symbolize::Symbolizer::new(&[whole_file], vdso),
+                    symbols: std::cell::OnceCell::new(),
+                    whole_file: ModuleFile {
+                        path,
+                        start: 0,
+                        end: u64::MAX,
+                        bias: 0,
+                    },
                     frames: HashMap::new(),
                 }
             })
@@ -83,18 +85,18 @@ impl Symbolizer {
             return vec![unknown(address)];
         };
         let probe = code_address(address, leaf).wrapping_sub(m.bias);
+        let vdso = self.vdso_image.clone();
         let file = self.file(m);
+        let (loaders, cell, whole_file) = (&file.loaders, &file.symbols, &file.whole_file);
+        let symbols = || symbols_of(cell, whole_file, vdso.as_deref());
         file.frames
             .entry((probe, leaf))
             .or_insert_with(|| {
-                name_in_file(&file.loaders, &file.symbols, probe).unwrap_or_else(|| {
+                name_in_file(loaders, symbols, probe).unwrap_or_else(|| {
                     // No symbol: named by the start of its function as the unwind tables
                     // describe it (one name for all of a function's addresses), else by the
                     // address.
-                    let at = file
-                        .symbols
-                        .function_bounds(probe)
-                        .map_or(probe, |(s, _)| s);
+                    let at = symbols().function_bounds(probe).map_or(probe, |(s, _)| s);
                     vec![Frame {
                         function: format!("{}+{:#x}", basename(&m.path), at),
                         file: None,
@@ -108,9 +110,9 @@ impl Symbolizer {
     /// The run-time bounds `(start, end)` of the function containing `address`, in `module`,
     /// as its unwind tables describe it.
     pub fn function_bounds(&mut self, module: &Module, address: u64) -> Option<(u64, u64)> {
-        let (start, end) = self
-            .file(module)
-            .symbols
+        let vdso = self.vdso_image.clone();
+        let file = self.file(module);
+        let (start, end) = symbols_of(&file.symbols, &file.whole_file, vdso.as_deref())
             .function_bounds(address.wrapping_sub(module.bias))?;
         Some((
             start.wrapping_add(module.bias),
@@ -119,10 +121,22 @@ impl Symbolizer {
     }
 }
 
-/// The frames of file address `probe`: from debug information, else a symbol.
-fn name_in_file(
+/// The symbol tables and unwind-table functions of `file`, read into `cell` on first use.
+fn symbols_of<'a>(
+    cell: &'a std::cell::OnceCell<unwind_samples::symbolize::Symbolizer>,
+    file: &ModuleFile,
+    vdso_image: Option<&[u8]>,
+) -> &'a unwind_samples::symbolize::Symbolizer {
+    cell.get_or_init(|| {
+        unwind_samples::symbolize::Symbolizer::new(std::slice::from_ref(file), vdso_image)
+    })
+}
+
+/// The frames of file address `probe`: from debug information, else a symbol (`symbols` gives
+/// the symbol tables, read only if needed).
+fn name_in_file<'a>(
     loaders: &[addr2line::Loader],
-    symbols: &unwind_samples::symbolize::Symbolizer,
+    symbols: impl FnOnce() -> &'a unwind_samples::symbolize::Symbolizer,
     probe: u64,
 ) -> Option<Vec<Frame>> {
     let mut frames = Vec::new();
@@ -149,7 +163,7 @@ fn name_in_file(
             return Some(vec![symbol_frame(name)]);
         }
     }
-    let f = symbols.lookup(probe).and_then(|s| s.function)?;
+    let f = symbols().lookup(probe).and_then(|s| s.function)?;
     Some(vec![symbol_frame(f)])
 }
 
