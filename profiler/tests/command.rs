@@ -572,6 +572,10 @@ fn ctrl_c_ends_the_program_and_record_reports_it() {
         Some(130),
         "record itself ended by the signal"
     );
+    // The program ended by the signal (having slept: no sample), its profile is written all
+    // the same.
+    let summary = Outputs::paths(&dir.join("unwind-profile"), "profile").summary;
+    assert!(summary.is_file(), "{} was not written", summary.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
