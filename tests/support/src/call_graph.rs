@@ -73,8 +73,9 @@ fn body(tokens: &[String]) -> &[String] {
 const KEEP: [&str; 4] = ["_start", "__restore_rt", "start_thread", "clone"];
 
 /// The tokens of a stack given innermost first as `(module, function)`, outermost first, with
-/// frames outside the program's modules (`own`) collapsed to `[ext]`, program frames named by
-/// `name` (`[nosym]` for `?+...`), and glibc's aliases of its thread and signal entries unified.
+/// frames outside the program's modules (`own`) and PLT stubs collapsed to `[ext]`, program
+/// frames named by `name` (`[nosym]` for `?+...`), and glibc's aliases of its thread and signal
+/// entries unified.
 pub fn tokens(
     frames: &[(&str, &str)],
     own: &dyn Fn(&str) -> bool,
@@ -91,6 +92,10 @@ pub fn tokens(
         };
         let t = if KEEP.contains(&f) {
             f.to_string()
+        } else if function.ends_with("@plt") {
+            // A PLT stub (named `NAME@plt`) is the way out of the module to the function it
+            // names: a sample there is in that call, as one in the function itself would be.
+            "[ext]".to_string()
         } else if own(module) {
             if f.starts_with("?+") {
                 "[nosym]".to_string()
@@ -232,6 +237,17 @@ mod tests {
             g.check_steps(&wrong),
             Err("no edge main>leaf_c".to_string())
         );
+        // A sample in the program's PLT stub of a libc function, called from `now` inlined into
+        // `thread_main` (-O3): the stub is the way into libc, as a sample in libc would be.
+        let plt = [
+            ("workload", "clock_gettime@plt"),
+            ("workload", "thread_main"),
+            ("libc.so.6", "start_thread"),
+            ("libc.so.6", "__clone3"),
+        ];
+        let t = tokens(&plt, &own, &id);
+        assert_eq!(t.join(">"), "clone>start_thread>thread_main>[ext]");
+        assert_eq!(g.check(&t), Ok(()));
     }
 
     #[test]
