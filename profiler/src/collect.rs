@@ -165,6 +165,9 @@ pub struct ProcessInfo<'a> {
     pub duration: Duration,
     /// Its process-wide counters and table figures.
     pub record: &'a ProcessRecord,
+    /// CPU time of threads whose timers were never deleted, which their records do not count
+    /// (seen by `record` from outside the process).
+    pub unended_cpu: Duration,
 }
 
 /// The collector of the program's own thread: a [`Collector`] of this process, which also keeps
@@ -284,6 +287,7 @@ impl InProcess {
                 program: program(),
                 duration: self.started.elapsed(),
                 record: sampler::process(),
+                unended_cpu: Duration::ZERO,
             },
             &mut Symbolizer::new(vdso.as_deref()),
         )
@@ -620,7 +624,7 @@ impl Collector {
             threads,
             samples,
             totals,
-            counters: self.counters(records, info.record),
+            counters: self.counters(records, info.record, info.unended_cpu),
         }
     }
 
@@ -629,6 +633,7 @@ impl Collector {
         &self,
         records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
         process: &ProcessRecord,
+        unended_cpu: Duration,
     ) -> Counters {
         use std::sync::atomic::Ordering::Relaxed;
         let mut c = Counters {
@@ -672,7 +677,7 @@ impl Collector {
         let unsampled = process.unsampled();
         c.merged_expirations = overruns;
         c.perf_unsignalled = perf_unsignalled;
-        c.sampled_cpu = Duration::from_nanos(cpu_ns);
+        c.sampled_cpu = Duration::from_nanos(cpu_ns) + unended_cpu;
         c.timers = crate::timer::KINDS
             .iter()
             .zip(unsampled.threads_by_timer)

@@ -91,7 +91,7 @@ pub struct Counter(AtomicU64);
 
 impl Counter {
     #[inline(always)]
-    pub(crate) fn add(&self, n: u64) {
+    fn add(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 

@@ -773,33 +773,6 @@ impl Server {
     /// Every process's profile so far, symbolized, merged into one (`None` if no process
     /// connected or none had a record).
     pub fn profile(&self) -> Option<Profile> {
-        // The CPU time of threads whose timers still run, as last seen (the records' own
-        // counts have the threads that deleted their timers).
-        let unended: Vec<(&ThreadRecord, u64)> = self
-            .processes
-            .iter()
-            .flat_map(|p| &p.threads)
-            .filter(|t| {
-                t.record.active()
-                    && t.cpu_seen_ns > 0
-                    && t.cpu_seen_tid == t.record.tid.load(Relaxed)
-            })
-            .map(|t| {
-                let start = t.record.cpu_at_start.load(Relaxed);
-                (t.record, t.cpu_seen_ns.saturating_sub(start))
-            })
-            .collect();
-        for (r, cpu) in &unended {
-            r.counters.cpu_ns.add(*cpu);
-        }
-        let profile = self.profile_now();
-        for (r, cpu) in &unended {
-            r.counters.cpu_ns.add(cpu.wrapping_neg());
-        }
-        profile
-    }
-
-    fn profile_now(&self) -> Option<Profile> {
         // The vdso is the same image in every process of one kernel: ours names theirs.
         let vdso = unwind_in_process::vdso_image();
         let mut symbolizer = crate::symbolize::Symbolizer::new(vdso.as_deref());
@@ -820,6 +793,7 @@ impl Server {
                     program: p.program.clone(),
                     duration: Duration::from_nanos(end.saturating_sub(epoch)),
                     record,
+                    unended_cpu: p.unended_cpu(),
                 };
                 let mut profile = p.collector.finish(
                     p.threads.iter().map(|t| (t.record, &t.ring)),
@@ -845,6 +819,26 @@ impl Server {
 }
 
 impl Process {
+    /// The CPU time of the threads whose timers still run, as last seen (the records' own
+    /// counts have the threads that deleted their timers). Kept here: a record's counters have
+    /// one writer, the program.
+    fn unended_cpu(&self) -> Duration {
+        let ns = self
+            .threads
+            .iter()
+            .filter(|t| {
+                t.record.active()
+                    && t.cpu_seen_ns > 0
+                    && t.cpu_seen_tid == t.record.tid.load(Relaxed)
+            })
+            .map(|t| {
+                t.cpu_seen_ns
+                    .saturating_sub(t.record.cpu_at_start.load(Relaxed))
+            })
+            .sum();
+        Duration::from_nanos(ns)
+    }
+
     fn drain(&mut self) {
         let start = Instant::now();
         let cpu = sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
