@@ -493,6 +493,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
+/// A build id as lowercase hex.
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The module's file on disk, if it is the mapped image: both have the same build id. A file
 /// replaced on disk since the module was loaded (an upgrade while the program runs) would give
 /// another build's rules; then, or when that cannot be checked, the reason.
@@ -500,7 +505,6 @@ fn matching_file(module: &LoadedModule) -> Result<(std::fs::File, memmap2::Mmap)
     if !module.name.starts_with('/') {
         return Err("no file (the vdso)".into());
     }
-    let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let Some(mapped_id) = &module.build_id else {
         return Err("the mapped image has no build id to check its file against".into());
     };
@@ -891,7 +895,7 @@ pub(crate) mod rules_cache {
     pub(crate) fn path(module: &LoadedModule, code: (u64, u64)) -> Option<PathBuf> {
         let dir = DIR.lock().ok()?.clone()?;
         let id = module.build_id.as_deref().filter(|id| id.len() >= 8)?;
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex(id);
         let arch = std::str::from_utf8(&<Rule as unwind_core::table::RuleBytes>::ARCH)
             .unwrap_or("arch")
             .trim_end_matches('\0')

@@ -178,11 +178,9 @@ impl Profiler {
 /// configured output directory, within one collection interval. Async-signal-safe (an atomic
 /// store; the collector does the work).
 pub fn request_snapshot() {
-    // Under `record`, which writes the profile.
-    if !session::active() {
+    // Under `record`, `record` writes it.
+    if !session::request_snapshot() {
         SNAPSHOT.store(true, Ordering::Relaxed);
-    } else {
-        session::request_snapshot();
     }
 }
 

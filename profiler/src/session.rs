@@ -338,11 +338,6 @@ fn client() -> Option<&'static Client> {
     CLIENT.get().filter(|c| c.pid == std::process::id())
 }
 
-/// Whether this process samples into memory shared with `record`.
-pub fn active() -> bool {
-    CLIENT.get().is_some()
-}
-
 /// How long a process waits for `record` to take its connection before profiling itself
 /// alone (`record`'s queue of connections is full: thousands of processes starting at once).
 const CONNECT_PATIENCE: Duration = Duration::from_millis(200);

@@ -81,18 +81,7 @@ extern "C" fn start() {
     {
         match unwind_profiler::session::start(&config, &name) {
             Ok(()) => {
-                // SAFETY: registers handlers with the right signatures; a zeroed sigaction
-                // with an empty mask is valid.
-                unsafe {
-                    libc::pthread_atfork(None, None, Some(in_child));
-                    if let Some(sig) = config.snapshot_signal {
-                        let mut sa: libc::sigaction = std::mem::zeroed();
-                        sa.sa_sigaction = on_snapshot_signal as *const () as usize;
-                        sa.sa_flags = libc::SA_RESTART;
-                        libc::sigemptyset(&mut sa.sa_mask);
-                        libc::sigaction(sig, &sa, std::ptr::null_mut());
-                    }
-                }
+                install_handlers(config.snapshot_signal, false);
                 return;
             }
             // Not connected: nothing was set up; profile this process on its own.
@@ -126,11 +115,19 @@ extern "C" fn start() {
     };
     PID.store(pid, Ordering::Relaxed);
     *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(profiler);
+    install_handlers(snapshot, true);
+}
+
+/// Registers the fork handler, the snapshot signal's handler if asked for, and the exit handler
+/// if `with_exit` (a process profiled on its own writes its outputs there).
+fn install_handlers(snapshot: Option<libc::c_int>, with_exit: bool) {
     // SAFETY: registers handlers with the right signatures; a zeroed sigaction with an empty
     // mask is valid.
     unsafe {
         libc::pthread_atfork(None, None, Some(in_child));
-        libc::atexit(at_exit);
+        if with_exit {
+            libc::atexit(at_exit);
+        }
         if let Some(sig) = snapshot {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_snapshot_signal as *const () as usize;
