@@ -355,10 +355,6 @@ static TIMING: std::sync::OnceLock<Timing> = std::sync::OnceLock::new();
 static MAX_FRAMES_NOW: AtomicUsize = AtomicUsize::new(MAX_FRAMES);
 /// `Timing::stack_scanning`, for the handler.
 static SCANNING: AtomicBool = AtomicBool::new(false);
-/// Whether walks scan the stack ([`Timing::stack_scanning`]).
-pub fn scanning() -> bool {
-    SCANNING.load(Relaxed)
-}
 
 /// CLOCK_MONOTONIC at start, in ns; sample times are relative to it.
 static EPOCH_NS: AtomicU64 = AtomicU64::new(0);
@@ -570,11 +566,6 @@ pub struct Unsampled {
     pub timer_failed: u64,
     /// Signals of our number that no timer of ours sent for the receiving thread.
     pub foreign_signals: u64,
-}
-
-/// The process-wide counts of what was not sampled.
-pub fn unsampled() -> Unsampled {
-    process().unsampled()
 }
 
 /// Bytes of a thread record's region: the record, then `ring_words` words.
