@@ -40,7 +40,12 @@ pub fn check_firefox(
         i
     };
     for thread in &threads {
-        let tid: i64 = thread["tid"].as_str().expect("tid").parse().unwrap();
+        // The crate tells apart threads of one tid (a process that `exec`ed: one thread per
+        // program image) as "TID.N".
+        let tid = thread["tid"].as_str().expect("tid");
+        let tid: i64 = tid.split('.').next().unwrap().parse().unwrap_or_else(|_| {
+            panic!("tid {tid:?} is not a number or a number.N");
+        });
         let strings = thread["stringArray"].as_array().expect("stringArray");
         let funcs = &thread["funcTable"];
         let func_names: Vec<String> = column(funcs, "name")
