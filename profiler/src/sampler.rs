@@ -262,6 +262,22 @@ impl ProcessRecord {
         self.cache_totals_now();
     }
 
+    /// Copies what sampling and the tables set in `parent`'s record into this one, for a child
+    /// forked from `parent`'s process, whose tables and settings it inherits (its counters start
+    /// at zero).
+    pub fn inherit(&self, parent: &ProcessRecord) {
+        for (to, from) in [
+            (&self.epoch_ns, &parent.epoch_ns),
+            (&self.scanning, &parent.scanning),
+            (&self.trampoline, &parent.trampoline),
+            (&self.preloaded, &parent.preloaded),
+            (&self.table_bytes, &parent.table_bytes),
+            (&self.table_rows, &parent.table_rows),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+    }
+
     /// Copies the unwinder's rule-cache totals.
     pub fn cache_totals_now(&self) {
         let (hits, misses) = unwind_in_process::cache_totals();
@@ -538,6 +554,38 @@ pub fn disable_in_child() {
             }
         }
     }
+}
+
+/// In a child after `fork`, after [`disable_in_child`]: forgets the parent's thread records
+/// and process record (shared with `record` under a session: the parent's, not this process's),
+/// so that nothing here writes to them, even a stray signal of ours. The child's own records,
+/// if it joins the session, are new ([`resume_in_child`]).
+pub fn forget_parent_in_child() {
+    let n = ALLOCATED.load(Acquire).min(MAX_THREADS);
+    for r in &RECORDS[..n] {
+        r.store(std::ptr::null_mut(), Release);
+    }
+    ALLOCATED.store(0, Release);
+    PROCESS.store(
+        &LOCAL_PROCESS as *const ProcessRecord as *mut ProcessRecord,
+        Release,
+    );
+}
+
+/// In a child after `fork` that joined the session with `record` as its process record: samples
+/// the calling thread (the only one) again. False if it cannot be sampled.
+///
+/// # Safety
+/// As [`use_process_record`].
+pub unsafe fn resume_in_child(record: *mut ProcessRecord) -> bool {
+    // SAFETY: the caller's promise.
+    unsafe { use_process_record(record) };
+    RUNNING.store(true, Release);
+    if start_thread().is_some() {
+        return true;
+    }
+    RUNNING.store(false, Release);
+    false
 }
 
 /// Every record of this process allocated so far.

@@ -26,9 +26,9 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::collect::{self, Collector, ProcessInfo};
@@ -329,13 +329,23 @@ struct Client {
     /// The loader's counts of loads and unloads when the modules were last sent (also keeps
     /// one [`Message::Modules`] list from interleaving with another).
     sent: Mutex<(u64, u64)>,
+    /// `record`'s socket, for a forked child's own connection.
+    address: (libc::sockaddr_un, libc::socklen_t),
 }
 
-static CLIENT: OnceLock<Client> = OnceLock::new();
+/// The connection of this process, or of the process it was forked from (a leaked box, never
+/// freed: a signal handler may be reading it when a forked child replaces it).
+static CLIENT: AtomicPtr<Client> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The connection in [`CLIENT`], whoever made it.
+fn any_client() -> Option<&'static Client> {
+    // SAFETY: CLIENT is null or a leaked box, never freed.
+    unsafe { CLIENT.load(Acquire).as_ref() }
+}
 
 /// This process's connection, if it has one of its own (see [`Client::pid`]).
 fn client() -> Option<&'static Client> {
-    CLIENT.get().filter(|c| c.pid == std::process::id())
+    any_client().filter(|c| c.pid == std::process::id())
 }
 
 /// How long a process waits for `record` to take its connection before profiling itself
@@ -374,29 +384,19 @@ fn connect(socket: &OwnedFd, addr: &libc::sockaddr_un, len: libc::socklen_t) -> 
 /// profiled by this way (and nothing was installed if the connection failed).
 pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     let session = |e: io::Error| StartError::Session(e);
-    let socket = seqpacket(0).map_err(session)?;
     let (addr, len) = address(name).map_err(session)?;
-    connect(&socket, &addr, len).map_err(session)?;
-    let (fd, region) = shared_memory(std::mem::size_of::<ProcessRecord>()).map_err(session)?;
-    // SAFETY: the region is zeroed (a valid ProcessRecord: all atomics), page-aligned, and
-    // mapped for the rest of the process.
-    let record = unsafe { &*(region as *const ProcessRecord) };
-    record.magic.store(sampler::PROCESS_RECORD_MAGIC, Release);
-    let program = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let hello = Message::Hello {
-        pid: std::process::id(),
-        program,
-    };
-    send(socket.as_raw_fd(), &hello, Some(fd.as_raw_fd())).map_err(session)?;
-    // SAFETY: as above: mapped for the rest of the process.
-    unsafe { sampler::use_process_record(region.cast()) };
-    let _ = CLIENT.set(Client {
-        pid: std::process::id(),
-        socket,
-        sent: Mutex::new(collect::loader_counts()),
-    });
+    let (socket, record) = hello(&addr, len, |_| {}).map_err(session)?;
+    // SAFETY: `hello` maps the record for the rest of the process.
+    unsafe { sampler::use_process_record(record) };
+    CLIENT.store(
+        Box::into_raw(Box::new(Client {
+            pid: std::process::id(),
+            socket,
+            sent: Mutex::new(collect::loader_counts()),
+            address: (addr, len),
+        })),
+        Release,
+    );
     unwind_in_process::set_stack_scanning(config.stack_scanning).map_err(StartError::Unwinder)?;
     if let Some(dir) = std::env::var_os(RULES_CACHE_VAR).filter(|d| !d.is_empty()) {
         unwind_in_process::set_rules_cache(Some(dir.into()));
@@ -409,12 +409,86 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     Ok(())
 }
 
+/// Connects to `record`'s socket at `addr` and says hello with a new process record, which
+/// `fill` sets up before `record` sees it; returns the connection and the record (zeroed but for
+/// its magic and what `fill` wrote, mapped for the rest of the process).
+fn hello(
+    addr: &libc::sockaddr_un,
+    len: libc::socklen_t,
+    fill: impl FnOnce(&ProcessRecord),
+) -> io::Result<(OwnedFd, *mut ProcessRecord)> {
+    let socket = seqpacket(0)?;
+    connect(&socket, addr, len)?;
+    let (fd, region) = shared_memory(std::mem::size_of::<ProcessRecord>())?;
+    // SAFETY: the region is zeroed (a valid ProcessRecord: all atomics), page-aligned, and
+    // mapped for the rest of the process.
+    let record = unsafe { &*(region as *const ProcessRecord) };
+    fill(record);
+    record.magic.store(sampler::PROCESS_RECORD_MAGIC, Release);
+    let program = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let hello = Message::Hello {
+        pid: std::process::id(),
+        program,
+    };
+    send(socket.as_raw_fd(), &hello, Some(fd.as_raw_fd()))?;
+    Ok((socket, region.cast()))
+}
+
+/// In a child just forked (not `exec`ed) from a process of a session, from the `fork` child
+/// handler: joins the session as a process of its own, so that a program's forked workers
+/// (Python's `multiprocessing`, servers' worker processes) are profiled as its `exec`ed
+/// children are. The child inherits its parent's tables and settings; it gets its own
+/// connection, process record, thread record and timer, and tells `record` its modules. If
+/// it cannot join, it is not sampled. Without a session, does nothing.
+///
+/// Only the calling thread exists here. What this uses is safe in such a child: the C library
+/// resets its allocator's and loader's locks before the child handlers run, and the unwinder's
+/// own `fork` handlers (registered before this library's, so run first) leave its state free;
+/// no lock the parent's other threads may have held is taken (the parent's connection is only
+/// read).
+pub fn join_after_fork() {
+    let parent_record = sampler::process();
+    sampler::forget_parent_in_child();
+    let Some(parent) = any_client() else { return };
+    let joined = hello(&parent.address.0, parent.address.1, |r| {
+        r.inherit(parent_record)
+    });
+    let parent_fd = parent.socket.as_raw_fd();
+    let Ok((socket, record)) = joined else {
+        // The parent's connection is not this process's: closed here, so that `record` sees
+        // the parent's end when the parent ends, and forgotten (a snapshot request or a
+        // `fork` of this process then does nothing).
+        CLIENT.store(std::ptr::null_mut(), Release);
+        // SAFETY: closes this process's copy of the parent's socket, no longer reachable.
+        unsafe { libc::close(parent_fd) };
+        return;
+    };
+    // The parent's modules, as last sent: this process has the same tables.
+    let sent = parent.sent.try_lock().map_or((0, 0), |s| *s);
+    CLIENT.store(
+        Box::into_raw(Box::new(Client {
+            pid: std::process::id(),
+            socket,
+            sent: Mutex::new(sent),
+            address: parent.address,
+        })),
+        Release,
+    );
+    // SAFETY: as above; the parent's Client is leaked, never used again in this process.
+    unsafe { libc::close(parent_fd) };
+    send_modules_unchanged();
+    // SAFETY: `hello` maps the record for the rest of the process.
+    unsafe { sampler::resume_in_child(record) };
+}
+
 /// Asks `record` for a snapshot of the profile so far; async-signal-safe (one `sendmsg` of
 /// bytes prepared here, errno kept), for the snapshot signal's handler. False outside a
 /// session.
 pub fn request_snapshot() -> bool {
     // Not `client()`: `getpid` is a system call, and a forked child's snapshot is harmless.
-    let Some(c) = CLIENT.get() else {
+    let Some(c) = any_client() else {
         return false;
     };
     let message = SNAPSHOT.to_le_bytes();
@@ -439,6 +513,21 @@ fn send_modules() {
     let Some(c) = client() else { return };
     let mut sent = c.sent.lock().unwrap_or_else(|e| e.into_inner());
     *sent = collect::loader_counts();
+    send_module_list(c);
+}
+
+/// Sends the modules of the published table, keeping the loader's counts as they were sent
+/// (a forked child's, from its parent: asking the loader is what a child of a multi-threaded
+/// process should not do).
+fn send_modules_unchanged() {
+    if let Some(c) = client() {
+        let _held = c.sent.lock().unwrap_or_else(|e| e.into_inner());
+        send_module_list(c);
+    }
+}
+
+/// Sends `c`'s process's modules (the caller holds `c.sent`).
+fn send_module_list(c: &Client) {
     let modules = collect::modules_now();
     let socket = c.socket.as_raw_fd();
     let count = Message::Modules {

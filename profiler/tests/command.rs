@@ -14,7 +14,9 @@
 //!   when the test sends it; `--clock wall` samples a thread sleeping in `nanosleep` about as
 //!   often as a busy one, the CPU clock almost never; `_exit` and `SIGKILL` keep the profile
 //!   and the command ends with the program's status; a fork that execs and an exec make one
-//!   profile of three processes, each still single-threaded in its C library's eyes.
+//!   profile of three processes, each still single-threaded in its C library's eyes; workers
+//!   forked without `exec` from a multi-threaded parent (and one of theirs) are processes of
+//!   that profile too.
 //! - A library that `dlopen`s a plugin through its own RUNPATH or RPATH, or by a `$ORIGIN`
 //!   name, loads it under `record` and under the preload library alone as it does on its own,
 //!   and a missing plugin fails with the same `dlerror` message.
@@ -893,6 +895,47 @@ fn every_process_of_a_run_is_in_one_profile_and_stays_single_threaded() {
     }
     let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
     assert!(summary.contains("processes         2"), "{summary}");
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
+
+/// Worker processes forked without `exec` (the first forking one of its own), from a parent
+/// with a second thread, are each profiled as a process of the run, in the one profile.
+#[test]
+fn forked_workers_are_processes_of_the_profile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("forked_workers", &[]) else {
+        return;
+    };
+    let stderr = text(&out.stderr);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for line in [
+        "worker 0 done",
+        "worker 1 done",
+        "worker 2 done",
+        "parent done",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing: {stdout}");
+    }
+    assert_outputs(&out_dir);
+    // The parent, three workers and the first worker's own.
+    assert!(stderr.contains("of 5 processes"), "{stderr}");
+    let lines = folded(&out_dir);
+    // Each process burns 200 ms of CPU in its function: 200 samples at 1 kHz.
+    for (parent, function, processes) in [
+        ("main", "parent_work", 1),
+        ("thread_main", "thread_work", 1),
+        ("main", "worker_work", 3),
+        ("main", "grandchild_work", 1),
+    ] {
+        let n = samples_under(&lines, parent, function);
+        println!("{function} under {parent}: {n} samples");
+        assert!(
+            n >= 100 * processes,
+            "{function} under {parent}: {n} samples, want {} or more",
+            100 * processes
+        );
+    }
     let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
 }
 

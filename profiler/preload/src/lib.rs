@@ -22,10 +22,12 @@
 //!   the process is profiled on its own as below.
 //! - **Snapshots**: with `UNWIND_PROFILER_SNAPSHOT_SIGNAL`, that signal writes the profile so
 //!   far while the program runs on.
-//! - **Processes**: a `fork`ed child is not profiled (timers are not inherited, the collector
-//!   thread does not exist there, and nothing runs at its exit); a program it `exec`s is (the
-//!   environment carries `LD_PRELOAD`), writing `STEM-COMM-PID.*` beside the first process's
-//!   outputs.
+//! - **Processes**: under `record`, a `fork`ed child joins the session from the `fork` child
+//!   handler (its own connection, records and timer: [`unwind_profiler::session::join_after_fork`])
+//!   and a program it `exec`s joins it too (the environment carries `LD_PRELOAD`): one profile.
+//!   Used alone, a `fork`ed child is not profiled (timers are not inherited, the collector
+//!   thread does not exist there, and nothing runs at its exit); a program it `exec`s is,
+//!   writing `STEM-COMM-PID.*` beside the first process's outputs.
 //!
 //! Nothing here may change what the program does: a setting that cannot be read or a profiler
 //! that cannot start prints one line on stderr and the program runs unprofiled.
@@ -144,6 +146,7 @@ extern "C" fn on_snapshot_signal(_: libc::c_int) {
 
 extern "C" fn in_child() {
     unwind_profiler::sampler::disable_in_child();
+    unwind_profiler::session::join_after_fork();
 }
 
 extern "C" fn at_exit() {
