@@ -1,13 +1,17 @@
-//! Memory in 2 MiB pages for the registered threads' slots and rule caches, which are never
-//! freed (a slot passes to a later thread when its owner exits).
+//! Memory in 2 MiB pages for the registered threads' rule caches, which are never freed (a
+//! thread's slot, with its cache, passes to a later thread when its owner exits).
 //!
 //! A signal handler meets its cache with cold TLBs as well as cold CPU caches: a thread's slot
 //! and cache levels are about 410 KiB on x86_64 (one slot line, 8 KiB of cache slots, 272 KiB
 //! of second-level sets, 128 KiB of extents), 100-odd pages of 4 KiB, and a miss that reaches
 //! the levels pays a page walk for each line it reads there. Touching one byte of each of those
 //! pages before the walk (a diagnostic build, in the profiler's handler) took 20 % of cc1's
-//! walk cycles and 12 % of python3's: so the slots and their levels come from 2 MiB chunks
-//! mapped with `MADV_HUGEPAGE` (5 threads' to a chunk on x86_64, 2 on ARM).
+//! walk cycles and 12 % of python3's: so the levels come from 2 MiB chunks mapped with
+//! `MADV_HUGEPAGE` (5 threads' to a chunk on x86_64, 2 on ARM). The slots (8 KiB of cache
+//! slots, two pages) come from the allocator: registering a thread then touches no chunk, and
+//! a chunk's huge page is committed (2 MiB zeroed, about 0.2 ms) at the first lookup that
+//! reaches its levels, not in the many short processes of a shell script that are never
+//! sampled (it was a tenth of their start under `unwind-profiler record`).
 //!
 //! Allocation is a lock-free bump of one word (a chunk's base plus the offset in it; a chunk
 //! is 2 MiB-aligned, so the word names both), as registration must be: a `fork`ed child can
@@ -25,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The size and alignment of a chunk: one huge page on x86_64 and on ARM with LPAE.
 const CHUNK: usize = 2 << 20;
 
-/// Chunks mapped at most (16 MiB: 40 threads' slots and caches on x86_64).
+/// Chunks mapped at most (16 MiB: 40 threads' cache levels on x86_64).
 const MAX_CHUNKS: usize = 8;
 
 /// The next free byte: the current chunk's base plus the offset in it, kept below the chunk's

@@ -905,8 +905,15 @@ pub(crate) mod rules_cache {
 
     /// The rules kept at `path`, if they are there and read back whole.
     pub(crate) fn read(path: &Path) -> Option<ModuleRules<Rule>> {
-        let bytes = std::fs::read(path).ok()?;
-        ModuleRules::from_bytes(&bytes).ok()
+        let file = std::fs::File::open(path).ok()?;
+        // Mapped rather than read: the pages come from the page cache, where the process that
+        // wrote them left them, without a copy into pages of this process's own.
+        // SAFETY: a read-only private mapping, dropped before returning. The cache's files are
+        // never changed in place (written aside, then renamed over: see `write`), so the
+        // mapping cannot shrink under the reader; a file changed all the same is bytes like
+        // any other to `from_bytes`, which checks them.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.ok()?;
+        ModuleRules::from_bytes(&map).ok()
     }
 
     /// Keeps `rules` at `path` (written aside, then renamed: a reader sees all or nothing).

@@ -186,10 +186,15 @@ fn claim(tp: usize) -> &'static ThreadSlot {
     if let Some(s) = free {
         return s;
     }
-    // Slots and their caches' levels are never freed: both in 2 MiB pages where there are
-    // some (see `huge_pages`), else from the allocator.
+    // Slots and their caches' levels are never freed. The levels in 2 MiB pages where there
+    // are some (see `huge_pages`), else from the allocator; the slot from the allocator, so
+    // that registering touches no huge page: one is committed (2 MiB zeroed) at the first
+    // lookup that reaches its levels, and a process never sampled (most of a shell script's)
+    // commits none.
     let cache = match crate::huge_pages::alloc::<LevelsOf<Native>>() {
-        Some(levels) => Cache::new_in(levels),
+        // SAFETY: `huge_pages` gives out each byte of its fresh anonymous mappings once, never
+        // freed or reused: zero, untouched.
+        Some(levels) => unsafe { Cache::new_in_zeroed(levels) },
         None => Cache::new(),
     };
     let slot = ThreadSlot {
@@ -205,10 +210,7 @@ fn claim(tp: usize) -> &'static ThreadSlot {
         cache_hits: AtomicU64::new(0),
         cache_misses: AtomicU64::new(0),
     };
-    let slot: &'static mut ThreadSlot = match crate::huge_pages::alloc::<ThreadSlot>() {
-        Some(room) => room.write(slot),
-        None => Box::leak(Box::new(slot)),
-    };
+    let slot: &'static mut ThreadSlot = Box::leak(Box::new(slot));
     // Into the list of every slot first: whoever finds the slot through its bucket (only to
     // claim it after its owner released it) has then synchronized with both pushes.
     push(&SLOTS, slot, |s, next| s.next = next);

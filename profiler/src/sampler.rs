@@ -581,7 +581,7 @@ pub unsafe fn resume_in_child(record: *mut ProcessRecord) -> bool {
     // SAFETY: the caller's promise.
     unsafe { use_process_record(record) };
     RUNNING.store(true, Release);
-    if start_thread().is_some() {
+    if start_thread_registered(true).is_some() {
         return true;
     }
     RUNNING.store(false, Release);
@@ -688,11 +688,20 @@ fn claim_record(ring_words: usize) -> Option<usize> {
 /// starts its timer. Returns the record's index (for [`thread_exiting`]), or `None` if sampling
 /// is not running or the thread cannot be sampled (counted). Not async-signal-safe.
 pub fn start_thread() -> Option<usize> {
+    start_thread_registered(false)
+}
+
+/// [`start_thread`], registering the thread with the unwinder unless `registered` says it is
+/// (a forked child's only thread, registered in the parent: registering again would read its
+/// stack's bounds again, which for a main thread means parsing `/proc/self/maps`).
+fn start_thread_registered(registered: bool) -> Option<usize> {
     let timing = *TIMING.get()?;
     if !running() {
         return None;
     }
-    unwind_in_process::register_thread().ok()?;
+    if !(registered && unwind_in_process::is_thread_registered()) {
+        unwind_in_process::register_thread().ok()?;
+    }
     let Some(index) = claim_record(timing.ring_words) else {
         process().over_limit.fetch_add(1, Relaxed);
         return None;

@@ -331,6 +331,8 @@ struct Client {
     sent: Mutex<(u64, u64)>,
     /// `record`'s socket, for a forked child's own connection.
     address: (libc::sockaddr_un, libc::socklen_t),
+    /// The program's file, as `Hello` named it (a forked child's too).
+    program: String,
 }
 
 /// The connection of this process, or of the process it was forked from (a leaked box, never
@@ -385,7 +387,10 @@ fn connect(socket: &OwnedFd, addr: &libc::sockaddr_un, len: libc::socklen_t) -> 
 pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     let session = |e: io::Error| StartError::Session(e);
     let (addr, len) = address(name).map_err(session)?;
-    let (socket, record) = hello(&addr, len, |_| {}).map_err(session)?;
+    let program = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let (socket, record) = hello(&addr, len, &program, |_| {}).map_err(session)?;
     // SAFETY: `hello` maps the record for the rest of the process.
     unsafe { sampler::use_process_record(record) };
     CLIENT.store(
@@ -394,6 +399,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
             socket,
             sent: Mutex::new(collect::loader_counts()),
             address: (addr, len),
+            program,
         })),
         Release,
     );
@@ -409,12 +415,14 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Connects to `record`'s socket at `addr` and says hello with a new process record, which
+/// Connects to `record`'s socket at `addr` and says hello (this process runs `program`) with
+/// a new process record, which
 /// `fill` sets up before `record` sees it; returns the connection and the record (zeroed but for
 /// its magic and what `fill` wrote, mapped for the rest of the process).
 fn hello(
     addr: &libc::sockaddr_un,
     len: libc::socklen_t,
+    program: &str,
     fill: impl FnOnce(&ProcessRecord),
 ) -> io::Result<(OwnedFd, *mut ProcessRecord)> {
     let socket = seqpacket(0)?;
@@ -425,12 +433,9 @@ fn hello(
     let record = unsafe { &*(region as *const ProcessRecord) };
     fill(record);
     record.magic.store(sampler::PROCESS_RECORD_MAGIC, Release);
-    let program = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
     let hello = Message::Hello {
         pid: std::process::id(),
-        program,
+        program: program.to_owned(),
     };
     send(socket.as_raw_fd(), &hello, Some(fd.as_raw_fd()))?;
     Ok((socket, region.cast()))
@@ -452,7 +457,7 @@ pub fn join_after_fork() {
     let parent_record = sampler::process();
     sampler::forget_parent_in_child();
     let Some(parent) = any_client() else { return };
-    let joined = hello(&parent.address.0, parent.address.1, |r| {
+    let joined = hello(&parent.address.0, parent.address.1, &parent.program, |r| {
         r.inherit(parent_record)
     });
     let parent_fd = parent.socket.as_raw_fd();
@@ -473,6 +478,7 @@ pub fn join_after_fork() {
             socket,
             sent: Mutex::new(sent),
             address: parent.address,
+            program: parent.program.clone(),
         })),
         Release,
     );
@@ -634,13 +640,14 @@ pub struct Server {
     snapshot: bool,
     /// `record`'s CLOCK_MONOTONIC and wall clock at the same instant.
     clocks: (u64, SystemTime),
-    /// The directory where the processes share their modules' rules, removed with the server.
-    rules_cache: Option<std::path::PathBuf>,
+    /// The directory where the processes share their modules' rules, and whether it is this
+    /// run's own (removed with the server) rather than the user's lasting one.
+    rules_cache: Option<(std::path::PathBuf, bool)>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(dir) = &self.rules_cache {
+        if let Some((dir, true)) = &self.rules_cache {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -648,8 +655,9 @@ impl Drop for Server {
 
 impl Server {
     /// Listens on a new abstract socket named after this process, for processes sampled with
-    /// `config`'s period and clock.
-    pub fn new(config: &Config) -> io::Result<Server> {
+    /// `config`'s period and clock by the preload library `library`, whose build's rules cache
+    /// they share ([`lasting_rules_cache`]; a directory of this run's own if there is none).
+    pub fn new(config: &Config, library: &std::path::Path) -> io::Result<Server> {
         let listener = seqpacket(libc::SOCK_NONBLOCK)?;
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -678,7 +686,9 @@ impl Server {
             rejected: HashMap::new(),
             snapshot: false,
             clocks: (sampler::now_ns(), SystemTime::now()),
-            rules_cache: private_directory(&format!("{name}-rules")),
+            rules_cache: lasting_rules_cache(library)
+                .map(|d| (d, false))
+                .or_else(|| private_directory(&format!("{name}-rules")).map(|d| (d, true))),
         })
     }
 
@@ -689,7 +699,7 @@ impl Server {
 
     /// The directory for [`RULES_CACHE_VAR`], if one could be made.
     pub fn rules_cache(&self) -> Option<&std::path::Path> {
-        self.rules_cache.as_deref()
+        self.rules_cache.as_ref().map(|(d, _)| d.as_path())
     }
 
     /// Processes that connected so far.
@@ -948,6 +958,58 @@ impl Process {
             sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu),
         ));
     }
+}
+
+/// The user's lasting cache of modules' rules for the preload library `library`'s build:
+/// `$XDG_CACHE_HOME/unwind-profiler/rules-BUILDID` (`~/.cache/...` without it), made readable
+/// by this user only, so that later runs read back the rules of the modules earlier ones
+/// built (files named by each module's build id; `unwind_in_process::set_rules_cache`). Keyed
+/// by the library's build id: another build may build other rules. Other builds' directories
+/// unused for a week are removed. `None` if the library has no build id or the directory
+/// cannot be made.
+pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let file = std::fs::File::open(library).ok()?;
+    // SAFETY: a read-only private mapping of the library, only parsed here; a library
+    // rewritten meanwhile gives bytes like any other to the parser.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let id = object::Object::build_id(&object::File::parse(&*map).ok()?).ok()??;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| std::path::Path::new(d).is_absolute())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?
+        .join("unwind-profiler");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
+        .ok()?;
+    let dir = base.join(format!("rules-{hex}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    // Only a directory of this user's, closed to others, is shared (not one planted there).
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    // SAFETY: getuid has no preconditions.
+    if !meta.is_dir() || meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 {
+        return None;
+    }
+    let week = Duration::from_secs(7 * 24 * 3600);
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        let old = entry.file_name().to_string_lossy().starts_with("rules-")
+            && entry.path() != dir
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > week));
+        if old {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Some(dir)
 }
 
 /// A new directory named `name` in the temporary directory, readable by this user only.

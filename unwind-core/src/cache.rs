@@ -551,7 +551,19 @@ impl<A: Arch> Cache<A> {
     pub fn new_in(levels: &'static mut MaybeUninit<LevelsOf<A>>) -> Self {
         // SAFETY: `levels` is valid for writes of one `Levels`.
         unsafe { levels.as_mut_ptr().write_bytes(0, 1) };
-        // SAFETY: a `Levels` is valid all zeros (integers and `MaybeUninit`s).
+        // SAFETY: zeroed just now.
+        unsafe { Self::new_in_zeroed(levels) }
+    }
+
+    /// [`Cache::new_in`] with levels that are zero already, left untouched: memory fresh from
+    /// the system (a new anonymous mapping), whose pages are committed as the cache's lookups
+    /// first reach them rather than all here.
+    ///
+    /// # Safety
+    /// Every byte of `levels` is zero.
+    pub unsafe fn new_in_zeroed(levels: &'static mut MaybeUninit<LevelsOf<A>>) -> Self {
+        // SAFETY: a `Levels` is valid all zeros (integers and `MaybeUninit`s), as the caller
+        // promises it is.
         Self::with_levels(NonNull::from(unsafe { levels.assume_init_mut() }), false)
     }
 

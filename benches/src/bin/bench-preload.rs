@@ -209,6 +209,49 @@ fn dlopen_refresh(path: &str) {
     );
 }
 
+/// `--read-back FILE...`: reads each rules file (written by the rule cache, see
+/// `unwind_in_process::set_rules_cache`) back into a table, as every process of a `record` run
+/// does for the modules an earlier one built, and prints the median time over [`RUNS`] reads,
+/// from the file to the checked table: `read-back NAME: S s for B bytes (MB/s)`.
+fn read_back(paths: &[String]) {
+    type Rules = unwind_core::table::ModuleRules<unwind_core::x86_64::Rule>;
+    let (mut total_bytes, mut total) = (0u64, Duration::ZERO);
+    for p in paths {
+        let bytes = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let times: Vec<Duration> = (0..RUNS * 10)
+            .map(|_| {
+                let t = Instant::now();
+                let data = std::fs::read(p).expect("read");
+                black_box(Rules::from_bytes(&data).expect("a rules file"));
+                t.elapsed()
+            })
+            .collect();
+        let m = median(times);
+        let rules = Rules::from_bytes(&std::fs::read(p).expect("read")).expect("a rules file");
+        let t = Instant::now();
+        for _ in 0..100 {
+            black_box(black_box(&rules).bytes_without_rules(0, u64::MAX));
+        }
+        println!(
+            "  bytes_without_rules: {:.1} us",
+            t.elapsed().as_secs_f64() * 1e4
+        );
+        total_bytes += bytes;
+        total += m;
+        println!(
+            "read-back {}: {:.6} s for {bytes} bytes ({:.0} MB/s)",
+            p.rsplit('/').next().unwrap_or(p),
+            m.as_secs_f64(),
+            bytes as f64 / m.as_secs_f64() / 1e6
+        );
+    }
+    println!(
+        "read-back all: {:.6} s for {total_bytes} bytes ({:.0} MB/s)",
+        total.as_secs_f64(),
+        total_bytes as f64 / total.as_secs_f64() / 1e6
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, path] = &args[..] {
@@ -216,6 +259,10 @@ fn main() {
             dlopen_refresh(path);
             return;
         }
+    }
+    if args.first().map(String::as_str) == Some("--read-back") {
+        read_back(&args[1..]);
+        return;
     }
     if args.first().map(String::as_str) == Some("--process") {
         let rss0 = rss();

@@ -279,7 +279,7 @@ fn main() -> ExitCode {
         .env("UNWIND_PROFILER_RECORD", "1")
         .env_remove("UNWIND_PROFILER_ROOT_PID");
     // The processes join the session: one profile of them all, written here.
-    let mut server = match Server::new(&config) {
+    let mut server = match Server::new(&config, &library) {
         Ok(s) => {
             cmd.env(SESSION_VAR, s.name());
             match s.rules_cache() {

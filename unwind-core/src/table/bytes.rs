@@ -49,7 +49,7 @@ use crate::expr::{Expr, Op, MAX_OPS};
 pub const MAGIC: [u8; 8] = *b"UWRULES\0";
 
 /// The format version [`ModuleRules::to_bytes`] writes and [`ModuleRules::from_bytes`] reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Bytes before the arrays.
 const HEADER: usize = 92;
@@ -364,22 +364,32 @@ fn read_expr(r: &mut RuleReader<'_>) -> Result<Expr, RulesBytesError> {
         .map_err(|_| RuleReader::invalid("expression longer than MAX_OPS", at))
 }
 
-/// The checksum of `bytes`: a multiply-rotate hash of their 8-byte words (each step a bijection
-/// of the state for a given word, so that any change of one word changes it).
+/// The checksum of `bytes`: four multiply-rotate hashes, each of every fourth 8-byte word (each
+/// step a bijection of its state for a given word, so that any change of one word changes it),
+/// mixed into one. Four independent chains: each step waits for a multiplication, and a
+/// process reads these files back at its start.
 fn checksum(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let mix = |h: u64, w: u64| (h.rotate_left(23) ^ w).wrapping_mul(K);
-    let (words, tail) = bytes.as_chunks::<8>();
-    let mut h = mix(0x243f_6a88_85a3_08d3, bytes.len() as u64);
-    for w in words {
-        h = mix(h, u64::from_le_bytes(*w));
+    let (blocks, rest) = bytes.as_chunks::<32>();
+    let seed = mix(0x243f_6a88_85a3_08d3, bytes.len() as u64);
+    let mut h = [seed, seed ^ 1, seed ^ 2, seed ^ 3];
+    for block in blocks {
+        let (words, _) = block.as_chunks::<8>();
+        for (h, w) in h.iter_mut().zip(words) {
+            *h = mix(*h, u64::from_le_bytes(*w));
+        }
     }
+    let (words, tail) = rest.as_chunks::<8>();
     let mut last = [0u8; 8];
     for (d, s) in last.iter_mut().zip(tail) {
         *d = *s;
     }
-    h = mix(h, u64::from_le_bytes(last));
-    h ^ (h >> 29)
+    let mut sum = h.iter().fold(seed, |acc, &h| mix(acc, h));
+    for w in words.iter().chain([&last]) {
+        sum = mix(sum, u64::from_le_bytes(*w));
+    }
+    sum ^ (sum >> 29)
 }
 
 /// Writes the checksum of `bytes` (all but their last 8) into their last 8.
@@ -397,6 +407,40 @@ fn seal(bytes: &mut [u8]) {
 /// that `extents` counts the extents with a rule.
 /// `at` is the offset of the starts, `rules_at` of the rule indices.
 fn check_extents(
+    starts: &[u32],
+    rules: &[u16],
+    dict_len: usize,
+    extents: u64,
+    at: usize,
+    rules_at: usize,
+) -> Result<(), RulesBytesError> {
+    // The common case first, in passes without early exits (which the compiler vectorizes);
+    // only a table that fails one is gone through again for the first fault and its offset.
+    let increasing = starts.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
+    let repeated = rules.windows(2).fold(false, |bad, w| bad | (w[0] == w[1]));
+    // In 16-bit lanes: the dictionary has at most NO_RULE rules, the arrays fewer than 2^32
+    // entries (their counts are u32s).
+    let dict = u16::try_from(dict_len).unwrap_or(NO_RULE);
+    let in_dict = rules
+        .iter()
+        .fold(true, |ok, &r| ok & ((r == NO_RULE) | (r < dict)));
+    let gaps = rules.iter().fold(0u32, |n, &r| n + u32::from(r == NO_RULE));
+    let with_rule = (rules.len() as u64).wrapping_sub(u64::from(gaps));
+    if increasing
+        && !repeated
+        && in_dict
+        && with_rule == extents
+        && starts.first().is_none_or(|&f| f == 0)
+        && (starts.is_empty() || (starts.len() >= 2 && rules.first() != Some(&NO_RULE)))
+        && rules.last().is_none_or(|&r| r == NO_RULE)
+    {
+        return Ok(());
+    }
+    find_extents_fault(starts, rules, dict_len, extents, at, rules_at)
+}
+
+/// [`check_extents`]'s checks one by one, for the first that fails: the error naming it.
+fn find_extents_fault(
     starts: &[u32],
     rules: &[u16],
     dict_len: usize,
@@ -475,6 +519,18 @@ fn check_pages(
     let count = (u64::from(end) >> shift) + 2;
     if pages.len() as u64 != count {
         return Err(invalid("page count", 76));
+    }
+    // Each entry on its own, without early exits: the last extent starting at or before the
+    // page's first byte. Only a failing index is gone through again for its first fault.
+    let fits = pages.iter().enumerate().fold(true, |ok, (p, &entry)| {
+        let first = (p as u64) << shift;
+        let e = entry as usize;
+        let starts_before = starts.get(e).is_some_and(|&s| u64::from(s) <= first);
+        let next_after = starts.get(e + 1).is_none_or(|&s| u64::from(s) > first);
+        ok & starts_before & next_after
+    });
+    if fits {
+        return Ok(());
     }
     let mut i = 0usize;
     for (p, &entry) in pages.iter().enumerate() {
@@ -714,6 +770,7 @@ impl<R: RuleBytes> ModuleRules<R> {
 
         Ok(ModuleRules {
             base,
+            covered: super::covered_bytes(&starts, &rules),
             starts,
             rules,
             pages,

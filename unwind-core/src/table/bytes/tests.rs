@@ -407,9 +407,9 @@ fn headers_are_checked() {
         RulesBytesError::BadMagic
     );
     assert_eq!(
-        ModuleRules::<x86_64::Rule>::from_bytes(&patched(8, &2u32.to_le_bytes(), true))
+        ModuleRules::<x86_64::Rule>::from_bytes(&patched(8, &(VERSION + 1).to_le_bytes(), true))
             .unwrap_err(),
-        RulesBytesError::WrongVersion { found: 2 }
+        RulesBytesError::WrongVersion { found: VERSION + 1 }
     );
     assert_eq!(
         ModuleRules::<arm::Rule>::from_bytes(&bytes).unwrap_err(),
