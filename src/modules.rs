@@ -103,6 +103,19 @@ pub(crate) struct Parsed {
 }
 
 impl Parsed {
+    /// Rules read back from the rules cache.
+    fn from_cache(rules: ModuleRules<Rule>) -> Self {
+        Parsed {
+            rules: Arc::new(rules),
+            stats: None,
+            exidx: None,
+            exidx_error: None,
+            error: None,
+            file_note: Some("rules read from the rules cache (built by another process)".into()),
+            return_sites: None,
+        }
+    }
+
     /// A module without rules, and why.
     fn failed(error: String, file_note: Option<String>) -> Self {
         Parsed {
@@ -134,11 +147,20 @@ pub(crate) struct Discovered {
 enum Seen {
     Known(LoadedModule, Box<Parsed>),
     New(LoadedModule, Vec<Phdr>, ImageCopy),
+    /// New, with rules in the rules cache at this path ([`crate::set_rules_cache`]): nothing
+    /// copied (a process reads the rules of most of its modules back, and copying their unwind
+    /// sections was a tenth of its start).
+    Cached(LoadedModule, std::path::PathBuf),
 }
 
 struct Walk<'a> {
     cache: &'a ModuleCache,
     out: Vec<Seen>,
+    /// Whether stack scanning is on (the rules cache is not used then).
+    scan: bool,
+    /// For a second walk: copy only the modules with these keys (whose cached rules could not
+    /// be read back), and nothing else.
+    only: Option<&'a [ModuleKey]>,
 }
 
 // The `p_type`, `p_flags` and note type values of the libc program headers (plain integers).
@@ -157,9 +179,71 @@ const NT_GNU_BUILD_ID: u32 = object::elf::NT_GNU_BUILD_ID.0;
 /// module may be unloaded as soon as the lock is released); the parsing, which takes 0.1 s for
 /// the largest libraries, happens after the lock, on the copies.
 pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
+    let (out, mut loader_lock) = walk(cache, scan, None);
+    // Each module at its place in the loader's order.
+    let mut modules: Vec<(usize, ParsedModule)> = Vec::with_capacity(out.len());
+    let mut new = Vec::new();
+    // Cached rules are read after the walk, outside the loader's lock. The few that cannot
+    // be (a file removed or spoiled since the walk saw it) are copied in a second walk and
+    // parsed as new.
+    let mut unread: Vec<(ModuleKey, usize)> = Vec::new();
+    for (at, seen) in out.into_iter().enumerate() {
+        let parsed = |module, parsed, reused| ParsedModule {
+            module,
+            parsed,
+            reused,
+            overlaps: None,
+        };
+        match seen {
+            Seen::Known(module, p) => modules.push((at, parsed(module, *p, true))),
+            Seen::New(module, phdrs, image) => new.push((at, module, phdrs, image)),
+            Seen::Cached(module, path) => match rules_cache::read(&path) {
+                Some(rules) => modules.push((at, parsed(module, Parsed::from_cache(rules), false))),
+                None => unread.push((ModuleKey::of(&module), at)),
+            },
+        }
+    }
+    if !unread.is_empty() {
+        let keys: Vec<ModuleKey> = unread.iter().map(|(k, _)| k.clone()).collect();
+        let (again, lock) = walk(cache, scan, Some(&keys));
+        loader_lock += lock;
+        for seen in again {
+            if let Seen::New(module, phdrs, image) = seen {
+                let key = ModuleKey::of(&module);
+                let at = unread.iter().find(|(k, _)| *k == key).map_or(usize::MAX, |u| u.1);
+                new.push((at, module, phdrs, image));
+            }
+        }
+    }
+    for (at, module, phdrs, image) in new {
+        let parsed = guarded(|| parse(&module, &phdrs, &image, scan));
+        modules.push((
+            at,
+            ParsedModule {
+                module,
+                parsed,
+                reused: false,
+                overlaps: None,
+            },
+        ));
+    }
+    modules.sort_by_key(|(at, _)| *at);
+    let mut modules: Vec<ParsedModule> = modules.into_iter().map(|(_, m)| m).collect();
+    resolve_overlaps(&mut modules);
+    Discovered {
+        modules,
+        loader_lock,
+    }
+}
+
+/// One `dl_iterate_phdr` walk (holding the loader's lock): every module, with what [`Seen`]
+/// says of it, or with `only`, copies of the modules with those keys; and how long it took.
+fn walk(cache: &ModuleCache, scan: bool, only: Option<&[ModuleKey]>) -> (Vec<Seen>, Duration) {
     let mut walk = Walk {
         cache,
         out: Vec::new(),
+        scan,
+        only,
     };
     let started = Instant::now();
     // SAFETY: the callback matches the signature dl_iterate_phdr expects and only reads the
@@ -167,33 +251,7 @@ pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
     unsafe {
         libc::dl_iterate_phdr(Some(callback), &mut walk as *mut Walk as *mut libc::c_void);
     }
-    let loader_lock = started.elapsed();
-    let mut modules: Vec<ParsedModule> = walk
-        .out
-        .into_iter()
-        .map(|seen| match seen {
-            Seen::Known(module, parsed) => ParsedModule {
-                module,
-                parsed: *parsed,
-                reused: true,
-                overlaps: None,
-            },
-            Seen::New(module, phdrs, image) => {
-                let parsed = guarded(|| parse(&module, &phdrs, &image, scan));
-                ParsedModule {
-                    module,
-                    parsed,
-                    reused: false,
-                    overlaps: None,
-                }
-            }
-        })
-        .collect();
-    resolve_overlaps(&mut modules);
-    Discovered {
-        modules,
-        loader_lock,
-    }
+    (walk.out, started.elapsed())
 }
 
 /// Every loaded module as the loader reports it, without reading unwind tables (for minidumps
@@ -242,8 +300,19 @@ unsafe extern "C" fn callback(
             return;
         };
         let key = ModuleKey::of(&module);
-        if let Some(p) = walk.cache.get(&key) {
+        if let Some(only) = walk.only {
+            if !only.contains(&key) {
+                return;
+            }
+        } else if let Some(p) = walk.cache.get(&key) {
             walk.out.push(Seen::Known(module, Box::new(p.clone())));
+            return;
+        } else if let Some(path) = (!walk.scan)
+            .then(|| rules_cache::path(&module, code_range(&module)))
+            .flatten()
+            .filter(|p| p.is_file())
+        {
+            walk.out.push(Seen::Cached(module, path));
             return;
         }
         // SAFETY: the loader keeps the module mapped during the callback.
@@ -533,12 +602,17 @@ fn matching_file(module: &LoadedModule) -> Result<(std::fs::File, memmap2::Mmap)
 }
 
 /// Parses a new module from the copy of its image (and, where they match, its file on disk).
-fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -> Parsed {
-    let hdr = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
-    let code = (
+/// The file addresses of `module`'s code.
+fn code_range(module: &LoadedModule) -> (u64, u64) {
+    (
         module.start.wrapping_sub(module.bias),
         module.end.wrapping_sub(module.bias),
-    );
+    )
+}
+
+fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -> Parsed {
+    let hdr = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
+    let code = code_range(module);
     // Another process of the run may have built them (see `crate::set_rules_cache`); with
     // stack scanning on, the module's file is read for its return sites anyway.
     let cached = if scan {
@@ -547,15 +621,7 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         rules_cache::path(module, code)
     };
     if let Some(rules) = cached.as_deref().and_then(rules_cache::read) {
-        return Parsed {
-            rules: Arc::new(rules),
-            stats: None,
-            exidx: None,
-            exidx_error: None,
-            error: None,
-            file_note: Some("rules read from the run's cache (built by another process)".into()),
-            return_sites: None,
-        };
+        return Parsed::from_cache(rules);
     }
     let file = matching_file(module);
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
