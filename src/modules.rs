@@ -210,7 +210,10 @@ pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
         for seen in again {
             if let Seen::New(module, phdrs, image) = seen {
                 let key = ModuleKey::of(&module);
-                let at = unread.iter().find(|(k, _)| *k == key).map_or(usize::MAX, |u| u.1);
+                let at = unread
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map_or(usize::MAX, |u| u.1);
                 new.push((at, module, phdrs, image));
             }
         }

@@ -33,6 +33,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use unwind_profiler::config::OPTIONS;
+
+#[path = "common/record.rs"]
+mod record_command;
+use record_command::release_dir;
 use unwind_profiler::output::Outputs;
 
 /// Held by each test that profiles a C program: two at once on a small machine would slow
@@ -43,34 +47,9 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// programs run for about a second).
 const HANG: Duration = Duration::from_secs(120);
 
-/// The release artifacts' directory: this test runs from `target/release/deps/`.
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
-}
-
-/// The `record` command, checked to exist with its preload library; in a process group of its
-/// own, so that a hung run can be killed with the program it started.
+/// The `record` command (see `common/record.rs`).
 fn record() -> Command {
-    let dir = release_dir();
-    for f in [
-        dir.join("unwind-profiler"),
-        dir.join("libunwind_profiler_preload.so"),
-    ] {
-        assert!(
-            f.is_file(),
-            "{} is missing: build it first (see the test's docs)",
-            f.display()
-        );
-    }
-    let mut cmd = Command::new(dir.join("unwind-profiler"));
-    cmd.process_group(0);
-    // The preload library reads these: the test's own environment must not change the runs.
-    for o in OPTIONS {
-        cmd.env_remove(o.env);
-    }
-    cmd.env_remove("UNWIND_PROFILER_LIBRARY");
-    cmd
+    record_command::command(&release_dir())
 }
 
 /// A fresh, empty directory named for `test`.

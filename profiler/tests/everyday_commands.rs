@@ -21,6 +21,8 @@
 
 #[path = "common/firefox.rs"]
 mod firefox;
+#[path = "common/record.rs"]
+mod record_command;
 #[path = "common/summary.rs"]
 mod summary_text;
 #[path = "common/svg.rs"]
@@ -32,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use unwind_profiler::config::OPTIONS;
 use unwind_profiler::output::Outputs;
 
 /// Held by each test: two profiled programs at once on a small machine would take each other's
@@ -41,12 +42,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// How long a run may take before the test calls it hung (a guard: runs take seconds).
 const HANG: Duration = Duration::from_secs(180);
-
-/// The release artifacts' directory: this test runs from `target/release/deps/`.
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
-}
 
 /// A fresh, empty directory named for `test`.
 fn scratch(test: &str) -> PathBuf {
@@ -74,20 +69,8 @@ fn have(tools: &[(&str, &[&str])]) -> bool {
 /// `record --output OUT OPTIONS -- PROGRAM...`, in a process group of its own, without the
 /// test's own profiler settings, its stdout thrown away.
 fn record(out: &Path, options: &[&str], program: &[&str]) -> Command {
-    let dir = release_dir();
-    for f in [
-        dir.join("unwind-profiler"),
-        dir.join("libunwind_profiler_preload.so"),
-    ] {
-        assert!(
-            f.is_file(),
-            "{} is missing: build it first (see the test's docs)",
-            f.display()
-        );
-    }
-    let mut cmd = Command::new(dir.join("unwind-profiler"));
-    cmd.process_group(0)
-        .arg("record")
+    let mut cmd = record_command::command(&record_command::release_dir());
+    cmd.arg("record")
         .arg("--output")
         .arg(out)
         .args(options)
@@ -96,10 +79,6 @@ fn record(out: &Path, options: &[&str], program: &[&str]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    for o in OPTIONS {
-        cmd.env_remove(o.env);
-    }
-    cmd.env_remove("UNWIND_PROFILER_LIBRARY");
     cmd
 }
 

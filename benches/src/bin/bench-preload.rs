@@ -11,6 +11,11 @@
 //! unwinding does): how long refresh held the dynamic loader's lock, and the longest that thread
 //! waited for it. Prints `dlopen NAME: refresh S s, loader lock held S s, longest wait S s (N
 //! calls)`.
+//!
+//! `bench-preload --read-back FILE...` reads rules files of the rule cache back (as every process
+//! under `unwind-profiler record` does for the modules another built; the files are in
+//! `~/.cache/unwind-profiler/rules-*`): `read-back NAME: S s for B bytes (MB/s)`, and the time
+//! of the start report's count of the bytes without rules.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -211,8 +216,10 @@ fn dlopen_refresh(path: &str) {
 
 /// `--read-back FILE...`: reads each rules file (written by the rule cache, see
 /// `unwind_in_process::set_rules_cache`) back into a table, as every process of a `record` run
-/// does for the modules an earlier one built, and prints the median time over [`RUNS`] reads,
-/// from the file to the checked table: `read-back NAME: S s for B bytes (MB/s)`.
+/// does for the modules an earlier one built, and prints the median time over 10 x [`RUNS`]
+/// reads, from the file (read, where the library maps it) to the checked table: `read-back
+/// NAME: S s for B bytes (MB/s)`; then the time of `bytes_without_rules` over the whole table
+/// (each process's start report asks it of every module).
 fn read_back(paths: &[String]) {
     type Rules = unwind_core::table::ModuleRules<unwind_core::x86_64::Rule>;
     let (mut total_bytes, mut total) = (0u64, Duration::ZERO);
