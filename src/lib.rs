@@ -335,12 +335,15 @@ pub fn set_stack_scanning(on: bool) -> Result<bool, Error> {
     Ok(was)
 }
 
-/// Shares module rules with the other processes of a run through `dir` (for a profiler that
-/// starts many processes of the same programs): the first to build a module's rules writes them
-/// there, named by the module's build id, and the others read them back, checked, instead of
-/// parsing the module's unwind sections again (libc: 0.2 ms against 5-7 ms). Modules without a
-/// build id, and every module while stack scanning is on, are parsed as without it; their
-/// reports then have no CFI statistics. `None` stops sharing. Set it before [`init`].
+/// Shares module rules with other processes through `dir` (for a profiler that starts many
+/// processes of the same programs, in one run or many): the first to build a module's rules
+/// writes them there (aside, then renamed over), named by the module's build id, code range and
+/// architecture, and the others map them and read them back, checked, instead of copying and
+/// parsing the module's unwind sections again (libc: 0.1 ms against 7 ms). The directory may
+/// last across runs of the same build of this library (the format has a version, but another
+/// build may build other rules: keep one directory per build). Modules without a build id, and
+/// every module while stack scanning is on, are parsed as without it; their reports then have
+/// no CFI statistics. `None` stops sharing. Set it before [`init`].
 pub fn set_rules_cache(dir: Option<std::path::PathBuf>) {
     if let Ok(mut d) = modules::rules_cache::DIR.lock() {
         *d = dir;

@@ -13,6 +13,10 @@
 //! - [`Message::Modules`]: the modules of its rule table, whenever they change (after a
 //!   `dlopen` or `dlclose` the preload library interposes).
 //!
+//! A child `fork`ed without `exec` inherits its parent's connection but is not that process: it
+//! makes a connection of its own from the `fork` child handler ([`join_after_fork`]) and sends
+//! the same messages; the parent's it closes.
+//!
 //! Nothing of the profiler runs in the program besides its signal handler, the hooks on
 //! `pthread_create`, `dlopen` and `dlclose`, and the constructor that sets up: no collector
 //! thread (a single-threaded program stays single-threaded in its C library's eyes) and nothing
@@ -40,8 +44,9 @@ use crate::{Config, StartError};
 /// The environment variable that names `record`'s socket (in the abstract namespace).
 pub const SESSION_VAR: &str = "UNWIND_PROFILER_SESSION";
 
-/// The environment variable that names the directory where the processes of a run share the
-/// rules of their modules ([`unwind_in_process::set_rules_cache`]).
+/// The environment variable that names the directory where processes share the rules of their
+/// modules ([`unwind_in_process::set_rules_cache`]): the user's lasting one for the preload
+/// library's build ([`lasting_rules_cache`]), or one of the run's own.
 pub const RULES_CACHE_VAR: &str = "UNWIND_PROFILER_RULES_CACHE";
 
 /// The largest message: one module's path and build id (paths are at most `PATH_MAX`).
