@@ -544,6 +544,7 @@ impl Collector {
                                 address: pc,
                                 module,
                                 frames: symbolizer.frames(
+                                    info.pid,
                                     module.and_then(|m| self.modules.get(m)),
                                     pc,
                                     leaf,

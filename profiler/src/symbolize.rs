@@ -32,6 +32,64 @@ struct File {
 pub struct Symbolizer {
     files: HashMap<(String, String), File>,
     vdso_image: Option<Vec<u8>>,
+    /// Each process's perf map, read when first needed (`None`: it has none).
+    perf_maps: HashMap<u32, Option<PerfMap>>,
+}
+
+/// The code a JIT compiler described in `/tmp/perf-PID.map` (node `--perf-basic-prof`, the JVM's
+/// perf map agents, python `-X perf`): lines `START SIZE NAME`, START and SIZE in hexadecimal.
+/// A later line for the same start wins (code freed and reused).
+#[derive(Debug, Default)]
+pub struct PerfMap {
+    /// By start: the end and the name.
+    entries: std::collections::BTreeMap<u64, (u64, String)>,
+}
+
+impl PerfMap {
+    /// Parses a perf map's text; lines that do not read as one are skipped.
+    pub fn parse(text: &str) -> PerfMap {
+        let mut entries = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let mut fields = line.splitn(3, ' ');
+            let (Some(start), Some(size), Some(name)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+            let (Some(start), Some(size)) = (hex(start), hex(size)) else {
+                continue;
+            };
+            let name = name.trim();
+            if size == 0 || name.is_empty() {
+                continue;
+            }
+            entries.insert(start, (start.saturating_add(size), name.to_owned()));
+        }
+        PerfMap { entries }
+    }
+
+    /// The name of the code at `address`, if the map describes it.
+    pub fn lookup(&self, address: u64) -> Option<&str> {
+        let (_, (end, name)) = self.entries.range(..=address).next_back()?;
+        (address < *end).then_some(name.as_str())
+    }
+
+    /// `/tmp/perf-PID.map`, if it is there and this user's (as `perf` asks: another user's file
+    /// could name this user's code at will).
+    fn of_process(pid: u32) -> Option<PerfMap> {
+        use std::os::unix::fs::MetadataExt;
+        let path = format!("/tmp/perf-{pid}.map");
+        let file = std::fs::File::open(&path).ok()?;
+        let meta = file.metadata().ok()?;
+        // SAFETY: getuid has no preconditions.
+        if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+            return None;
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::BufReader::new(file), &mut text).ok()?;
+        Some(PerfMap::parse(&text))
+    }
 }
 
 /// The separate debug file for a build id, if installed.
@@ -51,6 +109,7 @@ impl Symbolizer {
         Symbolizer {
             files: HashMap::new(),
             vdso_image: vdso_image.map(<[u8]>::to_vec),
+            perf_maps: HashMap::new(),
         }
     }
 
@@ -78,11 +137,32 @@ impl Symbolizer {
             })
     }
 
-    /// The frames at `address` in `module` (innermost first; never empty). A return address
-    /// (`leaf` false) is looked up one byte back, inside its call instruction.
-    pub fn frames(&mut self, module: Option<&Module>, address: u64, leaf: bool) -> Vec<Frame> {
+    /// The frames at `address` in `module` of process `pid` (innermost first; never empty). A
+    /// return address (`leaf` false) is looked up one byte back, inside its call instruction.
+    /// An address in no module is named by the process's perf map, if it has one.
+    pub fn frames(
+        &mut self,
+        pid: u32,
+        module: Option<&Module>,
+        address: u64,
+        leaf: bool,
+    ) -> Vec<Frame> {
         let Some(m) = module else {
-            return vec![unknown(address)];
+            let map = self
+                .perf_maps
+                .entry(pid)
+                .or_insert_with(|| PerfMap::of_process(pid));
+            let name = map
+                .as_ref()
+                .and_then(|map| map.lookup(code_address(address, leaf)));
+            return vec![name.map_or_else(
+                || unknown(address),
+                |n| Frame {
+                    function: n.to_owned(),
+                    file: None,
+                    line: None,
+                },
+            )];
         };
         let probe = code_address(address, leaf).wrapping_sub(m.bias);
         let vdso = self.vdso_image.clone();
@@ -202,6 +282,27 @@ pub fn basename(path: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// A perf map names the addresses its lines cover, a later line for the same start
+    /// replacing an earlier one; lines that do not read as `START SIZE NAME` are skipped.
+    #[test]
+    fn perf_map_lines_name_their_ranges() {
+        let map = PerfMap::parse(
+            "7f0000001000 40 LazyCompile:*fib /tmp/x.js:1\n\
+             garbage\n\
+             7f0000002000 0 empty\n\
+             0x7f0000003000 10 Interpreter\n\
+             7f0000001000 20 replaced\n\
+             zz 10 bad start\n",
+        );
+        assert_eq!(map.lookup(0x7f00_0000_0fff), None);
+        assert_eq!(map.lookup(0x7f00_0000_1000), Some("replaced"));
+        assert_eq!(map.lookup(0x7f00_0000_101f), Some("replaced"));
+        assert_eq!(map.lookup(0x7f00_0000_1020), None);
+        assert_eq!(map.lookup(0x7f00_0000_2000), None);
+        assert_eq!(map.lookup(0x7f00_0000_3008), Some("Interpreter"));
+        assert_eq!(map.lookup(0x7f00_0000_3010), None);
+    }
+
     /// A copy of the test binary without symbols or debug information names an address by the
     /// start of the function its unwind tables put it in: one name for the function's addresses.
     #[test]
@@ -237,13 +338,13 @@ mod tests {
         let f = basename as fn(&str) -> &str as usize as u64;
         let mut symbolizer = Symbolizer::new(None);
         assert_eq!(
-            symbolizer.frames(Some(&module(&exe)), f + 2, true)[0].function,
+            symbolizer.frames(0, Some(&module(&exe)), f + 2, true)[0].function,
             "unwind_profiler::symbolize::basename"
         );
         let want = format!("stripped-copy+{:#x}", f - main.bias);
         for at in [f, f + 1, f + 2] {
             assert_eq!(
-                symbolizer.frames(Some(&module(&stripped)), at, true)[0].function,
+                symbolizer.frames(0, Some(&module(&stripped)), at, true)[0].function,
                 want
             );
         }
