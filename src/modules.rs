@@ -616,16 +616,14 @@ fn code_range(module: &LoadedModule) -> (u64, u64) {
 fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -> Parsed {
     let hdr = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
     let code = code_range(module);
-    // Another process of the run may have built them (see `crate::set_rules_cache`); with
-    // stack scanning on, the module's file is read for its return sites anyway.
+    // Where the rules go for other processes (see `crate::set_rules_cache`; reading them back
+    // is `discover`'s); with stack scanning on, the module's file is read for its return sites
+    // anyway, and nothing is kept.
     let cached = if scan {
         None
     } else {
         rules_cache::path(module, code)
     };
-    if let Some(rules) = cached.as_deref().and_then(rules_cache::read) {
-        return Parsed::from_cache(rules);
-    }
     let file = matching_file(module);
     let map = file.as_ref().ok().map(|(_, m)| &m[..]);
     let elf = map.and_then(|m| object::File::parse(m).ok());

@@ -206,6 +206,11 @@ pub fn loader_counts() -> (u64, u64) {
     counts
 }
 
+/// A build id as lowercase hex, as profiles and file names carry it.
+pub(crate) fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The modules of the rule table published now, as the profile describes them.
 pub fn modules_now() -> Vec<Module> {
     unwind_in_process::loaded_modules()
@@ -216,11 +221,7 @@ pub fn modules_now() -> Vec<Module> {
             end: m.end,
             bias: m.bias,
             file_offset: m.file_offset,
-            build_id: m
-                .build_id
-                .as_deref()
-                .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
-                .unwrap_or_default(),
+            build_id: m.build_id.as_deref().map(hex).unwrap_or_default(),
         })
         .collect()
 }

@@ -421,9 +421,9 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
 }
 
 /// Connects to `record`'s socket at `addr` and says hello (this process runs `program`) with
-/// a new process record, which
-/// `fill` sets up before `record` sees it; returns the connection and the record (zeroed but for
-/// its magic and what `fill` wrote, mapped for the rest of the process).
+/// a new process record, which `fill` sets up before `record` sees it; returns the connection
+/// and the record (zeroed but for its magic and what `fill` wrote, mapped for the rest of the
+/// process).
 fn hello(
     addr: &libc::sockaddr_un,
     len: libc::socklen_t,
@@ -991,14 +991,13 @@ fn lasting_rules_cache_in(
     // rewritten meanwhile gives bytes like any other to the parser.
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let id = object::Object::build_id(&object::File::parse(&*map).ok()?).ok()??;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let base = cache.join("unwind-profiler");
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&base)
         .ok()?;
-    let dir = base.join(format!("rules-{hex}"));
+    let dir = base.join(format!("rules-{}", collect::hex(id)));
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}

@@ -86,9 +86,7 @@ impl PerfMap {
         if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
             return None;
         }
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::BufReader::new(file), &mut text).ok()?;
-        Some(PerfMap::parse(&text))
+        Some(PerfMap::parse(&std::io::read_to_string(file).ok()?))
     }
 }
 

@@ -264,15 +264,9 @@ impl<R: TableRule> ModuleRules<R> {
     /// source).
     pub fn bytes_with_rules_where(&self, lo: u64, hi: u64, which: impl Fn(&R) -> bool) -> u64 {
         // `which` asked once per dictionary rule, then one pass over the extents' indices
-        // without copying a rule or branching (every process reports this at its start).
+        // without copying a rule (every process reports this at its start).
         let accepted: Vec<u64> = self.dict.iter().map(|r| u64::from(which(r))).collect();
         let (lo, hi) = (lo.saturating_sub(self.base), hi.saturating_sub(self.base));
-        let extents = self.starts.windows(2).zip(&self.rules);
-        let clipped = |w: &[u32]| {
-            u64::from(w[1])
-                .min(hi)
-                .saturating_sub(u64::from(w[0]).max(lo))
-        };
         let inside = match (self.starts.first(), self.starts.last()) {
             (Some(&first), Some(&last)) => lo <= u64::from(first) && u64::from(last) <= hi,
             _ => true,
@@ -282,14 +276,17 @@ impl<R: TableRule> ModuleRules<R> {
         } else if !accepted.contains(&0) && inside {
             // Every rule, every extent inside: counted when the table was made.
             self.covered
-        } else if !accepted.contains(&0) {
-            extents
-                .map(|(w, &r)| u64::from(r != NO_RULE) * clipped(w))
-                .sum()
         } else {
             // A gap's NO_RULE is past every dictionary index: not accepted.
-            extents
-                .map(|(w, &r)| accepted.get(usize::from(r)).copied().unwrap_or(0) * clipped(w))
+            self.starts
+                .windows(2)
+                .zip(&self.rules)
+                .map(|(w, &r)| {
+                    let clipped = u64::from(w[1])
+                        .min(hi)
+                        .saturating_sub(u64::from(w[0]).max(lo));
+                    accepted.get(usize::from(r)).copied().unwrap_or(0) * clipped
+                })
                 .sum()
         }
     }
