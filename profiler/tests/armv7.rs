@@ -10,6 +10,7 @@
 //! - the same with `-g` instead (no EXIDX entries, but a `.debug_frame` in the file, which the
 //!   unwinder reads from disk);
 //! - the Rust program tests/armv7/named_work.rs built with `rustc -O` for armv7 (`std::thread`s);
+//! - under `unwind-profiler record`, forked workers (`forked_workers_under_record`);
 //! - and, sampled by the wall clock, tests/armv7/blocking.c (Debian's default build), whose
 //!   threads spend the run blocked in glibc's blocking calls: 99 % of its samples must reach
 //!   the thread's function or `main` (see `c_program_blocked_in_system_calls_with_the_wall_clock`).
@@ -23,8 +24,8 @@
 //! at most 5 % may have a frame in no known module. The figures of each run are printed
 //! (`--nocapture` shows them).
 //!
-//! The ARM programs run through qemu-arm directly (no binfmt_misc needed, so not through
-//! `unwind-profiler record`, which would exec an ARM program from an ARM program). Needs
+//! The ARM programs run through qemu-arm directly (no binfmt_misc needed), alone with the
+//! preload library; `forked_workers_under_record` runs qemu-arm under this host's `record`. Needs
 //! `arm-linux-gnueabihf-gcc`, `qemu-arm`, the armv7 Rust standard library and the armv7 preload
 //! library (scripts/test builds it first):
 //! `cargo build --release --target armv7-unknown-linux-gnueabihf -p unwind-profiler-preload &&
@@ -657,5 +658,68 @@ fn c_program_blocked_in_system_calls_with_the_wall_clock() {
             "{}\nsummary:\n{summary}\nfolded:\n{folded}",
             failures.join("\n")
         );
+    }
+}
+
+/// Under `unwind-profiler record` (this host's command, the program through qemu-arm): the
+/// session works across the emulator (the socket, the `memfd`s), and workers forked without
+/// `exec` from a multi-threaded parent (profiler/tests/behaviour/forked_workers.c, built with
+/// `-funwind-tables`) are processes of the one profile, each function at its share.
+#[test]
+fn forked_workers_under_record() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("forked-workers");
+    let behaviour = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    let exe = dir.join("forked_workers");
+    run(Command::new("arm-linux-gnueabihf-gcc")
+        .args(["-O0", "-funwind-tables", "-pthread", "-I"])
+        .arg(&behaviour)
+        .arg(behaviour.join("forked_workers.c"))
+        .arg("-o")
+        .arg(&exe));
+    let record = target_dir().join("release").join("unwind-profiler");
+    assert!(
+        record.is_file(),
+        "{} is missing: build it first (cargo build --release -p unwind-profiler)",
+        record.display()
+    );
+    let out = dir.join("profile");
+    let mut cmd = Command::new(&record);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    let done = cmd
+        .arg("record")
+        .arg("--library")
+        .arg(preload_library())
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "qemu-arm", "-L", ARM_SYSROOT])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    assert!(stderr.contains("of 5 processes"), "{stderr}");
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = unwind_profiler::output::folded::parse(&text);
+    for (function, processes) in [
+        ("parent_work", 1),
+        ("thread_work", 1),
+        ("worker_work", 3),
+        ("grandchild_work", 1),
+    ] {
+        let n: u64 = lines
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f == function))
+            .map(|(_, n)| n)
+            .sum();
+        println!("{function}: {n} samples");
+        // 200 ms of CPU in each process's function: 200 periods at 1 kHz.
+        assert!(n >= 100 * processes, "{function}: {n} samples:\n{text}");
     }
 }
