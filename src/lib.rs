@@ -47,6 +47,7 @@ mod capture;
 mod captures;
 mod huge_pages;
 pub use huge_pages::map_huge;
+mod mappings;
 mod modules;
 mod publish;
 mod report;
@@ -63,7 +64,7 @@ use std::time::Instant;
 pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
 pub use captures::{Captured, Captures, Samples, StoredSample};
-pub use modules::LoadedModule;
+pub use modules::{LoadedModule, ModuleKind};
 pub use report::{preload_file, ModuleReport, PreloadReport};
 pub use system::{dump_modules, symbolizer, system_info};
 pub use unwind_core::{StopReason, Trust, UnwindResult};
@@ -111,6 +112,8 @@ pub enum Error {
     GenerationsExhausted,
     /// Called from a signal handler that interrupted a refresh on the same thread.
     Reentrant,
+    /// [`refresh_unless_busy`]: another refresh was in progress.
+    Busy,
 }
 
 impl fmt::Display for Error {
@@ -122,6 +125,7 @@ impl fmt::Display for Error {
             Error::Reentrant => f.write_str(
                 "called from a signal handler that interrupted a refresh on this thread",
             ),
+            Error::Busy => f.write_str("another refresh was in progress"),
         }
     }
 }
@@ -193,12 +197,7 @@ impl Drop for StateGuard {
 /// polling wait costs nothing measurable); `None` if this thread holds it already (a call from
 /// a signal handler that interrupted a refresh).
 fn lock_state() -> Option<StateGuard> {
-    static AT_FORK: Once = Once::new();
-    AT_FORK.call_once(|| {
-        // SAFETY: registers three `extern "C" fn()` handlers that live as long as this library
-        // (glibc unregisters them if the library is unloaded).
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
-    });
+    register_fork_handlers();
     let me = arch::thread_pointer();
     let mut spins = 0u32;
     loop {
@@ -218,6 +217,32 @@ fn lock_state() -> Option<StateGuard> {
             }
         }
     }
+}
+
+/// STATE if no thread holds it ([`Error::Busy`] if another does, [`Error::Reentrant`] if this
+/// one does).
+fn try_lock_state() -> Result<StateGuard, Error> {
+    register_fork_handlers();
+    let me = arch::thread_pointer();
+    match STATE
+        .holder
+        .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+    {
+        Ok(_) => Ok(StateGuard(())),
+        Err(h) if h == me => Err(Error::Reentrant),
+        Err(_) => Err(Error::Busy),
+    }
+}
+
+/// Registers [`before_fork`], [`after_fork`] and [`in_child`], once, before STATE is first
+/// taken.
+fn register_fork_handlers() {
+    static AT_FORK: Once = Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registers three `extern "C" fn()` handlers that live as long as this library
+        // (glibc unregisters them if the library is unloaded).
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
+    });
 }
 
 /// STATE held across `fork()` by the forking thread, from [`before_fork`] to [`after_fork`] or
@@ -265,11 +290,37 @@ pub fn init() -> Result<PreloadReport, Error> {
     Ok(report)
 }
 
-/// Rebuilds the table from the modules loaded now (after `dlopen`/`dlclose`), reusing modules
-/// already parsed, publishes it, and frees replaced tables that no unwind is reading.
+/// Rebuilds the table from the modules loaded now (after `dlopen`/`dlclose`) and the executable
+/// memory the program mapped itself (see [`ModuleKind`]), reusing modules already parsed,
+/// publishes it, and frees replaced tables that no unwind is reading.
 pub fn refresh() -> Result<PreloadReport, Error> {
+    let state = lock_state().ok_or(Error::Reentrant)?;
+    refresh_locked(state)
+}
+
+/// [`refresh`], or [`Error::Busy`] at once if another refresh is in progress. For callers that
+/// may hold the dynamic loader's lock (an interposed `mmap` called from a library's
+/// constructor): a refresh in progress on another thread waits for that lock, so waiting for
+/// it could wait forever.
+pub fn refresh_unless_busy() -> Result<PreloadReport, Error> {
+    refresh_locked(try_lock_state()?)
+}
+
+/// Whether the published table's modules cover `[start, end)` (the code a walk knows): `None`
+/// if a refresh is in progress (for the callers of [`refresh_unless_busy`], which must not
+/// wait for it).
+pub fn covers_code(start: u64, end: u64) -> Option<bool> {
+    let state = try_lock_state().ok()?;
+    Some(
+        state
+            .modules
+            .iter()
+            .any(|m| m.start <= start && end <= m.end),
+    )
+}
+
+fn refresh_locked(mut state: StateGuard) -> Result<PreloadReport, Error> {
     let started = Instant::now();
-    let mut state = lock_state().ok_or(Error::Reentrant)?;
     let discovered = modules::discover(&state.cache, state.scan);
     let parsed = &discovered.modules;
     let generation = state

@@ -40,6 +40,24 @@ pub struct LoadedModule {
     pub image_end: u64,
     /// The ELF build id (`NT_GNU_BUILD_ID`, read from the mapped `PT_NOTE` segments), if any.
     pub build_id: Option<Vec<u8>>,
+    /// How the code came to be mapped.
+    pub kind: ModuleKind,
+}
+
+/// How a module's code came to be mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModuleKind {
+    /// An ELF object the dynamic loader lists (the program, its libraries, `dlopen`ed ones, the
+    /// vdso).
+    Loaded,
+    /// A second mapping of an ELF file's code that the loader does not list (node maps V8's
+    /// builtins from its own file so): `bias` places the file there, its symbols name it.
+    Remapped,
+    /// Executable memory no file describes: code generated at run time (a JIT compiler's, an
+    /// interpreter's trampolines). It has no rules; its frames are crossed by frame pointers and
+    /// named after the run from the process's perf map (`/tmp/perf-PID.map`).
+    Anonymous,
 }
 
 impl From<&LoadedModule> for unwind_samples::minidump::DumpModule {
@@ -135,7 +153,8 @@ pub(crate) type ModuleCache = BTreeMap<ModuleKey, Parsed>;
 
 /// What [`discover`] found.
 pub(crate) struct Discovered {
-    /// Every module with executable code, with rules.
+    /// Every module with executable code, with rules: the loader's, in its order, then the
+    /// executable mappings it does not list ([`crate::mappings`]).
     pub modules: Vec<ParsedModule>,
     /// How long the dynamic loader's lock was held (the `dl_iterate_phdr` walk, in which new
     /// modules' unwind sections are copied; parsing happens after it).
@@ -233,6 +252,11 @@ pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
     modules.sort_by_key(|(at, _)| *at);
     let mut modules: Vec<ParsedModule> = modules.into_iter().map(|(_, m)| m).collect();
     resolve_overlaps(&mut modules);
+    // Code the program mapped itself, read outside the loader's lock (see `crate::mappings`).
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        let unlisted = crate::mappings::unlisted_code(&maps, &modules);
+        modules.extend(unlisted);
+    }
     Discovered {
         modules,
         loader_lock,
@@ -403,6 +427,7 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
         image_start: bias.wrapping_add(image_lo),
         image_end: bias.wrapping_add(image_hi),
         build_id: build_id_of(&mapped),
+        kind: ModuleKind::Loaded,
     };
     Some((module, phdrs, hdr))
 }
@@ -754,6 +779,7 @@ impl Read {
 pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
     modules
         .iter()
+        .filter(|m| m.module.kind == ModuleKind::Loaded)
         .map(|m| (ModuleKey::of(&m.module), m.parsed.clone()))
         .collect()
 }
@@ -774,6 +800,7 @@ mod tests {
                 image_start: start,
                 image_end: end,
                 build_id: None,
+                kind: ModuleKind::Loaded,
             },
             parsed: Parsed {
                 error: None,

@@ -222,6 +222,7 @@ pub fn modules_now() -> Vec<Module> {
             bias: m.bias,
             file_offset: m.file_offset,
             build_id: m.build_id.as_deref().map(hex).unwrap_or_default(),
+            generated: m.kind == unwind_in_process::ModuleKind::Anonymous,
         })
         .collect()
 }
@@ -527,6 +528,7 @@ impl Collector {
             let at = crate::symbolize::code_address(pc, leaf);
             ours.0 <= at && at < ours.1
         };
+        symbolizer.note_modules(info.pid, &self.modules);
         // Locations: one per (address, module, leaf or return address).
         let mut location_ids: HashMap<(u64, Option<usize>, bool), usize> = HashMap::new();
         let mut locations = Vec::new();
@@ -736,6 +738,7 @@ mod tests {
             bias: start,
             file_offset: 0,
             build_id: String::new(),
+            generated: false,
         }
     }
 

@@ -18,6 +18,9 @@ pub struct Module {
     pub file_offset: u64,
     /// Its GNU build id, as lowercase hex (empty if it has none).
     pub build_id: String,
+    /// Executable memory no file describes (code generated at run time: a JIT compiler's, an
+    /// interpreter's trampolines): named by the process's perf map, not by a file.
+    pub generated: bool,
 }
 
 /// One source-level frame: a function, or a function inlined into another.
@@ -481,6 +484,7 @@ mod tests {
             bias: 0,
             file_offset: 0,
             build_id: String::new(),
+            generated: false,
         }
     }
 

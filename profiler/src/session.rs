@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicPtr, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -111,6 +111,7 @@ impl Message {
                     m.end,
                     m.bias,
                     m.file_offset,
+                    u64::from(m.generated),
                     m.build_id.len() as u64,
                 ] {
                     word(w);
@@ -140,15 +141,16 @@ impl Message {
             MODULES => Some(Message::Modules { count: word(1)? }),
             SNAPSHOT => Some(Message::Snapshot),
             MODULE => {
-                let id_len = usize::try_from(word(5)?).ok()?;
-                let id = bytes.get(48..48usize.checked_add(id_len)?)?;
+                let id_len = usize::try_from(word(6)?).ok()?;
+                let id = bytes.get(56..56usize.checked_add(id_len)?)?;
                 Some(Message::Module(Module {
                     start: word(1)?,
                     end: word(2)?,
                     bias: word(3)?,
                     file_offset: word(4)?,
+                    generated: word(5)? != 0,
                     build_id: String::from_utf8_lossy(id).into_owned(),
-                    path: text(48 + id_len)?,
+                    path: text(56 + id_len)?,
                 }))
             }
             _ => None,
@@ -558,13 +560,52 @@ fn send_module_list(c: &Client) {
 /// rebuilds the tables and tells `record`. Does nothing outside a session.
 pub fn modules_may_have_changed() {
     let Some(c) = client() else { return };
-    if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts() {
+    if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts()
+        && !CODE_MAPPED_UNSEEN.swap(false, Relaxed)
+    {
         return;
     }
     if let Ok(report) = unwind_in_process::refresh() {
         sampler::process().table_built(&report, true);
     }
     send_modules();
+}
+
+/// Set when memory was made executable while a refresh was in progress (which may have read
+/// the process's mappings before): the next chance refreshes.
+static CODE_MAPPED_UNSEEN: AtomicBool = AtomicBool::new(false);
+
+/// After the program's `mmap` or `mprotect` made `[addr, addr + len)` executable: if no module
+/// of the table covers it (code generated at run time, or a file's code mapped again), rebuilds
+/// the tables, which then know it, and tells `record`. A JIT maps its code regions a few times
+/// a run (node: 2 calls; the JVM: 4; python -X perf: 1 per 64 KiB of trampolines); changing
+/// the protection of pages already known costs a look at the table. Never waits for a refresh
+/// in progress (the caller may hold the loader's lock, which that refresh waits for): it is
+/// left to the next call or `dlopen`. Does nothing outside a session; keeps `errno`.
+pub fn code_mapped(addr: usize, len: usize) {
+    if client().is_none() {
+        return;
+    }
+    // SAFETY: errno is this thread's.
+    let errno = unsafe { *libc::__errno_location() };
+    let start = addr as u64;
+    let end = start.saturating_add(len as u64);
+    match unwind_in_process::covers_code(start, end) {
+        None => CODE_MAPPED_UNSEEN.store(true, Relaxed),
+        Some(covered) => {
+            if !covered || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
+                match unwind_in_process::refresh_unless_busy() {
+                    Ok(report) => {
+                        sampler::process().table_built(&report, true);
+                        send_modules();
+                    }
+                    Err(_) => CODE_MAPPED_UNSEEN.store(true, Relaxed),
+                }
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
 /// A zeroed region of `bytes` shared with `record`, for a thread record, or `None` outside a
@@ -1126,6 +1167,16 @@ mod tests {
                 bias: 0x7f00_0000_0000,
                 file_offset: 0x28000,
                 build_id: "c289da5071a3399de893d2af81d6a30c62646e1e".into(),
+                generated: false,
+            }),
+            Message::Module(Module {
+                path: "[anon]".into(),
+                start: 0x7f00_1000_0000,
+                end: 0x7f00_1004_0000,
+                bias: 0,
+                file_offset: 0,
+                build_id: String::new(),
+                generated: true,
             }),
         ];
         for m in &messages {

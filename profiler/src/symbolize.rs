@@ -34,11 +34,14 @@ pub struct Symbolizer {
     vdso_image: Option<Vec<u8>>,
     /// Each process's perf map, read when first needed (`None`: it has none).
     perf_maps: HashMap<u32, Option<PerfMap>>,
+    /// Jitdump files a process mapped (as JITs map theirs, for perf to find them), by pid.
+    jitdumps: HashMap<u32, Vec<PathBuf>>,
 }
 
 /// The code a JIT compiler described in `/tmp/perf-PID.map` (node `--perf-basic-prof`, the JVM's
-/// perf map agents, python `-X perf`): lines `START SIZE NAME`, START and SIZE in hexadecimal.
-/// A later line for the same start wins (code freed and reused).
+/// perf map agents, python `-X perf`): lines `START SIZE NAME`, START and SIZE in hexadecimal;
+/// or in a jitdump file, `/tmp/jit-PID.dump` (python 3.13 `-X perf_jit`, node `--perf-prof`):
+/// its code-load records. A later entry for the same start wins (code freed and reused).
 #[derive(Debug, Default)]
 pub struct PerfMap {
     /// By start: the end and the name.
@@ -69,24 +72,111 @@ impl PerfMap {
         PerfMap { entries }
     }
 
+    /// Adds the code loads (and moves) of a jitdump file (perf's `jitdump` format, version 1,
+    /// in this machine's byte order); a record that does not read as one ends the reading.
+    pub fn add_jitdump(&mut self, dump: &[u8]) {
+        const MAGIC: u32 = 0x4a69_5444;
+        const CODE_LOAD: u32 = 0;
+        const CODE_MOVE: u32 = 1;
+        let u32_at = |at: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(
+                dump.get(at..at.checked_add(4)?)?.try_into().ok()?,
+            ))
+        };
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(
+                dump.get(at..at.checked_add(8)?)?.try_into().ok()?,
+            ))
+        };
+        if u32_at(0) != Some(MAGIC) {
+            return;
+        }
+        let Some(mut at) = u32_at(8).map(|n| n as usize) else {
+            return;
+        };
+        // Each record: id, total size, timestamp; then its body.
+        while let (Some(id), Some(size)) = (u32_at(at), u32_at(at + 4)) {
+            let size = size as usize;
+            let Some(end) = at
+                .checked_add(size)
+                .filter(|&e| size >= 16 && e <= dump.len())
+            else {
+                return;
+            };
+            let body = at + 16;
+            match id {
+                // pid, tid, vma, code address, code size, code index, name (NUL-ended), code.
+                CODE_LOAD => {
+                    let (Some(addr), Some(len)) = (u64_at(body + 16), u64_at(body + 24)) else {
+                        return;
+                    };
+                    let name = &dump[(body + 40).min(end)..end];
+                    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                    if len > 0 && !name.is_empty() {
+                        let name = String::from_utf8_lossy(name).into_owned();
+                        self.entries.insert(addr, (addr.saturating_add(len), name));
+                    }
+                }
+                // pid, tid, vma, old address, new address, code size, code index.
+                CODE_MOVE => {
+                    let (Some(old), Some(new), Some(len)) =
+                        (u64_at(body + 16), u64_at(body + 24), u64_at(body + 32))
+                    else {
+                        return;
+                    };
+                    if let Some((_, name)) = self.entries.remove(&old) {
+                        self.entries.insert(new, (new.saturating_add(len), name));
+                    }
+                }
+                _ => {}
+            }
+            at = end;
+        }
+    }
+
     /// The name of the code at `address`, if the map describes it.
     pub fn lookup(&self, address: u64) -> Option<&str> {
         let (_, (end, name)) = self.entries.range(..=address).next_back()?;
         (address < *end).then_some(name.as_str())
     }
 
-    /// `/tmp/perf-PID.map`, if it is there and this user's (as `perf` asks: another user's file
-    /// could name this user's code at will).
-    fn of_process(pid: u32) -> Option<PerfMap> {
+    /// `/tmp/jit-PID.dump` (or the jitdump files of `dumps`) and `/tmp/perf-PID.map` (the
+    /// map's entries winning), those of them that are there and this user's (as `perf` asks:
+    /// another user's file could name this user's code at will); `None` if none is.
+    fn of_process(pid: u32, dumps: &[PathBuf]) -> Option<PerfMap> {
         use std::os::unix::fs::MetadataExt;
-        let path = format!("/tmp/perf-{pid}.map");
-        let file = std::fs::File::open(&path).ok()?;
-        let meta = file.metadata().ok()?;
-        // SAFETY: getuid has no preconditions.
-        if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+        let read = |path: &Path| -> Option<Vec<u8>> {
+            let mut file = std::fs::File::open(path).ok()?;
+            let meta = file.metadata().ok()?;
+            // SAFETY: getuid has no preconditions.
+            if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+                return None;
+            }
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+            Some(bytes)
+        };
+        let tmp = PathBuf::from(format!("/tmp/jit-{pid}.dump"));
+        let dumps: Vec<Vec<u8>> = dumps
+            .iter()
+            .chain(Some(&tmp).filter(|t| !dumps.contains(t)))
+            .filter_map(|p| read(p))
+            .collect();
+        let map = read(Path::new(&format!("/tmp/perf-{pid}.map")));
+        if dumps.is_empty() && map.is_none() {
             return None;
         }
-        Some(PerfMap::parse(&std::io::read_to_string(file).ok()?))
+        let mut out = map.map_or_else(PerfMap::default, |m| {
+            PerfMap::parse(&String::from_utf8_lossy(&m))
+        });
+        for dump in dumps {
+            let mut from_dump = PerfMap::default();
+            from_dump.add_jitdump(&dump);
+            for (start, entry) in from_dump.entries {
+                out.entries.entry(start).or_insert(entry);
+            }
+        }
+        Some(out)
     }
 }
 
@@ -108,6 +198,22 @@ impl Symbolizer {
             files: HashMap::new(),
             vdso_image: vdso_image.map(<[u8]>::to_vec),
             perf_maps: HashMap::new(),
+            jitdumps: HashMap::new(),
+        }
+    }
+
+    /// Notes the modules of process `pid`: a jitdump file among them (`jit-PID.dump`, which a
+    /// JIT maps executable for perf to find it wherever it wrote it: node `--perf-prof` writes
+    /// it in its working directory) names its code as `/tmp/jit-PID.dump` would.
+    pub fn note_modules(&mut self, pid: u32, modules: &[Module]) {
+        let name = format!("jit-{pid}.dump");
+        let dumps: Vec<PathBuf> = modules
+            .iter()
+            .filter(|m| m.generated && basename(&m.path) == name)
+            .map(|m| PathBuf::from(&m.path))
+            .collect();
+        if !dumps.is_empty() {
+            self.jitdumps.insert(pid, dumps);
         }
     }
 
@@ -137,7 +243,8 @@ impl Symbolizer {
 
     /// The frames at `address` in `module` of process `pid` (innermost first; never empty). A
     /// return address (`leaf` false) is looked up one byte back, inside its call instruction.
-    /// An address in no module is named by the process's perf map, if it has one.
+    /// An address in no module, or in generated code ([`Module::generated`]), is named by the
+    /// process's perf map, if it has one.
     pub fn frames(
         &mut self,
         pid: u32,
@@ -145,11 +252,12 @@ impl Symbolizer {
         address: u64,
         leaf: bool,
     ) -> Vec<Frame> {
-        let Some(m) = module else {
+        let Some(m) = module.filter(|m| !m.generated) else {
+            let dumps = self.jitdumps.get(&pid).map_or(&[][..], Vec::as_slice);
             let map = self
                 .perf_maps
                 .entry(pid)
-                .or_insert_with(|| PerfMap::of_process(pid));
+                .or_insert_with(|| PerfMap::of_process(pid, dumps));
             let name = map
                 .as_ref()
                 .and_then(|map| map.lookup(code_address(address, leaf)));
@@ -301,6 +409,71 @@ mod tests {
         assert_eq!(map.lookup(0x7f00_0000_3010), None);
     }
 
+    /// A jitdump's code loads name their code, a move carries the name along, other records
+    /// are skipped, and a truncated record ends the reading.
+    #[test]
+    fn jitdump_code_loads_name_their_code() {
+        let mut dump = Vec::new();
+        let (w32, w64) = (
+            |d: &mut Vec<u8>, v: u32| d.extend_from_slice(&v.to_ne_bytes()),
+            |d: &mut Vec<u8>, v: u64| d.extend_from_slice(&v.to_ne_bytes()),
+        );
+        // Header: magic, version, size (40), machine, padding, pid, timestamp, flags.
+        for v in [0x4a69_5444, 1, 40, 62, 0, 7] {
+            w32(&mut dump, v);
+        }
+        w64(&mut dump, 0);
+        w64(&mut dump, 0);
+        let load = |d: &mut Vec<u8>, addr: u64, len: u64, name: &str| {
+            let size = 16 + 40 + name.len() + 1 + len as usize;
+            w32(d, 0);
+            w32(d, size as u32);
+            w64(d, 0);
+            w32(d, 7);
+            w32(d, 7);
+            for v in [addr, addr, len, 1] {
+                w64(d, v);
+            }
+            d.extend_from_slice(name.as_bytes());
+            d.push(0);
+            d.extend(std::iter::repeat_n(0xc3, len as usize));
+        };
+        load(&mut dump, 0x7f00_0000_1000, 0x20, "py::fib:/tmp/x.py");
+        // An unwinding-info record (id 4): skipped by its size.
+        w32(&mut dump, 4);
+        w32(&mut dump, 24);
+        w64(&mut dump, 0);
+        w64(&mut dump, 0);
+        load(&mut dump, 0x7f00_0000_2000, 0x10, "moved");
+        // A move of "moved" to 0x3000: pid, tid, vma, old, new, size, index.
+        w32(&mut dump, 1);
+        w32(&mut dump, 16 + 48);
+        w64(&mut dump, 0);
+        w32(&mut dump, 7);
+        w32(&mut dump, 7);
+        for v in [
+            0x7f00_0000_2000u64,
+            0x7f00_0000_2000,
+            0x7f00_0000_3000,
+            0x10,
+            2,
+        ] {
+            w64(&mut dump, v);
+        }
+        // A truncated record.
+        w32(&mut dump, 0);
+        w32(&mut dump, 500);
+        let mut map = PerfMap::default();
+        map.add_jitdump(&dump);
+        assert_eq!(map.lookup(0x7f00_0000_101f), Some("py::fib:/tmp/x.py"));
+        assert_eq!(map.lookup(0x7f00_0000_1020), None);
+        assert_eq!(map.lookup(0x7f00_0000_2000), None, "moved away");
+        assert_eq!(map.lookup(0x7f00_0000_300f), Some("moved"));
+        let mut bad = PerfMap::default();
+        bad.add_jitdump(b"not a jitdump at all, not at all");
+        assert_eq!(bad.entries.len(), 0);
+    }
+
     /// A copy of the test binary without symbols or debug information names an address by the
     /// start of the function its unwind tables put it in: one name for the function's addresses.
     #[test]
@@ -331,6 +504,7 @@ mod tests {
             bias: main.bias,
             file_offset: main.file_offset,
             build_id: String::new(),
+            generated: false,
         };
         // A function that has code of its own (a pointer to it is taken).
         let f = basename as fn(&str) -> &str as usize as u64;

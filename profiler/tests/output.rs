@@ -120,6 +120,7 @@ fn sample_profile() -> Profile {
                 bias: 0,
                 file_offset: 0x1000,
                 build_id: "0123456789abcdef0123456789abcdef01234567".to_string(),
+                generated: false,
             },
             Module {
                 path: LIB.to_string(),
@@ -128,6 +129,7 @@ fn sample_profile() -> Profile {
                 bias: 0x7f00_0000_0000,
                 file_offset: 0x1000,
                 build_id: String::new(),
+                generated: false,
             },
         ],
         locations,
@@ -832,6 +834,7 @@ fn two_process_profile() -> Profile {
             bias: 0x40_0000,
             file_offset: 0,
             build_id: "feed".to_string(),
+            generated: false,
         }],
         locations: vec![
             location(0x40_1000, Some(0), vec![frame("Py_Main", None, None)]),

@@ -113,6 +113,11 @@ pub fn thread_pointer() -> usize {
     tp
 }
 
+/// The code that run-time code generators copy from a function of theirs (see
+/// [`crate::mappings`]): none known on 32-bit ARM (CPython's perf trampolines are for x86_64
+/// and aarch64 only).
+pub const COPIED_CODE: &[crate::mappings::CopiedCode] = &[];
+
 /// The program header types of this architecture's own unwind tables, whose segments the
 /// image copy keeps whole: `PT_ARM_EXIDX` (its `.ARM.extab` entries lie in the same segment).
 pub const UNWIND_SEGMENTS: &[u32] = &[object::elf::PT_ARM_EXIDX.0];

@@ -11,7 +11,9 @@
 //! - image discovery: `UNWIND_SEGMENTS` (program header types of its own unwind tables, kept
 //!   whole in the image copy), `rules_from_image` (a module's rules from its mapped image or
 //!   file), `report_extra` (what the preload report shows besides the CFI statistics) and
-//!   `from_instructions` (whether a rule was read from code rather than from a table).
+//!   `from_instructions` (whether a rule was read from code rather than from a table);
+//! - `COPIED_CODE`: functions that code generators copy into executable memory, with rules for
+//!   their copies (CPython's perf trampoline on x86_64).
 //!
 //! Adding an architecture to the runtime means one more such module (see ARCHITECTURE.md).
 

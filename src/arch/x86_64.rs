@@ -8,6 +8,7 @@ use unwind_dwarf::plt::PltSection;
 use unwind_dwarf::DwarfError;
 use unwind_samples::minidump::Processor;
 
+use crate::mappings::CopiedCode;
 use crate::modules::{cfi_sections, ImageCopy, Read};
 
 pub use unwind_core::x86_64::{Regs, Rule};
@@ -158,6 +159,38 @@ pub fn report_extra(
 ) {
     (None, None)
 }
+
+/// CPython's perf trampoline (`-X perf` and `-X perf_jit`, 3.12 and 3.13), which the
+/// interpreter copies over and over into executable memory, one copy per Python function, and
+/// calls with the function's frame: `sub $8, %rsp; call *%rcx; add $8, %rsp; ret`. It keeps no
+/// frame pointer and its copies have no unwind table; its rows are these.
+const CPYTHON_TRAMPOLINE: CopiedCode = CopiedCode {
+    symbol: c"_Py_trampoline_func_start",
+    bytes: &[
+        0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3,
+    ],
+    rows: &[
+        (0, 4, sp_frame(8)),
+        (4, 10, sp_frame(16)),
+        (10, 11, sp_frame(8)),
+    ],
+};
+
+/// The rule of a frame whose CFA is `rsp + cfa`, with the return address just below it and
+/// `rbp` untouched.
+const fn sp_frame(cfa: i32) -> Rule {
+    use unwind_core::x86_64::{CfaRule, RegRule};
+    Rule {
+        cfa: CfaRule::SpOffset(cfa),
+        ra: RegRule::Offset(-8),
+        fp: RegRule::Same,
+        signal_frame: false,
+    }
+}
+
+/// The code that run-time code generators copy from a function of theirs (see
+/// [`crate::mappings`]).
+pub const COPIED_CODE: &[CopiedCode] = &[CPYTHON_TRAMPOLINE];
 
 /// Whether a rule was read from its function's instructions (x86_64's never are).
 pub fn from_instructions(_: &Rule) -> bool {

@@ -41,6 +41,7 @@ use unwind_profiler::{Config, Profiler};
 
 mod dlopen;
 mod huge_pages;
+mod mmap;
 
 /// Large blocks (the rule tables of large modules) in 2 MiB pages: see [`huge_pages`].
 #[global_allocator]

@@ -214,6 +214,13 @@ pub fn text(profile: &Profile) -> String {
         "mean stack depth  {depth} frames ({} frames / {} stored)",
         c.frames, c.stored
     ));
+    let (generated, named) = generated_leaves(profile);
+    if generated > 0 {
+        line(format_args!(
+            "generated code    {generated} samples with the leaf in code generated at run time ({} of the samples), {named} of them named by a perf map or jitdump",
+            percent(generated, profile.sample_count())
+        ));
+    }
     if c.stack_scanning {
         line(format_args!(
             "stack scanning    {} of the frames ({} frames found by a scan)",
@@ -301,6 +308,35 @@ pub fn text(profile: &Profile) -> String {
         }
     }
     s
+}
+
+/// Samples whose leaf is in code generated at run time ([`crate::profile::Module::generated`]),
+/// and of them those whose leaf a perf map or jitdump names.
+pub fn generated_leaves(profile: &Profile) -> (u64, u64) {
+    let (mut generated, mut named) = (0, 0);
+    for t in &profile.totals {
+        let leaf = profile
+            .stacks
+            .get(t.stack)
+            .and_then(|s| s.first())
+            .and_then(|&l| profile.locations.get(l));
+        let Some(leaf) = leaf else { continue };
+        if leaf
+            .module
+            .and_then(|m| profile.modules.get(m))
+            .is_some_and(|m| m.generated)
+        {
+            generated += t.samples;
+            if leaf
+                .frames
+                .first()
+                .is_some_and(|f| !f.function.starts_with("[unknown]"))
+            {
+                named += t.samples;
+            }
+        }
+    }
+    (generated, named)
 }
 
 /// Writes the summary's text.

@@ -1,0 +1,409 @@
+//! Executable memory the dynamic loader does not list (`/proc/self/maps`): code a program maps
+//! itself. Two kinds, both made modules of the table so that a walk may return into them:
+//!
+//! - **A file mapped again** ([`ModuleKind::Remapped`]): node maps part of its own `.text` (V8's
+//!   embedded builtins) a second time, elsewhere. The code is the file's, so the module gets the
+//!   file's load bias for that place and, where the loader lists the same file with the same
+//!   build id, that module's rules (no parse); symbols come from the file as for any module.
+//! - **Anonymous executable memory** ([`ModuleKind::Anonymous`]): code generated at run time
+//!   (JIT compilers, interpreters' trampolines, a deleted or `memfd` file). It has no rules: a
+//!   frame there is crossed by the frame-pointer fallback, whose return address must in turn be
+//!   in a module's code (here, any of these), and named after the run from the process's perf
+//!   map. Except for copies of a function some code generators copy rather than generate
+//!   ([`CopiedCode`]: CPython's perf trampolines, which keep no frame pointer): found in the
+//!   memory when the table is built, each copy gets the function's rules.
+
+use std::ffi::CStr;
+use std::sync::Arc;
+
+use crate::arch::Rule;
+use crate::modules::{LoadedModule, ModuleKind, Parsed, ParsedModule};
+use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
+
+/// A function that a code generator copies into executable memory, as is, again and again, and
+/// the rules of its copies.
+pub(crate) struct CopiedCode {
+    /// The exported symbol of the function in the generator's module.
+    pub symbol: &'static CStr,
+    /// Its machine code: only a function with exactly these bytes is taken for it (another
+    /// version may be another function).
+    pub bytes: &'static [u8],
+    /// Its rows: `(from, to, rule)`, offsets in the function.
+    pub rows: &'static [(u8, u8, Rule)],
+}
+
+/// One executable mapping of `/proc/self/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// The file offset of `start`.
+    pub offset: u64,
+    /// The path or the kernel's name (`[vdso]`, `[anon:NAME]`), empty for anonymous memory.
+    pub path: String,
+}
+
+/// The executable mappings of a `/proc/PID/maps` text; lines it cannot read are skipped.
+pub(crate) fn executable(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(6, ' ');
+            let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
+            let (_dev, _inode) = (fields.next()?, fields.next()?);
+            let path = fields.next().unwrap_or("").trim_start().to_owned();
+            if perms.as_bytes().get(2) != Some(&b'x') {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            (start < end).then_some(Mapping {
+                start,
+                end,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// The kernel's own executable mappings, which are not code a program made: the vdso (the
+/// loader lists it), `[vsyscall]` (fixed, outside user space) and `[uprobes]`.
+fn is_kernels(path: &str) -> bool {
+    matches!(path, "[vdso]" | "[vsyscall]" | "[uprobes]")
+}
+
+/// Modules for the executable mappings of `maps` (this process's `/proc/self/maps`) that no
+/// module of `listed` covers; each gets rules as the module docs say.
+pub(crate) fn unlisted_code(maps: &str, listed: &[ParsedModule]) -> Vec<ParsedModule> {
+    let mut unlisted: Vec<Mapping> = executable(maps)
+        .into_iter()
+        .filter(|m| {
+            !is_kernels(&m.path)
+                && !listed
+                    .iter()
+                    .any(|p| m.start < p.module.end && p.module.start < m.end)
+        })
+        .collect();
+    // Adjacent anonymous mappings (one region whose pages differ in protection, or regions
+    // mapped apart) are one module: fewer modules, and one name.
+    unlisted.dedup_by(|next, prev| {
+        let joins = !prev.path.starts_with('/') && prev.end == next.start && prev.path == next.path;
+        if joins {
+            prev.end = next.end;
+        }
+        joins
+    });
+    unlisted
+        .iter()
+        .map(|m| {
+            m.path
+                .starts_with('/')
+                .then(|| remapped(m, listed))
+                .flatten()
+                .unwrap_or_else(|| anonymous(m))
+        })
+        .collect()
+}
+
+/// A module for anonymous executable memory `m`: without rules, or with those of the copies
+/// of a [`CopiedCode`] found in it.
+fn anonymous(m: &Mapping) -> ParsedModule {
+    let name = if m.path.is_empty() {
+        "[anon]".to_owned()
+    } else {
+        m.path.clone()
+    };
+    if let Some((rules, symbol)) = copies_in(m.start, m.end) {
+        return module(
+            LoadedModule {
+                name,
+                bias: 0,
+                start: m.start,
+                end: m.end,
+                file_offset: m.offset,
+                eh_frame_hdr: None,
+                image_start: m.start,
+                image_end: m.end,
+                build_id: None,
+                kind: ModuleKind::Anonymous,
+            },
+            Arc::new(rules),
+            &format!(
+                "executable memory no file describes, holding copies of {}: their rules; \
+                 named by the process's perf map",
+                symbol.to_string_lossy()
+            ),
+        );
+    }
+    module(
+        LoadedModule {
+            name,
+            bias: 0,
+            start: m.start,
+            end: m.end,
+            file_offset: m.offset,
+            eh_frame_hdr: None,
+            image_start: m.start,
+            image_end: m.end,
+            build_id: None,
+            kind: ModuleKind::Anonymous,
+        },
+        Arc::new(ModuleRules::empty()),
+        "executable memory no file describes (code generated at run time): crossed by frame \
+         pointers, named by the process's perf map",
+    )
+}
+
+/// The rules of the copies of a [`CopiedCode`] in this process's memory `[start, end)`, and
+/// the function copied, if there is one: its symbol resolves, its bytes there are the known
+/// ones, and at least one copy is in the range. Memory is read with `process_vm_readv`, which
+/// fails, rather than faults, on memory unmapped meanwhile.
+fn copies_in(start: u64, end: u64) -> Option<(ModuleRules<Rule>, &'static CStr)> {
+    // Generated code regions are small (CPython's: 64 KiB each): a larger one is not read.
+    const MAX_REGION: u64 = 16 << 20;
+    if crate::arch::COPIED_CODE.is_empty() || end - start > MAX_REGION {
+        return None;
+    }
+    let region = std::cell::OnceCell::new();
+    for copied in crate::arch::COPIED_CODE {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the global scope.
+        let at = unsafe { libc::dlsym(libc::RTLD_DEFAULT, copied.symbol.as_ptr()) } as u64;
+        if at == 0 || read_own(at, copied.bytes.len()).as_deref() != Some(copied.bytes) {
+            continue;
+        }
+        let Some(bytes) = region.get_or_init(|| read_own(start, (end - start) as usize)) else {
+            return None;
+        };
+        let mut rules = ModuleRulesBuilder::new();
+        let (mut at, mut copies) = (0usize, 0usize);
+        let n = copied.bytes.len();
+        while at + n <= bytes.len() {
+            if &bytes[at..at + n] != copied.bytes {
+                at += 1;
+                continue;
+            }
+            let base = start + at as u64;
+            for &(from, to, rule) in copied.rows {
+                rules
+                    .push(base + u64::from(from), base + u64::from(to), rule)
+                    .ok()?;
+            }
+            copies += 1;
+            at += n;
+        }
+        if copies > 0 {
+            return Some((rules.build().ok()?, copied.symbol));
+        }
+    }
+    None
+}
+
+/// `len` bytes of this process's memory at `addr`, or `None` if any of them is not mapped
+/// readable.
+fn read_own(addr: u64, len: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: `local` is `out`, writable for `len` bytes; the kernel checks `remote`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == len as isize).then_some(out)
+}
+
+/// A module for `m`, a mapping of an ELF file's code, with the rules of the loader's module for
+/// the same file and build id if there is one; `None` if the file cannot be read as ELF or
+/// `m`'s offset is in none of its loadable segments.
+fn remapped(m: &Mapping, listed: &[ParsedModule]) -> Option<ParsedModule> {
+    use object::{Object, ObjectSegment};
+    let file = std::fs::File::open(&m.path).ok()?;
+    // SAFETY: a read-only private mapping, read here only; a file changed under it can give
+    // wrong bytes, not unsafety beyond what every reader of mapped files accepts.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*map).ok()?;
+    let vaddr = elf.segments().find_map(|s| {
+        let (off, size) = s.file_range();
+        (off <= m.offset && m.offset < off.checked_add(size)?)
+            .then(|| s.address().checked_add(m.offset - off))
+            .flatten()
+    })?;
+    let bias = m.start.wrapping_sub(vaddr);
+    let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let loaded = listed
+        .iter()
+        .find(|p| p.module.name == m.path && build_id.is_some() && p.module.build_id == build_id);
+    let (rules, note) = match loaded {
+        Some(p) => (
+            p.parsed.rules.clone(),
+            "a second mapping of a loaded file's code: its rules and symbols",
+        ),
+        None => (
+            Arc::new(ModuleRules::empty()),
+            "a mapping of a file's code the loader does not list: crossed by frame pointers, \
+             named by the file's symbols",
+        ),
+    };
+    Some(module(
+        LoadedModule {
+            name: m.path.clone(),
+            bias,
+            start: m.start,
+            end: m.end,
+            file_offset: m.offset,
+            eh_frame_hdr: None,
+            image_start: m.start,
+            image_end: m.end,
+            build_id,
+            kind: ModuleKind::Remapped,
+        },
+        rules,
+        note,
+    ))
+}
+
+fn module(
+    module: LoadedModule,
+    rules: Arc<ModuleRules<crate::arch::Rule>>,
+    note: &str,
+) -> ParsedModule {
+    ParsedModule {
+        module,
+        parsed: Parsed {
+            rules,
+            stats: None,
+            exidx: None,
+            exidx_error: None,
+            error: None,
+            file_note: Some(note.to_owned()),
+            return_sites: None,
+        },
+        reused: false,
+        overlaps: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234                       /nonexistent/node
+55d0c0a01000-55d0c2000000 r-xp 00001000 08:01 1234                       /nonexistent/node
+7f43a0000000-7f43a0040000 rwxp 00000000 00:00 0 
+7f43a0040000-7f43a0080000 r-xp 00000000 00:00 0 
+7f43b0000000-7f43b0192000 r-xp 014c4000 08:01 1234                       /nonexistent/node
+7f43c0000000-7f43c0010000 r-xp 00000000 00:01 99                         /memfd:jit (deleted)
+7ffc1a1f0000-7ffc1a1f2000 r-xp 00000000 00:00 0                          [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+7f43d0000000-7f43d0001000 rw-p 00000000 00:00 0 
+garbage line
+";
+
+    #[test]
+    fn executable_mappings_are_read_with_their_offsets_and_names() {
+        let m = executable(MAPS);
+        assert_eq!(m.len(), 7, "{m:?}");
+        assert_eq!(
+            m[0],
+            Mapping {
+                start: 0x55d0c0a01000,
+                end: 0x55d0c2000000,
+                offset: 0x1000,
+                path: "/nonexistent/node".into()
+            }
+        );
+        assert_eq!(m[1].path, "", "anonymous");
+        assert_eq!(m[3].offset, 0x14c4000);
+        assert_eq!(m[4].path, "/memfd:jit (deleted)");
+        assert_eq!(m[6].path, "[vsyscall]");
+    }
+
+    #[test]
+    fn unlisted_code_is_anonymous_or_remapped_and_the_kernels_is_left_out() {
+        let listed = module(
+            LoadedModule {
+                name: "/nonexistent/node".into(),
+                bias: 0x55d0c0a00000,
+                start: 0x55d0c0a01000,
+                end: 0x55d0c2000000,
+                file_offset: 0x1000,
+                eh_frame_hdr: None,
+                image_start: 0x55d0c0a00000,
+                image_end: 0x55d0c2000000,
+                build_id: None,
+                kind: ModuleKind::Loaded,
+            },
+            Arc::new(ModuleRules::empty()),
+            "",
+        );
+        let out = unlisted_code(MAPS, &[listed]);
+        let got: Vec<_> = out
+            .iter()
+            .map(|p| {
+                (
+                    p.module.start,
+                    p.module.end,
+                    p.module.kind,
+                    p.module.name.as_str(),
+                )
+            })
+            .collect();
+        // A file that cannot be read: its second mapping is anonymous code, named as the maps
+        // name it.
+        assert_eq!(
+            got[0],
+            (
+                0x7f43a0000000,
+                0x7f43a0080000,
+                ModuleKind::Anonymous,
+                "[anon]"
+            ),
+            "two adjacent anonymous mappings are one module: {got:?}"
+        );
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[1].3, "/nonexistent/node");
+        assert_eq!(got[1].2, ModuleKind::Anonymous);
+        assert_eq!(got[2].3, "/memfd:jit (deleted)");
+        assert!(out.iter().all(|p| p.parsed.rules.rows() == 0));
+    }
+
+    /// A file this process has mapped at a second place (as node maps its builtins) is that
+    /// file's code: the bias puts the mapping's offset at the segment's address.
+    #[test]
+    fn a_second_mapping_of_a_file_gets_its_bias_from_the_segment() {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        use object::{Object, ObjectSegment};
+        let elf = object::File::parse(&*data).unwrap();
+        let text = elf
+            .segments()
+            .find(|s| {
+                matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. }
+                    if p_flags.0 & object::elf::PF_X.0 != 0)
+            })
+            .expect("an executable segment");
+        let (off, _) = text.file_range();
+        let m = Mapping {
+            start: 0x7000_0000_0000,
+            end: 0x7000_0000_1000,
+            offset: off + 0x1000,
+            path: exe.to_string_lossy().into_owned(),
+        };
+        let p = remapped(&m, &[]).expect("the test binary is ELF");
+        assert_eq!(p.module.kind, ModuleKind::Remapped);
+        assert_eq!(
+            p.module.bias.wrapping_add(text.address() + 0x1000),
+            0x7000_0000_0000
+        );
+        assert_eq!(
+            p.module.build_id.as_deref(),
+            elf.build_id().unwrap(),
+            "the file's build id"
+        );
+    }
+}
