@@ -14,7 +14,10 @@
 //!   session ([`unwind_profiler::session`]): its rings and counters are in memory shared with
 //!   `record`, which collects and writes one profile of every process, however they end. No
 //!   collector thread is started and nothing runs at exit; the tables are rebuilt after a
-//!   `dlopen` or `dlclose` (this library interposes both) that changed the loaded modules.
+//!   `dlopen` or `dlclose` (this library interposes both) that changed the loaded modules, and
+//!   after an `mmap` or `mprotect` (interposed too, see `mmap.rs`) that made memory executable
+//!   outside every module the table knows: code a JIT compiler generated, or node's second
+//!   mapping of its builtins.
 //!   The interposed `dlopen` keeps its caller's search path: a bare file name is still looked
 //!   up along the calling object's DT_RPATH or DT_RUNPATH, and `$ORIGIN` is still the calling
 //!   object's directory, as if the C library had been called directly (see `dlopen.rs`).
