@@ -3,7 +3,9 @@
 //!
 //! - **A JIT of our own** (`behaviour/jit_frames.c`, x86_64, built as distributions build):
 //!   one generated function that keeps a frame pointer, crossed by it to `main`; one that keeps
-//!   none, where the walk stops or goes on through its true caller, never through another.
+//!   none, where the walk stops or goes on through its true caller, never through another. One
+//!   is named by a perf map, the other by a jitdump file the program wrote in its working
+//!   directory (found because it maps it, as JITs do for perf).
 //! - **node**: V8's builtins, which node maps a second time from its own file, named by the
 //!   file's symbols; with `--perf-basic-prof`, complete stacks through the JIT's frames (V8 keeps
 //!   frame pointers) with the JavaScript functions named by the perf map.
@@ -53,6 +55,22 @@ fn completeness(summary: &str) -> (u64, u64) {
     (stored, complete)
 }
 
+/// The summary's samples with the leaf in generated code, and of them those named (0 and 0
+/// without the line).
+fn generated_leaves(summary: &str) -> (u64, u64) {
+    let Some(line) = summary.lines().find(|l| l.starts_with("generated code")) else {
+        return (0, 0);
+    };
+    let generated = summary_text::required(summary, "generated code");
+    let named = line
+        .rsplit(", ")
+        .next()
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no named count: {line}"));
+    (generated, named)
+}
+
 /// Removes the perf map and jitdump that the process `pid` of the run in `out` left in /tmp.
 fn remove_jit_files(out: &Path) {
     if let Some(pid) = summary_text::count(&summary(out), "pid") {
@@ -88,8 +106,9 @@ fn a_jit_of_our_own_with_and_without_frame_pointers() {
             .arg(&exe),
     );
     let out = dir.join("out");
+    // In its directory: the program writes its jitdump file where it runs.
     let (status, stderr) = run(
-        &mut record(&out, &["--frequency", "5000"], &[exe.to_str().unwrap()]),
+        record(&out, &["--frequency", "5000"], &[exe.to_str().unwrap()]).current_dir(&dir),
         None,
     );
     assert!(status.success(), "{stderr}");
@@ -199,6 +218,12 @@ fn node_builtins_named_and_javascript_frames_crossed() {
     );
     assert!(builtins * 4 >= total, "{builtins} of {total} in builtins");
     assert_eq!(unnamed_node, 0, "leaves in node's code without a name");
+    // The summary counts the leaves in the JIT's code, which nothing names here.
+    let (generated, named) = generated_leaves(&summary(&out));
+    assert!(
+        generated >= unknown * 9 / 10 && generated > 0 && named == 0,
+        "generated code: {generated} samples, {named} named; {unknown} unknown leaves"
+    );
     remove_jit_files(&out);
 
     // --perf-basic-prof: the JIT's frames crossed by their frame pointers, named by the map.
@@ -230,6 +255,12 @@ fn node_builtins_named_and_javascript_frames_crossed() {
         "JavaScript named in {js} of {total} samples"
     );
     assert!(fib * 100 >= total, "fib named in {fib} of {total} samples");
+    let (generated, named) = generated_leaves(&summary);
+    println!("  generated code: {generated} leaves, {named} named");
+    assert!(
+        generated > 0 && named * 10 >= generated * 9,
+        "generated code: {generated} leaves, {named} named"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
