@@ -8,8 +8,8 @@
 //! Checked, on each architecture:
 //! - the program exits normally and prints the same checksums as without sampling;
 //! - every sample ends with a stop reason, and the kinds of stops the scenarios cause occur
-//!   (`ReadFailed` on the switched stacks, `OutsideModules` at smashed return addresses and in
-//!   the JIT page);
+//!   (`ReadFailed` on the switched stacks, `OutsideModules` at smashed return addresses, and in
+//!   the JIT page until a refresh makes it a module of the table);
 //! - every frame after the first is in a module the process has loaded, except the PC a signal
 //!   frame restores (exact, wherever it is) and return addresses into the unloaded library
 //!   (which the table still held when the sample was taken);

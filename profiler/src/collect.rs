@@ -528,7 +528,7 @@ impl Collector {
             let at = crate::symbolize::code_address(pc, leaf);
             ours.0 <= at && at < ours.1
         };
-        symbolizer.note_modules(info.pid, &self.modules);
+        symbolizer.note_process(info.pid, self.start_time, &self.modules);
         // Locations: one per (address, module, leaf or return address).
         let mut location_ids: HashMap<(u64, Option<usize>, bool), usize> = HashMap::new();
         let mut locations = Vec::new();

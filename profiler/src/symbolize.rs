@@ -36,6 +36,9 @@ pub struct Symbolizer {
     perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Jitdump files a process mapped (as JITs map theirs, for perf to find them), by pid.
     jitdumps: HashMap<u32, Vec<PathBuf>>,
+    /// When each process's sampling started: a perf map or jitdump last written before is
+    /// another process's (an earlier one with the same pid).
+    started: HashMap<u32, std::time::SystemTime>,
 }
 
 /// The code a JIT compiler described in `/tmp/perf-PID.map` (node `--perf-basic-prof`, the JVM's
@@ -141,15 +144,24 @@ impl PerfMap {
     }
 
     /// `/tmp/jit-PID.dump` (or the jitdump files of `dumps`) and `/tmp/perf-PID.map` (the
-    /// map's entries winning), those of them that are there and this user's (as `perf` asks:
-    /// another user's file could name this user's code at will); `None` if none is.
-    fn of_process(pid: u32, dumps: &[PathBuf]) -> Option<PerfMap> {
+    /// map's entries winning), those of them that are there, this user's (as `perf` asks:
+    /// another user's file could name this user's code at will) and, if the process's start is
+    /// given, written since (a second of slack for the file system's clock); `None` if none is.
+    fn of_process(
+        pid: u32,
+        dumps: &[PathBuf],
+        started: Option<std::time::SystemTime>,
+    ) -> Option<PerfMap> {
         use std::os::unix::fs::MetadataExt;
+        let since = started.and_then(|s| s.checked_sub(std::time::Duration::from_secs(1)));
         let read = |path: &Path| -> Option<Vec<u8>> {
             let mut file = std::fs::File::open(path).ok()?;
             let meta = file.metadata().ok()?;
             // SAFETY: getuid has no preconditions.
             if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+                return None;
+            }
+            if since.is_some_and(|s| meta.modified().is_ok_and(|m| m < s)) {
                 return None;
             }
             let mut bytes = Vec::new();
@@ -199,13 +211,17 @@ impl Symbolizer {
             vdso_image: vdso_image.map(<[u8]>::to_vec),
             perf_maps: HashMap::new(),
             jitdumps: HashMap::new(),
+            started: HashMap::new(),
         }
     }
 
-    /// Notes the modules of process `pid`: a jitdump file among them (`jit-PID.dump`, which a
-    /// JIT maps executable for perf to find it wherever it wrote it: node `--perf-prof` writes
-    /// it in its working directory) names its code as `/tmp/jit-PID.dump` would.
-    pub fn note_modules(&mut self, pid: u32, modules: &[Module]) {
+    /// Notes process `pid`: when its sampling started (a perf map or jitdump file last written
+    /// before that is left alone: an earlier process's with the same pid), and its modules: a
+    /// jitdump file among them (`jit-PID.dump`, which a JIT maps executable for perf to find it
+    /// wherever it wrote it: node `--perf-prof` writes it in its working directory) names its
+    /// code as `/tmp/jit-PID.dump` would.
+    pub fn note_process(&mut self, pid: u32, started: std::time::SystemTime, modules: &[Module]) {
+        self.started.insert(pid, started);
         let name = format!("jit-{pid}.dump");
         let dumps: Vec<PathBuf> = modules
             .iter()
@@ -254,10 +270,11 @@ impl Symbolizer {
     ) -> Vec<Frame> {
         let Some(m) = module.filter(|m| !m.generated) else {
             let dumps = self.jitdumps.get(&pid).map_or(&[][..], Vec::as_slice);
+            let started = self.started.get(&pid).copied();
             let map = self
                 .perf_maps
                 .entry(pid)
-                .or_insert_with(|| PerfMap::of_process(pid, dumps));
+                .or_insert_with(|| PerfMap::of_process(pid, dumps, started));
             let name = map
                 .as_ref()
                 .and_then(|map| map.lookup(code_address(address, leaf)));
@@ -472,6 +489,28 @@ mod tests {
         let mut bad = PerfMap::default();
         bad.add_jitdump(b"not a jitdump at all, not at all");
         assert_eq!(bad.entries.len(), 0);
+    }
+
+    /// A perf map written before the process started is another process's (a pid reused):
+    /// left alone.
+    #[test]
+    fn a_perf_map_older_than_the_process_is_left_alone() {
+        use std::time::{Duration, SystemTime};
+        // No process has this pid (above the kernel's limit): the file is the test's alone.
+        let pid = u32::MAX - 7 - std::process::id() % 1000;
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "7f0000001000 40 stale\n").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        file.set_modified(an_hour_ago).unwrap();
+        let named = |started| {
+            PerfMap::of_process(pid, &[], started)
+                .and_then(|m| m.lookup(0x7f00_0000_1000).map(str::to_owned))
+        };
+        assert_eq!(named(None).as_deref(), Some("stale"));
+        assert_eq!(named(Some(an_hour_ago)).as_deref(), Some("stale"));
+        assert_eq!(named(Some(SystemTime::now())), None);
+        let _ = std::fs::remove_file(&path);
     }
 
     /// A copy of the test binary without symbols or debug information names an address by the
