@@ -47,6 +47,7 @@ mod capture;
 mod captures;
 mod huge_pages;
 pub use huge_pages::map_huge;
+mod jitdump;
 mod mappings;
 mod modules;
 mod publish;

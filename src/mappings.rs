@@ -17,6 +17,7 @@ use std::ffi::CStr;
 use std::sync::Arc;
 
 use crate::arch::Rule;
+use crate::jitdump::Described;
 use crate::modules::{LoadedModule, ModuleKind, Parsed, ParsedModule};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
 
@@ -94,6 +95,13 @@ pub(crate) fn unlisted_code(maps: &str, listed: &[ParsedModule]) -> Vec<ParsedMo
         }
         joins
     });
+    // The unwind tables of the process's jitdump file, if it maps one.
+    let described: Vec<Described> = unlisted
+        .iter()
+        .filter(|m| crate::jitdump::is_own(&m.path))
+        .filter_map(|m| std::fs::read(&m.path).ok())
+        .flat_map(|dump| crate::jitdump::described(&dump))
+        .collect();
     unlisted
         .iter()
         .map(|m| {
@@ -101,41 +109,44 @@ pub(crate) fn unlisted_code(maps: &str, listed: &[ParsedModule]) -> Vec<ParsedMo
                 .starts_with('/')
                 .then(|| remapped(m, listed))
                 .flatten()
-                .unwrap_or_else(|| anonymous(m))
+                .unwrap_or_else(|| anonymous(m, &described))
         })
         .collect()
 }
 
 /// A module for anonymous executable memory `m`: without rules, or with those of the copies
-/// of a [`CopiedCode`] found in it.
-fn anonymous(m: &Mapping) -> ParsedModule {
+/// of a [`CopiedCode`] found in it, or else those a jitdump file gives code in it.
+fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
     let name = if m.path.is_empty() {
         "[anon]".to_owned()
     } else {
         m.path.clone()
     };
-    if let Some((rules, symbol)) = copies_in(m.start, m.end) {
-        return module(
-            LoadedModule {
-                name,
-                bias: 0,
-                start: m.start,
-                end: m.end,
-                file_offset: m.offset,
-                eh_frame_hdr: None,
-                image_start: m.start,
-                image_end: m.end,
-                build_id: None,
-                kind: ModuleKind::Anonymous,
-            },
-            Arc::new(rules),
-            &format!(
+    let (rules, note) = match copies_in(m.start, m.end) {
+        None => match jitdump_rules(m, described) {
+            Some((rules, n)) => (
+                rules,
+                format!(
+                    "executable memory no file describes, {n} pieces of its code described by \
+                     the process's jitdump file: their rules, elsewhere frame pointers"
+                ),
+            ),
+            None => (
+                ModuleRules::empty(),
+                "executable memory no file describes (code generated at run time): crossed \
+                 by frame pointers, named by the process's perf map"
+                    .to_owned(),
+            ),
+        },
+        Some((rules, symbol)) => (
+            rules,
+            format!(
                 "executable memory no file describes, holding copies of {}: their rules; \
                  named by the process's perf map",
                 symbol.to_string_lossy()
             ),
-        );
-    }
+        ),
+    };
     module(
         LoadedModule {
             name,
@@ -149,10 +160,28 @@ fn anonymous(m: &Mapping) -> ParsedModule {
             build_id: None,
             kind: ModuleKind::Anonymous,
         },
-        Arc::new(ModuleRules::empty()),
-        "executable memory no file describes (code generated at run time): crossed by frame \
-         pointers, named by the process's perf map",
+        Arc::new(rules),
+        &note,
     )
+}
+
+/// The rules that `described` (a jitdump file's) gives code inside `m`, and how many pieces
+/// of code they describe; `None` if none is inside.
+fn jitdump_rules(m: &Mapping, described: &[Described]) -> Option<(ModuleRules<Rule>, usize)> {
+    let inside: Vec<&Described> = described
+        .iter()
+        .filter(|d| m.start <= d.start && d.end <= m.end)
+        .collect();
+    if inside.is_empty() {
+        return None;
+    }
+    let mut rules = ModuleRulesBuilder::new();
+    for d in &inside {
+        for (from, to, rule) in d.rules.extents() {
+            rules.push(from, to, rule).ok()?;
+        }
+    }
+    Some((rules.build().ok()?, inside.len()))
 }
 
 /// The rules of the copies of a [`CopiedCode`] in this process's memory `[start, end)`, and

@@ -3,9 +3,10 @@
 //!
 //! - **A JIT of our own** (`behaviour/jit_frames.c`, x86_64, built as distributions build):
 //!   one generated function that keeps a frame pointer, crossed by it to `main`; one that keeps
-//!   none, where the walk stops or goes on through its true caller, never through another. One
-//!   is named by a perf map, the other by a jitdump file the program wrote in its working
-//!   directory (found because it maps it, as JITs do for perf).
+//!   none, crossed by the rules of its unwinding record in the program's jitdump file, and
+//!   without that record, where the walk stops or goes on through its true caller, never through
+//!   another. One is named by a perf map, the other by the jitdump file, which the program wrote
+//!   in its working directory (found because it maps it, as JITs do for perf).
 //! - **node**: V8's builtins, which node maps a second time from its own file, named by the
 //!   file's symbols; with `--perf-basic-prof`, complete stacks through the JIT's frames (V8 keeps
 //!   frame pointers) with the JavaScript functions named by the perf map.
@@ -105,74 +106,87 @@ fn a_jit_of_our_own_with_and_without_frame_pointers() {
             .arg("-o")
             .arg(&exe),
     );
-    let out = dir.join("out");
-    // In its directory: the program writes its jitdump file where it runs.
-    let (status, stderr) = run(
-        record(&out, &["--frequency", "5000"], &[exe.to_str().unwrap()]).current_dir(&dir),
-        None,
-    );
-    assert!(status.success(), "{stderr}");
-    check_outputs("jit_frames", &out);
-    remove_jit_files(&out);
-    let lines = folded(&out);
     let with_fp = [
         "__libc_start_call_main",
         "main",
         "via_fp",
         "jit_with_fp",
         "burn_fp",
-    ];
+    ]
+    .map(String::from);
     let without_fp = [
         "__libc_start_call_main",
         "main",
         "via_no_fp",
         "jit_without_fp",
         "burn_no_fp",
-    ];
-    let (mut crossed, mut stopped, mut through) = (0, 0, 0);
-    for (stack, n) in &lines {
-        match stack.last().map(String::as_str) {
-            Some("burn_fp") => {
-                // Crossed by its frame pointer, every time, to main and the C library's start.
-                assert_eq!(
-                    from(stack, "__libc_start_call_main"),
-                    Some(&with_fp.map(String::from)[..]),
-                    "{stack:?}"
-                );
-                crossed += n;
-            }
-            Some("burn_no_fp") => {
-                // Its caller cannot be proven: the walk stops at the generated function (the
-                // stack holds it and its callee only, under the process's name), or, if a frame
-                // pointer happened to lead on, it leads to the true caller.
-                let tail = &stack[stack.len().saturating_sub(2)..];
-                if stack.len() <= 3 && tail == ["jit_without_fp", "burn_no_fp"] {
-                    stopped += n;
-                } else {
+    ]
+    .map(String::from);
+    // With jit_without_fp's unwind table in the jitdump file, then without it.
+    for tables in [true, false] {
+        let out = dir.join(if tables { "tables" } else { "no-tables" });
+        let mut cmd = record(&out, &["--frequency", "5000"], &[exe.to_str().unwrap()]);
+        // In its directory: the program writes its jitdump file where it runs.
+        cmd.current_dir(&dir);
+        if !tables {
+            cmd.env("UNWIND_TEST_NO_UNWINDING_INFO", "1");
+        }
+        let (status, stderr) = run(&mut cmd, None);
+        assert!(status.success(), "{stderr}");
+        check_outputs("jit_frames", &out);
+        remove_jit_files(&out);
+        let lines = folded(&out);
+        let (mut crossed, mut stopped, mut through) = (0, 0, 0);
+        for (stack, n) in &lines {
+            match stack.last().map(String::as_str) {
+                Some("burn_fp") => {
+                    // Crossed by its frame pointer, every time, to main and the C library's
+                    // start.
                     assert_eq!(
                         from(stack, "__libc_start_call_main"),
-                        Some(&without_fp.map(String::from)[..]),
-                        "a caller that is not jit_without_fp's: {stack:?}"
+                        Some(&with_fp[..]),
+                        "{stack:?}"
                     );
-                    through += n;
+                    crossed += n;
                 }
+                Some("burn_no_fp") => {
+                    // Crossed by its jitdump rules; or, without them, its caller cannot be
+                    // proven: the walk stops at the generated function (the stack holds it and
+                    // its callee only, under the process's name), or, if a frame pointer
+                    // happened to lead on, it leads to the true caller.
+                    let tail = &stack[stack.len().saturating_sub(2)..];
+                    if stack.len() <= 3 && tail == ["jit_without_fp", "burn_no_fp"] {
+                        stopped += n;
+                    } else {
+                        assert_eq!(
+                            from(stack, "__libc_start_call_main"),
+                            Some(&without_fp[..]),
+                            "a caller that is not jit_without_fp's: {stack:?}"
+                        );
+                        through += n;
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+        }
+        let summary = summary(&out);
+        println!(
+            "jit_frames (jitdump tables: {tables}): burn_fp {crossed} samples, all crossed to \
+             main; burn_no_fp {stopped} stopped at jit_without_fp, {through} through to main; \
+             NoRule stops {}",
+            summary_text::required(&summary, "NoRule")
+        );
+        // 400 ms of CPU in each at 5 kHz: about 2,000 samples each.
+        assert!(crossed >= 500, "{crossed} samples in burn_fp: {lines:?}");
+        assert!(
+            stopped + through >= 500,
+            "{} samples in burn_no_fp",
+            stopped + through
+        );
+        if tables {
+            assert_eq!(stopped, 0, "jit_without_fp's jitdump rules were not used");
         }
     }
-    let summary = summary(&out);
-    println!(
-        "jit_frames: burn_fp {crossed} samples, all crossed to main; burn_no_fp {stopped} \
-         stopped at jit_without_fp, {through} through to main; NoRule stops {}",
-        summary_text::required(&summary, "NoRule")
-    );
-    // 400 ms of CPU in each at 5 kHz: about 2,000 samples each.
-    assert!(crossed >= 500, "{crossed} samples in burn_fp: {lines:?}");
-    assert!(
-        stopped + through >= 500,
-        "{} samples in burn_no_fp",
-        stopped + through
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
