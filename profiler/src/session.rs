@@ -1186,7 +1186,7 @@ mod tests {
         assert_eq!(Message::decode(&99u64.to_le_bytes()), None);
         // A module whose build id runs past the message.
         let mut bad = messages[3].encode();
-        bad[40..48].copy_from_slice(&1000u64.to_le_bytes());
+        bad[48..56].copy_from_slice(&1000u64.to_le_bytes());
         assert_eq!(Message::decode(&bad), None);
         // Truncated anywhere: never a panic.
         for m in &messages {
