@@ -42,6 +42,8 @@ pub(crate) struct Mapping {
     pub offset: u64,
     /// The path or the kernel's name (`[vdso]`, `[anon:NAME]`), empty for anonymous memory.
     pub path: String,
+    /// Writable as well.
+    pub writable: bool,
 }
 
 /// The executable mappings of a `/proc/PID/maps` text; lines it cannot read are skipped.
@@ -63,24 +65,45 @@ pub(crate) fn executable(maps: &str) -> Vec<Mapping> {
                 end,
                 offset: u64::from_str_radix(offset, 16).ok()?,
                 path,
+                writable: perms.as_bytes().get(1) == Some(&b'w'),
             })
         })
         .collect()
 }
 
-/// The kernel's own executable mappings, which are not code a program made: the vdso (the
-/// loader lists it), `[vsyscall]` (fixed, outside user space) and `[uprobes]`.
-fn is_kernels(path: &str) -> bool {
-    matches!(path, "[vdso]" | "[vsyscall]" | "[uprobes]")
+/// Executable mappings that are not code a program made: the kernel's (the vdso, which the
+/// loader lists; `[vsyscall]`, outside user space; `[uprobes]`), and the stack and heap, which
+/// are executable in a process with an executable stack or `READ_IMPLIES_EXEC`.
+fn is_not_code(path: &str) -> bool {
+    matches!(path, "[vdso]" | "[vsyscall]" | "[uprobes]" | "[heap]") || path.starts_with("[stack")
+}
+
+/// What the table must not take for code although it is executable: the stacks of the threads
+/// `[start, end)` of `stacks` (executable with an executable stack: a return address there would
+/// pass for one into code), and, in a process whose every readable mapping is executable
+/// (`READ_IMPLIES_EXEC`, old binaries), every writable anonymous mapping (its heap and thread
+/// stacks; a JIT's writable code too, which is not told apart then).
+fn excluded(m: &Mapping, stacks: &[(u64, u64)], read_implies_exec: bool) -> bool {
+    is_not_code(&m.path)
+        || stacks.iter().any(|&(lo, hi)| m.start < hi && lo < m.end)
+        || (read_implies_exec && m.writable && !m.path.starts_with('/'))
 }
 
 /// Modules for the executable mappings of `maps` (this process's `/proc/self/maps`) that no
-/// module of `listed` covers; each gets rules as the module docs say.
-pub(crate) fn unlisted_code(maps: &str, listed: &[ParsedModule]) -> Vec<ParsedModule> {
+/// module of `listed` covers and that are code (not the stacks `stacks`, see [`excluded`]);
+/// each gets rules as the module docs say.
+pub(crate) fn unlisted_code(
+    maps: &str,
+    listed: &[ParsedModule],
+    stacks: &[(u64, u64)],
+) -> Vec<ParsedModule> {
+    // SAFETY: personality with 0xffffffff only reads the current persona.
+    let persona = unsafe { libc::personality(0xffff_ffff) };
+    let read_implies_exec = persona != -1 && persona & libc::READ_IMPLIES_EXEC != 0;
     let mut unlisted: Vec<Mapping> = executable(maps)
         .into_iter()
         .filter(|m| {
-            !is_kernels(&m.path)
+            !excluded(m, stacks, read_implies_exec)
                 && !listed
                     .iter()
                     .any(|p| m.start < p.module.end && p.module.start < m.end)
@@ -343,10 +366,12 @@ garbage line
                 start: 0x55d0c0a01000,
                 end: 0x55d0c2000000,
                 offset: 0x1000,
-                path: "/nonexistent/node".into()
+                path: "/nonexistent/node".into(),
+                writable: false,
             }
         );
         assert_eq!(m[1].path, "", "anonymous");
+        assert!(m[1].writable && !m[2].writable);
         assert_eq!(m[3].offset, 0x14c4000);
         assert_eq!(m[4].path, "/memfd:jit (deleted)");
         assert_eq!(m[6].path, "[vsyscall]");
@@ -370,7 +395,7 @@ garbage line
             Arc::new(ModuleRules::empty()),
             "",
         );
-        let out = unlisted_code(MAPS, &[listed]);
+        let out = unlisted_code(MAPS, &[listed], &[]);
         let got: Vec<_> = out
             .iter()
             .map(|p| {
@@ -401,6 +426,27 @@ garbage line
         assert!(out.iter().all(|p| p.parsed.rules.rows() == 0));
     }
 
+    /// An executable stack or heap, and a registered thread's stack, are not code; with
+    /// `READ_IMPLIES_EXEC`, no writable anonymous mapping is.
+    #[test]
+    fn stacks_and_the_heap_are_not_code() {
+        let maps = "\
+7ffc00000000-7ffc00021000 rwxp 00000000 00:00 0                          [stack]
+560000000000-560000021000 rwxp 00000000 00:00 0                          [heap]
+7f0000000000-7f0000800000 rwxp 00000000 00:00 0 
+7f1000000000-7f1000010000 rwxp 00000000 00:00 0 
+";
+        let out = unlisted_code(maps, &[], &[(0x7f00_0000_1000, 0x7f00_0080_0000)]);
+        let got: Vec<_> = out.iter().map(|p| p.module.start).collect();
+        assert_eq!(got, [0x7f10_0000_0000], "only the JIT region is code");
+        let m = executable(maps);
+        assert!(
+            excluded(&m[3], &[], true),
+            "writable, with READ_IMPLIES_EXEC"
+        );
+        assert!(!excluded(&m[3], &[], false));
+    }
+
     /// A file this process has mapped at a second place (as node maps its builtins) is that
     /// file's code: the bias puts the mapping's offset at the segment's address.
     #[test]
@@ -422,6 +468,7 @@ garbage line
             end: 0x7000_0000_1000,
             offset: off + 0x1000,
             path: exe.to_string_lossy().into_owned(),
+            writable: false,
         };
         let p = remapped(&m, &[]).expect("the test binary is ELF");
         assert_eq!(p.module.kind, ModuleKind::Remapped);

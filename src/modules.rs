@@ -254,7 +254,8 @@ pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
     resolve_overlaps(&mut modules);
     // Code the program mapped itself, read outside the loader's lock (see `crate::mappings`).
     if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-        let unlisted = crate::mappings::unlisted_code(&maps, &modules);
+        let stacks = crate::threads::stacks();
+        let unlisted = crate::mappings::unlisted_code(&maps, &modules, &stacks);
         modules.extend(unlisted);
     }
     Discovered {

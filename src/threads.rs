@@ -101,6 +101,19 @@ pub(crate) fn slots() -> impl Iterator<Item = &'static ThreadSlot> {
     chain(SLOTS.load(Ordering::Acquire), |s| s.next)
 }
 
+/// The stacks `[lo, hi)` of the registered threads.
+pub(crate) fn stacks() -> Vec<(u64, u64)> {
+    slots()
+        .map(|s| {
+            (
+                s.stack_lo.load(Ordering::Relaxed),
+                s.stack_hi.load(Ordering::Relaxed),
+            )
+        })
+        .filter(|&(lo, hi)| lo < hi)
+        .collect()
+}
+
 /// The slots from `head` on, following `next`.
 fn chain(
     head: *const ThreadSlot,
