@@ -8,6 +8,7 @@
 use crate::arch::{Native, Rule};
 use unwind_core::table::ModuleRules;
 use unwind_dwarf::CfiSections;
+use unwind_samples::jitdump::{records, Record};
 
 /// Rules for one piece of generated code, `[start, end)`.
 pub(crate) struct Described {
@@ -16,10 +17,6 @@ pub(crate) struct Described {
     pub rules: ModuleRules<Rule>,
 }
 
-const MAGIC: u32 = 0x4a69_5444;
-const CODE_LOAD: u32 = 0;
-const CODE_UNWINDING_INFO: u32 = 4;
-
 /// Whether `path` is this process's jitdump file (`jit-PID.dump`).
 pub(crate) fn is_own(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
@@ -27,63 +24,23 @@ pub(crate) fn is_own(path: &str) -> bool {
     name == format!("jit-{}.dump", unsafe { libc::getpid() })
 }
 
-/// The code the unwinding records of jitdump file `dump` (in this machine's byte order)
-/// describe, with their rules. A code blob whose tables cannot be read, or whose rules use
-/// expressions (which a merged table could not carry), is left out; a record that does not
-/// read as one ends the reading.
+/// The code the unwinding records of jitdump file `dump` describe, with their rules. A code
+/// blob whose tables cannot be read, or whose rules use expressions (which a merged table
+/// could not carry), is left out.
 pub(crate) fn described(dump: &[u8]) -> Vec<Described> {
-    let u32_at = |at: usize| -> Option<u32> {
-        Some(u32::from_ne_bytes(
-            dump.get(at..at.checked_add(4)?)?.try_into().ok()?,
-        ))
-    };
-    let u64_at = |at: usize| -> Option<u64> {
-        Some(u64::from_ne_bytes(
-            dump.get(at..at.checked_add(8)?)?.try_into().ok()?,
-        ))
-    };
     let mut out = Vec::new();
-    if u32_at(0) != Some(MAGIC) {
-        return out;
-    }
-    let Some(mut at) = u32_at(8).map(|n| n as usize) else {
-        return out;
-    };
     // The `.eh_frame` of the last unwinding record, for the next code load.
     let mut pending: Option<&[u8]> = None;
-    while let (Some(id), Some(size)) = (u32_at(at), u32_at(at.saturating_add(4))) {
-        let size = size as usize;
-        let Some(end) = at
-            .checked_add(size)
-            .filter(|&e| size >= 16 && e <= dump.len())
-        else {
-            break;
-        };
-        let body = at + 16;
-        match id {
-            // unwinding size, .eh_frame_hdr size, mapped size, then .eh_frame and its header.
-            CODE_UNWINDING_INFO => {
-                pending = (|| {
-                    let data = usize::try_from(u64_at(body)?).ok()?;
-                    let hdr = usize::try_from(u64_at(body + 8)?).ok()?;
-                    let from = body + 24;
-                    dump.get(from..from.checked_add(data.checked_sub(hdr)?)?)
-                        .filter(|_| from + data <= end)
-                })();
-            }
-            // pid, tid, vma, code address, code size, ...
-            CODE_LOAD => {
-                if let (Some(eh_frame), Some(addr), Some(len)) =
-                    (pending.take(), u64_at(body + 16), u64_at(body + 24))
-                {
-                    if let Some(d) = rules_for(eh_frame, addr, len) {
-                        out.push(d);
-                    }
+    for record in records(dump) {
+        match record {
+            Record::UnwindingInfo { eh_frame } => pending = Some(eh_frame),
+            Record::CodeLoad { addr, size, .. } => {
+                if let Some(d) = pending.take().and_then(|e| rules_for(e, addr, size)) {
+                    out.push(d);
                 }
             }
             _ => {}
         }
-        at = end;
     }
     out
 }
@@ -144,7 +101,7 @@ mod tests {
         let mut d = Vec::new();
         let w32 = |d: &mut Vec<u8>, v: u32| d.extend_from_slice(&v.to_ne_bytes());
         let w64 = |d: &mut Vec<u8>, v: u64| d.extend_from_slice(&v.to_ne_bytes());
-        for v in [MAGIC, 1, 40, 62, 0, 7] {
+        for v in [unwind_samples::jitdump::MAGIC, 1, 40, 62, 0, 7] {
             w32(&mut d, v);
         }
         w64(&mut d, 0);
@@ -152,7 +109,7 @@ mod tests {
         if unwinding {
             let hdr = [0x01u8, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 0, 0, 0, 0];
             let data = EH_FRAME.len() + hdr.len();
-            w32(&mut d, CODE_UNWINDING_INFO);
+            w32(&mut d, 4);
             w32(&mut d, (16 + 24 + data) as u32);
             w64(&mut d, 0);
             w64(&mut d, data as u64);
@@ -162,7 +119,7 @@ mod tests {
             d.extend_from_slice(&hdr);
         }
         let name = b"py::f:x.py\0";
-        w32(&mut d, CODE_LOAD);
+        w32(&mut d, 0);
         w32(&mut d, (16 + 40 + name.len() + 11) as u32);
         w64(&mut d, 0);
         w32(&mut d, 7);

@@ -171,21 +171,32 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
         ),
     };
     module(
-        LoadedModule {
-            name,
-            bias: 0,
-            start: m.start,
-            end: m.end,
-            file_offset: m.offset,
-            eh_frame_hdr: None,
-            image_start: m.start,
-            image_end: m.end,
-            build_id: None,
-            kind: ModuleKind::Anonymous,
-        },
+        placed(m, name, 0, None, ModuleKind::Anonymous),
         Arc::new(rules),
         &note,
     )
+}
+
+/// The module of mapping `m`, named `name`, with load bias `bias`.
+fn placed(
+    m: &Mapping,
+    name: String,
+    bias: u64,
+    build_id: Option<Vec<u8>>,
+    kind: ModuleKind,
+) -> LoadedModule {
+    LoadedModule {
+        name,
+        bias,
+        start: m.start,
+        end: m.end,
+        file_offset: m.offset,
+        eh_frame_hdr: None,
+        image_start: m.start,
+        image_end: m.end,
+        build_id,
+        kind,
+    }
 }
 
 /// The rules that `described` (a jitdump file's) gives code inside `m`, and how many pieces
@@ -301,18 +312,7 @@ fn remapped(m: &Mapping, listed: &[ParsedModule]) -> Option<ParsedModule> {
         ),
     };
     Some(module(
-        LoadedModule {
-            name: m.path.clone(),
-            bias,
-            start: m.start,
-            end: m.end,
-            file_offset: m.offset,
-            eh_frame_hdr: None,
-            image_start: m.start,
-            image_end: m.end,
-            build_id,
-            kind: ModuleKind::Remapped,
-        },
+        placed(m, m.path.clone(), bias, build_id, ModuleKind::Remapped),
         rules,
         note,
     ))

@@ -75,65 +75,22 @@ impl PerfMap {
         PerfMap { entries }
     }
 
-    /// Adds the code loads (and moves) of a jitdump file (perf's `jitdump` format, version 1,
-    /// in this machine's byte order); a record that does not read as one ends the reading.
+    /// Adds the code loads (and moves) of a jitdump file (see [`unwind_samples::jitdump`]).
     pub fn add_jitdump(&mut self, dump: &[u8]) {
-        const MAGIC: u32 = 0x4a69_5444;
-        const CODE_LOAD: u32 = 0;
-        const CODE_MOVE: u32 = 1;
-        let u32_at = |at: usize| -> Option<u32> {
-            Some(u32::from_ne_bytes(
-                dump.get(at..at.checked_add(4)?)?.try_into().ok()?,
-            ))
-        };
-        let u64_at = |at: usize| -> Option<u64> {
-            Some(u64::from_ne_bytes(
-                dump.get(at..at.checked_add(8)?)?.try_into().ok()?,
-            ))
-        };
-        if u32_at(0) != Some(MAGIC) {
-            return;
-        }
-        let Some(mut at) = u32_at(8).map(|n| n as usize) else {
-            return;
-        };
-        // Each record: id, total size, timestamp; then its body.
-        while let (Some(id), Some(size)) = (u32_at(at), u32_at(at + 4)) {
-            let size = size as usize;
-            let Some(end) = at
-                .checked_add(size)
-                .filter(|&e| size >= 16 && e <= dump.len())
-            else {
-                return;
-            };
-            let body = at + 16;
-            match id {
-                // pid, tid, vma, code address, code size, code index, name (NUL-ended), code.
-                CODE_LOAD => {
-                    let (Some(addr), Some(len)) = (u64_at(body + 16), u64_at(body + 24)) else {
-                        return;
-                    };
-                    let name = &dump[(body + 40).min(end)..end];
-                    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                    if len > 0 && !name.is_empty() {
-                        let name = String::from_utf8_lossy(name).into_owned();
-                        self.entries.insert(addr, (addr.saturating_add(len), name));
-                    }
+        use unwind_samples::jitdump::{records, Record};
+        for record in records(dump) {
+            match record {
+                Record::CodeLoad { addr, size, name } if size > 0 && !name.is_empty() => {
+                    let name = String::from_utf8_lossy(name).into_owned();
+                    self.entries.insert(addr, (addr.saturating_add(size), name));
                 }
-                // pid, tid, vma, old address, new address, code size, code index.
-                CODE_MOVE => {
-                    let (Some(old), Some(new), Some(len)) =
-                        (u64_at(body + 16), u64_at(body + 24), u64_at(body + 32))
-                    else {
-                        return;
-                    };
+                Record::CodeMove { old, new, size } => {
                     if let Some((_, name)) = self.entries.remove(&old) {
-                        self.entries.insert(new, (new.saturating_add(len), name));
+                        self.entries.insert(new, (new.saturating_add(size), name));
                     }
                 }
                 _ => {}
             }
-            at = end;
         }
     }
 

@@ -9,6 +9,7 @@
 //! - [`offline`]: rule tables rebuilt from module files ([`offline::table_from_files`]), and
 //!   the armv7 sample file format ([`offline::ArmSample`]);
 //! - [`sequence`]: consecutive samples of a process, for replaying in order ([`sequence::Sequence`]);
+//! - [`jitdump`]: the records of perf's jitdump files, in which JIT compilers describe their code;
 //! - the `unwind-syms` binary: Breakpad symbol files from ELF files.
 //!
 //! The in-process side (registers from a signal's `ucontext`, stack copies, the modules of the
@@ -40,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod context;
+pub mod jitdump;
 pub mod minidump;
 pub mod offline;
 pub mod plt_names;
