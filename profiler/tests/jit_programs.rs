@@ -211,7 +211,8 @@ fn node_builtins_named_and_javascript_frames_crossed() {
     // No flags: the builtins (node maps part of its own code a second time, where the loader
     // does not list it) are named by node's symbols.
     let out = dir.join("plain");
-    let (status, stderr) = run(&mut record(&out, &[], &["node", script]), None);
+    // In the scratch directory: node writes its V8 log (`isolate-*.log`) where it runs.
+    let (status, stderr) = run(record(&out, &[], &["node", script]).current_dir(&dir), None);
     assert!(status.success(), "{stderr}");
     let total = check_outputs("node", &out);
     let lines = folded(&out);
@@ -243,7 +244,7 @@ fn node_builtins_named_and_javascript_frames_crossed() {
     // --perf-basic-prof: the JIT's frames crossed by their frame pointers, named by the map.
     let out = dir.join("perf-basic-prof");
     let (status, stderr) = run(
-        &mut record(&out, &[], &["node", "--perf-basic-prof", script]),
+        record(&out, &[], &["node", "--perf-basic-prof", script]).current_dir(&dir),
         None,
     );
     assert!(status.success(), "{stderr}");
