@@ -1145,6 +1145,18 @@ fn synthetic_case(insns: &[u8], ra: u8, signal: bool) -> (Summary, Vec<String>, 
     (s, mismatches, stats)
 }
 
+/// Generic values are address-sized (DWARF 5 section 2.5.1): on ARM, `DW_OP_not` of -1 is 0,
+/// and shifting by it leaves the value alone. A case the random comparison found, where gimli's
+/// shift read the amount's upper 32 bits (see `support::gimli_expr`).
+#[test]
+fn shift_amounts_are_32_bit() {
+    // DW_CFA_val_expression r13: DW_OP_consts -1; DW_OP_not; DW_OP_shl (the CFA pushed first).
+    let insns = [0x16, 0x0d, 0x04, 0x11, 0x7f, 0x20, 0x24];
+    let (s, mismatches, _) = synthetic_case(&insns, 14, false);
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert!(s.identical_with_expr > 0, "{s:?}");
+}
+
 /// 1000 fixed random cases must reach the interesting paths.
 #[test]
 fn random_cfi_coverage() {

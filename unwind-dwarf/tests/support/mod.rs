@@ -2,7 +2,7 @@
 //! gimli's evaluation of a DWARF expression on the synthetic registers and stack, and the LEB128
 //! encoders of the random CFI generators.
 
-use gimli::{EndianSlice, Evaluation, EvaluationResult, LittleEndian, Register, Value};
+use gimli::{EndianSlice, Evaluation, EvaluationResult, LittleEndian, Operation, Register, Value};
 use unwind_core::memory::Memory;
 use unwind_core::StackImage;
 
@@ -46,7 +46,8 @@ pub fn gimli_expr(
     initial: Option<u64>,
     mask: u64,
 ) -> Val<u64> {
-    let mut eval = Evaluation::new(expr.0, encoding);
+    let masked = mask_shift_amounts(expr.0, encoding, mask);
+    let mut eval = Evaluation::new(EndianSlice::new(&masked, LittleEndian), encoding);
     eval.set_max_iterations(10_000);
     if let Some(v) = initial {
         eval.set_initial_value(v);
@@ -113,6 +114,48 @@ pub fn gimli_expr(
         Ok(v) => Val::Ok(v),
         Err(e) => Val::Error(e),
     }
+}
+
+/// gimli (0.34) keeps generic values above the address size (`DW_OP_not` of a 32-bit value
+/// sets the upper 32 bits) and its shifts read the shift amount unmasked, where DWARF's generic
+/// type is address-sized: on a 32-bit target `DW_OP_lit1 DW_OP_not DW_OP_not DW_OP_shl` shifts
+/// by 1 in DWARF and by `0xffff_ffff_0000_0001` (giving 0) in gimli. So that gimli's answer is
+/// DWARF's, each shift of a narrower-than-64-bit target is preceded here by `DW_OP_const4u
+/// mask; DW_OP_and` (gimli's `and` masks). Expressions with branches are left as they are (their
+/// offsets would move); the random generators make none for 32-bit targets.
+fn mask_shift_amounts(
+    expr: EndianSlice<'_, LittleEndian>,
+    encoding: gimli::Encoding,
+    mask: u64,
+) -> Vec<u8> {
+    let bytes = expr.slice().to_vec();
+    if mask == !0 {
+        return bytes;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = expr;
+    while !rest.is_empty() {
+        let start = bytes.len() - rest.len();
+        let op = match Operation::parse(&mut rest, encoding) {
+            Ok(op) => op,
+            // Undecodable from here: gimli fails at the same byte either way.
+            Err(_) => {
+                out.extend_from_slice(&bytes[start..]);
+                return out;
+            }
+        };
+        match op {
+            Operation::Bra { .. } | Operation::Skip { .. } => return bytes,
+            Operation::Shl | Operation::Shr | Operation::Shra => {
+                out.push(gimli::constants::DW_OP_const4u.0);
+                out.extend_from_slice(&(mask as u32).to_le_bytes());
+                out.push(gimli::constants::DW_OP_and.0);
+            }
+            _ => {}
+        }
+        out.extend_from_slice(&bytes[start..bytes.len() - rest.len()]);
+    }
+    out
 }
 
 /// Appends `v` as unsigned LEB128.
