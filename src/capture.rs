@@ -5,12 +5,27 @@ use std::sync::atomic::Ordering;
 use unwind_core::Arch as _;
 use unwind_samples::Context;
 
-use crate::arch::{self, Native, Regs};
+use crate::arch::{self, Native, Regs, RuntimeArch};
 
 use crate::threads;
 use crate::SampleError;
 
-pub use crate::arch::{regs_from_ucontext, RED_ZONE};
+/// Bytes below the stack pointer that a leaf function may use without moving it: 128 on
+/// x86_64 (the psABI's red zone), 0 on 32-bit ARM (AAPCS has none). A copy of the stack starts
+/// this far below SP.
+pub const RED_ZONE: u64 = <Native as RuntimeArch>::RED_ZONE;
+
+/// The interrupted thread's registers, from the `ucontext_t` a signal handler gets (on 32-bit
+/// ARM the PC has bit 0 set when the interrupted code is Thumb). Async-signal-safe: reads memory
+/// only.
+///
+/// # Safety
+/// `ucontext` must point to a valid `ucontext_t` (the handler's third argument).
+#[inline(always)]
+pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { Native::regs_from_ucontext(ucontext) }
+}
 
 /// A stack copied in a signal handler: the registers, and `len` bytes of stack starting at
 /// address `base` written at the start of the caller's buffer.
@@ -50,8 +65,8 @@ pub unsafe fn capture_signal(
     buf: &mut [u8],
 ) -> Result<CapturedStack, SampleError> {
     // SAFETY: forwarded from the caller's contract.
-    let context = unsafe { arch::context_from_ucontext(ucontext) };
-    copy_stack(arch::regs_of(&context), context, buf)
+    let context = unsafe { Native::context_from_ucontext(ucontext) };
+    copy_stack(Native::regs_of(&context), context, buf)
 }
 
 /// Copies `[regs.sp - red zone, stack top)` of the calling thread, as much as fits in `buf`.

@@ -16,21 +16,21 @@
 use std::ffi::CStr;
 use std::sync::Arc;
 
-use crate::arch::Rule;
+use crate::arch::{Native, Rule, RuntimeArch};
 use crate::jitdump::Described;
 use crate::modules::{LoadedModule, ModuleKind, Parsed, ParsedModule};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
 
 /// A function that a code generator copies into executable memory, as is, again and again, and
 /// the rules of its copies.
-pub(crate) struct CopiedCode {
+pub(crate) struct CopiedCode<R: 'static> {
     /// The exported symbol of the function in the generator's module.
     pub symbol: &'static CStr,
     /// Its machine code: only a function with exactly these bytes is taken for it (another
     /// version may be another function).
     pub bytes: &'static [u8],
     /// Its rows: `(from, to, rule)`, offsets in the function.
-    pub rows: &'static [(u8, u8, Rule)],
+    pub rows: &'static [(u8, u8, R)],
 }
 
 /// One executable mapping of `/proc/self/maps`.
@@ -225,11 +225,11 @@ fn jitdump_rules(m: &Mapping, described: &[Described]) -> Option<(ModuleRules<Ru
 fn copies_in(start: u64, end: u64) -> Option<(ModuleRules<Rule>, &'static CStr)> {
     // Generated code regions are small (CPython's: 64 KiB each): a larger one is not read.
     const MAX_REGION: u64 = 16 << 20;
-    if crate::arch::COPIED_CODE.is_empty() || end - start > MAX_REGION {
+    if Native::COPIED_CODE.is_empty() || end - start > MAX_REGION {
         return None;
     }
     let region = std::cell::OnceCell::new();
-    for copied in crate::arch::COPIED_CODE {
+    for copied in Native::COPIED_CODE {
         // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the global scope.
         let at = unsafe { libc::dlsym(libc::RTLD_DEFAULT, copied.symbol.as_ptr()) } as u64;
         if at == 0 || read_own(at, copied.bytes.len()).as_deref() != Some(copied.bytes) {
@@ -318,11 +318,7 @@ fn remapped(m: &Mapping, listed: &[ParsedModule]) -> Option<ParsedModule> {
     ))
 }
 
-fn module(
-    module: LoadedModule,
-    rules: Arc<ModuleRules<crate::arch::Rule>>,
-    note: &str,
-) -> ParsedModule {
+fn module(module: LoadedModule, rules: Arc<ModuleRules<Rule>>, note: &str) -> ParsedModule {
     ParsedModule {
         module,
         parsed: Parsed {

@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::arch::{self, Native, Phdr, Rule};
+use crate::arch::{ImageTables, Native, Phdr, Rule, RuntimeArch, Segment};
 use unwind_core::table::ModuleRules;
 use unwind_core::ReturnSites;
 use unwind_dwarf::{CfiSections, CfiStats, DwarfError, ExidxError, ExidxStats, LoadStats};
@@ -492,7 +492,7 @@ impl Image for ImageCopy {
     }
 }
 
-/// Copies what [`arch::rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
+/// Copies what [`RuntimeArch::rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
 /// to the end of their segments and, on ARM, the whole segment holding `.ARM.exidx` (its
 /// `.ARM.extab` entries lie in it).
 fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
@@ -506,7 +506,7 @@ fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
     for x in mapped
         .phdrs
         .iter()
-        .filter(|p| arch::UNWIND_SEGMENTS.contains(&p.p_type))
+        .filter(|p| Native::UNWIND_SEGMENTS.contains(&p.p_type))
     {
         if let Some((_, (seg_lo, _))) = mapped.from(u64::from(x.p_vaddr)) {
             wanted.push(seg_lo);
@@ -669,7 +669,9 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         })
         .map(Arc::new);
     let file_note = file.as_ref().err().cloned();
-    match arch::rules_from_image(image, map, hdr, phdrs, &plt, code) {
+    match Native::rules_from_image(image_tables(image, hdr, phdrs, &plt, code), map)
+        .map(|(rules, stats)| Read::new(rules, stats))
+    {
         Ok(read) => Parsed {
             rules: {
                 if let Some(path) = &cached {
@@ -734,9 +736,45 @@ fn eh_frame_of<'a>(image: &'a impl Image, hdr: &Phdr) -> Result<(&'a [u8], u64),
     Ok((eh_frame, eh_svma))
 }
 
+/// What the architecture reads of a module's image copy: the DWARF CFI ([`cfi_sections`]) and
+/// the segments of its own tables' types ([`RuntimeArch::UNWIND_SEGMENTS`]).
+fn image_tables<'a>(
+    image: &'a ImageCopy,
+    hdr: Option<&Phdr>,
+    phdrs: &[Phdr],
+    plt: &'a [unwind_dwarf::plt::PltSection],
+    code: (u64, u64),
+) -> ImageTables<'a> {
+    let segments = phdrs
+        .iter()
+        .filter(|p| Native::UNWIND_SEGMENTS.contains(&p.p_type))
+        .map(|p| {
+            let svma = u64::from(p.p_vaddr);
+            let found = image.from(svma);
+            let bytes = found.map(|(bytes, _)| {
+                let len = usize::try_from(u64::from(p.p_memsz)).unwrap_or(usize::MAX);
+                bytes.get(..len).unwrap_or(bytes)
+            });
+            let loadable = found
+                .and_then(|(_, (seg_lo, _))| image.from(seg_lo).map(|(whole, _)| (seg_lo, whole)));
+            Segment {
+                p_type: p.p_type,
+                svma,
+                bytes,
+                loadable,
+            }
+        })
+        .collect();
+    ImageTables {
+        cfi: cfi_sections(image, hdr, plt, code),
+        segments,
+        code,
+    }
+}
+
 /// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
 /// and code range.
-pub(crate) fn cfi_sections<'a>(
+fn cfi_sections<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
     plt: &'a [unwind_dwarf::plt::PltSection],
@@ -755,7 +793,7 @@ pub(crate) fn cfi_sections<'a>(
     Ok(sections)
 }
 
-/// What [`arch::rules_from_image`] read.
+/// What [`RuntimeArch::rules_from_image`] read.
 pub(crate) struct Read {
     rules: ModuleRules<Rule>,
     cfi: CfiStats,
@@ -766,7 +804,7 @@ pub(crate) struct Read {
 impl Read {
     /// The rules with what the loader found.
     pub(crate) fn new(rules: ModuleRules<Rule>, stats: LoadStats<Native>) -> Self {
-        let (exidx, exidx_error) = arch::report_extra(&stats.arch);
+        let (exidx, exidx_error) = Native::report_extra(&stats.arch);
         Read {
             rules,
             cfi: stats.cfi,

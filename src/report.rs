@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use unwind_dwarf::{CfiStats, ExidxError, ExidxStats};
 
+use crate::arch::{Native, RuntimeArch as _};
 use crate::modules::ParsedModule;
 
 /// One module of a preload.
@@ -90,7 +91,7 @@ impl PreloadReport {
                 code_from_instructions: p.parsed.rules.bytes_with_rules_where(
                     p.module.start.wrapping_sub(p.module.bias),
                     p.module.end.wrapping_sub(p.module.bias),
-                    crate::arch::from_instructions,
+                    Native::from_instructions,
                 ),
                 stats: p.parsed.stats.clone(),
                 exidx: p.parsed.exidx.clone(),
@@ -256,7 +257,7 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
     let started = Instant::now();
     let loaded = unwind_dwarf::load_elf_file::<crate::arch::Native>(path)?;
     let elapsed = started.elapsed();
-    let (exidx, exidx_error) = crate::arch::report_extra(&loaded.stats.arch);
+    let (exidx, exidx_error) = Native::report_extra(&loaded.stats.arch);
     let (lo, hi) = loaded.stats.code_range.unwrap_or((0, 0));
     Ok((
         ModuleReport {
@@ -269,7 +270,7 @@ pub fn preload_file(path: &Path) -> Result<(ModuleReport, Duration), unwind_dwar
             code_from_instructions: loaded.rules.bytes_with_rules_where(
                 lo,
                 hi,
-                crate::arch::from_instructions,
+                Native::from_instructions,
             ),
             stats: Some(loaded.stats.cfi),
             exidx,

@@ -1,31 +1,248 @@
-//! What differs between the architectures the runtime supports, behind one module per
-//! architecture with the same items, of which the build's target selects one:
-//!
-//! - `Native`: the architecture's type (`unwind_core::Arch` and `unwind_dwarf::DwarfArch`),
-//!   with its `Regs` and `Rule`;
-//! - `RED_ZONE` (bytes below SP a leaf may use) and `Phdr` (its ELF program header type);
-//! - `regs_from_ucontext`, `context_from_ucontext` (the whole register file, for minidumps),
-//!   `regs_of` (the tracked registers of such a context) and `current_regs` (at the caller);
-//! - `thread_pointer` (how the signal handler finds the thread's slot without dynamic TLS);
-//! - `cpu_info` (the CPU as a minidump's SystemInfo stream describes it);
-//! - image discovery: `UNWIND_SEGMENTS` (program header types of its own unwind tables, kept
-//!   whole in the image copy), `rules_from_image` (a module's rules from its mapped image or
-//!   file), `report_extra` (what the preload report shows besides the CFI statistics) and
-//!   `from_instructions` (whether a rule was read from code rather than from a table);
-//! - `COPIED_CODE`: functions that code generators copy into executable memory, with rules for
-//!   their copies (CPython's perf trampoline on x86_64).
+//! What differs between the architectures the runtime supports: the [`RuntimeArch`] trait,
+//! implemented in one module per architecture for its `unwind_core` type, and compiled on every
+//! host (so that a mistake in any architecture's module shows in every build and every lint);
+//! the build's target picks [`Native`]. What only the running CPU can do (read its own
+//! registers and thread pointer, identify itself: `current_regs`, `thread_pointer`,
+//! `cpu_info`) is compiled for the native architecture only.
 //!
 //! Adding an architecture to the runtime means one more such module (see ARCHITECTURE.md).
 
-#[cfg(target_arch = "arm")]
+use std::ffi::c_void;
+
+use unwind_core::table::ModuleRules;
+use unwind_core::Arch;
+use unwind_dwarf::{CfiSections, DwarfArch, DwarfError, ExidxError, ExidxStats, LoadStats};
+use unwind_samples::Context;
+
+use crate::mappings::CopiedCode;
+
 mod arm;
-#[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+/// The architecture this build unwinds.
 #[cfg(target_arch = "arm")]
-pub use arm::*;
+pub use unwind_core::Arm as Native;
+/// The architecture this build unwinds.
 #[cfg(target_arch = "x86_64")]
-pub use x86_64::*;
+pub use unwind_core::X86_64 as Native;
+
+#[cfg(target_arch = "arm")]
+pub use arm::{cpu_info, current_regs, thread_pointer};
+#[cfg(target_arch = "x86_64")]
+pub use x86_64::{cpu_info, current_regs, thread_pointer};
+
+/// The program header type of this build's ELF files (what `dl_iterate_phdr` gives).
+#[cfg(target_pointer_width = "64")]
+pub type Phdr = libc::Elf64_Phdr;
+/// The program header type of this build's ELF files (what `dl_iterate_phdr` gives).
+#[cfg(target_pointer_width = "32")]
+pub type Phdr = libc::Elf32_Phdr;
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "arm")))]
 compile_error!("the runtime supports Linux on x86_64 and 32-bit ARM");
+
+/// The registers the native architecture's unwinder tracks.
+pub type Regs = <Native as Arch>::Regs;
+/// The native architecture's unwind rule.
+pub type Rule = <Native as Arch>::Rule;
+
+/// A program header of a module's image, as an architecture's
+/// [`RuntimeArch::rules_from_image`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment<'a> {
+    /// `p_type`.
+    pub p_type: u32,
+    /// `p_vaddr` (an SVMA).
+    pub svma: u64,
+    /// Its bytes in the image copy (`p_memsz` of them, or as many as the copy holds); `None`
+    /// if the copy holds none.
+    pub bytes: Option<&'a [u8]>,
+    /// The loadable segment of the copy holding it: its SVMA and its bytes.
+    pub loadable: Option<(u64, &'a [u8])>,
+}
+
+/// What the runtime reads of a module's mapped image before its architecture turns it into
+/// rules: its DWARF CFI sections (or why they could not be read), the program headers of the
+/// architecture's own tables ([`RuntimeArch::UNWIND_SEGMENTS`]) and its code range.
+pub(crate) struct ImageTables<'a> {
+    /// `.eh_frame` (through `PT_GNU_EH_FRAME`), the PLT sections and the code range.
+    pub cfi: Result<CfiSections<'a>, DwarfError>,
+    /// The segments of [`RuntimeArch::UNWIND_SEGMENTS`] types.
+    pub segments: Vec<Segment<'a>>,
+    /// The module's code, `[start, end)` in SVMAs.
+    pub code: (u64, u64),
+}
+
+/// What the runtime needs of an architecture besides its rules ([`DwarfArch`]): how a signal's
+/// `ucontext` holds its registers, what the stack looks like below SP, how a module's mapped
+/// image gives its tables, and what the preload report says of them.
+pub(crate) trait RuntimeArch: DwarfArch {
+    /// Bytes below the stack pointer that a leaf function may use without moving it.
+    const RED_ZONE: u64;
+
+    /// The program header types of this architecture's own unwind tables, whose segments the
+    /// image copy keeps whole.
+    const UNWIND_SEGMENTS: &'static [u32];
+
+    /// The functions run-time code generators copy as they are, with their rules (see
+    /// [`crate::mappings`]).
+    const COPIED_CODE: &'static [CopiedCode<Self::Rule>];
+
+    /// The interrupted thread's registers, from the `ucontext_t` a signal handler gets (the
+    /// kernel's layout for this architecture). Async-signal-safe: reads memory only.
+    ///
+    /// # Safety
+    /// `ucontext` must point to a valid `ucontext_t` of this architecture.
+    unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Self::Regs;
+
+    /// The interrupted thread's whole register file, for minidumps. Async-signal-safe.
+    ///
+    /// # Safety
+    /// As [`RuntimeArch::regs_from_ucontext`].
+    unsafe fn context_from_ucontext(ucontext: *const c_void) -> Context;
+
+    /// The registers the unwinder tracks, from a context of this architecture (zero otherwise).
+    fn regs_of(context: &Context) -> Self::Regs;
+
+    /// A module's rules: from `tables`, read from its mapped image, or from `file` (its file on
+    /// disk, when that is the mapped image) where the architecture prefers it.
+    fn rules_from_image(
+        tables: ImageTables<'_>,
+        file: Option<&[u8]>,
+    ) -> Result<(ModuleRules<Self::Rule>, LoadStats<Self>), DwarfError>;
+
+    /// What loading found besides the CFI statistics, for the preload report: the EHABI index's
+    /// statistics and error (none but on 32-bit ARM).
+    fn report_extra(stats: &Self::ArchStats) -> (Option<ExidxStats>, Option<ExidxError>);
+
+    /// Whether a rule was read from its function's instructions, not from an unwind table.
+    fn from_instructions(rule: &Self::Rule) -> bool;
+}
+
+/// Reads the `u`-byte word `index` of the general registers of a `ucontext_t` whose
+/// `uc_mcontext` starts `mcontext` bytes in: how every architecture's module reads a signal's
+/// registers without the target's `libc` types (which exist for the native target only).
+///
+/// # Safety
+/// `ucontext` must point to a `ucontext_t` holding that word.
+#[inline(always)]
+unsafe fn ucontext_word<const BYTES: usize>(
+    ucontext: *const c_void,
+    mcontext: usize,
+    index: usize,
+) -> u64 {
+    let at = mcontext + index * BYTES;
+    // SAFETY: the caller guarantees the word is inside the ucontext_t; unaligned reads are
+    // allowed (the kernel aligns it anyway).
+    unsafe {
+        let p = ucontext.cast::<u8>().add(at);
+        match BYTES {
+            8 => p.cast::<u64>().read_unaligned(),
+            _ => u64::from(p.cast::<u32>().read_unaligned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The native module reads each register where the target's `libc` puts it (the other
+    /// architectures' modules are checked the same way by their own targets' runs, armv7 under
+    /// qemu-arm).
+    #[test]
+    fn registers_are_read_where_libc_puts_them() {
+        // SAFETY: ucontext_t is plain data; all zeros is a valid value.
+        let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+        #[cfg(target_arch = "x86_64")]
+        let (want_regs, want_context) = {
+            for (i, g) in uc.uc_mcontext.gregs.iter_mut().enumerate() {
+                *g = 0x1000 + i as i64;
+            }
+            let g = |r: libc::c_int| 0x1000 + r as u64;
+            let order = [
+                libc::REG_RAX,
+                libc::REG_RCX,
+                libc::REG_RDX,
+                libc::REG_RBX,
+                libc::REG_RSP,
+                libc::REG_RBP,
+                libc::REG_RSI,
+                libc::REG_RDI,
+                libc::REG_R8,
+                libc::REG_R9,
+                libc::REG_R10,
+                libc::REG_R11,
+                libc::REG_R12,
+                libc::REG_R13,
+                libc::REG_R14,
+                libc::REG_R15,
+                libc::REG_RIP,
+            ];
+            (
+                Regs {
+                    pc: g(libc::REG_RIP),
+                    sp: g(libc::REG_RSP),
+                    fp: g(libc::REG_RBP),
+                },
+                Context::X86_64 {
+                    regs: order.map(g),
+                    eflags: g(libc::REG_EFL) as u32,
+                },
+            )
+        };
+        #[cfg(target_arch = "arm")]
+        let (want_regs, want_context) = {
+            let m = &mut uc.uc_mcontext;
+            let fields = [
+                &mut m.arm_r0,
+                &mut m.arm_r1,
+                &mut m.arm_r2,
+                &mut m.arm_r3,
+                &mut m.arm_r4,
+                &mut m.arm_r5,
+                &mut m.arm_r6,
+                &mut m.arm_r7,
+                &mut m.arm_r8,
+                &mut m.arm_r9,
+                &mut m.arm_r10,
+                &mut m.arm_fp,
+                &mut m.arm_ip,
+                &mut m.arm_sp,
+                &mut m.arm_lr,
+                &mut m.arm_pc,
+            ];
+            for (i, f) in fields.into_iter().enumerate() {
+                *f = 0x1000 + i as u32 * 4;
+            }
+            // Thumb.
+            m.arm_cpsr = 0x20;
+            let r = |i: u32| 0x1000 + i * 4;
+            (
+                Regs {
+                    pc: r(15) | 1,
+                    lr: r(14),
+                    sp: r(13),
+                    r12: r(12),
+                    r11: r(11),
+                    r7: r(7),
+                },
+                Context::Arm {
+                    iregs: std::array::from_fn(|i| r(i as u32)),
+                    cpsr: 0x20,
+                },
+            )
+        };
+        let p = (&uc as *const libc::ucontext_t).cast::<c_void>();
+        // SAFETY: `p` points to a valid ucontext_t.
+        let (regs, context) = unsafe {
+            (
+                <Native as RuntimeArch>::regs_from_ucontext(p),
+                Native::context_from_ucontext(p),
+            )
+        };
+        assert_eq!(regs, want_regs);
+        assert_eq!(context, want_context);
+        assert_eq!(Native::regs_of(&context), want_regs);
+    }
+}

@@ -2,100 +2,135 @@
 //! pointer, the CPU's identification for minidumps, and how a module's unwind tables are read
 //! from its mapped image (`.eh_frame` through `PT_GNU_EH_FRAME`).
 
-use minidump_common::format as md;
-use scroll::{Pwrite, LE};
-use unwind_dwarf::plt::PltSection;
-use unwind_dwarf::DwarfError;
-use unwind_samples::minidump::Processor;
+use std::ffi::c_void;
 
-use crate::mappings::CopiedCode;
-use crate::modules::{cfi_sections, ImageCopy, Read};
-
-pub use unwind_core::x86_64::{Regs, Rule};
-/// The architecture this build unwinds.
-pub use unwind_core::X86_64 as Native;
-
+use unwind_core::table::ModuleRules;
+use unwind_core::x86_64::{Regs, Rule};
+use unwind_core::X86_64;
+use unwind_dwarf::{DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::Context;
 
-/// Bytes below the stack pointer that leaf functions may use without moving it (psABI).
-pub const RED_ZONE: u64 = 128;
+use super::{ucontext_word, ImageTables, RuntimeArch};
+use crate::mappings::CopiedCode;
 
-/// The program header type of this architecture's ELF files.
-pub type Phdr = libc::Elf64_Phdr;
+/// Where `uc_mcontext` starts in the kernel's (and glibc's) `ucontext_t`: after `uc_flags`,
+/// `uc_link` and the 24-byte `stack_t`. Its general registers come first, in glibc's `REG_*`
+/// order.
+const MCONTEXT: usize = 40;
 
-/// General register `i` (`libc::REG_*`) of a `ucontext_t`, 0 if there is no such register.
+/// glibc's `REG_*` indices (`<sys/ucontext.h>`), the kernel's `struct sigcontext` order.
+mod reg {
+    pub const R8: usize = 0;
+    pub const R9: usize = 1;
+    pub const R10: usize = 2;
+    pub const R11: usize = 3;
+    pub const R12: usize = 4;
+    pub const R13: usize = 5;
+    pub const R14: usize = 6;
+    pub const R15: usize = 7;
+    pub const RDI: usize = 8;
+    pub const RSI: usize = 9;
+    pub const RBP: usize = 10;
+    pub const RBX: usize = 11;
+    pub const RDX: usize = 12;
+    pub const RAX: usize = 13;
+    pub const RCX: usize = 14;
+    pub const RSP: usize = 15;
+    pub const RIP: usize = 16;
+    pub const EFL: usize = 17;
+}
+
+/// General register `i` ([`reg`]) of a `ucontext_t`.
 ///
 /// # Safety
-/// `ucontext` must point to a valid `ucontext_t`.
+/// `ucontext` must point to a valid x86_64 `ucontext_t`.
 #[inline(always)]
-unsafe fn greg(ucontext: *const libc::c_void, i: libc::c_int) -> u64 {
-    // SAFETY: the caller guarantees a valid ucontext_t.
-    let uc = unsafe { &*(ucontext as *const libc::ucontext_t) };
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| uc.uc_mcontext.gregs.get(i))
-        .map_or(0, |&v| v as u64)
+unsafe fn greg(ucontext: *const c_void, i: usize) -> u64 {
+    // SAFETY: the caller guarantees a valid ucontext_t, whose 23 general registers include `i`.
+    unsafe { ucontext_word::<8>(ucontext, MCONTEXT, i) }
 }
 
-/// The interrupted thread's registers.
-///
-/// # Safety
-/// `ucontext` must point to a valid `ucontext_t`.
-pub unsafe fn regs_from_ucontext(ucontext: *const libc::c_void) -> Regs {
-    // SAFETY: the caller guarantees a valid ucontext_t.
-    let get = |i| unsafe { greg(ucontext, i) };
-    Regs {
-        pc: get(libc::REG_RIP),
-        sp: get(libc::REG_RSP),
-        fp: get(libc::REG_RBP),
-    }
-}
+impl RuntimeArch for X86_64 {
+    /// Bytes below the stack pointer that leaf functions may use without moving it (psABI).
+    const RED_ZONE: u64 = 128;
 
-/// The interrupted thread's whole register file. Async-signal-safe (reads memory only).
-///
-/// # Safety
-/// `ucontext` must point to a valid `ucontext_t`.
-pub unsafe fn context_from_ucontext(ucontext: *const libc::c_void) -> Context {
-    // SAFETY: the caller guarantees a valid ucontext_t.
-    let get = |i| unsafe { greg(ucontext, i) };
-    // CONTEXT_AMD64 order.
-    let order = [
-        libc::REG_RAX,
-        libc::REG_RCX,
-        libc::REG_RDX,
-        libc::REG_RBX,
-        libc::REG_RSP,
-        libc::REG_RBP,
-        libc::REG_RSI,
-        libc::REG_RDI,
-        libc::REG_R8,
-        libc::REG_R9,
-        libc::REG_R10,
-        libc::REG_R11,
-        libc::REG_R12,
-        libc::REG_R13,
-        libc::REG_R14,
-        libc::REG_R15,
-        libc::REG_RIP,
-    ];
-    let mut regs = [0u64; 17];
-    for (r, &i) in regs.iter_mut().zip(&order) {
-        *r = get(i);
-    }
-    Context::X86_64 {
-        regs,
-        eflags: get(libc::REG_EFL) as u32,
-    }
-}
+    /// None: `.eh_frame` is found through `PT_GNU_EH_FRAME`.
+    const UNWIND_SEGMENTS: &'static [u32] = &[];
 
-/// The registers the unwinder uses, from a context of this architecture.
-#[inline(always)]
-pub fn regs_of(context: &Context) -> Regs {
-    context.x86_64_regs().unwrap_or_default()
+    const COPIED_CODE: &'static [CopiedCode<Rule>] = &[CPYTHON_TRAMPOLINE];
+
+    #[inline(always)]
+    unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Regs {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let get = |i| unsafe { greg(ucontext, i) };
+        Regs {
+            pc: get(reg::RIP),
+            sp: get(reg::RSP),
+            fp: get(reg::RBP),
+        }
+    }
+
+    unsafe fn context_from_ucontext(ucontext: *const c_void) -> Context {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let get = |i| unsafe { greg(ucontext, i) };
+        // CONTEXT_AMD64 order.
+        let order = [
+            reg::RAX,
+            reg::RCX,
+            reg::RDX,
+            reg::RBX,
+            reg::RSP,
+            reg::RBP,
+            reg::RSI,
+            reg::RDI,
+            reg::R8,
+            reg::R9,
+            reg::R10,
+            reg::R11,
+            reg::R12,
+            reg::R13,
+            reg::R14,
+            reg::R15,
+            reg::RIP,
+        ];
+        let mut regs = [0u64; 17];
+        for (r, &i) in regs.iter_mut().zip(&order) {
+            *r = get(i);
+        }
+        Context::X86_64 {
+            regs,
+            eflags: get(reg::EFL) as u32,
+        }
+    }
+
+    #[inline(always)]
+    fn regs_of(context: &Context) -> Regs {
+        context.x86_64_regs().unwrap_or_default()
+    }
+
+    /// `.eh_frame` from the image copy (the file is not needed: every x86_64 compiler emits
+    /// `.eh_frame`, and it is mapped).
+    fn rules_from_image(
+        tables: ImageTables<'_>,
+        _file: Option<&[u8]>,
+    ) -> Result<(ModuleRules<Rule>, LoadStats<X86_64>), DwarfError> {
+        unwind_dwarf::rules_from_sections::<X86_64>(&tables.cfi?, None)
+    }
+
+    /// x86_64 has no EHABI index.
+    fn report_extra(_: &()) -> (Option<ExidxStats>, Option<ExidxError>) {
+        (None, None)
+    }
+
+    /// x86_64's rules never are.
+    fn from_instructions(_: &Rule) -> bool {
+        false
+    }
 }
 
 /// The registers at this point of the caller (always inlined, so they agree with the
 /// caller's own CFI at that instruction).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn current_regs() -> Regs {
     let (pc, sp, fp): (u64, u64, u64);
@@ -115,6 +150,7 @@ pub fn current_regs() -> Regs {
 }
 
 /// The calling thread's thread pointer. Async-signal-safe: one load.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn thread_pointer() -> usize {
     let tp: usize;
@@ -130,41 +166,11 @@ pub fn thread_pointer() -> usize {
     tp
 }
 
-/// The program header types of this architecture's own unwind tables, whose segments the
-/// image copy keeps whole: none (`.eh_frame` is found through `PT_GNU_EH_FRAME`).
-pub const UNWIND_SEGMENTS: &[u32] = &[];
-
-/// Reads the unwind tables of a module: `.eh_frame` from the image copy (the file is not
-/// needed: every x86_64 compiler emits `.eh_frame`, and it is mapped).
-pub fn rules_from_image(
-    image: &ImageCopy,
-    _file: Option<&[u8]>,
-    hdr: Option<&Phdr>,
-    _phdrs: &[Phdr],
-    plt: &[PltSection],
-    code: (u64, u64),
-) -> Result<Read, DwarfError> {
-    let sections = cfi_sections(image, hdr, plt, code)?;
-    let (rules, stats) = unwind_dwarf::rules_from_sections::<Native>(&sections, None)?;
-    Ok(Read::new(rules, stats))
-}
-
-/// What loading found besides the CFI statistics, for the preload report: the EHABI index's
-/// statistics and error (x86_64 has none).
-pub fn report_extra(
-    _: &(),
-) -> (
-    Option<unwind_dwarf::ExidxStats>,
-    Option<unwind_dwarf::ExidxError>,
-) {
-    (None, None)
-}
-
 /// CPython's perf trampoline (`-X perf` and `-X perf_jit`, 3.12 and 3.13), which the
 /// interpreter copies over and over into executable memory, one copy per Python function, and
 /// calls with the function's frame: `sub $8, %rsp; call *%rcx; add $8, %rsp; ret`. It keeps no
 /// frame pointer and its copies have no unwind table; its rows are these.
-const CPYTHON_TRAMPOLINE: CopiedCode = CopiedCode {
+const CPYTHON_TRAMPOLINE: CopiedCode<Rule> = CopiedCode {
     symbol: c"_Py_trampoline_func_start",
     bytes: &[
         0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3,
@@ -188,18 +194,12 @@ const fn sp_frame(cfa: i32) -> Rule {
     }
 }
 
-/// The code that run-time code generators copy from a function of theirs (see
-/// [`crate::mappings`]).
-pub const COPIED_CODE: &[CopiedCode] = &[CPYTHON_TRAMPOLINE];
-
-/// Whether a rule was read from its function's instructions (x86_64's never are).
-pub fn from_instructions(_: &Rule) -> bool {
-    false
-}
-
 /// This CPU for a minidump's SystemInfo stream, with family, model and stepping as Breakpad's Linux
 /// writer records them, and the cpuid vendor and features.
-pub fn cpu_info() -> Processor {
+#[cfg(target_arch = "x86_64")]
+pub fn cpu_info() -> unwind_samples::minidump::Processor {
+    use minidump_common::format as md;
+    use scroll::{Pwrite, LE};
     use std::arch::x86_64::__cpuid;
     // SAFETY: cpuid exists on every x86_64 CPU; leaves 0 and 1 are always valid.
     #[allow(unused_unsafe)]
@@ -222,7 +222,7 @@ pub fn cpu_info() -> Processor {
     };
     let mut data = [0u8; 24];
     let _ = data.pwrite_with(info, 0, LE);
-    Processor {
+    unwind_samples::minidump::Processor {
         architecture: md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64,
         level: u16::try_from(family).unwrap_or(u16::MAX),
         revision: u16::try_from((model << 8) | stepping).unwrap_or(u16::MAX),
