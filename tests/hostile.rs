@@ -19,11 +19,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use unwind_test_support::{build_agent, missing, run, tool_runs, Checks};
+use unwind_test_support::target::{self, Target};
+use unwind_test_support::{build_agent, run, Checks};
 
 const HZ: &str = "5000";
-const ARM: &str = "armv7-unknown-linux-gnueabihf";
-const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 
 /// Functions that mark each scenario's samples (in their stacks).
 const SCENARIOS: [(&str, &str); 6] = [
@@ -42,29 +41,19 @@ const TRAMPOLINES: [&str; 3] = [
     "__default_sa_restorer",
 ];
 
-/// What one architecture needs: its compiler, how to run its programs, the agent.
+/// What one architecture needs: its row of the targets table, the agent, and how long to run
+/// (under an emulator, a tenth of the rounds).
 struct Arch {
+    target: &'static Target,
     name: &'static str,
-    cc: &'static str,
+    cc: String,
     agent: PathBuf,
-    /// The command that runs a program (qemu-arm for armv7).
-    runner: Option<&'static str>,
     rounds: &'static str,
 }
 
 impl Arch {
     fn command(&self, exe: &Path) -> Command {
-        let mut c = match self.runner {
-            Some(r) => {
-                let mut c = Command::new(r);
-                c.args(["-L", ARM_SYSROOT]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        // cargo test points LD_LIBRARY_PATH at target/debug, which may hold another agent.
-        c.env_remove("LD_LIBRARY_PATH");
-        c
+        self.target.command(exe, &[])
     }
 }
 
@@ -72,12 +61,12 @@ impl Arch {
 fn build(arch: &Arch, src: &Path, out: &Path) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(out).expect("mkdir");
     let plugin = out.join("libhostile-plugin.so");
-    run(Command::new(arch.cc)
+    run(Command::new(&arch.cc)
         .args(["-O2", "-fPIC", "-shared", "-o"])
         .arg(&plugin)
         .arg(src.join("plugin.c")));
     let exe = out.join("hostile");
-    run(Command::new(arch.cc)
+    run(Command::new(&arch.cc)
         .args(["-O2", "-o"])
         .arg(&exe)
         .arg(src.join("hostile.c"))
@@ -265,28 +254,22 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("test-programs");
+    let programs = root.join("target").join("test-programs");
     let src = root.join("tests").join("hostile");
     let mut checks = Checks::new();
-    let host = Arch {
-        name: "x86_64",
-        cc: "gcc",
-        agent: build_agent(&root, &target, None),
-        runner: None,
-        rounds: "1000",
-    };
-    check_arch(&mut checks, &host, &src, &target.join("hostile"));
-    if tool_runs("arm-linux-gnueabihf-gcc") && tool_runs("qemu-arm") {
-        let arm = Arch {
-            name: "armv7",
-            cc: "arm-linux-gnueabihf-gcc",
-            agent: build_agent(&root, &target, Some(ARM)),
-            runner: Some("qemu-arm"),
-            rounds: "100",
+    for t in target::all() {
+        if !t.usable("the hostile program", &[]) {
+            continue;
+        }
+        let arch = Arch {
+            target: t,
+            name: t.name,
+            cc: t.cc(),
+            agent: build_agent(&root, &programs, t),
+            rounds: if t.runner.is_some() { "100" } else { "1000" },
         };
-        check_arch(&mut checks, &arm, &src, &target.join("hostile-arm"));
-    } else {
-        missing("arm-linux-gnueabihf-gcc and qemu-arm (scripts/setup installs them)");
+        let out = programs.join(format!("hostile-{}", t.name));
+        check_arch(&mut checks, &arch, &src, &out);
     }
     checks.finish("hostile");
 }

@@ -50,7 +50,7 @@ fn build_library() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("libcallback.so");
     let (cc, extra) = unwind_test_support::target_c_compiler();
-    let status = std::process::Command::new(cc)
+    let status = std::process::Command::new(&cc)
         .args(extra)
         .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
         .arg(&out)

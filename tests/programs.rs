@@ -37,6 +37,7 @@ use unwind_test_support::call_graph::{
     c_graph, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
 };
 use unwind_test_support::run;
+use unwind_test_support::target::{self, Target};
 
 const SECONDS: &str = "1.5";
 const HZ: &str = "1000";
@@ -333,10 +334,10 @@ fn early_and_outside(name: &str, o: &Outcome, text: &str, failed: &mut Vec<Strin
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("test-programs");
-    let agent_dir = unwind_test_support::build_agent(&root, &target, None);
+    let programs = root.join("target").join("test-programs");
+    let agent_dir = unwind_test_support::build_agent(&root, &programs, target::host());
     let src = root.join("tests").join("programs");
-    let out = target.join("c");
+    let out = programs.join("c");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut passed = 0usize;
     let mut failed = Vec::new();
@@ -424,10 +425,9 @@ fn main() {
     let o = validate(&text, &own, &rust_name, &rust_graph());
     report("Rust release", &o, &RUST_MUST_SEE, &mut passed, &mut failed);
 
-    if arm_available() {
-        arm_programs(&root, &target, &src, &mut passed, &mut failed);
-    } else {
-        unwind_test_support::missing("armv7 programs: arm-linux-gnueabihf-gcc or qemu-arm");
+    let armv7 = target::by_name("armv7");
+    if armv7.usable("the programs", &[]) {
+        arm_programs(armv7, &root, &programs, &src, &mut passed, &mut failed);
     }
 
     println!("programs: {passed} passed, {} failed", failed.len());
@@ -436,45 +436,24 @@ fn main() {
     }
 }
 
-const ARM: &str = "armv7-unknown-linux-gnueabihf";
-const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
-
-fn arm_available() -> bool {
-    use unwind_test_support::tool_runs;
-    tool_runs("arm-linux-gnueabihf-gcc") && tool_runs("qemu-arm")
-}
-
-/// The same programs on armv7, ARM and Thumb code, run under qemu-arm.
+/// The same programs on armv7 (`arm`, its row of the targets table), ARM and Thumb code, run
+/// under qemu-arm.
 fn arm_programs(
+    arm: &Target,
     root: &Path,
-    target: &Path,
+    programs: &Path,
     src: &Path,
     passed: &mut usize,
     failed: &mut Vec<String>,
 ) {
-    let agent_dir = unwind_test_support::build_agent(root, target, Some(ARM));
-    let out = target.join("arm");
+    let agent_dir = unwind_test_support::build_agent(root, programs, arm);
+    let out = programs.join("arm");
     std::fs::create_dir_all(&out).expect("mkdir");
-    let qemu = |exe: &Path| {
-        let mut c = Command::new("qemu-arm");
-        c.env_remove("LD_LIBRARY_PATH")
-            .env("AGENT_CLOCK", "cpu")
-            .args(["-L", ARM_SYSROOT])
-            .arg(exe);
-        c
-    };
+    let qemu = |exe: &Path| arm.command(exe, &[("AGENT_CLOCK", "cpu")]);
     // Builds the C workload and its library with `flags` under `tag`, runs it under qemu-arm
     // and checks its stacks against the call graph; returns the report too.
     let sampled = |tag: &str, flags: &[&str], scan: bool| -> (Outcome, String) {
-        let w = Workload::build(
-            "arm-linux-gnueabihf-gcc",
-            flags,
-            &[],
-            src,
-            &out,
-            &agent_dir,
-            tag,
-        );
+        let w = Workload::build(&arm.cc(), flags, &[], src, &out, &agent_dir, tag);
 
         let report_path = out.join(format!("workload-{tag}{}.txt", scan_suffix(scan)));
         run(qemu(&w.exe)
@@ -582,7 +561,7 @@ fn arm_programs(
             o.libc_tables, o.samples
         ));
     }
-    cross_unwind("armv7 Rust release", &samples, passed, failed);
+    cross_unwind(arm, "armv7 Rust release", &samples, passed, failed);
 
     // A C program too, Thumb code, its samples captured the same way.
     let exe = out.join("workload-thumb-O2");
@@ -592,19 +571,25 @@ fn arm_programs(
         .env("AGENT_SAMPLES_DIR", &samples)
         .arg(out.join("workload-thumb-O2-captured.txt"))
         .args([SECONDS, HZ]));
-    cross_unwind("armv7 C thumb-O2", &samples, passed, failed);
+    cross_unwind(arm, "armv7 C thumb-O2", &samples, passed, failed);
 }
 
 /// Unwinds the armv7 samples in `dir` again on this host, from the module files, and checks
 /// that every one gives the frames the agent found in the handler.
-fn cross_unwind(name: &str, dir: &Path, passed: &mut usize, failed: &mut Vec<String>) {
+fn cross_unwind(
+    arm: &Target,
+    name: &str,
+    dir: &Path,
+    passed: &mut usize,
+    failed: &mut Vec<String>,
+) {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     files.sort();
     let samples: Vec<unwind_samples::offline::ArmSample> = files
         .iter()
-        .filter_map(|f| unwind_samples::offline::ArmSample::load(f, Some(Path::new(ARM_SYSROOT))))
+        .filter_map(|f| unwind_samples::offline::ArmSample::load(f, arm.sysroot.map(Path::new)))
         .collect();
     let Some(first) = samples.first() else {
         println!("{name} cross-unwind: FAIL no samples in {}", dir.display());

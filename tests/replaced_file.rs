@@ -7,12 +7,8 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn compiler() -> &'static str {
-    if cfg!(target_arch = "arm") {
-        "arm-linux-gnueabihf-gcc"
-    } else {
-        "gcc"
-    }
+fn compiler() -> String {
+    unwind_test_support::target::host().cc()
 }
 
 /// Builds `lib{name}.so` from a C body (`-g`: on ARM, `.debug_frame`, read from the file only).
@@ -44,18 +40,14 @@ fn module_line(
 
 #[test]
 fn a_library_replaced_on_disk_is_not_read_from_its_file() {
-    if !unwind_test_support::tool_runs(compiler()) {
-        unwind_test_support::missing(compiler());
+    if !unwind_test_support::tool_runs(&compiler()) {
+        unwind_test_support::missing(&compiler());
         return;
     }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "replaced-file-{}-{}",
         std::process::id(),
-        if cfg!(target_arch = "arm") {
-            "arm"
-        } else {
-            "x86_64"
-        }
+        unwind_test_support::target::host().name
     ));
     std::fs::create_dir_all(&dir).expect("mkdir");
     let path = build(

@@ -25,12 +25,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use machine_code::{closure, register_calls_self_test, Isa};
+use unwind_test_support::target::{self, Target};
 use unwind_test_support::{run, Checks};
 
 const SECONDS: &str = "10";
 const HZ: &str = "5000";
-const ARM: &str = "armv7-unknown-linux-gnueabihf";
-const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
 /// A run that takes longer than this has hung (a deadlock in a handler, say).
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -62,37 +61,22 @@ fn run_bounded(cmd: &mut Command) -> (bool, String, String) {
     }
 }
 
-fn build_agent(root: &Path, target: &Path, triple: Option<&str>) -> PathBuf {
-    build_library(
-        root,
-        target,
-        triple,
-        "unwind-test-agent",
-        "libunwind_agent.so",
-    )
+fn build_agent(root: &Path, dir: &Path, t: &Target) -> PathBuf {
+    build_library(root, dir, t, "unwind-test-agent", "libunwind_agent.so")
 }
 
-/// Builds `package`'s shared object `file` in release mode for `triple` (the host if `None`).
-fn build_library(
-    root: &Path,
-    target: &Path,
-    triple: Option<&str>,
-    package: &str,
-    file: &str,
-) -> PathBuf {
+/// Builds `package`'s shared object `file` in release mode for `t` in the target directory
+/// `dir`.
+fn build_library(root: &Path, dir: &Path, t: &Target, package: &str, file: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut c = Command::new(cargo);
     c.current_dir(root)
         .args(["build", "--release", "-p", package]);
-    if let Some(t) = triple {
-        c.args(["--target", t]);
+    if let Some(triple) = t.cargo_target() {
+        c.args(["--target", triple]);
     }
-    run(c.arg("--target-dir").arg(target));
-    let dir = match triple {
-        Some(t) => target.join(t).join("release"),
-        None => target.join("release"),
-    };
-    dir.join(file)
+    run(c.arg("--target-dir").arg(dir));
+    t.release_dir(dir).join(file)
 }
 
 /// The `key=value` fields of the guard's summary line.
@@ -109,10 +93,8 @@ fn fields(stdout: &str) -> Option<std::collections::HashMap<String, String>> {
 /// How one platform runs the guard.
 struct Platform {
     name: &'static str,
-    /// The command that runs a program of this platform (qemu-arm for armv7), if not run directly.
-    launcher: Vec<&'static str>,
-    /// How to set an environment variable for the program only.
-    guest_env: fn(&mut Command, &str, &str),
+    /// Its row of the targets table: how its programs run here (natively, or under qemu-user).
+    target: &'static Target,
     /// Whether system calls are counted (syscall user dispatch; not under qemu-user).
     counts_syscalls: bool,
     /// Whether every stack must end at the thread's start (`_start`, `__clone3`). Not on armv7:
@@ -132,21 +114,13 @@ fn guard_runs(
 ) {
     for mode in ["dlopen", "preload"] {
         let report = out.join(format!("{}-{mode}.txt", p.name));
-        let mut cmd = match p.launcher.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest);
-                c
-            }
-            None => Command::new(guard),
+        let agent_path = agent.display().to_string();
+        let env: &[(&str, &str)] = if mode == "preload" {
+            &[("LD_PRELOAD", &agent_path)]
+        } else {
+            &[]
         };
-        cmd.env_remove("LD_LIBRARY_PATH");
-        if mode == "preload" {
-            (p.guest_env)(&mut cmd, "LD_PRELOAD", &agent.display().to_string());
-        }
-        if !p.launcher.is_empty() {
-            cmd.arg(guard);
-        }
+        let mut cmd = p.target.command(guard, env);
         cmd.arg(mode)
             .arg(if mode == "dlopen" {
                 agent.as_os_str()
@@ -418,9 +392,11 @@ fn build_c_programs(cc: &str, src: &Path, out: &Path, suffix: &str) -> (PathBuf,
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("test-shared-object");
+    // The release builds of the agent and the preload library go where the other tests'
+    // nested builds go (the validation's, programs', hostile's): built once per architecture.
+    let dir = root.join("target").join("test-programs");
     let src = root.join("tests").join("shared_object");
-    let out = target.join("out");
+    let out = dir.join("shared-object");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut checks = Checks::new();
 
@@ -433,64 +409,35 @@ fn main() {
         ),
     );
 
-    let agent = build_agent(&root, &target, None);
-    let (guard, tls) = build_c_programs("gcc", &src, &out, "");
-    let native = Platform {
-        name: "x86_64",
-        launcher: vec![],
-        guest_env: |c, k, v| {
-            c.env(k, v);
-        },
-        counts_syscalls: true,
-        to_thread_start: true,
-    };
-    guard_runs(&native, &guard, &agent, &tls, &out, &mut checks);
-    machine_code_checks("x86_64", &agent, Isa::X86_64, &mut checks);
-    let preload = build_library(
-        &root,
-        &target,
-        None,
-        "unwind-profiler-preload",
-        "libunwind_profiler_preload.so",
-    );
-    profiler_handler_checks("x86_64", &preload, Isa::X86_64, &mut checks);
-    profiler_sigtrap_checks("x86_64", &preload, Isa::X86_64, &mut checks);
-
-    let arm_tools = [
-        "arm-linux-gnueabihf-gcc",
-        "arm-linux-gnueabihf-objdump",
-        "qemu-arm",
-    ];
-    if let Some(t) = arm_tools
-        .iter()
-        .find(|t| !unwind_test_support::tool_runs(t))
-    {
-        unwind_test_support::missing(&format!("{t}, for the armv7 shared-object tests"));
-    } else {
-        let agent = build_agent(&root, &target, Some(ARM));
-        let (guard, tls) = build_c_programs("arm-linux-gnueabihf-gcc", &src, &out, "-arm");
-        let arm = Platform {
-            name: "armv7",
-            launcher: vec!["qemu-arm", "-L", ARM_SYSROOT],
-            // qemu-arm's -E sets a variable for the guest only (the host qemu must not get an
-            // armv7 LD_PRELOAD).
-            guest_env: |c, k, v| {
-                c.arg("-E").arg(format!("{k}={v}"));
-            },
-            counts_syscalls: false,
-            to_thread_start: false,
+    for t in target::all() {
+        if !t.usable("the shared-object tests", &["objdump"]) {
+            continue;
+        }
+        let isa = Isa::of(t);
+        let agent = build_agent(&root, &dir, t);
+        let suffix = if t.is_host() {
+            String::new()
+        } else {
+            format!("-{}", t.name)
         };
-        guard_runs(&arm, &guard, &agent, &tls, &out, &mut checks);
-        machine_code_checks("armv7", &agent, Isa::Arm, &mut checks);
+        let (guard, tls) = build_c_programs(&t.cc(), &src, &out, &suffix);
+        let platform = Platform {
+            name: t.name,
+            target: t,
+            counts_syscalls: t.runner.is_none(),
+            to_thread_start: t.name != "armv7",
+        };
+        guard_runs(&platform, &guard, &agent, &tls, &out, &mut checks);
+        machine_code_checks(t.name, &agent, isa, &mut checks);
         let preload = build_library(
             &root,
-            &target,
-            Some(ARM),
+            &dir,
+            t,
             "unwind-profiler-preload",
             "libunwind_profiler_preload.so",
         );
-        profiler_handler_checks("armv7", &preload, Isa::Arm, &mut checks);
-        profiler_sigtrap_checks("armv7", &preload, Isa::Arm, &mut checks);
+        profiler_handler_checks(t.name, &preload, isa, &mut checks);
+        profiler_sigtrap_checks(t.name, &preload, isa, &mut checks);
     }
 
     checks.finish("shared_object");

@@ -214,7 +214,7 @@ fn build_plugin() -> String {
     std::fs::create_dir_all(&dir).expect("create the plugin directory");
     let out = dir.join(PLUGIN_FILE);
     let (cc, extra) = unwind_test_support::target_c_compiler();
-    let status = std::process::Command::new(cc)
+    let status = std::process::Command::new(&cc)
         .args(extra)
         .args([
             "-O2",

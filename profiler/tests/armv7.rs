@@ -38,10 +38,13 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use unwind_profiler::output::pprof::proto;
+use unwind_test_support::target::{self, Target};
 use unwind_test_support::{run, tool_runs};
 
-const ARM: &str = "armv7-unknown-linux-gnueabihf";
-const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+/// armv7's row of the targets table: its toolchain, sysroot and emulator.
+fn arm() -> &'static Target {
+    target::by_name("armv7")
+}
 /// A run that takes longer has hung (each takes a few seconds under qemu-arm).
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -56,15 +59,15 @@ fn target_dir() -> PathBuf {
 
 /// The armv7 preload library, which must have been built (see the module docs).
 fn preload_library() -> PathBuf {
-    let lib = target_dir()
-        .join(ARM)
-        .join("release")
+    let lib = arm()
+        .release_dir(&target_dir())
         .join("libunwind_profiler_preload.so");
     assert!(
         lib.is_file(),
-        "{} is missing: build it first with `cargo build --release --target {ARM} \
+        "{} is missing: build it first with `cargo build --release --target {} \
          -p unwind-profiler-preload`",
-        lib.display()
+        lib.display(),
+        arm().rust_target
     );
     lib
 }
@@ -83,24 +86,20 @@ fn source(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Whether the cross tools are installed; reports the first missing one (a failure under CI).
+/// Whether the cross tools are installed; reports the missing ones (a failure under CI).
 fn tools_present(rust: bool) -> bool {
-    let mut needed = vec![("qemu-arm", "qemu-arm (package qemu-user)")];
-    if rust {
-        // rustc links through the cross gcc too.
-        needed.push(("rustc", "rustc"));
+    if !arm().usable("the profiler's armv7 tests", &[]) {
+        return false;
     }
-    needed.push((
-        "arm-linux-gnueabihf-gcc",
-        "arm-linux-gnueabihf-gcc (package gcc-arm-linux-gnueabihf)",
-    ));
-    if let Some((_, what)) = needed.iter().find(|(tool, _)| !tool_runs(tool)) {
-        unwind_test_support::missing(what);
+    // rustc links through the cross gcc too.
+    if rust && !tool_runs("rustc") {
+        unwind_test_support::missing("rustc");
         return false;
     }
     if rust && !rust_std_for_arm() {
+        let t = arm().rust_target;
         unwind_test_support::missing(&format!(
-            "the {ARM} Rust standard library (rustup target add {ARM})"
+            "the {t} Rust standard library (rustup target add {t})"
         ));
         return false;
     }
@@ -110,7 +109,7 @@ fn tools_present(rust: bool) -> bool {
 /// Whether rustc has the armv7 standard library.
 fn rust_std_for_arm() -> bool {
     let Ok(out) = Command::new("rustc")
-        .args(["--print", "target-libdir", "--target", ARM])
+        .args(["--print", "target-libdir", "--target", arm().rust_target])
         .output()
     else {
         return false;
@@ -134,29 +133,19 @@ fn run_under_qemu(
     profile: Option<(&Path, &Path)>,
     settings: &[(&str, &str)],
 ) -> (Output, Duration) {
-    let mut cmd = Command::new("qemu-arm");
-    // Cargo's LD_LIBRARY_PATH names x86_64 libraries; qemu-arm would pass it to the guest.
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .args(["-L", ARM_SYSROOT])
-        .args(["-U", "LD_LIBRARY_PATH"]);
+    // The variables for the guest only: the host's qemu-arm must not preload an ARM library.
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some((library, dir)) = profile {
+        env.push(("LD_PRELOAD".into(), library.display().to_string()));
+        env.push(("UNWIND_PROFILER_OUTPUT".into(), dir.display().to_string()));
+        env.extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut cmd = arm().command(exe, &env);
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
         cmd.env_remove(k);
     }
-    if let Some((library, dir)) = profile {
-        // -E sets the variable for the guest only: the host's qemu-arm must not preload an ARM
-        // library.
-        cmd.arg("-E")
-            .arg(format!("LD_PRELOAD={}", library.display()))
-            .arg("-E")
-            .arg(format!("UNWIND_PROFILER_OUTPUT={}", dir.display()));
-        for (k, v) in settings {
-            cmd.arg("-E").arg(format!("{k}={v}"));
-        }
-    }
-    cmd.arg(exe)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     while child.try_wait().unwrap().is_none() {
@@ -444,7 +433,7 @@ fn check_program(label: &str, exe: &Path, dir: &Path, threads: &[ThreadSpec], ca
 /// functions are named from the symbol table, which the build keeps).
 fn build_c_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let exe = dir.join(name);
-    run(Command::new("arm-linux-gnueabihf-gcc")
+    run(Command::new(arm().cc())
         .args(["-O2", "-Wall", "-Wextra", "-Werror"])
         .args(extra)
         .arg("-o")
@@ -505,8 +494,10 @@ fn rust_program() {
     let exe = dir.join("named_work");
     run(Command::new("rustc")
         .args(["--edition", "2021", "--crate-name", "named_work"])
-        .args(["--target", ARM, "-O", "-C", "debuginfo=1"])
-        .args(["-C", "linker=arm-linux-gnueabihf-gcc", "-o"])
+        .args(["--target", arm().rust_target, "-O", "-C", "debuginfo=1"])
+        .arg("-C")
+        .arg(format!("linker={}", arm().cc()))
+        .arg("-o")
         .arg(&exe)
         .arg(source("named_work.rs")));
     check_program("Rust release", &exe, &dir, &RUST_THREADS, true);
@@ -674,7 +665,7 @@ fn forked_workers_under_record() {
     let dir = work_dir("forked-workers");
     let behaviour = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
     let exe = dir.join("forked_workers");
-    run(Command::new("arm-linux-gnueabihf-gcc")
+    run(Command::new(arm().cc())
         .args(["-O0", "-funwind-tables", "-pthread", "-I"])
         .arg(&behaviour)
         .arg(behaviour.join("forked_workers.c"))
@@ -698,7 +689,9 @@ fn forked_workers_under_record() {
         .arg(preload_library())
         .arg("--output")
         .arg(&out)
-        .args(["--", "qemu-arm", "-L", ARM_SYSROOT])
+        .arg("--")
+        .args(arm().runner)
+        .args(arm().sysroot.map(|root| ["-L", root]).into_iter().flatten())
         .arg(&exe)
         .output()
         .unwrap();

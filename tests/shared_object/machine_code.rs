@@ -13,11 +13,31 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-/// The architecture of the object.
+use unwind_test_support::target::{self, Target};
+
+/// The architecture of the object: how its instructions call and jump.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     X86_64,
     Arm,
+}
+
+impl Isa {
+    /// The instruction set of `t`'s code.
+    pub fn of(t: &Target) -> Isa {
+        match t.elf_machine {
+            62 => Isa::X86_64,
+            40 => Isa::Arm,
+            _ => panic!("machine_code: no instruction decoding for {}", t.name),
+        }
+    }
+
+    fn elf_machine(self) -> u16 {
+        match self {
+            Isa::X86_64 => 62,
+            Isa::Arm => 40,
+        }
+    }
 }
 
 /// External functions a signal path may call: POSIX lists them as async-signal-safe (since
@@ -51,11 +71,11 @@ struct Function {
     insns: Vec<(u64, String, String)>,
 }
 
-fn objdump(isa: Isa) -> &'static str {
-    match isa {
-        Isa::X86_64 => "objdump",
-        Isa::Arm => "arm-linux-gnueabihf-objdump",
-    }
+/// The `objdump` of the target whose instruction set is `isa`.
+fn objdump(isa: Isa) -> String {
+    target::by_elf_machine(isa.elf_machine())
+        .expect("a row of the targets table")
+        .tool("objdump")
 }
 
 fn run(cmd: &str, args: &[&str], lib: &Path) -> String {
@@ -128,7 +148,7 @@ fn base_name(sym: &str) -> &str {
 /// relocation, the address it holds.
 fn got_slots(lib: &Path, isa: Isa) -> HashMap<u64, Result<String, u64>> {
     let mut out = HashMap::new();
-    for line in run(objdump(isa), &["-R", "-w"], lib).lines() {
+    for line in run(&objdump(isa), &["-R", "-w"], lib).lines() {
         let mut it = line.split_whitespace();
         let (Some(slot), Some(kind), Some(value)) = (it.next(), it.next(), it.next()) else {
             continue;
@@ -152,7 +172,7 @@ fn got_slots(lib: &Path, isa: Isa) -> HashMap<u64, Result<String, u64>> {
 /// Symbols the object defines (name to address).
 fn defined(lib: &Path, isa: Isa) -> HashMap<String, u64> {
     let mut out = HashMap::new();
-    for line in run(objdump(isa), &["-T", "-w"], lib).lines() {
+    for line in run(&objdump(isa), &["-T", "-w"], lib).lines() {
         if line.contains("*UND*") {
             continue;
         }
@@ -451,7 +471,7 @@ pub fn register_calls_self_test() -> Vec<String> {
 /// The closure of `entry` in the shared object `lib` (a symbol, or a Rust function's mangled
 /// path without its hash).
 pub fn closure(lib: &Path, isa: Isa, entry: &str) -> Closure {
-    let text = run(objdump(isa), &["-d", "--no-show-raw-insn", "-w"], lib);
+    let text = run(&objdump(isa), &["-d", "--no-show-raw-insn", "-w"], lib);
     let funcs = functions(&text);
     let slots = got_slots(lib, isa);
     let defs = defined(lib, isa);

@@ -15,10 +15,13 @@ use std::process::Command;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use unwind_arm_exidx::{entries, rows, ExidxSections, ExidxStats, Model};
 use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
+use unwind_test_support::target::{self, Target};
 use unwind_test_support::{missing, tool_runs};
 
-const ARMHF_LIB: &str = "/usr/arm-linux-gnueabihf/lib";
-const GCC: &str = "arm-linux-gnueabihf-gcc";
+/// armv7's row of the targets table: the cross toolchain, Debian's armhf libraries.
+fn armv7() -> &'static Target {
+    target::by_name("armv7")
+}
 
 /// The EHABI sections of a parsed ELF file; `text_end` is the end of its highest code section.
 fn exidx_sections<'a>(elf: &object::File<'a>) -> Option<ExidxSections<'a>> {
@@ -69,8 +72,8 @@ struct ReadelfEntry {
     bytes: Vec<u8>,
 }
 
-fn readelf() -> Option<&'static str> {
-    ["arm-linux-gnueabihf-readelf", "readelf"]
+fn readelf() -> Option<String> {
+    [armv7().tool("readelf"), "readelf".to_string()]
         .into_iter()
         .find(|r| tool_runs(r))
 }
@@ -166,7 +169,7 @@ fn compare_with_readelf(path: &Path, s: &ExidxSections<'_>) {
 #[test]
 fn debian_armhf_libraries() {
     for name in ["libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"] {
-        let path = PathBuf::from(ARMHF_LIB).join(name);
+        let path = PathBuf::from(armv7().libdir).join(name);
         let Ok(data) = std::fs::read(&path) else {
             missing(&format!(
                 "{} (libc6-armhf-cross, libstdc++6-armhf-cross, libgcc-s1-armhf-cross)",
@@ -228,7 +231,7 @@ fn compile(dir: &Path, mode: &str) -> Option<PathBuf> {
     let src = dir.join("t.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let out = dir.join(format!("t{mode}.so"));
-    let status = Command::new(GCC)
+    let status = Command::new(armv7().cc())
         .args([
             "-O2",
             mode,
@@ -242,7 +245,7 @@ fn compile(dir: &Path, mode: &str) -> Option<PathBuf> {
         .arg(&src)
         .status()
         .ok()?;
-    assert!(status.success(), "{GCC} {mode} failed");
+    assert!(status.success(), "{} {mode} failed", armv7().cc());
     Some(out)
 }
 
@@ -258,7 +261,11 @@ fn compiled_functions_all_have_rows() {
     std::fs::create_dir_all(&dir).unwrap();
     for mode in ["-marm", "-mthumb"] {
         let Some(path) = compile(&dir, mode) else {
-            missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+            missing(&format!(
+                "{} ({})",
+                armv7().cc(),
+                armv7().packages.join(", ")
+            ));
             break;
         };
         let data = std::fs::read(&path).unwrap();

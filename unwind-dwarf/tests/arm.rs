@@ -31,11 +31,23 @@ use unwind_core::{Arch, Arm};
 use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
 use unwind_dwarf::{rules_from_sections, CfiSections, LoadStats, LoadedRules};
 use unwind_test_support::missing;
+use unwind_test_support::target::{self, Target};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
-const GCC: &str = "arm-linux-gnueabihf-gcc";
-const ARMHF_LIB: &str = "/usr/arm-linux-gnueabihf/lib";
+/// armv7's row of the targets table: the cross compiler, Debian's armhf libraries.
+fn armv7() -> &'static Target {
+    target::by_name("armv7")
+}
+
+/// The cross C compiler, and what installs it (for a missing-prerequisite message).
+fn gcc() -> String {
+    armv7().cc()
+}
+
+fn gcc_missing() -> String {
+    format!("{} ({})", gcc(), armv7().packages.join(", "))
+}
 
 // ---------------------------------------------------------------------------------------------
 // Compiling test programs.
@@ -110,7 +122,7 @@ const FUNCTIONS: [&str; 10] = [
 ];
 
 fn have_gcc() -> bool {
-    unwind_test_support::tool_runs(GCC)
+    unwind_test_support::tool_runs(&gcc())
 }
 
 /// Compiles [`PROGRAM`] with `flags` and `-fasynchronous-unwind-tables` into a binary named
@@ -133,14 +145,14 @@ fn compile_exactly(tag: &str, flags: &[&str]) -> PathBuf {
         .collect::<Vec<_>>()
         .join("_");
     let out = dir.join(format!("{tag}_{name}"));
-    let status = Command::new(GCC)
+    let status = Command::new(gcc())
         .args(flags)
         .arg("-o")
         .arg(&out)
         .arg(&src)
         .status()
         .unwrap();
-    assert!(status.success(), "{GCC} {flags:?} failed");
+    assert!(status.success(), "{} {flags:?} failed", gcc());
     out
 }
 
@@ -148,7 +160,7 @@ fn compile_exactly(tag: &str, flags: &[&str]) -> PathBuf {
 /// functions), as distributions ship binaries.
 fn strip(file: &Path) -> PathBuf {
     let out = file.with_extension("stripped");
-    let status = Command::new("arm-linux-gnueabihf-strip")
+    let status = Command::new(armv7().tool("strip"))
         .arg("-o")
         .arg(&out)
         .arg(file)
@@ -156,7 +168,8 @@ fn strip(file: &Path) -> PathBuf {
         .unwrap();
     assert!(
         status.success(),
-        "arm-linux-gnueabihf-strip {}",
+        "{} {}",
+        armv7().tool("strip"),
         file.display()
     );
     out
@@ -271,7 +284,7 @@ fn fde_ranges(data: &[u8]) -> Vec<(u64, u64)> {
 #[test]
 fn compiled_programs_have_rules_everywhere() {
     if !have_gcc() {
-        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        missing(&gcc_missing());
         return;
     }
     for variant in VARIANTS {
@@ -380,7 +393,7 @@ fn programs_built_without_unwind_tables_get_rules_from_their_instructions() {
     // every walk there. Its symbol ends it (`_start` keeps its stop), and the program's
     // functions get rows from their instructions.
     if !have_gcc() {
-        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        missing(&gcc_missing());
         return;
     }
     for isa in ["-mthumb", "-marm"] {
@@ -438,7 +451,7 @@ fn rules_from_instructions_match_gcc_cfi() {
     // build without tables has a rule read from its instructions must have GCC's rule, except
     // where GCC's CFA is the frame pointer (ours is SP while SP is known: both are right).
     if !have_gcc() {
-        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        missing(&gcc_missing());
         return;
     }
     let mut report = Vec::new();
@@ -894,7 +907,7 @@ fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
 #[test]
 fn compiled_debug_frames_match_gimli() {
     if !have_gcc() {
-        missing(&format!("{GCC} (gcc-arm-linux-gnueabihf)"));
+        missing(&gcc_missing());
         return;
     }
     let mut total = Summary::default();
@@ -1222,7 +1235,7 @@ fn debian_armhf_libraries_load() {
         ("libgcc_s.so.1", true),
         ("libm.so.6", false),
     ] {
-        let path = Path::new(ARMHF_LIB).join(name);
+        let path = Path::new(armv7().libdir).join(name);
         if !path.exists() {
             missing(&format!(
                 "{} (libc6-armhf-cross, libstdc++6-armhf-cross)",
@@ -1328,7 +1341,7 @@ fn debian_armhf_libraries_load() {
 
 #[test]
 fn other_architectures_are_refused() {
-    let x86 = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let x86 = &Path::new(target::by_name("x86_64").libdir).join("libc.so.6");
     if x86.exists() {
         assert!(matches!(
             unwind_dwarf::load_elf_file::<Arm>(x86),
@@ -1337,7 +1350,7 @@ fn other_architectures_are_refused() {
     } else {
         missing(&format!("{} (x86_64 glibc)", x86.display()));
     }
-    let arm = Path::new(ARMHF_LIB).join("libc.so.6");
+    let arm = Path::new(armv7().libdir).join("libc.so.6");
     if arm.exists() {
         assert!(matches!(
             unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(&arm),
@@ -1369,14 +1382,14 @@ fn corrupted_arm_files_never_panic() {
     if have_gcc() {
         files.push(std::fs::read(compile("corrupt", &["-O2", "-mthumb", "-g"])).unwrap());
     } else {
-        missing(&format!(
-            "{GCC} (gcc-arm-linux-gnueabihf): no compiled file corrupted"
-        ));
+        missing(&format!("{}: no compiled file corrupted", gcc_missing()));
     }
-    match std::fs::read(Path::new(ARMHF_LIB).join("libstdc++.so.6")) {
+    match std::fs::read(Path::new(armv7().libdir).join("libstdc++.so.6")) {
         Ok(d) => files.push(d),
         Err(_) => missing(&format!(
-            "{ARMHF_LIB}/libstdc++.so.6 (libstdc++6-armhf-cross): not corrupted"
+            "{}/libstdc++.so.6 ({}): not corrupted",
+            armv7().libdir,
+            armv7().packages.join(", ")
         )),
     }
     if files.is_empty() {

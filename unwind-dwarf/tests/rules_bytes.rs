@@ -66,9 +66,14 @@ where
     assert!(extents > 1000, "{} has {extents} extents", path.display());
 }
 
+/// Debian's C library for the architecture `name` of the targets table.
+fn libc(name: &str) -> std::path::PathBuf {
+    Path::new(unwind_test_support::target::by_name(name).libdir).join("libc.so.6")
+}
+
 #[test]
 fn x86_64_libc_round_trips() {
-    round_trip::<X86_64>(Path::new("/lib/x86_64-linux-gnu/libc.so.6"));
+    round_trip::<X86_64>(&libc("x86_64"));
 }
 
 /// Two more large modules of the profiler's runs: bash, and the libpython of the python3 on
@@ -90,18 +95,18 @@ fn bash_and_libpython_round_trip() {
 
 #[test]
 fn armhf_libc_round_trips() {
-    round_trip::<Arm>(Path::new("/usr/arm-linux-gnueabihf/lib/libc.so.6"));
+    round_trip::<Arm>(&libc("armv7"));
 }
 
 /// libc's x86_64 bytes are refused as ARM rules, and the other way round.
 #[test]
 fn the_other_architecture_is_refused() {
-    let x86 = load_elf_file::<X86_64>(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+    let x86 = load_elf_file::<X86_64>(&libc("x86_64")).unwrap();
     assert_eq!(
         ModuleRules::<unwind_core::arm::Rule>::from_bytes(&x86.rules.to_bytes()).unwrap_err(),
         RulesBytesError::WrongArchitecture { found: *b"x64\0" }
     );
-    let arm = Path::new("/usr/arm-linux-gnueabihf/lib/libc.so.6");
+    let arm = &libc("armv7");
     if !arm.exists() {
         unwind_test_support::missing(&arm.display().to_string());
     } else {

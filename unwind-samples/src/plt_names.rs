@@ -203,20 +203,22 @@ mod tests {
     /// and no other.
     #[test]
     fn plt_stubs_are_named_as_objdump_names_them() {
-        let mut files = vec![(std::env::current_exe().unwrap(), "objdump")];
-        #[cfg(target_arch = "x86_64")]
-        files.extend([
-            ("/lib/x86_64-linux-gnu/libc.so.6".into(), "objdump"),
-            // armhf's C library (installed with the armv7 cross toolchain by scripts/setup):
-            // GNU ld's ARM `.plt`, with Thumb prefixes.
-            (
-                "/usr/arm-linux-gnueabihf/lib/libc.so.6".into(),
-                "arm-linux-gnueabihf-objdump",
-            ),
-        ]);
+        use unwind_test_support::target;
+        let mut files = vec![(
+            std::env::current_exe().unwrap(),
+            target::host().tool("objdump"),
+        )];
+        // Every architecture's C library (the cross ones installed by scripts/setup), with that
+        // architecture's objdump: GNU ld's x86_64 `.plt` and `.plt.got`, its ARM `.plt` with
+        // Thumb prefixes.
+        files.extend(
+            target::all()
+                .iter()
+                .map(|t| (Path::new(t.libdir).join("libc.so.6"), t.tool("objdump"))),
+        );
         let mut named = 0;
         for (path, objdump) in files {
-            let Some(want) = objdump_plt(objdump, &path, &[".plt", ".plt.sec", ".plt.got"])
+            let Some(want) = objdump_plt(&objdump, &path, &[".plt", ".plt.sec", ".plt.got"])
                 .filter(|_| path.is_file())
             else {
                 unwind_test_support::missing(&format!("{objdump} or {}", path.display()));

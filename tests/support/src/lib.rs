@@ -16,9 +16,11 @@
 //! ```
 //!
 //! [`Checks`] is the tally of a `harness = false` test that checks many things and reports every
-//! failure, not only the first. [`call_graph`] holds the test programs' known call graphs.
+//! failure, not only the first. [`call_graph`] holds the test programs' known call graphs, and
+//! [`target`] the architectures the tests build for and run (`targets.tsv`).
 
 pub mod call_graph;
+pub mod target;
 
 use std::io::Write;
 use std::process::Command;
@@ -43,15 +45,13 @@ pub fn under_ci() -> bool {
     is_ci_value(std::env::var("CI").ok().as_deref())
 }
 
-/// The C compiler for libraries a test loads into itself, with the flags the target needs: on
-/// armv7 (run under qemu-user, which executes the x86_64 cross compiler natively) the cross
-/// compiler with `-funwind-tables` (gcc emits no `.ARM.exidx` for C without it); else `gcc`.
-pub fn target_c_compiler() -> (&'static str, &'static [&'static str]) {
-    if cfg!(target_arch = "arm") {
-        ("arm-linux-gnueabihf-gcc", &["-funwind-tables"])
-    } else {
-        ("gcc", &[])
-    }
+/// The C compiler for libraries a test loads into itself, with the flags the target needs: the
+/// row of the architecture the test runs on ([`target::host`]; on armv7, run under qemu-user,
+/// which executes the x86_64 cross compiler natively: `arm-linux-gnueabihf-gcc
+/// -funwind-tables`).
+pub fn target_c_compiler() -> (String, &'static [&'static str]) {
+    let t = target::host();
+    (t.cc(), &t.c_flags)
 }
 
 /// True if `program --version` runs and succeeds (the way to tell that a tool is installed).
@@ -107,26 +107,23 @@ pub fn run(cmd: &mut Command) {
 }
 
 /// Builds the test agent (`libunwind_agent.so`, tests/agent) and the Rust workload in release
-/// mode for `target` (the host if `None`) into `target_dir`, a target directory of their own
-/// (so that a nested cargo never waits on the outer one's lock); returns the directory holding
-/// them. `root` is the workspace.
+/// mode for `target` into `target_dir`, a target directory of their own (so that a nested cargo
+/// never waits on the outer one's lock); returns the directory holding them. `root` is the
+/// workspace.
 pub fn build_agent(
     root: &std::path::Path,
     target_dir: &std::path::Path,
-    target: Option<&str>,
+    target: &target::Target,
 ) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
         .args(["build", "--release", "-p", "unwind-test-agent"]);
-    if let Some(t) = target {
+    if let Some(t) = target.cargo_target() {
         cmd.args(["--target", t]);
     }
     run(cmd.arg("--target-dir").arg(target_dir));
-    match target {
-        Some(t) => target_dir.join(t).join("release"),
-        None => target_dir.join("release"),
-    }
+    target.release_dir(target_dir)
 }
 
 /// The checks of a `harness = false` test: each prints an `ok`/`FAIL` line as it is made, and

@@ -11,22 +11,22 @@ use std::process::Command;
 
 use unwind_dwarf::Architecture;
 use unwind_test_support::call_graph::{self, Graph};
+use unwind_test_support::target::{self, Target};
 
 use crate::tools::workspace_root;
 
-/// Where the sampled process's library paths are found on this host, for `arch`'s programs
-/// (x86_64 runs natively; armv7 under `qemu-arm -L` [`ARM_SYSROOT`]).
-pub fn sysroot(arch: Architecture) -> Option<&'static Path> {
-    match arch {
-        Architecture::X86_64 => None,
-        Architecture::Arm => Some(Path::new(ARM_SYSROOT)),
-    }
+/// `arch`'s row of the targets table (`tests/support/targets.tsv`): its toolchain and how its
+/// programs run here (x86_64 natively; armv7 under `qemu-arm -L` its sysroot).
+pub fn target_of(arch: Architecture) -> &'static Target {
+    target::by_elf_machine(arch.elf_machine().0)
+        .unwrap_or_else(|| panic!("no row of the targets table for {}", arch.name()))
 }
 
-/// The armv7 Rust target.
-pub const ARM_TARGET: &str = "armv7-unknown-linux-gnueabihf";
-/// The armhf libraries' root (Debian's cross packages), given to `qemu-arm -L`.
-pub const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+/// Where the sampled process's library paths are found on this host, for `arch`'s programs
+/// (its sysroot when run under an emulator).
+pub fn sysroot(arch: Architecture) -> Option<&'static Path> {
+    target_of(arch).sysroot.map(Path::new)
+}
 
 /// One program's samples.
 #[derive(Clone, Debug)]
@@ -116,33 +116,27 @@ pub fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Whether the armv7 cross compiler and qemu-arm are installed (scripts/setup installs them).
-pub fn arm_available() -> bool {
-    let ok = |cmd: &str| {
-        Command::new(cmd)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    ok("arm-linux-gnueabihf-gcc") && ok("arm-linux-gnueabihf-g++") && ok("qemu-arm")
+/// Whether `arch`'s compilers (and emulator) are installed, reporting the missing ones
+/// ([`unwind_test_support::missing`]: a failure under CI) for `purpose`. scripts/setup
+/// installs them.
+pub fn available(arch: Architecture, purpose: &str) -> bool {
+    target_of(arch).usable(purpose, &[])
 }
 
 /// Builds the agent and the Rust workload in release mode for `arch`, in a target directory of
 /// their own (shared with the programs test) so that a nested cargo never waits on an outer
 /// one's lock; returns the directory holding them.
 fn build_agent(arch: Architecture, target: &Path) -> Result<PathBuf, String> {
+    let t = target_of(arch);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root())
         .args(["build", "--release", "-p", "unwind-test-agent"]);
-    if arch == Architecture::Arm {
-        cmd.args(["--target", ARM_TARGET]);
+    if let Some(triple) = t.cargo_target() {
+        cmd.args(["--target", triple]);
     }
     run(cmd.arg("--target-dir").arg(target))?;
-    Ok(match arch {
-        Architecture::X86_64 => target.join("release"),
-        Architecture::Arm => target.join(ARM_TARGET).join("release"),
-    })
+    Ok(t.release_dir(target))
 }
 
 /// Builds the C workload (tests/programs: workload.c, its shared library, and on x86_64 the
@@ -155,18 +149,15 @@ fn build_c(
     out: &Path,
 ) -> Result<PathBuf, String> {
     let src = workspace_root().join("tests").join("programs");
-    let gcc = match arch {
-        Architecture::X86_64 => "gcc",
-        Architecture::Arm => "arm-linux-gnueabihf-gcc",
-    };
+    let gcc = target_of(arch).cc();
     let lib = format!("validate-{tag}");
-    run(Command::new(gcc)
+    run(Command::new(&gcc)
         .args(flags)
         .args(["-fPIC", "-shared", "-o"])
         .arg(out.join(format!("lib{lib}.so")))
         .arg(src.join("shlib.c")))?;
     let exe = out.join(format!("validate-workload-{tag}"));
-    let mut cmd = Command::new(gcc);
+    let mut cmd = Command::new(&gcc);
     cmd.args(flags)
         .arg("-o")
         .arg(&exe)
@@ -191,10 +182,7 @@ fn build_c(
 /// iostreams, exceptions) at -O2 with -fomit-frame-pointer; returns the executable.
 fn build_cpp(arch: Architecture, agent: &Path, out: &Path) -> Result<PathBuf, String> {
     let src = workspace_root().join("tests").join("programs");
-    let gxx = match arch {
-        Architecture::X86_64 => "g++",
-        Architecture::Arm => "arm-linux-gnueabihf-g++",
-    };
+    let gxx = target_of(arch).cxx();
     let exe = out.join("validate-workload-cpp");
     run(Command::new(gxx)
         .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
@@ -208,20 +196,13 @@ fn build_cpp(arch: Architecture, agent: &Path, out: &Path) -> Result<PathBuf, St
     Ok(exe)
 }
 
-/// Runs `exe` (under qemu-arm for armv7) with the agent capturing minidumps into `samples`.
+/// Runs `exe` (under its emulator for a cross target) with the agent capturing minidumps into
+/// `samples`.
 fn sample(arch: Architecture, exe: &Path, samples: &Path, s: &Sampling) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(samples);
     std::fs::create_dir_all(samples).map_err(|e| format!("{}: {e}", samples.display()))?;
-    let mut cmd = match arch {
-        Architecture::X86_64 => Command::new(exe),
-        Architecture::Arm => {
-            let mut c = Command::new("qemu-arm");
-            c.args(["-L", ARM_SYSROOT]).arg(exe);
-            c
-        }
-    };
+    let mut cmd = target_of(arch).command(exe, &[]);
     run(cmd
-        .env_remove("LD_LIBRARY_PATH")
         .env("AGENT_SAMPLES_DIR", samples)
         .env("AGENT_SAMPLES_MAX", s.per_program.to_string())
         .env("AGENT_SAMPLES_EVERY", s.every.to_string())

@@ -6,7 +6,7 @@
 //! are explained differences).
 
 use unwind_dwarf::Architecture;
-use unwind_validate::programs::{arm_available, Sampling};
+use unwind_validate::programs::{available, Sampling};
 use unwind_validate::report::{agreement_line, meets_target};
 use unwind_validate::run::validate_arch;
 use unwind_validate::stores::Symbols;
@@ -55,10 +55,7 @@ fn x86_64_samples_agree_with_breakpad() {
 
 #[test]
 fn armv7_samples_agree_with_breakpad() {
-    if !arm_available() {
-        unwind_test_support::missing(
-            "armv7 samples: arm-linux-gnueabihf-gcc, arm-linux-gnueabihf-g++ or qemu-arm",
-        );
+    if !available(Architecture::Arm, "the armv7 samples") {
         return;
     }
     check(Architecture::Arm);

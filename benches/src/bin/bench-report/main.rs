@@ -370,7 +370,7 @@ fn real_main() -> Result<(), String> {
     // 32-bit ARM libraries, read on this host: EHABI tables and the functions' instructions.
     let armhf: Vec<String> = ["libc.so.6", "libstdc++.so.6"]
         .iter()
-        .map(|n| format!("{ARM_SYSROOT}/lib/{n}"))
+        .map(|n| format!("{}/{n}", armv7().libdir))
         .filter(|p| Path::new(p).exists())
         .collect();
     let preload_arm = match armhf.is_empty() {
@@ -445,7 +445,22 @@ fn real_main() -> Result<(), String> {
     Ok(())
 }
 
-const ARM_SYSROOT: &str = "/usr/arm-linux-gnueabihf";
+/// armv7's row of the targets table (tests/support/targets.tsv).
+fn armv7() -> &'static unwind_test_support::target::Target {
+    unwind_test_support::target::by_name("armv7")
+}
+
+/// armv7's libraries on this host (what qemu-arm's `-L` is given).
+fn arm_sysroot() -> &'static str {
+    armv7()
+        .sysroot
+        .expect("armv7's sysroot in the targets table")
+}
+
+/// The emulator that runs armv7 programs here.
+fn arm_runner() -> &'static str {
+    armv7().runner.expect("armv7's runner in the targets table")
+}
 
 /// Warm instructions per frame for armv7 samples: unwound on this host under callgrind, and
 /// natively under `qemu-arm -singlestep -d nochain,exec` (guest instructions executed in the
@@ -459,7 +474,7 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter_map(|p| {
-            let s = unwind_samples::offline::ArmSample::load(&p, Some(Path::new(ARM_SYSROOT)))?;
+            let s = unwind_samples::offline::ArmSample::load(&p, Some(Path::new(arm_sysroot())))?;
             Some((s.pcs.len(), p))
         })
         .collect();
@@ -469,13 +484,10 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
         return Ok(None);
     }
     let host_bin = target.join("release").join("sample-unwind");
-    let arm_bin = target
-        .join("armv7-unknown-linux-gnueabihf")
-        .join("release")
-        .join("sample-unwind");
+    let arm_bin = armv7().release_dir(target).join("sample-unwind");
     // The unwinder's code in the armv7 binary: `unwind_once` (the loop is inlined there) and
     // every unwind_core function, as file-address ranges.
-    let nm = run(Command::new("arm-linux-gnueabihf-nm")
+    let nm = run(Command::new(armv7().tool("nm"))
         .args(["-S", "-C"])
         .arg(&arm_bin))?
     .0;
@@ -499,14 +511,14 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
         let p = path.to_string_lossy();
         let k: u64 = 200;
         let frames = |out: &str| field(out, "frames");
-        let (h0, _) = instructions(&host_bin, &[&p, ARM_SYSROOT, "0"])?;
-        let (hk, out) = instructions(&host_bin, &[&p, ARM_SYSROOT, &k.to_string()])?;
+        let (h0, _) = instructions(&host_bin, &[&p, arm_sysroot(), "0"])?;
+        let (hk, out) = instructions(&host_bin, &[&p, arm_sysroot(), &k.to_string()])?;
         let n = frames(&out);
         // Where qemu loads the binary: unwind_once's runtime address minus its file address.
-        let probe = run(Command::new("qemu-arm")
-            .args(["-L", ARM_SYSROOT])
+        let probe = run(Command::new(arm_runner())
+            .args(["-L", arm_sysroot()])
             .arg(&arm_bin)
-            .args([&*p, ARM_SYSROOT, "0"]))?
+            .args([&*p, arm_sysroot(), "0"]))?
         .0;
         let once = probe
             .split_whitespace()
@@ -521,10 +533,10 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
             .collect();
         let count = |k: u64| -> Result<u64, String> {
             let log = target.join("bench-samples").join("qemu-trace.log");
-            run(Command::new("qemu-arm")
+            run(Command::new(arm_runner())
                 .args([
                     "-L",
-                    ARM_SYSROOT,
+                    arm_sysroot(),
                     "-singlestep",
                     "-d",
                     "nochain,exec",
@@ -534,7 +546,7 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
                 .arg("-D")
                 .arg(&log)
                 .arg(&arm_bin)
-                .args([&*p, ARM_SYSROOT, &k.to_string()]))?;
+                .args([&*p, arm_sysroot(), &k.to_string()]))?;
             let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
             let _ = std::fs::remove_file(&log);
             Ok(text.lines().filter(|l| l.starts_with("Trace")).count() as u64)

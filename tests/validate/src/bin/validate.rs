@@ -12,11 +12,11 @@
 //! With `VALIDATE_VERBOSE` set, every sample whose walks differ is printed to stderr with both
 //! frame lists and Breakpad's trust per frame.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use unwind_dwarf::Architecture;
-use unwind_validate::programs::{arm_available, Sampling, ARM_SYSROOT};
+use unwind_validate::programs::{self, target_of, Sampling};
 use unwind_validate::{cfi_compare, report, run, tools};
 
 fn main() -> ExitCode {
@@ -49,12 +49,10 @@ fn main() -> ExitCode {
         return minidumps_only(dir, &dump_syms);
     }
     let mut archs = vec![Architecture::X86_64];
-    if arm && arm_available() {
+    if arm && programs::available(Architecture::Arm, "the validation") {
         archs.push(Architecture::Arm);
     } else {
-        eprintln!(
-            "validate: armv7 skipped (scripts/setup installs the cross compiler and qemu-arm)"
-        );
+        eprintln!("validate: armv7 skipped");
     }
     let mut results = Vec::new();
     let mut ok = true;
@@ -104,17 +102,16 @@ fn main() -> ExitCode {
 fn table_files(archs: &[Architecture]) -> Vec<PathBuf> {
     let built = tools::workspace_root().join("target").join("validation");
     let mut v = Vec::new();
-    for arch in archs {
+    for &arch in archs {
+        let t = target_of(arch);
+        v.push(Path::new(t.libdir).join("libc.so.6"));
+        v.push(Path::new(t.libdir).join("libstdc++.so.6"));
         match arch {
             Architecture::X86_64 => {
-                v.push(PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"));
-                v.push(PathBuf::from("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
                 v.push(built.join("x86_64").join("validate-workload-O2"));
                 v.push(built.join("x86_64").join("libvalidate-O2.so"));
             }
             Architecture::Arm => {
-                v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libc.so.6")));
-                v.push(PathBuf::from(format!("{ARM_SYSROOT}/lib/libstdc++.so.6")));
                 v.push(built.join("arm").join("validate-workload-thumb-O2"));
                 v.push(built.join("arm").join("libvalidate-arm-O2.so"));
             }
