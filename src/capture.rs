@@ -66,7 +66,7 @@ pub unsafe fn capture_signal(
 ) -> Result<CapturedStack, SampleError> {
     // SAFETY: forwarded from the caller's contract.
     let context = unsafe { Native::context_from_ucontext(ucontext) };
-    copy_stack(Native::regs_of(&context), context, buf)
+    copy_stack(context.regs::<Native>().unwrap_or_default(), context, buf)
 }
 
 /// Copies `[regs.sp - red zone, stack top)` of the calling thread, as much as fits in `buf`.

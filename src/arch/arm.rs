@@ -82,11 +82,6 @@ impl RuntimeArch for Arm {
         }
     }
 
-    #[inline(always)]
-    fn regs_of(context: &Context) -> Regs {
-        context.arm_regs().unwrap_or_default()
-    }
-
     /// `.ARM.exidx` with the `.ARM.extab` entries it points to, and `.eh_frame` where present,
     /// which wins where both describe code; or, when the file on disk is the mapped image, the
     /// file, whose `.debug_frame` is exact in prologues and epilogues where EXIDX is not.

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use unwind_core::table::ModuleRules;
 use unwind_core::Arch;
 use unwind_dwarf::{CfiSections, DwarfArch, DwarfError, ExidxError, ExidxStats, LoadStats};
-use unwind_samples::Context;
+use unwind_samples::{Context, ContextArch};
 
 use crate::mappings::CopiedCode;
 
@@ -73,10 +73,11 @@ pub(crate) struct ImageTables<'a> {
     pub code: (u64, u64),
 }
 
-/// What the runtime needs of an architecture besides its rules ([`DwarfArch`]): how a signal's
-/// `ucontext` holds its registers, what the stack looks like below SP, how a module's mapped
-/// image gives its tables, and what the preload report says of them.
-pub(crate) trait RuntimeArch: DwarfArch {
+/// What the runtime needs of an architecture besides its rules ([`DwarfArch`]) and its
+/// registers in a minidump's context ([`ContextArch`]): how a signal's `ucontext` holds its
+/// registers, what the stack looks like below SP, how a module's mapped image gives its tables,
+/// and what the preload report says of them.
+pub(crate) trait RuntimeArch: DwarfArch + ContextArch {
     /// Bytes below the stack pointer that a leaf function may use without moving it.
     const RED_ZONE: u64;
 
@@ -100,9 +101,6 @@ pub(crate) trait RuntimeArch: DwarfArch {
     /// # Safety
     /// As [`RuntimeArch::regs_from_ucontext`].
     unsafe fn context_from_ucontext(ucontext: *const c_void) -> Context;
-
-    /// The registers the unwinder tracks, from a context of this architecture (zero otherwise).
-    fn regs_of(context: &Context) -> Self::Regs;
 
     /// A module's rules: from `tables`, read from its mapped image, or from `file` (its file on
     /// disk, when that is the mapped image) where the architecture prefers it.
@@ -243,6 +241,6 @@ mod tests {
         };
         assert_eq!(regs, want_regs);
         assert_eq!(context, want_context);
-        assert_eq!(Native::regs_of(&context), want_regs);
+        assert_eq!(context.regs::<Native>(), Some(want_regs));
     }
 }

@@ -103,11 +103,6 @@ impl RuntimeArch for X86_64 {
         }
     }
 
-    #[inline(always)]
-    fn regs_of(context: &Context) -> Regs {
-        context.x86_64_regs().unwrap_or_default()
-    }
-
     /// `.eh_frame` from the image copy (the file is not needed: every x86_64 compiler emits
     /// `.eh_frame`, and it is mapped).
     fn rules_from_image(

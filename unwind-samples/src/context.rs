@@ -56,32 +56,22 @@ impl Context {
         }
     }
 
-    /// The registers our x86_64 unwinder starts from, if this is an x86_64 context.
+    /// The registers architecture `A`'s unwinder starts from, if this is a context of `A`.
+    #[inline]
+    pub fn regs<A: ContextArch>(&self) -> Option<A::Regs> {
+        A::regs(self)
+    }
+
+    /// The registers our x86_64 unwinder starts from, if this is an x86_64 context
+    /// ([`Context::regs`] of [`unwind_core::X86_64`]).
     pub fn x86_64_regs(&self) -> Option<unwind_core::x86_64::Regs> {
-        match self {
-            Context::X86_64 { regs, .. } => Some(unwind_core::x86_64::Regs {
-                pc: regs[X86_64_RIP],
-                sp: regs[X86_64_RSP],
-                fp: regs[X86_64_RBP],
-            }),
-            Context::Arm { .. } => None,
-        }
+        self.regs::<unwind_core::X86_64>()
     }
 
     /// The registers our ARM unwinder starts from (the PC with bit 0 set for Thumb code), if
-    /// this is an ARM context.
+    /// this is an ARM context ([`Context::regs`] of [`unwind_core::Arm`]).
     pub fn arm_regs(&self) -> Option<unwind_core::arm::Regs> {
-        match self {
-            Context::Arm { iregs, cpsr } => Some(unwind_core::arm::Regs {
-                pc: iregs[15] | u32::from(cpsr & ARM_CPSR_THUMB != 0),
-                lr: iregs[14],
-                sp: iregs[13],
-                r12: iregs[12],
-                r11: iregs[11],
-                r7: iregs[7],
-            }),
-            Context::X86_64 { .. } => None,
-        }
+        self.regs::<unwind_core::Arm>()
     }
 
     /// Breakpad's name of this context's CPU: `amd64` or `arm`.
@@ -93,10 +83,33 @@ impl Context {
     }
 }
 
-impl From<unwind_core::x86_64::Regs> for Context {
-    /// The full context of the registers the x86_64 unwinder tracks: rip, rsp and rbp; every
-    /// other register 0.
-    fn from(regs: unwind_core::x86_64::Regs) -> Context {
+/// An architecture whose registers a [`Context`] holds: how the registers its unwinder tracks
+/// come out of a context and go back into one. Implemented by each architecture's
+/// `unwind_core` type, so that code generic over the architecture reads and writes any
+/// architecture's samples.
+pub trait ContextArch: unwind_core::Arch {
+    /// The registers the unwinder starts from, if `context` is of this architecture.
+    fn regs(context: &Context) -> Option<Self::Regs>;
+
+    /// The full context of the registers the unwinder tracks, every other register 0.
+    fn context(regs: Self::Regs) -> Context;
+}
+
+impl ContextArch for unwind_core::X86_64 {
+    #[inline]
+    fn regs(context: &Context) -> Option<unwind_core::x86_64::Regs> {
+        match context {
+            Context::X86_64 { regs, .. } => Some(unwind_core::x86_64::Regs {
+                pc: regs[X86_64_RIP],
+                sp: regs[X86_64_RSP],
+                fp: regs[X86_64_RBP],
+            }),
+            _ => None,
+        }
+    }
+
+    /// rip, rsp and rbp.
+    fn context(regs: unwind_core::x86_64::Regs) -> Context {
         let mut r = [0u64; 17];
         r[X86_64_RIP] = regs.pc;
         r[X86_64_RSP] = regs.sp;
@@ -105,11 +118,26 @@ impl From<unwind_core::x86_64::Regs> for Context {
     }
 }
 
-impl From<unwind_core::arm::Regs> for Context {
-    /// The full context of the registers the ARM unwinder tracks (pc, lr, sp, r12, r11, r7;
-    /// every other register 0). A PC with bit 0 set becomes a PC without it and CPSR's Thumb
+impl ContextArch for unwind_core::Arm {
+    /// The PC with bit 0 set for Thumb code (CPSR's T bit).
+    #[inline]
+    fn regs(context: &Context) -> Option<unwind_core::arm::Regs> {
+        match context {
+            Context::Arm { iregs, cpsr } => Some(unwind_core::arm::Regs {
+                pc: iregs[15] | u32::from(cpsr & ARM_CPSR_THUMB != 0),
+                lr: iregs[14],
+                sp: iregs[13],
+                r12: iregs[12],
+                r11: iregs[11],
+                r7: iregs[7],
+            }),
+            _ => None,
+        }
+    }
+
+    /// pc, lr, sp, r12, r11, r7. A PC with bit 0 set becomes a PC without it and CPSR's Thumb
     /// bit.
-    fn from(regs: unwind_core::arm::Regs) -> Context {
+    fn context(regs: unwind_core::arm::Regs) -> Context {
         let mut iregs = [0u32; 16];
         iregs[15] = regs.pc & !1;
         iregs[14] = regs.lr;
@@ -119,6 +147,20 @@ impl From<unwind_core::arm::Regs> for Context {
         iregs[7] = regs.r7;
         let cpsr = if regs.pc & 1 != 0 { ARM_CPSR_THUMB } else { 0 };
         Context::Arm { iregs, cpsr }
+    }
+}
+
+impl From<unwind_core::x86_64::Regs> for Context {
+    /// [`ContextArch::context`] of [`unwind_core::X86_64`].
+    fn from(regs: unwind_core::x86_64::Regs) -> Context {
+        <unwind_core::X86_64 as ContextArch>::context(regs)
+    }
+}
+
+impl From<unwind_core::arm::Regs> for Context {
+    /// [`ContextArch::context`] of [`unwind_core::Arm`].
+    fn from(regs: unwind_core::arm::Regs) -> Context {
+        <unwind_core::Arm as ContextArch>::context(regs)
     }
 }
 

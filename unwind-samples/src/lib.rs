@@ -49,4 +49,4 @@ pub mod sequence;
 pub mod symbolize;
 pub mod trace;
 
-pub use context::Context;
+pub use context::{Context, ContextArch};
