@@ -10,7 +10,7 @@
 //!   frame there is crossed by the frame-pointer fallback, whose return address must in turn be
 //!   in a module's code (here, any of these), and named after the run from the process's perf
 //!   map. Except for copies of a function some code generators copy rather than generate
-//!   ([`CopiedCode`]: CPython's perf trampolines, which keep no frame pointer): found in the
+//!   ([`CopiedCode`](crate::arch::CopiedCode): CPython's perf trampolines, which keep no frame pointer): found in the
 //!   memory when the table is built, each copy gets the function's rules.
 
 use std::ffi::CStr;
@@ -20,18 +20,6 @@ use crate::arch::{Native, Rule, RuntimeArch};
 use crate::jitdump::Described;
 use crate::modules::{LoadedModule, ModuleKind, Parsed, ParsedModule};
 use unwind_core::table::{ModuleRules, ModuleRulesBuilder};
-
-/// A function that a code generator copies into executable memory, as is, again and again, and
-/// the rules of its copies.
-pub(crate) struct CopiedCode<R: 'static> {
-    /// The exported symbol of the function in the generator's module.
-    pub symbol: &'static CStr,
-    /// Its machine code: only a function with exactly these bytes is taken for it (another
-    /// version may be another function).
-    pub bytes: &'static [u8],
-    /// Its rows: `(from, to, rule)`, offsets in the function.
-    pub rows: &'static [(u8, u8, R)],
-}
 
 /// One executable mapping of `/proc/self/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,7 +126,7 @@ pub(crate) fn unlisted_code(
 }
 
 /// A module for anonymous executable memory `m`: without rules, or with those of the copies
-/// of a [`CopiedCode`] found in it, or else those a jitdump file gives code in it.
+/// of a [`CopiedCode`](crate::arch::CopiedCode) found in it, or else those a jitdump file gives code in it.
 fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
     let name = if m.path.is_empty() {
         "[anon]".to_owned()
@@ -218,7 +206,7 @@ fn jitdump_rules(m: &Mapping, described: &[Described]) -> Option<(ModuleRules<Ru
     Some((rules.build().ok()?, inside.len()))
 }
 
-/// The rules of the copies of a [`CopiedCode`] in this process's memory `[start, end)`, and
+/// The rules of the copies of a [`CopiedCode`](crate::arch::CopiedCode) in this process's memory `[start, end)`, and
 /// the function copied, if there is one: its symbol resolves, its bytes there are the known
 /// ones, and at least one copy is in the range. Memory is read with `process_vm_readv`, which
 /// fails, rather than faults, on memory unmapped meanwhile.

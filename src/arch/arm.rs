@@ -10,8 +10,7 @@ use unwind_core::Arm;
 use unwind_dwarf::{ArmStats, DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::Context;
 
-use super::{ucontext_word, ImageTables, RuntimeArch};
-use crate::mappings::CopiedCode;
+use super::{ucontext_word, CopiedCode, ImageTables, RuntimeArch};
 
 /// Where `uc_mcontext` starts in the kernel's (and glibc's) `ucontext_t`: after `uc_flags`,
 /// `uc_link` and the 12-byte `stack_t`.

@@ -7,14 +7,12 @@
 //!
 //! Adding an architecture to the runtime means one more such module (see ARCHITECTURE.md).
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 
 use unwind_core::table::ModuleRules;
 use unwind_core::Arch;
 use unwind_dwarf::{CfiSections, DwarfArch, DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::{Context, ContextArch};
-
-use crate::mappings::CopiedCode;
 
 mod arm;
 mod x86_64;
@@ -45,6 +43,18 @@ compile_error!("the runtime supports Linux on x86_64 and 32-bit ARM");
 pub type Regs = <Native as Arch>::Regs;
 /// The native architecture's unwind rule.
 pub type Rule = <Native as Arch>::Rule;
+
+/// A function that a code generator copies into executable memory, as is, again and again, and
+/// the rules of its copies.
+pub(crate) struct CopiedCode<R: 'static> {
+    /// The exported symbol of the function in the generator's module.
+    pub symbol: &'static CStr,
+    /// Its machine code: only a function with exactly these bytes is taken for it (another
+    /// version may be another function).
+    pub bytes: &'static [u8],
+    /// Its rows: `(from, to, rule)`, offsets in the function.
+    pub rows: &'static [(u8, u8, R)],
+}
 
 /// A program header of a module's image, as an architecture's
 /// [`RuntimeArch::rules_from_image`] reads it.

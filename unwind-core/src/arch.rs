@@ -13,8 +13,8 @@ use core::fmt::Debug;
 
 use crate::cache::Ready;
 use crate::memory::Memory;
+use crate::stop::{StopReason, Trust};
 use crate::table::{RuleTable, TableRule};
-use crate::unwind::{StopReason, Trust};
 
 /// An architecture the unwinder supports (see the [module docs](self)).
 ///

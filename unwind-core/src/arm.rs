@@ -11,8 +11,8 @@
 use crate::arch::{returns_into_code, Arch};
 use crate::expr::{EvalContext, Expr};
 use crate::memory::Memory;
+use crate::stop::{StopReason, Trust};
 use crate::table::RuleTable;
-use crate::unwind::{StopReason, Trust};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

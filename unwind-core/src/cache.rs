@@ -111,21 +111,13 @@ use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::arch::Arch;
+use crate::stop::StopReason;
 use crate::table::RuleTable;
-use crate::unwind::StopReason;
+
+pub use crate::table::RuleRef;
 
 /// The number of slots.
 pub const CACHE_SLOTS: usize = 509;
-
-/// Where a rule is in a [`RuleTable`]: its module's index and its index in that module's
-/// dictionary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RuleRef {
-    /// The module's index in the table.
-    pub module: u16,
-    /// The rule's index in the module's dictionary.
-    pub index: u16,
-}
 
 /// A rule as a cache slot holds it: what the unwind loop does at the address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -60,6 +60,7 @@ pub mod expr;
 pub mod memory;
 mod prefetch;
 pub mod scan;
+mod stop;
 pub mod table;
 pub mod unwind;
 pub mod x86_64;

@@ -30,12 +30,22 @@ use core::fmt;
 use core::num::NonZeroU32;
 
 pub mod bytes;
+pub mod return_sites;
 
 pub use bytes::{RuleBytes, RulesBytesError};
 
-use crate::cache::RuleRef;
 use crate::expr::Expr;
-use crate::scan::{CallFit, ReturnSites};
+use return_sites::{CallFit, ReturnSites};
+
+/// Where a rule is in a [`RuleTable`]: its module's index and its index in that module's
+/// dictionary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RuleRef {
+    /// The module's index in the table.
+    pub module: u16,
+    /// The rule's index in the module's dictionary.
+    pub index: u16,
+}
 
 /// The rule index of an extent that no rule describes (a gap). Private: it never leaves this
 /// module, whose lookups answer `None` for it; the builder refuses a dictionary large enough to

@@ -7,8 +7,8 @@
 use crate::arch::{likely, Arch};
 use crate::expr::{EvalContext, Expr, Op};
 use crate::memory::Memory;
+use crate::stop::{StopReason, Trust};
 use crate::table::RuleTable;
-use crate::unwind::{StopReason, Trust};
 
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
