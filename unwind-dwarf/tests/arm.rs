@@ -18,22 +18,22 @@ use std::sync::Arc;
 
 mod support;
 
+use support::compare::{self, DiffArch, Slice, Summary};
+
 use gimli::Arm as Dwarf;
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
-    RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, LittleEndian, Register, RegisterRule,
+    UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-use unwind_core::arm::{RegRule, Regs, Rule, Source, Step};
+use unwind_core::arm::{RegRule, Regs, Rule, Source};
 use unwind_core::memory::Memory;
 use unwind_core::table::ModuleRules;
 use unwind_core::{Arch, Arm};
-use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
+use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
 use unwind_dwarf::{rules_from_sections, CfiSections, LoadStats, LoadedRules};
 use unwind_test_support::missing;
 use unwind_test_support::target::{self, Target};
-
-type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
 /// armv7's row of the targets table: the cross compiler, Debian's armhf libraries.
 fn armv7() -> &'static Target {
@@ -573,14 +573,7 @@ fn reg_value(r: Register, regs: &Regs) -> Option<u32> {
     })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expected {
-    Caller { regs: Regs, exact: bool },
-    EndOfStack,
-    ReadFailed,
-    MustDrop(&'static str),
-    EvalError(gimli::Error),
-}
+type Expected = compare::Expected<Regs>;
 
 /// The result of evaluating one value for gimli's row.
 type Val = support::Val<u32>;
@@ -734,57 +727,39 @@ fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
     }
 }
 
-fn agrees(expected: &Expected, ours: &Result<Step, StopReason>) -> bool {
-    match (expected, ours) {
-        (Expected::Caller { regs, exact }, Ok(step)) => {
-            step.caller == *regs && step.exact == *exact && step.trust == unwind_core::Trust::Cfi
-        }
-        (Expected::EndOfStack, Err(StopReason::EndOfStack)) => true,
-        (Expected::ReadFailed, Err(StopReason::ReadFailed)) => true,
-        (Expected::EvalError(_), Err(StopReason::ExpressionFailed)) => true,
-        _ => false,
+impl DiffArch for Arm {
+    fn regs_at(pc: u64) -> Regs {
+        regs_at(pc as u32)
+    }
+
+    fn expected<'a, S: UnwindSection<Slice<'a>>>(
+        row: &UnwindTableRow<usize>,
+        cie: &gimli::CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        regs: &Regs,
+        image: &StackImage<'_>,
+        signal: bool,
+    ) -> Expected {
+        gimli_expected(row, cie, section, regs, image, signal)
+    }
+
+    /// r7, r11 or r12.
+    fn cfa_on_frame_pointer(register: Register) -> bool {
+        register != Dwarf::SP
+    }
+
+    /// Instructions are halfword-aligned (Thumb); the row's last halfword.
+    fn last_instruction(end: u64) -> u64 {
+        (end - 1) & !1
+    }
+
+    fn not_dwarf(rule: &Rule) -> bool {
+        rule.source != Source::Dwarf
     }
 }
 
-#[derive(Default, Debug, Clone, Copy)]
-struct Summary {
-    fdes: u64,
-    rows: u64,
-    compared: u64,
-    identical: u64,
-    ours_none: u64,
-    ours_none_must_drop: u64,
-    not_dwarf: u64,
-    end_of_stack: u64,
-    read_failed: u64,
-    expr_errors: u64,
-    cfa_fp: u64,
-    expr_rows: u64,
-    identical_with_expr: u64,
-    gimli_errors: u64,
-}
-
-impl Summary {
-    fn add(&mut self, o: &Summary) {
-        self.fdes += o.fdes;
-        self.rows += o.rows;
-        self.compared += o.compared;
-        self.identical += o.identical;
-        self.ours_none += o.ours_none;
-        self.ours_none_must_drop += o.ours_none_must_drop;
-        self.not_dwarf += o.not_dwarf;
-        self.end_of_stack += o.end_of_stack;
-        self.read_failed += o.read_failed;
-        self.expr_errors += o.expr_errors;
-        self.cfa_fp += o.cfa_fp;
-        self.expr_rows += o.expr_rows;
-        self.identical_with_expr += o.identical_with_expr;
-        self.gimli_errors += o.gimli_errors;
-    }
-}
-
-/// Compares every row of every FDE of `section` (at the row's first and last halfword) with
-/// our `table`; mismatches are described in `mismatches`.
+/// Compares every row of every FDE of `section` with our `table` on the synthetic stack
+/// ([`compare::compare_section`]); mismatches are described in `mismatches`.
 fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
     section: &S,
     bases: &BaseAddresses,
@@ -793,115 +768,7 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
 ) -> Summary {
     let bytes = stack_bytes();
     let image = StackImage::new(u64::from(STACK_LO), &bytes);
-    let mut ctx = UnwindContext::new();
-    let mut s = Summary::default();
-    let mut entries = section.entries(bases);
-    loop {
-        let partial = match entries.next() {
-            Ok(None) => break,
-            Ok(Some(CieOrFde::Cie(_))) => continue,
-            Ok(Some(CieOrFde::Fde(p))) => p,
-            Err(_) => {
-                s.gimli_errors += 1;
-                break;
-            }
-        };
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            s.gimli_errors += 1;
-            continue;
-        };
-        s.fdes += 1;
-        let signal = fde.is_signal_trampoline();
-        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
-            s.gimli_errors += 1;
-            continue;
-        };
-        loop {
-            let row = match rows.next_row() {
-                Ok(Some(row)) => row,
-                Ok(None) => break,
-                Err(_) => {
-                    s.gimli_errors += 1;
-                    break;
-                }
-            };
-            s.rows += 1;
-            if row.end_address() <= row.start_address() {
-                continue;
-            }
-            let cfa = row.cfa();
-            if matches!(cfa, CfaRule::RegisterAndOffset { register: r, .. } if *r != Dwarf::SP) {
-                s.cfa_fp += 1;
-            }
-            let is_expr = |r: &RegisterRule<usize>| {
-                matches!(
-                    r,
-                    RegisterRule::Expression(_) | RegisterRule::ValExpression(_)
-                )
-            };
-            let has_expr = matches!(row.cfa(), CfaRule::Expression(_))
-                || row.registers().any(|(_, r)| is_expr(r));
-            s.expr_rows += u64::from(has_expr);
-            let last = (row.end_address() - 1) & !1;
-            for (i, at) in [row.start_address(), last].into_iter().enumerate() {
-                if i == 1 && at == row.start_address() {
-                    continue;
-                }
-                let regs = regs_at(at as u32);
-                let expected = gimli_expected(row, fde.cie(), section, &regs, &image, signal);
-                let Some(Found { module, rule }) = table.lookup(at) else {
-                    if i == 0 {
-                        s.ours_none += 1;
-                        if matches!(expected, Expected::MustDrop(_)) {
-                            s.ours_none_must_drop += 1;
-                        }
-                    }
-                    continue;
-                };
-                if rule.source != Source::Dwarf {
-                    s.not_dwarf += 1;
-                }
-                if i == 0 {
-                    s.compared += 1;
-                }
-                let ours = Arm::step_rule(table, module, &rule, &regs, &image);
-                if agrees(&expected, &ours) {
-                    if i == 0 {
-                        s.identical += 1;
-                        if has_expr && matches!(expected, Expected::Caller { .. }) {
-                            s.identical_with_expr += 1;
-                        }
-                        match expected {
-                            Expected::EndOfStack => s.end_of_stack += 1,
-                            Expected::ReadFailed => s.read_failed += 1,
-                            Expected::EvalError(_) => s.expr_errors += 1,
-                            _ => {}
-                        }
-                    }
-                } else if mismatches.len() < 20 {
-                    mismatches.push(format!(
-                        "{at:#x} (FDE {:#x}..{:#x}): gimli {expected:x?} ours {ours:x?} via {rule:?}",
-                        fde.initial_address(),
-                        fde.initial_address() + fde.len(),
-                    ));
-                } else {
-                    mismatches.push(String::new());
-                }
-            }
-        }
-    }
-    s
-}
-
-fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
-    let total = mismatches.len();
-    mismatches.retain(|m| !m.is_empty());
-    assert!(
-        total == 0,
-        "{what}: {total} mismatching rows; first {}:\n{}",
-        mismatches.len(),
-        mismatches.join("\n")
-    );
+    compare::compare_section::<Arm, S>(section, bases, table, &image, mismatches).0
 }
 
 #[test]
@@ -933,7 +800,7 @@ fn compiled_debug_frames_match_gimli() {
             "{flags:?}: {} FDEs, {} rows, {} compared, {} identical, {} without a rule ({} must drop), CFA on r7/r11/r12 in {} rows, {} rows ending the stack",
             s.fdes, s.rows, s.compared, s.identical, s.ours_none, s.ours_none_must_drop, s.cfa_fp, s.end_of_stack
         );
-        check_mismatches(&format!("{flags:?}"), mismatches);
+        compare::check_mismatches(&format!("{flags:?}"), mismatches);
         assert_eq!(s.gimli_errors, 0);
         assert_eq!(s.not_dwarf, 0, "{flags:?}: an FDE's row looked up as EXIDX");
         assert_eq!(s.rows, stats.cfi.rows);

@@ -14,18 +14,18 @@ use std::time::Instant;
 
 mod support;
 
+use support::compare::{self, DiffArch, Slice, Summary};
+
 use gimli::X86_64 as Dwarf;
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection, UnwindTableRow,
+    BaseAddresses, CfaRule, EhFrame, LittleEndian, Register, RegisterRule, UnwindSection,
+    UnwindTableRow,
 };
 use object::{Object, ObjectSection};
 use unwind_core::memory::Memory;
 use unwind_core::x86_64::{Regs, Rule};
-use unwind_core::{Arch, X86_64};
-use unwind_core::{Found, RuleTable, RuleTableBuilder, StackImage, StopReason};
-
-type Slice<'a> = EndianSlice<'a, LittleEndian>;
+use unwind_core::X86_64;
+use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
 
 /// Synthetic stack: `[STACK_LO, STACK_HI)`, every 8-byte word derived from its address.
 const STACK_LO: u64 = 0x7fff_0000_0000;
@@ -48,27 +48,7 @@ fn stack_bytes() -> Vec<u8> {
     v
 }
 
-/// What gimli's row says the caller looks like.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expected {
-    /// The caller's registers, and whether the caller's PC is exact (the FDE is a signal
-    /// trampoline's).
-    Caller {
-        sp: u64,
-        pc: u64,
-        fp: u64,
-        exact: bool,
-    },
-    /// The return-address rule is undefined.
-    EndOfStack,
-    /// A read fell outside the synthetic stack.
-    ReadFailed,
-    /// The row needs an untracked register (or a rule our tables cannot express, such as the
-    /// return address in another register): our table must not have a rule for it.
-    MustDrop(&'static str),
-    /// gimli could not evaluate an expression.
-    EvalError(gimli::Error),
-}
+type Expected = compare::Expected<Regs>;
 
 fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
     match r {
@@ -95,12 +75,12 @@ fn gimli_expr(
 
 /// Recovers a register of the caller from `rule` (`None` = the column has no rule).
 #[allow(clippy::too_many_arguments)]
-fn gimli_reg<'a>(
+fn gimli_reg<'a, S: UnwindSection<Slice<'a>>>(
     rule: Option<RegisterRule<usize>>,
     missing: Option<u64>,
     same: Option<u64>,
     cfa: u64,
-    section: &EhFrame<Slice<'a>>,
+    section: &S,
     encoding: gimli::Encoding,
     regs: &Regs,
     image: &StackImage<'_>,
@@ -141,10 +121,10 @@ fn gimli_reg<'a>(
 /// Evaluates gimli's `row` directly. Untracked registers are found before failures are
 /// reported, and failures are reported in the order our unwinder evaluates: CFA, return
 /// address, frame pointer.
-fn gimli_expected<'a>(
+fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
     row: &UnwindTableRow<usize>,
     cie: &gimli::CommonInformationEntry<Slice<'a>>,
-    section: &EhFrame<Slice<'a>>,
+    section: &S,
     regs: &Regs,
     image: &StackImage<'_>,
     signal: bool,
@@ -205,75 +185,41 @@ fn gimli_expected<'a>(
     }
     match (cfa, ra, fp) {
         (Val::Ok(sp), Val::Ok(pc), Val::Ok(fp)) => Expected::Caller {
-            sp,
-            pc,
-            fp,
+            regs: Regs { pc, sp, fp },
             exact: signal,
         },
         _ => unreachable!(),
     }
 }
 
-fn agrees(expected: &Expected, ours: &Result<unwind_core::x86_64::Step, StopReason>) -> bool {
-    match (expected, ours) {
-        (Expected::Caller { sp, pc, fp, exact }, Ok(step)) => {
-            step.caller.sp == *sp
-                && step.caller.pc == *pc
-                && step.caller.fp == *fp
-                && step.exact == *exact
-                && step.trust == unwind_core::Trust::Cfi
-        }
-        (Expected::EndOfStack, Err(StopReason::EndOfStack)) => true,
-        (Expected::ReadFailed, Err(StopReason::ReadFailed)) => true,
-        (Expected::EvalError(_), Err(StopReason::ExpressionFailed)) => true,
-        _ => false,
+impl DiffArch for X86_64 {
+    fn regs_at(pc: u64) -> Regs {
+        Regs { pc, sp: SP, fp: FP }
+    }
+
+    fn expected<'a, S: UnwindSection<Slice<'a>>>(
+        row: &UnwindTableRow<usize>,
+        cie: &gimli::CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        regs: &Regs,
+        image: &StackImage<'_>,
+        signal: bool,
+    ) -> Expected {
+        gimli_expected(row, cie, section, regs, image, signal)
+    }
+
+    fn cfa_on_frame_pointer(register: Register) -> bool {
+        register == Dwarf::RBP
+    }
+
+    fn last_instruction(end: u64) -> u64 {
+        end - 1
     }
 }
 
-/// Address ranges covered by more than one FDE.
-fn overlap_regions(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.retain(|r| r.0 < r.1);
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    let mut max_end = 0u64;
-    for (s, e) in ranges {
-        if s < max_end {
-            out.push((s, e.min(max_end)));
-        }
-        max_end = max_end.max(e);
-    }
-    out
-}
-
-fn in_regions(regions: &[(u64, u64)], a: u64) -> bool {
-    regions.iter().any(|&(s, e)| s <= a && a < e)
-}
-
-#[derive(Default, Debug)]
-struct Summary {
-    fdes: u64,
-    gimli_errors: u64,
-    rows: u64,
-    empty_rows: u64,
-    compared: u64,
-    identical: u64,
-    ours_none: u64,
-    ours_none_must_drop: u64,
-    overlap_rows: u64,
-    overlap_mismatches: u64,
-    end_of_stack: u64,
-    read_failed: u64,
-    expr_errors: u64,
-    cfa_fp: u64,
-    expr_rows: u64,
-    identical_with_expr: u64,
-    last_byte_checked: u64,
-}
-
-/// Compares every row of every FDE of `eh_data` (an `.eh_frame` at file address `eh_svma`)
-/// with our `table` (one module, bias 0). Mismatching rows are described in `mismatches` (the
-/// first 20; later ones as empty strings, to be counted).
-fn compare_section(
+/// Compares every row of the `.eh_frame` `eh_data` (at file address `eh_svma`, `.text` at
+/// `text_svma`) with our `table` on the synthetic stack.
+fn compare_eh_frame(
     eh_data: &[u8],
     eh_svma: u64,
     text_svma: u64,
@@ -285,165 +231,9 @@ fn compare_section(
         .set_text(text_svma);
     let mut section = EhFrame::new(eh_data, LittleEndian);
     section.set_address_size(8);
-    // Pass 1: every FDE's range (for overlap classification).
-    let mut ranges = Vec::new();
-    {
-        let mut entries = section.entries(&bases);
-        while let Ok(Some(e)) = entries.next() {
-            if let CieOrFde::Fde(p) = e {
-                if let Ok(fde) = p.parse(EhFrame::cie_from_offset) {
-                    ranges.push((
-                        fde.initial_address(),
-                        fde.initial_address().saturating_add(fde.len()),
-                    ));
-                }
-            }
-        }
-    }
-    let overlaps = overlap_regions(ranges);
-
     let bytes = stack_bytes();
     let image = StackImage::new(STACK_LO, &bytes);
-    let mut ctx = UnwindContext::new();
-    let mut s = Summary::default();
-    let mut entries = section.entries(&bases);
-    loop {
-        let partial = match entries.next() {
-            Ok(None) => break,
-            Ok(Some(CieOrFde::Cie(_))) => continue,
-            Ok(Some(CieOrFde::Fde(p))) => p,
-            Err(_) => {
-                s.gimli_errors += 1;
-                break;
-            }
-        };
-        let fde = match partial.parse(EhFrame::cie_from_offset) {
-            Ok(f) => f,
-            Err(_) => {
-                s.gimli_errors += 1;
-                continue;
-            }
-        };
-        s.fdes += 1;
-        let mut rows = match fde.rows(&section, &bases, &mut ctx) {
-            Ok(r) => r,
-            Err(_) => {
-                s.gimli_errors += 1;
-                continue;
-            }
-        };
-        loop {
-            let row = match rows.next_row() {
-                Ok(Some(row)) => row,
-                Ok(None) => break,
-                Err(_) => {
-                    s.gimli_errors += 1;
-                    break;
-                }
-            };
-            s.rows += 1;
-            let start = row.start_address();
-            if row.end_address() <= start {
-                s.empty_rows += 1;
-                continue;
-            }
-            let regs = Regs {
-                pc: start,
-                sp: SP,
-                fp: FP,
-            };
-            let signal = fde.is_signal_trampoline();
-            let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
-            let cfa = row.cfa();
-            if matches!(cfa, CfaRule::RegisterAndOffset { register: r, .. } if *r == Dwarf::RBP) {
-                s.cfa_fp += 1;
-            }
-            let is_expr = |r: &RegisterRule<usize>| {
-                matches!(
-                    r,
-                    RegisterRule::Expression(_) | RegisterRule::ValExpression(_)
-                )
-            };
-            let has_expr = matches!(row.cfa(), CfaRule::Expression(_))
-                || row.registers().any(|(_, r)| is_expr(r));
-            if has_expr {
-                s.expr_rows += 1;
-            }
-            let overlap = in_regions(&overlaps, start);
-            if overlap {
-                s.overlap_rows += 1;
-            }
-            match table.lookup(start) {
-                None => {
-                    s.ours_none += 1;
-                    if matches!(expected, Expected::MustDrop(_)) {
-                        s.ours_none_must_drop += 1;
-                    }
-                }
-                Some(Found { module, rule }) => {
-                    s.compared += 1;
-                    let ours = X86_64::step_rule(table, module, &rule, &regs, &image);
-                    if agrees(&expected, &ours) {
-                        s.identical += 1;
-                        if has_expr && matches!(expected, Expected::Caller { .. }) {
-                            s.identical_with_expr += 1;
-                        }
-                        match expected {
-                            Expected::EndOfStack => s.end_of_stack += 1,
-                            Expected::ReadFailed => s.read_failed += 1,
-                            Expected::EvalError(_) => s.expr_errors += 1,
-                            _ => {}
-                        }
-                    } else if overlap {
-                        s.overlap_mismatches += 1;
-                    } else if mismatches.len() < 20 {
-                        mismatches.push(format!(
-                            "{:#x} (FDE {:#x}..{:#x}): gimli {:x?} ours {:x?} via {:?}",
-                            start,
-                            fde.initial_address(),
-                            fde.initial_address() + fde.len(),
-                            expected,
-                            ours,
-                            rule
-                        ));
-                    } else {
-                        mismatches.push(String::new());
-                    }
-                }
-            }
-            // The row's last byte has the same rule (with the PC there, which the PLT
-            // expression reads).
-            let last = row.end_address() - 1;
-            if last > start && !in_regions(&overlaps, last) {
-                s.last_byte_checked += 1;
-                let regs = Regs { pc: last, ..regs };
-                let expected = gimli_expected(row, fde.cie(), &section, &regs, &image, signal);
-                let ours = table.lookup(last).map(|Found { module: m, rule }| {
-                    (rule, X86_64::step_rule(table, m, &rule, &regs, &image))
-                });
-                let ok = match &ours {
-                    None => table.lookup(start).is_none(),
-                    Some((_, o)) => agrees(&expected, o),
-                };
-                if !ok {
-                    if mismatches.len() < 20 {
-                        mismatches.push(format!(
-                            "{:#x} (last byte of row {:#x}.., FDE {:#x}..{:#x}): gimli {:x?} ours {:x?}",
-                            last,
-                            start,
-                            fde.initial_address(),
-                            fde.initial_address() + fde.len(),
-                            expected,
-                            ours,
-                        ));
-                    } else {
-                        mismatches.push(String::new());
-                    }
-                }
-            }
-        }
-    }
-    (s, overlaps)
+    compare::compare_section::<X86_64, _>(&section, &bases, table, &image, mismatches)
 }
 
 fn differential(path: &Path) -> Summary {
@@ -468,8 +258,8 @@ fn differential(path: &Path) -> Summary {
         .section_by_name(".eh_frame")
         .expect("file has .eh_frame");
     let text = elf.section_by_name(".text").map_or(0, |s| s.address());
-    let mut mismatches: Vec<String> = Vec::new();
-    let (s, overlaps) = compare_section(
+    let mut mismatches = Vec::new();
+    let (s, overlaps) = compare_eh_frame(
         eh.data().unwrap(),
         eh.address(),
         text,
@@ -513,19 +303,10 @@ fn differential(path: &Path) -> Summary {
     );
     println!(
         "  also checked at the last byte of {} rows; load {load_time:?}, total {elapsed:?}",
-        s.last_byte_checked
+        s.last_checked
     );
 
-    let total_mismatches = mismatches.len();
-    mismatches.retain(|m| !m.is_empty());
-    assert!(
-        total_mismatches == 0,
-        "{}: {} mismatching rows; first {}:\n{}",
-        path.display(),
-        total_mismatches,
-        mismatches.len(),
-        mismatches.join("\n")
-    );
+    compare::check_mismatches(&path.display().to_string(), mismatches);
     assert!(
         s.ours_none <= stats.dropped_total() + stats.table.overlapping,
         "{}: {} rows have no rule of ours, but only {} were dropped and {} overlapped",
@@ -823,7 +604,7 @@ fn synthetic_case(
     tb.add(0, u64::MAX, 0, "synthetic".into(), Arc::new(rules));
     let table = tb.build().unwrap();
     let mut mismatches = Vec::new();
-    let (s, _) = compare_section(&data, SYNTHETIC_SVMA, 0, &table, &mut mismatches);
+    let (s, _) = compare_eh_frame(&data, SYNTHETIC_SVMA, 0, &table, &mut mismatches);
     (s, mismatches, stats.cfi)
 }
 
@@ -842,20 +623,7 @@ fn random_cfi_coverage() {
         if !m.is_empty() && failures.len() < 5 {
             failures.push(format!("{insns:02x?} (ra column {ra}): {}", m.join("; ")));
         }
-        total.fdes += s.fdes;
-        total.rows += s.rows;
-        total.compared += s.compared;
-        total.identical += s.identical;
-        total.ours_none += s.ours_none;
-        total.ours_none_must_drop += s.ours_none_must_drop;
-        total.end_of_stack += s.end_of_stack;
-        total.read_failed += s.read_failed;
-        total.expr_errors += s.expr_errors;
-        total.expr_rows += s.expr_rows;
-        total.cfa_fp += s.cfa_fp;
-        total.gimli_errors += s.gimli_errors;
-        total.identical_with_expr += s.identical_with_expr;
-        total.last_byte_checked += s.last_byte_checked;
+        total.add(&s);
     }
     println!("random CFI, 1000 fixed cases: {total:?}");
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));

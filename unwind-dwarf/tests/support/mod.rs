@@ -1,6 +1,9 @@
 //! What the gimli differentials (x86_64 in gimli_differential.rs, 32-bit ARM in arm.rs) share:
-//! gimli's evaluation of a DWARF expression on the synthetic registers and stack, and the LEB128
-//! encoders of the random CFI generators.
+//! the comparison of a section's rows with our table ([`compare`]), gimli's evaluation of a
+//! DWARF expression on the synthetic registers and stack, and the LEB128 encoders of the random
+//! CFI generators.
+
+pub mod compare;
 
 use gimli::{EndianSlice, Evaluation, EvaluationResult, LittleEndian, Operation, Register, Value};
 use unwind_core::memory::Memory;

@@ -1,0 +1,336 @@
+//! The gimli differential's comparison, written once for every architecture: every row of every
+//! FDE of a section, at its first and its last instruction, unwound once with our table's rule
+//! (`Arch::step_rule`) and once by evaluating gimli's row ([`DiffArch::expected`]) on a synthetic
+//! stack. The two must give the same caller, or our table must have no rule there.
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EndianSlice, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection, UnwindTableRow,
+};
+use unwind_core::{Arch, Found, RuleTable, StackImage, StopReason, Trust};
+
+pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// What gimli's row says the caller looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expected<R> {
+    /// The caller's registers, and whether its PC is exact (the FDE is a signal trampoline's).
+    Caller { regs: R, exact: bool },
+    /// The return-address rule is undefined.
+    EndOfStack,
+    /// A read fell outside the synthetic stack.
+    ReadFailed,
+    /// The row needs an untracked register or a rule our tables cannot express: our table must
+    /// have no rule for it.
+    MustDrop(&'static str),
+    /// gimli could not evaluate an expression.
+    EvalError(gimli::Error),
+}
+
+/// An architecture as the differential sees it: its synthetic callee registers and how its
+/// rows read (the conventions of its DWARF register set).
+pub trait DiffArch: Arch {
+    /// The synthetic callee's registers at `pc`, their values inside or near the synthetic
+    /// stack.
+    fn regs_at(pc: u64) -> Self::Regs;
+
+    /// Evaluates gimli's `row` on `regs` and `image`: the caller, or why there is none (in the
+    /// order our unwinder evaluates: CFA, return address, the other registers).
+    fn expected<'a, S: UnwindSection<Slice<'a>>>(
+        row: &UnwindTableRow<usize>,
+        cie: &gimli::CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        regs: &Self::Regs,
+        image: &StackImage<'_>,
+        signal: bool,
+    ) -> Expected<Self::Regs>;
+
+    /// Whether a CFA on `register` is on a frame pointer (counted: such rows must be met).
+    fn cfa_on_frame_pointer(register: Register) -> bool;
+
+    /// The address of a row's last instruction, the row ending at `end`.
+    fn last_instruction(end: u64) -> u64;
+
+    /// Whether `rule` came from another table than DWARF CFI (ARM's EXIDX, instructions).
+    fn not_dwarf(_rule: &Self::Rule) -> bool {
+        false
+    }
+}
+
+/// Whether our step agrees with gimli's row.
+pub fn agrees<A: Arch>(
+    expected: &Expected<A::Regs>,
+    ours: &Result<unwind_core::Step<A::Regs>, StopReason>,
+) -> bool {
+    match (expected, ours) {
+        (Expected::Caller { regs, exact }, Ok(step)) => {
+            step.caller == *regs && step.exact == *exact && step.trust == Trust::Cfi
+        }
+        (Expected::EndOfStack, Err(StopReason::EndOfStack)) => true,
+        (Expected::ReadFailed, Err(StopReason::ReadFailed)) => true,
+        (Expected::EvalError(_), Err(StopReason::ExpressionFailed)) => true,
+        _ => false,
+    }
+}
+
+/// What a comparison met, counted.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Summary {
+    pub fdes: u64,
+    pub gimli_errors: u64,
+    pub rows: u64,
+    pub empty_rows: u64,
+    /// Rows whose first instruction has a rule of ours.
+    pub compared: u64,
+    /// Of those, the rows where both agree.
+    pub identical: u64,
+    /// Rows without a rule of ours at their first instruction.
+    pub ours_none: u64,
+    /// Of those, the rows gimli also says must be dropped.
+    pub ours_none_must_drop: u64,
+    /// Rows in address ranges more than one FDE covers (where either may win).
+    pub overlap_rows: u64,
+    pub overlap_mismatches: u64,
+    /// Rules looked up that came from another table than DWARF ([`DiffArch::not_dwarf`]).
+    pub not_dwarf: u64,
+    pub end_of_stack: u64,
+    pub read_failed: u64,
+    pub expr_errors: u64,
+    pub cfa_fp: u64,
+    pub expr_rows: u64,
+    pub identical_with_expr: u64,
+    /// Rows also compared at their last instruction.
+    pub last_checked: u64,
+}
+
+impl Summary {
+    /// Adds `o`'s counts.
+    pub fn add(&mut self, o: &Summary) {
+        let Summary {
+            fdes,
+            gimli_errors,
+            rows,
+            empty_rows,
+            compared,
+            identical,
+            ours_none,
+            ours_none_must_drop,
+            overlap_rows,
+            overlap_mismatches,
+            not_dwarf,
+            end_of_stack,
+            read_failed,
+            expr_errors,
+            cfa_fp,
+            expr_rows,
+            identical_with_expr,
+            last_checked,
+        } = *o;
+        self.fdes += fdes;
+        self.gimli_errors += gimli_errors;
+        self.rows += rows;
+        self.empty_rows += empty_rows;
+        self.compared += compared;
+        self.identical += identical;
+        self.ours_none += ours_none;
+        self.ours_none_must_drop += ours_none_must_drop;
+        self.overlap_rows += overlap_rows;
+        self.overlap_mismatches += overlap_mismatches;
+        self.not_dwarf += not_dwarf;
+        self.end_of_stack += end_of_stack;
+        self.read_failed += read_failed;
+        self.expr_errors += expr_errors;
+        self.cfa_fp += cfa_fp;
+        self.expr_rows += expr_rows;
+        self.identical_with_expr += identical_with_expr;
+        self.last_checked += last_checked;
+    }
+}
+
+/// Address ranges covered by more than one FDE.
+fn overlap_regions(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.retain(|r| r.0 < r.1);
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut max_end = 0u64;
+    for (s, e) in ranges {
+        if s < max_end {
+            out.push((s, e.min(max_end)));
+        }
+        max_end = max_end.max(e);
+    }
+    out
+}
+
+fn in_regions(regions: &[(u64, u64)], a: u64) -> bool {
+    regions.iter().any(|&(s, e)| s <= a && a < e)
+}
+
+/// Records a mismatch: described for the first 20, counted (as an empty string) after.
+fn mismatch(mismatches: &mut Vec<String>, describe: impl FnOnce() -> String) {
+    if mismatches.len() < 20 {
+        mismatches.push(describe());
+    } else {
+        mismatches.push(String::new());
+    }
+}
+
+/// Compares every row of every FDE of `section` with our `table` (one module, bias 0), at the
+/// row's first instruction and, where it has another, its last (with the PC there, which a PLT
+/// expression reads). Where more than one FDE covers an address either may win: mismatches
+/// there are counted apart. Mismatching rows are described in `mismatches`. Returns the counts
+/// and the overlapping ranges.
+pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    bases: &BaseAddresses,
+    table: &RuleTable<A::Rule>,
+    image: &StackImage<'_>,
+    mismatches: &mut Vec<String>,
+) -> (Summary, Vec<(u64, u64)>) {
+    // Pass 1: every FDE's range, for the overlaps.
+    let mut ranges = Vec::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(e)) = entries.next() {
+        if let CieOrFde::Fde(p) = e {
+            if let Ok(fde) = p.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                let start = fde.initial_address();
+                ranges.push((start, start.saturating_add(fde.len())));
+            }
+        }
+    }
+    let overlaps = overlap_regions(ranges);
+
+    let mut ctx = UnwindContext::new();
+    let mut s = Summary::default();
+    let mut entries = section.entries(bases);
+    loop {
+        let partial = match entries.next() {
+            Ok(None) => break,
+            Ok(Some(CieOrFde::Cie(_))) => continue,
+            Ok(Some(CieOrFde::Fde(p))) => p,
+            Err(_) => {
+                s.gimli_errors += 1;
+                break;
+            }
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            s.gimli_errors += 1;
+            continue;
+        };
+        s.fdes += 1;
+        let signal = fde.is_signal_trampoline();
+        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
+            s.gimli_errors += 1;
+            continue;
+        };
+        let fde_range = (fde.initial_address(), fde.initial_address() + fde.len());
+        loop {
+            let row = match rows.next_row() {
+                Ok(Some(row)) => row,
+                Ok(None) => break,
+                Err(_) => {
+                    s.gimli_errors += 1;
+                    break;
+                }
+            };
+            s.rows += 1;
+            let start = row.start_address();
+            if row.end_address() <= start {
+                s.empty_rows += 1;
+                continue;
+            }
+            if matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if A::cfa_on_frame_pointer(*register))
+            {
+                s.cfa_fp += 1;
+            }
+            let is_expr = |r: &RegisterRule<usize>| {
+                matches!(
+                    r,
+                    RegisterRule::Expression(_) | RegisterRule::ValExpression(_)
+                )
+            };
+            let has_expr = matches!(row.cfa(), CfaRule::Expression(_))
+                || row.registers().any(|(_, r)| is_expr(r));
+            s.expr_rows += u64::from(has_expr);
+            let overlap = in_regions(&overlaps, start);
+            s.overlap_rows += u64::from(overlap);
+
+            // The row's first instruction.
+            let regs = A::regs_at(start);
+            let expected = A::expected(row, fde.cie(), section, &regs, image, signal);
+            let found = table.lookup(start);
+            match found {
+                None => {
+                    s.ours_none += 1;
+                    if matches!(expected, Expected::MustDrop(_)) {
+                        s.ours_none_must_drop += 1;
+                    }
+                }
+                Some(Found { module, rule }) => {
+                    s.compared += 1;
+                    s.not_dwarf += u64::from(A::not_dwarf(&rule));
+                    let ours = A::step_rule(table, module, &rule, &regs, image);
+                    if agrees::<A>(&expected, &ours) {
+                        s.identical += 1;
+                        if has_expr && matches!(expected, Expected::Caller { .. }) {
+                            s.identical_with_expr += 1;
+                        }
+                        match expected {
+                            Expected::EndOfStack => s.end_of_stack += 1,
+                            Expected::ReadFailed => s.read_failed += 1,
+                            Expected::EvalError(_) => s.expr_errors += 1,
+                            _ => {}
+                        }
+                    } else if overlap {
+                        s.overlap_mismatches += 1;
+                    } else {
+                        mismatch(mismatches, || {
+                            format!(
+                                "{start:#x} (FDE {:#x}..{:#x}): gimli {expected:x?} ours {ours:x?} via {rule:?}",
+                                fde_range.0, fde_range.1
+                            )
+                        });
+                    }
+                }
+            }
+
+            // Its last instruction: the same rule, or none as at the first.
+            let last = A::last_instruction(row.end_address());
+            if last <= start || in_regions(&overlaps, last) {
+                continue;
+            }
+            s.last_checked += 1;
+            let regs = A::regs_at(last);
+            let expected = A::expected(row, fde.cie(), section, &regs, image, signal);
+            let ours = table.lookup(last).map(|Found { module, rule }| {
+                s.not_dwarf += u64::from(A::not_dwarf(&rule));
+                (rule, A::step_rule(table, module, &rule, &regs, image))
+            });
+            let ok = match &ours {
+                None => found.is_none(),
+                Some((_, o)) => agrees::<A>(&expected, o),
+            };
+            if !ok {
+                mismatch(mismatches, || {
+                    format!(
+                        "{last:#x} (last instruction of row {start:#x}.., FDE {:#x}..{:#x}): gimli {expected:x?} ours {ours:x?}",
+                        fde_range.0, fde_range.1
+                    )
+                });
+            }
+        }
+    }
+    (s, overlaps)
+}
+
+/// Panics naming every mismatch (`what`: the section compared) unless there is none.
+pub fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
+    let total = mismatches.len();
+    mismatches.retain(|m| !m.is_empty());
+    assert!(
+        total == 0,
+        "{what}: {total} mismatching rows; first {}:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
