@@ -643,95 +643,15 @@ fn gimli_reg<'a, S: UnwindSection<Slice<'a>>>(
     }
 }
 
-/// Evaluates gimli's `row` directly, with the ARM conventions: the return address is the RA
-/// column's rule (no rule or "same value": the RA register's value), the caller's LR has the
-/// same value, SP is the CFA unless r13 has a rule, r7, r11 and r12 are unchanged unless they
-/// have one. Failures are reported in the order our unwinder evaluates.
-fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
-    row: &UnwindTableRow<usize>,
-    cie: &gimli::CommonInformationEntry<Slice<'a>>,
-    section: &S,
-    regs: &Regs,
-    image: &StackImage<'_>,
-    signal: bool,
-) -> Expected {
-    let enc = cie.encoding();
-    let cfa = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => match *register {
-            Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::SP => Val::Ok(
-                reg_value(*register, regs)
-                    .unwrap()
-                    .wrapping_add(*offset as u32),
-            ),
-            _ => Val::MustDrop("CFA on an untracked register"),
-        },
-        CfaRule::Expression(e) => match e.get(section) {
-            Ok(x) => gimli_expr(x, enc, regs, image, None),
-            Err(e) => Val::Error(e),
-        },
-    };
-    let cfa_value = match cfa {
-        Val::Ok(v) => v,
-        _ => 0,
-    };
-    let ra_column = cie.return_address_register();
-    let unchanged = match ra_column {
-        Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::LR => reg_value(ra_column, regs),
-        _ => None,
-    };
-    let ra_rule = row.register(ra_column);
-    let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
-    let reg =
-        |rule, missing, same| gimli_reg(rule, missing, same, cfa_value, section, enc, regs, image);
-    let ra = reg(ra_rule, unchanged, unchanged);
-    let sp = reg(row.register(Dwarf::SP), Some(cfa_value), Some(regs.sp));
-    let r12 = reg(row.register(Dwarf::R12), Some(regs.r12), Some(regs.r12));
-    let r11 = reg(row.register(Dwarf::R11), Some(regs.r11), Some(regs.r11));
-    let r7 = reg(row.register(Dwarf::R7), Some(regs.r7), Some(regs.r7));
-    let all = [&cfa, &ra, &sp, &r12, &r11, &r7];
-    for v in all {
-        if let Val::MustDrop(why) = v {
-            return Expected::MustDrop(why);
-        }
-    }
-    let fail = |v: &Val| match v {
-        Val::ReadFailed => Some(Expected::ReadFailed),
-        Val::Error(e) => Some(Expected::EvalError(*e)),
-        _ => None,
-    };
-    if let Some(f) = fail(&cfa) {
-        return f;
-    }
-    if ra_undefined {
-        return Expected::EndOfStack;
-    }
-    for v in &all[1..] {
-        if let Some(f) = fail(v) {
-            return f;
-        }
-    }
-    let get = |v: &Val| match v {
-        Val::Ok(x) => *x,
-        _ => unreachable!(),
-    };
-    Expected::Caller {
-        regs: Regs {
-            pc: get(&ra),
-            lr: get(&ra),
-            sp: get(&sp),
-            r12: get(&r12),
-            r11: get(&r11),
-            r7: get(&r7),
-        },
-        exact: signal,
-    }
-}
-
 impl DiffArch for Arm {
     fn regs_at(pc: u64) -> Regs {
         regs_at(pc as u32)
     }
 
+    /// Evaluates gimli's `row` directly, with the ARM conventions: the return address is the RA
+    /// column's rule (no rule or "same value": the RA register's value), the caller's LR has the
+    /// same value, SP is the CFA unless r13 has a rule, r7, r11 and r12 are unchanged unless they
+    /// have one. Failures are reported in the order our unwinder evaluates.
     fn expected<'a, S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize>,
         cie: &gimli::CommonInformationEntry<Slice<'a>>,
@@ -740,7 +660,77 @@ impl DiffArch for Arm {
         image: &StackImage<'_>,
         signal: bool,
     ) -> Expected {
-        gimli_expected(row, cie, section, regs, image, signal)
+        let enc = cie.encoding();
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => match *register {
+                Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::SP => Val::Ok(
+                    reg_value(*register, regs)
+                        .unwrap()
+                        .wrapping_add(*offset as u32),
+                ),
+                _ => Val::MustDrop("CFA on an untracked register"),
+            },
+            CfaRule::Expression(e) => match e.get(section) {
+                Ok(x) => gimli_expr(x, enc, regs, image, None),
+                Err(e) => Val::Error(e),
+            },
+        };
+        let cfa_value = match cfa {
+            Val::Ok(v) => v,
+            _ => 0,
+        };
+        let ra_column = cie.return_address_register();
+        let unchanged = match ra_column {
+            Dwarf::R7 | Dwarf::R11 | Dwarf::R12 | Dwarf::LR => reg_value(ra_column, regs),
+            _ => None,
+        };
+        let ra_rule = row.register(ra_column);
+        let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
+        let reg = |rule, missing, same| {
+            gimli_reg(rule, missing, same, cfa_value, section, enc, regs, image)
+        };
+        let ra = reg(ra_rule, unchanged, unchanged);
+        let sp = reg(row.register(Dwarf::SP), Some(cfa_value), Some(regs.sp));
+        let r12 = reg(row.register(Dwarf::R12), Some(regs.r12), Some(regs.r12));
+        let r11 = reg(row.register(Dwarf::R11), Some(regs.r11), Some(regs.r11));
+        let r7 = reg(row.register(Dwarf::R7), Some(regs.r7), Some(regs.r7));
+        let all = [&cfa, &ra, &sp, &r12, &r11, &r7];
+        for v in all {
+            if let Val::MustDrop(why) = v {
+                return Expected::MustDrop(why);
+            }
+        }
+        let fail = |v: &Val| match v {
+            Val::ReadFailed => Some(Expected::ReadFailed),
+            Val::Error(e) => Some(Expected::EvalError(*e)),
+            _ => None,
+        };
+        if let Some(f) = fail(&cfa) {
+            return f;
+        }
+        if ra_undefined {
+            return Expected::EndOfStack;
+        }
+        for v in &all[1..] {
+            if let Some(f) = fail(v) {
+                return f;
+            }
+        }
+        let get = |v: &Val| match v {
+            Val::Ok(x) => *x,
+            _ => unreachable!(),
+        };
+        Expected::Caller {
+            regs: Regs {
+                pc: get(&ra),
+                lr: get(&ra),
+                sp: get(&sp),
+                r12: get(&r12),
+                r11: get(&r11),
+                r7: get(&r7),
+            },
+            exact: signal,
+        }
     }
 
     /// r7, r11 or r12.

@@ -118,85 +118,14 @@ fn gimli_reg<'a, S: UnwindSection<Slice<'a>>>(
     }
 }
 
-/// Evaluates gimli's `row` directly. Untracked registers are found before failures are
-/// reported, and failures are reported in the order our unwinder evaluates: CFA, return
-/// address, frame pointer.
-fn gimli_expected<'a, S: UnwindSection<Slice<'a>>>(
-    row: &UnwindTableRow<usize>,
-    cie: &gimli::CommonInformationEntry<Slice<'a>>,
-    section: &S,
-    regs: &Regs,
-    image: &StackImage<'_>,
-    signal: bool,
-) -> Expected {
-    let enc = cie.encoding();
-    let cfa = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => match reg_value(*register, regs) {
-            // Our tables have no CFA rule on the PC.
-            Some(v) if *register != Dwarf::RA => Val::Ok(v.wrapping_add(*offset as u64)),
-            _ => Val::MustDrop("CFA on an untracked register"),
-        },
-        CfaRule::Expression(e) => match e.get(section) {
-            Ok(x) => gimli_expr(x, enc, regs, image, None),
-            Err(e) => Val::Error(e),
-        },
-    };
-    // Keep going with a dummy CFA after a failure, to find rules our tables cannot express.
-    let cfa_value = match cfa {
-        Val::Ok(v) => v,
-        _ => 0,
-    };
-    let ra_rule = row.register(cie.return_address_register());
-    let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
-    let ra = gimli_reg(ra_rule, None, None, cfa_value, section, enc, regs, image);
-    let fp = gimli_reg(
-        row.register(Dwarf::RBP),
-        Some(regs.fp),
-        Some(regs.fp),
-        cfa_value,
-        section,
-        enc,
-        regs,
-        image,
-    );
-    // A rule our tables cannot express anywhere in the row means the row must be dropped (our
-    // translation refuses e.g. a "register" rule for rbp even when it names rbp itself).
-    for v in [&cfa, &ra, &fp] {
-        if let Val::MustDrop(why) = v {
-            return Expected::MustDrop(why);
-        }
-    }
-    let fail = |v: &Val| match v {
-        Val::ReadFailed => Some(Expected::ReadFailed),
-        Val::Error(e) => Some(Expected::EvalError(*e)),
-        _ => None,
-    };
-    if let Some(f) = fail(&cfa) {
-        return f;
-    }
-    if ra_undefined {
-        return Expected::EndOfStack;
-    }
-    if let Some(f) = fail(&ra) {
-        return f;
-    }
-    if let Some(f) = fail(&fp) {
-        return f;
-    }
-    match (cfa, ra, fp) {
-        (Val::Ok(sp), Val::Ok(pc), Val::Ok(fp)) => Expected::Caller {
-            regs: Regs { pc, sp, fp },
-            exact: signal,
-        },
-        _ => unreachable!(),
-    }
-}
-
 impl DiffArch for X86_64 {
     fn regs_at(pc: u64) -> Regs {
         Regs { pc, sp: SP, fp: FP }
     }
 
+    /// Evaluates gimli's `row` directly. Untracked registers are found before failures are
+    /// reported, and failures are reported in the order our unwinder evaluates: CFA, return
+    /// address, frame pointer.
     fn expected<'a, S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize>,
         cie: &gimli::CommonInformationEntry<Slice<'a>>,
@@ -205,7 +134,67 @@ impl DiffArch for X86_64 {
         image: &StackImage<'_>,
         signal: bool,
     ) -> Expected {
-        gimli_expected(row, cie, section, regs, image, signal)
+        let enc = cie.encoding();
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => match reg_value(*register, regs) {
+                // Our tables have no CFA rule on the PC.
+                Some(v) if *register != Dwarf::RA => Val::Ok(v.wrapping_add(*offset as u64)),
+                _ => Val::MustDrop("CFA on an untracked register"),
+            },
+            CfaRule::Expression(e) => match e.get(section) {
+                Ok(x) => gimli_expr(x, enc, regs, image, None),
+                Err(e) => Val::Error(e),
+            },
+        };
+        // Keep going with a dummy CFA after a failure, to find rules our tables cannot express.
+        let cfa_value = match cfa {
+            Val::Ok(v) => v,
+            _ => 0,
+        };
+        let ra_rule = row.register(cie.return_address_register());
+        let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
+        let ra = gimli_reg(ra_rule, None, None, cfa_value, section, enc, regs, image);
+        let fp = gimli_reg(
+            row.register(Dwarf::RBP),
+            Some(regs.fp),
+            Some(regs.fp),
+            cfa_value,
+            section,
+            enc,
+            regs,
+            image,
+        );
+        // A rule our tables cannot express anywhere in the row means the row must be dropped (our
+        // translation refuses e.g. a "register" rule for rbp even when it names rbp itself).
+        for v in [&cfa, &ra, &fp] {
+            if let Val::MustDrop(why) = v {
+                return Expected::MustDrop(why);
+            }
+        }
+        let fail = |v: &Val| match v {
+            Val::ReadFailed => Some(Expected::ReadFailed),
+            Val::Error(e) => Some(Expected::EvalError(*e)),
+            _ => None,
+        };
+        if let Some(f) = fail(&cfa) {
+            return f;
+        }
+        if ra_undefined {
+            return Expected::EndOfStack;
+        }
+        if let Some(f) = fail(&ra) {
+            return f;
+        }
+        if let Some(f) = fail(&fp) {
+            return f;
+        }
+        match (cfa, ra, fp) {
+            (Val::Ok(sp), Val::Ok(pc), Val::Ok(fp)) => Expected::Caller {
+                regs: Regs { pc, sp, fp },
+                exact: signal,
+            },
+            _ => unreachable!(),
+        }
     }
 
     fn cfa_on_frame_pointer(register: Register) -> bool {
