@@ -132,8 +132,9 @@ fn x86_64_tables_match_dump_syms() {
 #[test]
 fn armhf_tables_match_dump_syms() {
     let d = dump_syms();
-    let lib = Path::new("/usr/arm-linux-gnueabihf/lib");
-    let cc = "arm-linux-gnueabihf-gcc";
+    let armv7 = unwind_test_support::target::by_name("armv7");
+    let lib = Path::new(armv7.libdir);
+    let cc = &armv7.cc();
     let mut files = vec![lib.join("libc.so.6"), lib.join("libstdc++.so.6")];
     let flags = ["-O2", "-g", "-fomit-frame-pointer", "-funwind-tables"];
     for mode in ["arm", "thumb"] {
