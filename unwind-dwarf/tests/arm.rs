@@ -694,27 +694,8 @@ impl DiffArch for Arm {
         let r12 = reg(row.register(Dwarf::R12), Some(regs.r12), Some(regs.r12));
         let r11 = reg(row.register(Dwarf::R11), Some(regs.r11), Some(regs.r11));
         let r7 = reg(row.register(Dwarf::R7), Some(regs.r7), Some(regs.r7));
-        let all = [&cfa, &ra, &sp, &r12, &r11, &r7];
-        for v in all {
-            if let Val::MustDrop(why) = v {
-                return Expected::MustDrop(why);
-            }
-        }
-        let fail = |v: &Val| match v {
-            Val::ReadFailed => Some(Expected::ReadFailed),
-            Val::Error(e) => Some(Expected::EvalError(*e)),
-            _ => None,
-        };
-        if let Some(f) = fail(&cfa) {
-            return f;
-        }
-        if ra_undefined {
-            return Expected::EndOfStack;
-        }
-        for v in &all[1..] {
-            if let Some(f) = fail(v) {
-                return f;
-            }
+        if let Some(e) = compare::not_a_caller(&[&cfa, &ra, &sp, &r12, &r11, &r7], ra_undefined) {
+            return e;
         }
         let get = |v: &Val| match v {
             Val::Ok(x) => *x,

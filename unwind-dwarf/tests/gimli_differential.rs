@@ -166,27 +166,8 @@ impl DiffArch for X86_64 {
         );
         // A rule our tables cannot express anywhere in the row means the row must be dropped (our
         // translation refuses e.g. a "register" rule for rbp even when it names rbp itself).
-        for v in [&cfa, &ra, &fp] {
-            if let Val::MustDrop(why) = v {
-                return Expected::MustDrop(why);
-            }
-        }
-        let fail = |v: &Val| match v {
-            Val::ReadFailed => Some(Expected::ReadFailed),
-            Val::Error(e) => Some(Expected::EvalError(*e)),
-            _ => None,
-        };
-        if let Some(f) = fail(&cfa) {
-            return f;
-        }
-        if ra_undefined {
-            return Expected::EndOfStack;
-        }
-        if let Some(f) = fail(&ra) {
-            return f;
-        }
-        if let Some(f) = fail(&fp) {
-            return f;
+        if let Some(e) = compare::not_a_caller(&[&cfa, &ra, &fp], ra_undefined) {
+            return e;
         }
         match (cfa, ra, fp) {
             (Val::Ok(sp), Val::Ok(pc), Val::Ok(fp)) => Expected::Caller {

@@ -9,6 +9,8 @@ use gimli::{
 };
 use unwind_core::{Arch, Found, RuleTable, StackImage, StopReason, Trust};
 
+use super::Val;
+
 pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
 /// What gimli's row says the caller looks like.
@@ -55,6 +57,33 @@ pub trait DiffArch: Arch {
     fn not_dwarf(_rule: &Self::Rule) -> bool {
         false
     }
+}
+
+/// What gimli's values for a row's registers say when one of them is not a value, in the order
+/// our unwinder evaluates (`values`: the CFA, the return address, then the other registers): a
+/// rule our tables cannot express anywhere in the row first (the row must be dropped), then the
+/// CFA's failure, the end of the stack (`ra_undefined`), the others' failures. `None`: every one
+/// is a value.
+pub fn not_a_caller<W, R>(values: &[&Val<W>], ra_undefined: bool) -> Option<Expected<R>> {
+    if let Some(why) = values.iter().find_map(|v| match v {
+        Val::MustDrop(why) => Some(*why),
+        _ => None,
+    }) {
+        return Some(Expected::MustDrop(why));
+    }
+    let fail = |v: &Val<W>| match v {
+        Val::ReadFailed => Some(Expected::ReadFailed),
+        Val::Error(e) => Some(Expected::EvalError(*e)),
+        _ => None,
+    };
+    let (cfa, others) = values.split_first()?;
+    if let Some(f) = fail(cfa) {
+        return Some(f);
+    }
+    if ra_undefined {
+        return Some(Expected::EndOfStack);
+    }
+    others.iter().find_map(|v| fail(v))
 }
 
 /// Whether our step agrees with gimli's row.
