@@ -127,7 +127,7 @@ pub(crate) trait RuntimeArch: DwarfArch + ContextArch {
     fn from_instructions(rule: &Self::Rule) -> bool;
 }
 
-/// Reads the `u`-byte word `index` of the general registers of a `ucontext_t` whose
+/// Reads the `BYTES`-byte word `index` of the general registers of a `ucontext_t` whose
 /// `uc_mcontext` starts `mcontext` bytes in: how every architecture's module reads a signal's
 /// registers without the target's `libc` types (which exist for the native target only).
 ///

@@ -234,6 +234,41 @@ mod tests {
         assert_eq!(arm.c_flags, ["-funwind-tables"]);
     }
 
+    /// The shell scripts' reader of the table (`scripts/targets`) gives every row's fields as
+    /// this one does.
+    #[test]
+    fn scripts_read_the_table_the_same_way() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/targets");
+        let run = |args: &[&str]| {
+            let out = Command::new("bash")
+                .arg(&script)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+            assert!(out.status.success(), "scripts/targets {args:?}: {out:?}");
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim_end()
+                .to_string()
+        };
+        let names: Vec<&str> = all().iter().map(|t| t.name).collect();
+        assert_eq!(run(&["names"]), names.join("\n"));
+        let cross: Vec<&str> = cross().map(|t| t.name).collect();
+        assert_eq!(run(&["cross"]), cross.join("\n"));
+        for t in all() {
+            let get = |column: &str| run(&["get", t.name, column]);
+            assert_eq!(get("rust_arch"), t.rust_arch);
+            assert_eq!(get("rust_target"), t.rust_target);
+            assert_eq!(get("elf_machine"), t.elf_machine.to_string());
+            assert_eq!(get("tool_prefix"), t.tool_prefix);
+            assert_eq!(get("sysroot"), t.sysroot.unwrap_or(""));
+            assert_eq!(get("libdir"), t.libdir);
+            assert_eq!(get("runner"), t.runner.unwrap_or(""));
+            assert_eq!(get("c_flags"), t.c_flags.join(","));
+            assert_eq!(get("packages"), t.packages.join(","));
+        }
+    }
+
     #[test]
     fn an_emulated_program_gets_its_variables_from_the_emulator() {
         let arm = by_name("armv7");
