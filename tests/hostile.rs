@@ -265,7 +265,7 @@ fn main() {
             target: t,
             name: t.name,
             cc: t.cc(),
-            agent: build_agent(&root, &programs, t),
+            agent: build_agent(&root, &root.join("target"), t),
             rounds: if t.runner.is_some() { "100" } else { "1000" },
         };
         let out = programs.join(format!("hostile-{}", t.name));

@@ -392,11 +392,12 @@ fn build_c_programs(cc: &str, src: &Path, out: &Path, suffix: &str) -> (PathBuf,
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // The release builds of the agent and the preload library go where the other tests'
-    // nested builds go (the validation's, programs', hostile's): built once per architecture.
-    let dir = root.join("target").join("test-programs");
+    // The release builds of the agent and the preload library go to the workspace's target
+    // directory, as the other tests' nested builds and the release steps' builds: built once per
+    // architecture.
+    let dir = root.join("target");
     let src = root.join("tests").join("shared_object");
-    let out = dir.join("shared-object");
+    let out = dir.join("test-programs").join("shared-object");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut checks = Checks::new();
 

@@ -107,8 +107,9 @@ pub fn run(cmd: &mut Command) {
 }
 
 /// Builds the test agent (`libunwind_agent.so`, tests/agent) and the Rust workload in release
-/// mode for `target` into `target_dir`, a target directory of their own (so that a nested cargo
-/// never waits on the outer one's lock); returns the directory holding them. `root` is the
+/// mode for `target` into `target_dir` (the workspace's own, `root/target`: cargo holds no lock
+/// on it while tests run, so a test's nested build shares what the other release builds
+/// compiled; tried with cargo 1.88 and 1.95); returns the directory holding them. `root` is the
 /// workspace.
 pub fn build_agent(
     root: &std::path::Path,

@@ -123,9 +123,9 @@ pub fn available(arch: Architecture, purpose: &str) -> bool {
     target_of(arch).usable(purpose, &[])
 }
 
-/// Builds the agent and the Rust workload in release mode for `arch`, in a target directory of
-/// their own (shared with the programs test) so that a nested cargo never waits on an outer
-/// one's lock; returns the directory holding them.
+/// Builds the agent and the Rust workload in release mode for `arch` in the workspace's target
+/// directory `target` (as `unwind_test_support::build_agent` does); returns the directory
+/// holding them.
 fn build_agent(arch: Architecture, target: &Path) -> Result<PathBuf, String> {
     let t = target_of(arch);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -226,8 +226,7 @@ const VDSO: &str = "linux-vdso.so.1";
 /// workload at -O2 with -fomit-frame-pointer, and the Rust release workload.
 pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
     let root = workspace_root();
-    let target = root.join("target").join("test-programs");
-    let agent = build_agent(arch, &target)?;
+    let agent = build_agent(arch, &root.join("target"))?;
     let out = arch_dir(arch);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let variants: &[(&str, &[&str])] = match arch {
