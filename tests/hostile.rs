@@ -45,8 +45,6 @@ const TRAMPOLINES: [&str; 3] = [
 /// (under an emulator, a tenth of the rounds).
 struct Arch {
     target: &'static Target,
-    name: &'static str,
-    cc: String,
     agent: PathBuf,
     rounds: &'static str,
 }
@@ -55,18 +53,22 @@ impl Arch {
     fn command(&self, exe: &Path) -> Command {
         self.target.command(exe, &[])
     }
+
+    fn name(&self) -> &'static str {
+        self.target.name
+    }
 }
 
 /// Builds the program and its library for `arch` into `out`.
 fn build(arch: &Arch, src: &Path, out: &Path) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(out).expect("mkdir");
     let plugin = out.join("libhostile-plugin.so");
-    run(Command::new(&arch.cc)
+    run(Command::new(arch.target.cc())
         .args(["-O2", "-fPIC", "-shared", "-o"])
         .arg(&plugin)
         .arg(src.join("plugin.c")));
     let exe = out.join("hostile");
-    run(Command::new(&arch.cc)
+    run(Command::new(arch.target.cc())
         .args(["-O2", "-o"])
         .arg(&exe)
         .arg(src.join("hostile.c"))
@@ -127,7 +129,7 @@ fn address(function: &str) -> Option<u64> {
 }
 
 fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
-    println!("{}:", arch.name);
+    println!("{}:", arch.name());
     let (exe, plugin) = build(arch, src, out);
     let reference = out.join("reference.txt");
     let unsampled = arch
@@ -141,7 +143,8 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
         unsampled.status.success(),
         format!(
             "{}: the program runs unsampled ({})",
-            arch.name, unsampled.status
+            arch.name(),
+            unsampled.status
         ),
     );
     let report_path = out.join("report.txt");
@@ -156,7 +159,7 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
         sampled.status.success(),
         format!(
             "{}: the program runs sampled at {HZ} Hz ({}; {})",
-            arch.name,
+            arch.name(),
             sampled.status,
             String::from_utf8_lossy(&sampled.stderr).trim()
         ),
@@ -165,7 +168,7 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
         !unsampled.stdout.is_empty() && sampled.stdout == unsampled.stdout,
         format!(
             "{}: the same output sampled and not: {:?} / {:?}",
-            arch.name,
+            arch.name(),
             String::from_utf8_lossy(&sampled.stdout),
             String::from_utf8_lossy(&unsampled.stdout)
         ),
@@ -186,12 +189,12 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
     let known = unwind_in_process::StopReason::ALL.map(|r| format!("{r:?}"));
     checks.check(
         !samples.is_empty() && samples.iter().all(|s| known.iter().any(|k| k == s.stop)),
-        format!("{}: every sample ends with a stop reason", arch.name),
+        format!("{}: every sample ends with a stop reason", arch.name()),
     );
     for expected in ["ReadFailed", "OutsideModules"] {
         checks.check(
             stops.contains_key(expected),
-            format!("{}: some walks stop with {expected}", arch.name),
+            format!("{}: some walks stop with {expected}", arch.name()),
         );
     }
     let (lo, hi) = plugin_range.unwrap_or((0, 0));
@@ -220,7 +223,7 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
         outside.is_empty(),
         format!(
             "{}: no frame after the first in no module (but a signal frame's PC or the unloaded library's code): {:#?}",
-            arch.name,
+            arch.name(),
             &outside[..outside.len().min(5)]
         ),
     );
@@ -241,7 +244,7 @@ fn check_arch(checks: &mut Checks, arch: &Arch, src: &Path, out: &Path) {
             n > 0,
             format!(
                 "{}: the {scenario} scenario was sampled ({n} samples in {marker}{})",
-                arch.name,
+                arch.name(),
                 if scenario == "jit" {
                     " or the page"
                 } else {
@@ -263,9 +266,7 @@ fn main() {
         }
         let arch = Arch {
             target: t,
-            name: t.name,
-            cc: t.cc(),
-            agent: build_agent(&root, &root.join("target"), t),
+            agent: build_agent(&root, t),
             rounds: if t.runner.is_some() { "100" } else { "1000" },
         };
         let out = programs.join(format!("hostile-{}", t.name));

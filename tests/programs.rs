@@ -335,7 +335,7 @@ fn early_and_outside(name: &str, o: &Outcome, text: &str, failed: &mut Vec<Strin
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let programs = root.join("target").join("test-programs");
-    let agent_dir = unwind_test_support::build_agent(&root, &root.join("target"), target::host());
+    let agent_dir = unwind_test_support::build_agent(&root, target::host());
     let src = root.join("tests").join("programs");
     let out = programs.join("c");
     std::fs::create_dir_all(&out).expect("mkdir");
@@ -446,7 +446,7 @@ fn arm_programs(
     passed: &mut usize,
     failed: &mut Vec<String>,
 ) {
-    let agent_dir = unwind_test_support::build_agent(root, &root.join("target"), arm);
+    let agent_dir = unwind_test_support::build_agent(root, arm);
     let out = programs.join("arm");
     std::fs::create_dir_all(&out).expect("mkdir");
     let qemu = |exe: &Path| arm.command(exe, &[("AGENT_CLOCK", "cpu")]);

@@ -61,22 +61,12 @@ fn run_bounded(cmd: &mut Command) -> (bool, String, String) {
     }
 }
 
-fn build_agent(root: &Path, dir: &Path, t: &Target) -> PathBuf {
-    build_library(root, dir, t, "unwind-test-agent", "libunwind_agent.so")
-}
-
-/// Builds `package`'s shared object `file` in release mode for `t` in the target directory
-/// `dir`.
-fn build_library(root: &Path, dir: &Path, t: &Target, package: &str, file: &str) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
-    c.current_dir(root)
-        .args(["build", "--release", "-p", package]);
-    if let Some(triple) = t.cargo_target() {
-        c.args(["--target", triple]);
-    }
-    run(c.arg("--target-dir").arg(dir));
-    t.release_dir(dir).join(file)
+/// Builds `package`'s shared object `file` in release mode for `t` in the workspace `root`
+/// ([`Target::release_build`]).
+fn build_library(root: &Path, t: &Target, package: &str, file: &str) -> PathBuf {
+    let (mut cmd, dir) = t.release_build(root, package);
+    run(&mut cmd);
+    dir.join(file)
 }
 
 /// The `key=value` fields of the guard's summary line.
@@ -90,18 +80,29 @@ fn fields(stdout: &str) -> Option<std::collections::HashMap<String, String>> {
     )
 }
 
-/// How one platform runs the guard.
+/// How one platform runs the guard: its row of the targets table (how its programs run here,
+/// natively or under qemu-user).
 struct Platform {
-    name: &'static str,
-    /// Its row of the targets table: how its programs run here (natively, or under qemu-user).
     target: &'static Target,
+}
+
+impl Platform {
+    fn name(&self) -> &'static str {
+        self.target.name
+    }
+
     /// Whether system calls are counted (syscall user dispatch; not under qemu-user).
-    counts_syscalls: bool,
+    fn counts_syscalls(&self) -> bool {
+        self.target.runner.is_none()
+    }
+
     /// Whether every stack must end at the thread's start (`_start`, `__clone3`). Not on armv7:
     /// Debian's armhf glibc marks `start_thread`, `__libc_start_main` and the functions it has no
     /// tables for EXIDX_CANTUNWIND, where walks end; there, the stacks whose frame 0 is in the
     /// program must reach `main` or `worker_main`.
-    to_thread_start: bool,
+    fn to_thread_start(&self) -> bool {
+        self.target.name != "armv7"
+    }
 }
 
 fn guard_runs(
@@ -113,7 +114,7 @@ fn guard_runs(
     checks: &mut Checks,
 ) {
     for mode in ["dlopen", "preload"] {
-        let report = out.join(format!("{}-{mode}.txt", p.name));
+        let report = out.join(format!("{}-{mode}.txt", p.name()));
         let agent_path = agent.display().to_string();
         let env: &[(&str, &str)] = if mode == "preload" {
             &[("LD_PRELOAD", &agent_path)]
@@ -132,7 +133,7 @@ fn guard_runs(
             .arg(&report);
         let started = Instant::now();
         let (ok, stdout, stderr) = run_bounded(&mut cmd);
-        let what = format!("{} {mode}", p.name);
+        let what = format!("{} {mode}", p.name());
         println!(
             "{what}: {} ({:.1} s)",
             stdout.trim(),
@@ -163,7 +164,7 @@ fn guard_runs(
             );
         }
         match f.get("syscalls").map(String::as_str) {
-            Some("unavailable") if !p.counts_syscalls => println!(
+            Some("unavailable") if !p.counts_syscalls() => println!(
                 "  note {what}: system calls not counted here (no syscall user dispatch under \
                  qemu-user); the machine-code check covers them"
             ),
@@ -214,7 +215,7 @@ fn guard_runs(
                 .last()
                 .is_some_and(|(m, f)| f == "__clone3" || (ours(m) && f == "_start"))
         };
-        let judged: Vec<&str> = if p.to_thread_start {
+        let judged: Vec<&str> = if p.to_thread_start() {
             samples.clone()
         } else {
             samples
@@ -226,7 +227,7 @@ fn guard_runs(
         let complete = judged
             .iter()
             .filter(|l| reaches_main(l))
-            .filter(|l| !p.to_thread_start || at_start(l))
+            .filter(|l| !p.to_thread_start() || at_start(l))
             .count();
         let share = complete as f64 / judged.len().max(1) as f64;
         checks.check(
@@ -234,8 +235,8 @@ fn guard_runs(
             format!(
                 "{what}: {complete} of {} stacks {} reach main or worker_main{} ({:.2} %, want >= 99 %)",
                 judged.len(),
-                if p.to_thread_start { "" } else { "interrupted in the program's code" },
-                if p.to_thread_start { " and the thread's start" } else { "" },
+                if p.to_thread_start() { "" } else { "interrupted in the program's code" },
+                if p.to_thread_start() { " and the thread's start" } else { "" },
                 share * 100.0,
             ),
         );
@@ -392,12 +393,11 @@ fn build_c_programs(cc: &str, src: &Path, out: &Path, suffix: &str) -> (PathBuf,
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // The release builds of the agent and the preload library go to the workspace's target
-    // directory, as the other tests' nested builds and the release steps' builds: built once per
-    // architecture.
-    let dir = root.join("target");
     let src = root.join("tests").join("shared_object");
-    let out = dir.join("test-programs").join("shared-object");
+    let out = root
+        .join("target")
+        .join("test-programs")
+        .join("shared-object");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut checks = Checks::new();
 
@@ -415,24 +415,18 @@ fn main() {
             continue;
         }
         let isa = Isa::of(t);
-        let agent = build_agent(&root, &dir, t);
+        let agent = build_library(&root, t, "unwind-test-agent", "libunwind_agent.so");
         let suffix = if t.is_host() {
             String::new()
         } else {
             format!("-{}", t.name)
         };
         let (guard, tls) = build_c_programs(&t.cc(), &src, &out, &suffix);
-        let platform = Platform {
-            name: t.name,
-            target: t,
-            counts_syscalls: t.runner.is_none(),
-            to_thread_start: t.name != "armv7",
-        };
+        let platform = Platform { target: t };
         guard_runs(&platform, &guard, &agent, &tls, &out, &mut checks);
         machine_code_checks(t.name, &agent, isa, &mut checks);
         let preload = build_library(
             &root,
-            &dir,
             t,
             "unwind-profiler-preload",
             "libunwind_profiler_preload.so",

@@ -690,8 +690,7 @@ fn forked_workers_under_record() {
         .arg("--output")
         .arg(&out)
         .arg("--")
-        .args(arm().runner)
-        .args(arm().sysroot.map(|root| ["-L", root]).into_iter().flatten())
+        .args(arm().launcher())
         .arg(&exe)
         .output()
         .unwrap();

@@ -31,13 +31,6 @@ impl Isa {
             _ => panic!("machine_code: no instruction decoding for {}", t.name),
         }
     }
-
-    fn elf_machine(self) -> u16 {
-        match self {
-            Isa::X86_64 => 62,
-            Isa::Arm => 40,
-        }
-    }
 }
 
 /// External functions a signal path may call: POSIX lists them as async-signal-safe (since
@@ -73,7 +66,9 @@ struct Function {
 
 /// The `objdump` of the target whose instruction set is `isa`.
 fn objdump(isa: Isa) -> String {
-    target::by_elf_machine(isa.elf_machine())
+    target::all()
+        .iter()
+        .find(|t| Isa::of(t) == isa)
         .expect("a row of the targets table")
         .tool("objdump")
 }

@@ -107,24 +107,12 @@ pub fn run(cmd: &mut Command) {
 }
 
 /// Builds the test agent (`libunwind_agent.so`, tests/agent) and the Rust workload in release
-/// mode for `target` into `target_dir` (the workspace's own, `root/target`: cargo holds no lock
-/// on it while tests run, so a test's nested build shares what the other release builds
-/// compiled; tried with cargo 1.88 and 1.95); returns the directory holding them. `root` is the
-/// workspace.
-pub fn build_agent(
-    root: &std::path::Path,
-    target_dir: &std::path::Path,
-    target: &target::Target,
-) -> std::path::PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root)
-        .args(["build", "--release", "-p", "unwind-test-agent"]);
-    if let Some(t) = target.cargo_target() {
-        cmd.args(["--target", t]);
-    }
-    run(cmd.arg("--target-dir").arg(target_dir));
-    target.release_dir(target_dir)
+/// mode for `target` ([`target::Target::release_build`]) in the workspace `root`; returns the
+/// directory holding them.
+pub fn build_agent(root: &std::path::Path, target: &target::Target) -> std::path::PathBuf {
+    let (mut cmd, dir) = target.release_build(root, "unwind-test-agent");
+    run(&mut cmd);
+    dir
 }
 
 /// The checks of a `harness = false` test: each prints an `ok`/`FAIL` line as it is made, and

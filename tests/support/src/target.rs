@@ -124,19 +124,44 @@ impl Target {
         }
     }
 
+    /// `cargo build --release -p package` for this target, from and into the workspace `root`
+    /// (its own target directory: cargo holds no lock on it while tests run, so a test's nested
+    /// build shares what the other release builds compiled; tried with cargo 1.88 and 1.95), and
+    /// the directory the outputs go to.
+    pub fn release_build(&self, root: &Path, package: &str) -> (Command, PathBuf) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let target_dir = root.join("target");
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(root)
+            .args(["build", "--release", "-p", package]);
+        if let Some(t) = self.cargo_target() {
+            cmd.args(["--target", t]);
+        }
+        cmd.arg("--target-dir").arg(&target_dir);
+        (cmd, self.release_dir(&target_dir))
+    }
+
+    /// What goes before a program of this target on a command line to run it here: nothing on
+    /// the host, else the emulator with the target's libraries (`qemu-arm -L <sysroot>`).
+    pub fn launcher(&self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = self.runner.into_iter().collect();
+        if let (Some(_), Some(root)) = (self.runner, self.sysroot) {
+            v.extend(["-L", root]);
+        }
+        v
+    }
+
     /// A command that runs the program `exe` of this target with the environment variables
-    /// `env` set for the program only: directly on the host, else under the emulator with the
-    /// target's libraries (`qemu-arm -L <sysroot> -E K=V exe`: a variable of the emulator's own
-    /// environment would reach the host's emulator too, an armv7 `LD_PRELOAD` say). The
-    /// program's arguments are added by the caller. cargo test's `LD_LIBRARY_PATH` (which names
-    /// the host's target directory) is removed.
+    /// `env` set for the program only: directly on the host, else under the emulator
+    /// ([`launcher`](Self::launcher), `-E K=V exe`: a variable of the emulator's own environment
+    /// would reach the host's emulator too, an armv7 `LD_PRELOAD` say). The program's arguments
+    /// are added by the caller. cargo test's `LD_LIBRARY_PATH` (which names the host's target
+    /// directory) is removed.
     pub fn command(&self, exe: &Path, env: &[(&str, &str)]) -> Command {
-        let mut cmd = match self.runner {
-            Some(runner) => {
+        let mut cmd = match self.launcher().split_first() {
+            Some((runner, args)) => {
                 let mut c = Command::new(runner);
-                if let Some(root) = self.sysroot {
-                    c.args(["-L", root]);
-                }
+                c.args(args);
                 for (k, v) in env {
                     c.arg("-E").arg(format!("{k}={v}"));
                 }
@@ -285,6 +310,11 @@ mod tests {
                 "/x/prog"
             ]
         );
+        assert_eq!(
+            arm.launcher(),
+            ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]
+        );
+        assert!(host().launcher().is_empty());
         let cmd = host().command(Path::new("/x/prog"), &[("K", "V")]);
         assert_eq!(cmd.get_program(), "/x/prog");
         assert!(cmd

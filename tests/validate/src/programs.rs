@@ -123,20 +123,12 @@ pub fn available(arch: Architecture, purpose: &str) -> bool {
     target_of(arch).usable(purpose, &[])
 }
 
-/// Builds the agent and the Rust workload in release mode for `arch` in the workspace's target
-/// directory `target` (as `unwind_test_support::build_agent` does); returns the directory
-/// holding them.
-fn build_agent(arch: Architecture, target: &Path) -> Result<PathBuf, String> {
-    let t = target_of(arch);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace_root())
-        .args(["build", "--release", "-p", "unwind-test-agent"]);
-    if let Some(triple) = t.cargo_target() {
-        cmd.args(["--target", triple]);
-    }
-    run(cmd.arg("--target-dir").arg(target))?;
-    Ok(t.release_dir(target))
+/// Builds the agent and the Rust workload in release mode for `arch` in the workspace
+/// ([`Target::release_build`]); returns the directory holding them.
+fn build_agent(arch: Architecture) -> Result<PathBuf, String> {
+    let (mut cmd, dir) = target_of(arch).release_build(&workspace_root(), "unwind-test-agent");
+    run(&mut cmd)?;
+    Ok(dir)
 }
 
 /// Builds the C workload (tests/programs: workload.c, its shared library, and on x86_64 the
@@ -225,8 +217,7 @@ const VDSO: &str = "linux-vdso.so.1";
 /// alone, and with -fno-omit-frame-pointer; on armv7 as ARM and as Thumb code), the C++
 /// workload at -O2 with -fomit-frame-pointer, and the Rust release workload.
 pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
-    let root = workspace_root();
-    let agent = build_agent(arch, &root.join("target"))?;
+    let agent = build_agent(arch)?;
     let out = arch_dir(arch);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let variants: &[(&str, &[&str])] = match arch {
