@@ -85,6 +85,7 @@ fn rules_for(eh_frame: &[u8], addr: u64, len: u64) -> Option<Described> {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+    use unwind_samples::jitdump;
 
     /// An `.eh_frame` as CPython 3.13 writes for its trampoline (`sub $8, %rsp; call *%rcx;
     /// add $8, %rsp; ret`, 11 bytes), meant to lie 16 bytes after the code's start: a CIE
@@ -101,7 +102,7 @@ mod tests {
         let mut d = Vec::new();
         let w32 = |d: &mut Vec<u8>, v: u32| d.extend_from_slice(&v.to_ne_bytes());
         let w64 = |d: &mut Vec<u8>, v: u64| d.extend_from_slice(&v.to_ne_bytes());
-        for v in [unwind_samples::jitdump::MAGIC, 1, 40, 62, 0, 7] {
+        for v in [jitdump::MAGIC, 1, 40, 62, 0, 7] {
             w32(&mut d, v);
         }
         w64(&mut d, 0);
@@ -109,7 +110,7 @@ mod tests {
         if unwinding {
             let hdr = [0x01u8, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 0, 0, 0, 0];
             let data = EH_FRAME.len() + hdr.len();
-            w32(&mut d, 4);
+            w32(&mut d, jitdump::CODE_UNWINDING_INFO);
             w32(&mut d, (16 + 24 + data) as u32);
             w64(&mut d, 0);
             w64(&mut d, data as u64);
@@ -119,7 +120,7 @@ mod tests {
             d.extend_from_slice(&hdr);
         }
         let name = b"py::f:x.py\0";
-        w32(&mut d, 0);
+        w32(&mut d, jitdump::CODE_LOAD);
         w32(&mut d, (16 + 40 + name.len() + 11) as u32);
         w64(&mut d, 0);
         w32(&mut d, 7);

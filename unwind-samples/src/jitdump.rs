@@ -36,6 +36,12 @@ pub enum Record<'a> {
 
 /// The header's magic number, in the writer's byte order.
 pub const MAGIC: u32 = 0x4a69_5444;
+/// The record id of [`Record::CodeLoad`].
+pub const CODE_LOAD: u32 = 0;
+/// The record id of [`Record::CodeMove`].
+pub const CODE_MOVE: u32 = 1;
+/// The record id of [`Record::UnwindingInfo`].
+pub const CODE_UNWINDING_INFO: u32 = 4;
 
 /// The records of jitdump file `dump`, in order; none if it does not start with a jitdump
 /// header in this machine's byte order. A record whose size does not fit (a file cut short
@@ -68,7 +74,7 @@ pub fn records(dump: &[u8]) -> impl Iterator<Item = Record<'_>> + '_ {
         let record = || -> Option<Record<'_>> {
             Some(match id {
                 // pid, tid, vma, code address, code size, code index, name (NUL-ended), code.
-                0 => {
+                CODE_LOAD => {
                     let name = dump.get(body + 40..end)?;
                     Record::CodeLoad {
                         addr: u64_at(body + 16)?,
@@ -77,13 +83,13 @@ pub fn records(dump: &[u8]) -> impl Iterator<Item = Record<'_>> + '_ {
                     }
                 }
                 // pid, tid, vma, old address, new address, code size, code index.
-                1 => Record::CodeMove {
+                CODE_MOVE => Record::CodeMove {
                     old: u64_at(body + 16)?,
                     new: u64_at(body + 24)?,
                     size: u64_at(body + 32)?,
                 },
                 // unwinding size, .eh_frame_hdr size, mapped size, then .eh_frame and its header.
-                4 => {
+                CODE_UNWINDING_INFO => {
                     let data = usize::try_from(u64_at(body)?).ok()?;
                     let hdr = usize::try_from(u64_at(body + 8)?).ok()?;
                     let from = body + 24;
@@ -125,7 +131,7 @@ mod tests {
         w64(&mut d, 0);
         w64(&mut d, 0);
         // A load of 4 bytes at 0x1000 named "f".
-        w32(&mut d, 0);
+        w32(&mut d, CODE_LOAD);
         w32(&mut d, 16 + 40 + 2 + 4);
         w64(&mut d, 0);
         w32(&mut d, 7);
@@ -135,7 +141,7 @@ mod tests {
         }
         d.extend_from_slice(b"f\0\xc3\xc3\xc3\xc3");
         // Unwinding information: 6 bytes, 2 of them the header.
-        w32(&mut d, 4);
+        w32(&mut d, CODE_UNWINDING_INFO);
         w32(&mut d, 16 + 24 + 6);
         w64(&mut d, 0);
         for v in [6u64, 2, 16] {
@@ -143,7 +149,7 @@ mod tests {
         }
         d.extend_from_slice(&[1, 2, 3, 4, 9, 9]);
         // A move of 0x1000 to 0x2000.
-        w32(&mut d, 1);
+        w32(&mut d, CODE_MOVE);
         w32(&mut d, 16 + 48);
         w64(&mut d, 0);
         w32(&mut d, 7);
@@ -155,7 +161,7 @@ mod tests {
         w32(&mut d, 3);
         w32(&mut d, 16);
         w64(&mut d, 0);
-        w32(&mut d, 0);
+        w32(&mut d, CODE_LOAD);
         w32(&mut d, 500);
         let got: Vec<Record<'_>> = records(&d).collect();
         assert_eq!(
