@@ -10,8 +10,9 @@
 //!   frame there is crossed by the frame-pointer fallback, whose return address must in turn be
 //!   in a module's code (here, any of these), and named after the run from the process's perf
 //!   map. Except for copies of a function some code generators copy rather than generate
-//!   ([`CopiedCode`](crate::arch::CopiedCode): CPython's perf trampolines, which keep no frame pointer): found in the
-//!   memory when the table is built, each copy gets the function's rules.
+//!   ([`CopiedCode`](crate::arch::CopiedCode): CPython's perf trampolines, which keep no frame
+//!   pointer): found in the memory when the table is built, each copy gets the function's
+//!   rules.
 
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -126,7 +127,8 @@ pub(crate) fn unlisted_code(
 }
 
 /// A module for anonymous executable memory `m`: without rules, or with those of the copies
-/// of a [`CopiedCode`](crate::arch::CopiedCode) found in it, or else those a jitdump file gives code in it.
+/// of a [`CopiedCode`](crate::arch::CopiedCode) found in it, or else those a jitdump file gives
+/// code in it.
 fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
     let name = if m.path.is_empty() {
         "[anon]".to_owned()
@@ -206,10 +208,10 @@ fn jitdump_rules(m: &Mapping, described: &[Described]) -> Option<(ModuleRules<Ru
     Some((rules.build().ok()?, inside.len()))
 }
 
-/// The rules of the copies of a [`CopiedCode`](crate::arch::CopiedCode) in this process's memory `[start, end)`, and
-/// the function copied, if there is one: its symbol resolves, its bytes there are the known
-/// ones, and at least one copy is in the range. Memory is read with `process_vm_readv`, which
-/// fails, rather than faults, on memory unmapped meanwhile.
+/// The rules of the copies of a [`CopiedCode`](crate::arch::CopiedCode) in this process's
+/// memory `[start, end)`, and the function copied, if there is one: its symbol resolves, its
+/// bytes there are the known ones, and at least one copy is in the range. Memory is read with
+/// `process_vm_readv`, which fails, rather than faults, on memory unmapped meanwhile.
 fn copies_in(start: u64, end: u64) -> Option<(ModuleRules<Rule>, &'static CStr)> {
     // Generated code regions are small (CPython's: 64 KiB each): a larger one is not read.
     const MAX_REGION: u64 = 16 << 20;

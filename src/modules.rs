@@ -492,9 +492,9 @@ impl Image for ImageCopy {
     }
 }
 
-/// Copies what [`RuntimeArch::rules_from_image`] reads of the mapped module: `.eh_frame_hdr` and `.eh_frame`
-/// to the end of their segments and, on ARM, the whole segment holding `.ARM.exidx` (its
-/// `.ARM.extab` entries lie in it).
+/// Copies what [`RuntimeArch::rules_from_image`] reads of the mapped module: `.eh_frame_hdr`
+/// and `.eh_frame` to the end of their segments and, on ARM, the whole segment holding
+/// `.ARM.exidx` (its `.ARM.extab` entries lie in it).
 fn copy_image(mapped: &Mapped<'_>, hdr: Option<&Phdr>) -> ImageCopy {
     let mut wanted: Vec<u64> = Vec::new();
     if let Some(h) = hdr {
