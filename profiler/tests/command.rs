@@ -26,7 +26,6 @@
 //! -p unwind-profiler-preload && cargo test --release -p unwind-profiler --test command`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;

@@ -35,12 +35,18 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use runs::{check_outputs, folded, have, processes, record, run, samples_with, scratch};
+use runs::{check_outputs, folded, have, record, run, samples_with, scratch};
+use unwind_profiler::output::Outputs;
 
 /// Held by each test: two profiled programs at once on a small machine would take each other's
 /// CPU (the perl comparison most of all).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The summary's count of processes.
+fn processes(dir: &Path) -> u64 {
+    let summary = std::fs::read_to_string(Outputs::paths(dir, "profile").summary).unwrap();
+    summary_text::count(&summary, "processes").unwrap_or(1)
+}
 #[test]
 fn python3_as_the_shell_finds_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

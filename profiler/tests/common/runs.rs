@@ -175,12 +175,6 @@ pub fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
     unwind_profiler::output::folded::parse(&text)
 }
 
-/// The summary's count of processes.
-pub fn processes(dir: &Path) -> u64 {
-    let summary = std::fs::read_to_string(Outputs::paths(dir, "profile").summary).unwrap();
-    crate::summary_text::count(&summary, "processes").unwrap_or(1)
-}
-
 /// Samples whose stack holds a frame for which `f` holds.
 pub fn samples_with(lines: &[(Vec<String>, u64)], f: impl Fn(&str) -> bool) -> u64 {
     lines
