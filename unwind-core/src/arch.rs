@@ -4,7 +4,7 @@
 //! only what truly differs: its register set, its rule type and the rule's compact cached form,
 //! how a frame's PC becomes the address its rule is looked up at, how rules apply, the
 //! fallbacks when no rule covers a PC, and the stack-pointer check. Implementations:
-//! [`crate::x86_64::X86_64`] and [`crate::arm::Arm`].
+//! [`crate::x86_64::X86_64`], [`crate::arm::Arm`] and [`crate::aarch64::Aarch64`].
 //!
 //! Adding an architecture to this crate means one module like [`crate::x86_64`] that defines
 //! its `Regs`, `Rule` and `Simple` types and implements every item of [`Arch`].
@@ -14,7 +14,7 @@ use core::fmt::Debug;
 use crate::cache::Ready;
 use crate::memory::Memory;
 use crate::stop::{StopReason, Trust};
-use crate::table::{RuleTable, TableRule};
+use crate::table::{FoundRef, RuleTable, TableRule};
 
 /// An architecture the unwinder supports (see the [module docs](self)).
 ///
@@ -61,6 +61,9 @@ pub trait Arch:
 
     /// The simple form of `rule`, if it has one.
     fn simple(rule: &Self::Rule) -> Option<Self::Simple>;
+
+    /// Whether `rule` describes a signal trampoline (the caller's PC it gives is exact).
+    fn is_signal_frame(rule: &Self::Rule) -> bool;
 
     /// Applies a simple rule to the callee's registers: the caller's registers (found by CFI),
     /// or [`StopReason::ReadFailed`]. The hot path: always inlined into the loop.
@@ -115,10 +118,26 @@ pub trait Arch:
 
 /// True if `caller`'s PC, as a return address, is in the code of one of `table`'s modules, or
 /// is 0 (the end of a frame-pointer chain, which the loop reports as
-/// [`StopReason::ZeroReturnAddress`]): the check every fallback's candidate passes, as the
-/// unwind loop checks callers found by rules (it looks them up at the same address).
+/// [`StopReason::ZeroReturnAddress`]), or starts a signal trampoline ([`signal_return`]): the
+/// check every fallback's candidate passes, as the unwind loop checks callers found by rules
+/// (it looks them up at the same address).
 pub(crate) fn returns_into_code<A: Arch>(table: &RuleTable<A::Rule>, caller: &A::Regs) -> bool {
-    A::pc(caller) == 0 || table.module_for(A::lookup_address(caller, false)).is_some()
+    A::pc(caller) == 0
+        || table.module_for(A::lookup_address(caller, false)).is_some()
+        || signal_return::<A>(table, caller).is_some()
+}
+
+/// The rule of the signal trampoline that starts at `regs`' PC, if one does: a signal handler
+/// returns to the trampoline's first instruction, and where nothing precedes it that a rule
+/// describes (qemu-user's aarch64 trampoline starts a page of its own), the lookup inside the
+/// call instruction finds no rule; the trampoline's own rule is then looked up at the PC itself.
+pub(crate) fn signal_return<'t, A: Arch>(
+    table: &'t RuleTable<A::Rule>,
+    regs: &A::Regs,
+) -> Option<FoundRef<'t, A::Rule>> {
+    table
+        .lookup_index(A::lookup_address(regs, true))
+        .filter(|found| A::is_signal_frame(found.rule))
 }
 
 /// The outcome of one step that is not a simple cached rule: the caller's registers, how they

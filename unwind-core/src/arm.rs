@@ -542,6 +542,11 @@ impl Arch for Arm {
         Simple::of(rule)
     }
 
+    #[inline]
+    fn is_signal_frame(rule: &Rule) -> bool {
+        rule.signal_frame
+    }
+
     #[inline(always)]
     fn step_simple<M: Memory + ?Sized>(
         rule: &Simple,

@@ -895,6 +895,9 @@ mod tests {
         fn simple(rule: &u8) -> Option<u8> {
             (rule % 2 == 1).then_some(*rule)
         }
+        fn is_signal_frame(_: &u8) -> bool {
+            false
+        }
         fn step_simple<M: crate::Memory + ?Sized>(
             _: &u8,
             _: &u64,
@@ -935,12 +938,13 @@ mod tests {
         b.build().unwrap()
     }
 
-    /// A slot is the address and the cached rule, nothing else: 16 bytes on x86_64 (509 slots
-    /// in 8 KiB, four to a line), 32 on ARM.
+    /// A slot is the address and the cached rule, nothing else: 16 bytes on x86_64 and aarch64
+    /// (509 slots in 8 KiB, four to a line), 32 on ARM.
     #[test]
     fn entry_sizes() {
         assert_eq!(core::mem::size_of::<Entry<crate::x86_64::Simple>>(), 16);
         assert_eq!(core::mem::size_of::<Entry<crate::arm::Simple>>(), 32);
+        assert_eq!(core::mem::size_of::<Entry<crate::aarch64::Simple>>(), 16);
     }
 
     /// What a walk touches besides its slots is one line, the slots start the cache (so that no
@@ -961,6 +965,7 @@ mod tests {
     fn hot_fields_share_a_line() {
         layout_of::<crate::X86_64>();
         layout_of::<crate::Arm>();
+        layout_of::<crate::Aarch64>();
     }
 
     proptest::proptest! {

@@ -10,6 +10,8 @@
 //! - [`arch`]: the [`Arch`] trait, what an architecture supplies to the loop.
 //! - [`x86_64`]: [`X86_64`], the register set (PC, SP, FP), its typed [`x86_64::Rule`].
 //! - [`arm`]: [`Arm`], 32-bit ARM (r15, r14, r13, r12, r11, r7), rules from DWARF or EXIDX.
+//! - [`aarch64`]: [`Aarch64`], 64-bit ARM (PC, SP, x29, x30), return addresses stripped of
+//!   their pointer authentication codes.
 //! - [`expr`]: a small postfix program for the DWARF expressions that read only tracked registers.
 //! - [`table`]: per-module rule dictionaries with sorted extents, and the immutable [`RuleTable`];
 //!   [`table::bytes`], a module's rules as bytes and their checked reader.
@@ -53,6 +55,7 @@
 
 extern crate alloc;
 
+pub mod aarch64;
 pub mod arch;
 pub mod arm;
 pub mod cache;
@@ -65,6 +68,7 @@ pub mod table;
 pub mod unwind;
 pub mod x86_64;
 
+pub use aarch64::Aarch64;
 pub use arch::{Arch, Step};
 pub use arm::Arm;
 pub use cache::{

@@ -1,6 +1,6 @@
 //! The unwind loop, written once for every architecture ([`Arch`]), and what it reports.
 
-use crate::arch::{returns_into_code, Arch, Step};
+use crate::arch::{returns_into_code, signal_return, Arch, Step};
 use crate::cache::{Cache, Cached};
 use crate::memory::Memory;
 use crate::table::RuleTable;
@@ -66,10 +66,18 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
             let rule = table.rule(at.module, at.index).ok_or(StopReason::BadRule)?;
             A::step_rule(table, at.module, rule, &regs, mem)
         }
-        // A return address in no module's code is not a frame ([`failed`] does not count it);
-        // a PC from registers is (frame 0, or interrupted by a signal): the fallbacks apply.
-        Cached::Outside if !exact => Err(StopReason::OutsideModules),
         Cached::NoRule | Cached::Outside => {
+            if !exact {
+                if let Some(found) = signal_return::<A>(table, &regs) {
+                    return A::step_rule(table, found.at.module, found.rule, &regs, mem);
+                }
+                // A return address in no module's code is not a frame ([`failed`] does not
+                // count it); a PC from registers is (frame 0, or interrupted by a signal): the
+                // fallbacks apply.
+                if matches!(cached, Cached::Outside) {
+                    return Err(StopReason::OutsideModules);
+                }
+            }
             // A fallback's guess that returns into no module's code: the fallback failed. Then
             // the stack is scanned, if the table asks for it.
             match A::step_without_rule(table, &regs, frame, mem) {

@@ -418,6 +418,11 @@ impl Arch for X86_64 {
         Simple::of(rule)
     }
 
+    #[inline]
+    fn is_signal_frame(rule: &Rule) -> bool {
+        rule.signal_frame
+    }
+
     /// One range test for the frame's words (`[base, CFA)`), then at most two reads; a frame
     /// whose words are not all readable is read word by word, with the same outcome as
     /// [`step_rule`](Arch::step_rule) for the rule.

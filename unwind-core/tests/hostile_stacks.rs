@@ -5,6 +5,9 @@
 //! with addresses into other functions, with garbage), frame records pointing back down the
 //! stack (cycles), saved words swapped, the copy cut short, the stack pointer at the edges of
 //! the range, and rules with huge or negative CFA offsets and expressions that read outside it.
+//! On aarch64 the return addresses are signed (a pointer authentication code in their upper
+//! bits) where the rules say so, and the signal trampoline has no rule before its first
+//! instruction (as qemu-user's).
 //!
 //! Whatever the corruption, every walk:
 //! - reads only inside the stack range it was given, and every read inside it succeeds (the
@@ -22,8 +25,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use unwind_core::expr::{Expr, Op};
 use unwind_core::{
-    arm, unwind, x86_64, Arch, Arm, Cache, Memory, ModuleRulesBuilder, RuleTable, RuleTableBuilder,
-    StackImage, StopReason, Trust, X86_64,
+    aarch64, arm, unwind, x86_64, Aarch64, Arch, Arm, Cache, Memory, ModuleRulesBuilder, RuleTable,
+    RuleTableBuilder, StackImage, StopReason, Trust, X86_64,
 };
 
 /// The stack range: `[STACK, STACK + STACK_BYTES)`.
@@ -455,6 +458,170 @@ impl Chain for Arm {
     }
 }
 
+/// The pointer authentication mask of the aarch64 chains (a 48-bit address space, the top byte
+/// included, as Linux reports it).
+const PAC_MASK: u64 = 0xff7f_0000_0000_0000;
+
+/// `addr` signed: a made-up authentication code in the bits of [`PAC_MASK`].
+fn signed(addr: u64, salt: usize) -> u64 {
+    addr | ((0x5a ^ salt as u64) & 0x7f) << 48 | (salt as u64 & 0xff) << 56
+}
+
+impl Chain for Aarch64 {
+    const SIGNAL: Option<u64> = Some(CODE + 0x4000);
+
+    /// - 0x1000: `paciasp; stp x29, x30, [sp, #-48]!; mov x29, sp`: `CFA = sp + 48`, x29 at
+    ///   CFA - 48, the signed x30 at CFA - 40;
+    /// - 0x2000: `sub sp, sp, #64; stp x29, x30, [sp, #32]; add x29, sp, #32`: `CFA = x29 +
+    ///   32`, x29 at CFA - 32, x30 at CFA - 24;
+    /// - 0x3000: no rule (a leaf whose signed return address is still in x30);
+    /// - 0x4000: the signal trampoline, whose rule starts at its first instruction: the kernel's
+    ///   `rt_sigframe` at SP, the interrupted x29, x30, SP and PC at `sp + 544, 552, 560, 568`;
+    /// - 0x5000: huge CFA offset; 0x6000: negative CFA offset (SP going backwards);
+    /// - 0x7000: the end of the stack.
+    fn table() -> RuleTable<aarch64::Rule> {
+        use aarch64::{CfaRule, RegRule, Rule};
+        let r = |cfa, fp, ra, ra_signed| Rule {
+            cfa,
+            ra,
+            lr: ra,
+            fp,
+            ra_signed,
+            signal_frame: false,
+        };
+        let at_sp = |k: i64| Expr::new(&[Op::Reg(1), Op::Const(k), Op::Add]).unwrap();
+        let deref_sp = Expr::new(&[Op::Reg(1), Op::Const(560), Op::Add, Op::Deref]).unwrap();
+        let exprs = [deref_sp, at_sp(568), at_sp(552), at_sp(544)];
+        let trampoline = Rule {
+            cfa: CfaRule::Expr(0),
+            ra: RegRule::Expr(1),
+            lr: RegRule::Expr(2),
+            fp: RegRule::Expr(3),
+            ra_signed: false,
+            signal_frame: true,
+        };
+        table_of(
+            &[
+                (
+                    CODE + 0x1000,
+                    CODE + 0x1100,
+                    r(
+                        CfaRule::SpOffset(48),
+                        RegRule::Offset(-48),
+                        RegRule::Offset(-40),
+                        true,
+                    ),
+                ),
+                (
+                    CODE + 0x2000,
+                    CODE + 0x2100,
+                    r(
+                        CfaRule::FpOffset(32),
+                        RegRule::Offset(-32),
+                        RegRule::Offset(-24),
+                        false,
+                    ),
+                ),
+                (CODE + 0x4000, CODE + 0x4008, trampoline),
+                (
+                    CODE + 0x5000,
+                    CODE + 0x5100,
+                    r(
+                        CfaRule::SpOffset(i32::MAX),
+                        RegRule::Same,
+                        RegRule::Offset(-8),
+                        false,
+                    ),
+                ),
+                (
+                    CODE + 0x6000,
+                    CODE + 0x6100,
+                    r(
+                        CfaRule::SpOffset(-64),
+                        RegRule::Same,
+                        RegRule::Offset(-8),
+                        false,
+                    ),
+                ),
+                (
+                    CODE + 0x7000,
+                    CODE + 0x7100,
+                    r(
+                        CfaRule::SpOffset(16),
+                        RegRule::Same,
+                        RegRule::Undefined,
+                        false,
+                    ),
+                ),
+            ],
+            &exprs,
+        )
+    }
+
+    fn functions() -> Vec<u64> {
+        (1..=7).map(|i| CODE + i * 0x1000).collect()
+    }
+
+    /// Frames of kinds 0 (SP-based, signed), 1 (CFA on x29), 2 (no rule: a leaf whose signed
+    /// return address is in x30, innermost only) and 3 (a signal frame); the outermost is the
+    /// end of the stack.
+    fn build(kinds: &[u8]) -> (aarch64::Regs, Vec<u64>, Vec<u64>) {
+        let mut w = vec![0u64; (STACK_BYTES / 8) as usize];
+        let mut sp = TOP;
+        let (mut fp, mut lr) = (0u64, 0u64);
+        let mut pc = CODE + 0x7010;
+        let mut frames = vec![pc];
+        for (depth, &k) in kinds.iter().rev().enumerate() {
+            let innermost = depth + 1 == kinds.len();
+            match (k % 4, innermost) {
+                (2, true) => {
+                    lr = signed(pc, depth);
+                    pc = CODE + 0x3010;
+                }
+                (1, _) => {
+                    put(&mut w, 8, sp - 32, fp);
+                    put(&mut w, 8, sp - 24, pc);
+                    fp = sp - 32;
+                    sp -= 64;
+                    pc = CODE + 0x2010;
+                }
+                (3, _) => {
+                    // The kernel's frame: the interrupted x29, x30, SP and PC in its
+                    // sigcontext; the handler returns to the trampoline's first instruction.
+                    let interrupted_sp = sp;
+                    sp -= 0x250;
+                    put(&mut w, 8, sp + 544, fp);
+                    put(&mut w, 8, sp + 552, lr);
+                    put(&mut w, 8, sp + 560, interrupted_sp);
+                    put(&mut w, 8, sp + 568, pc);
+                    pc = CODE + 0x4000;
+                }
+                _ => {
+                    put(&mut w, 8, sp - 48, fp);
+                    put(&mut w, 8, sp - 40, signed(pc, depth));
+                    fp = sp - 48;
+                    sp -= 48;
+                    pc = CODE + 0x1010 + u64::from(k) % 0x40 * 4;
+                }
+            }
+            frames.push(pc);
+        }
+        frames.reverse();
+        let regs = aarch64::Regs {
+            pc,
+            sp,
+            fp,
+            lr,
+            pointer_mask: PAC_MASK,
+        };
+        (regs, w, frames)
+    }
+
+    fn with_sp(regs: aarch64::Regs, sp: u64) -> aarch64::Regs {
+        aarch64::Regs { sp, ..regs }
+    }
+}
+
 /// The chain of `kinds`, corrupted: the registers, the stack bytes, and the frames the
 /// uncorrupted chain has.
 fn corrupted<A: Chain>(kinds: &[u8], corruptions: &[Corruption]) -> (A::Regs, Vec<u8>, Vec<u64>) {
@@ -551,6 +718,15 @@ proptest! {
     ) {
         walk_corrupted::<Arm>(&kinds, &corruptions, n)?;
     }
+
+    #[test]
+    fn aarch64_hostile_stacks(
+        kinds in prop::collection::vec(0..4u8, 1..24),
+        corruptions in prop::collection::vec(corruption(), 0..4),
+        n in 0..48usize,
+    ) {
+        walk_corrupted::<Aarch64>(&kinds, &corruptions, n)?;
+    }
 }
 
 /// The corruptions cause every kind of stop they should: a test that never reached them would
@@ -584,6 +760,16 @@ fn corruptions_reach_every_expected_stop() {
                 "NoRule",
             ][..],
         ),
+        (
+            "aarch64",
+            &[
+                "EndOfStack",
+                "ReadFailed",
+                "SpNotIncreasing",
+                "OutsideModules",
+                "NoRule",
+            ][..],
+        ),
     ] {
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..4000 {
@@ -606,6 +792,7 @@ fn corruptions_reach_every_expected_stop() {
                 .collect();
             let stop = match arch {
                 "x86_64" => walk_corrupted::<X86_64>(&kinds, &corruptions, 64),
+                "aarch64" => walk_corrupted::<Aarch64>(&kinds, &corruptions, 64),
                 _ => walk_corrupted::<Arm>(&kinds, &corruptions, 64),
             };
             seen.insert(format!("{:?}", stop.unwrap_or_else(|e| panic!("{e}"))));

@@ -1,10 +1,10 @@
-//! Round trips of tables built from random rows (x86_64 and ARM rules, with expressions), every
+//! Round trips of tables built from random rows (x86_64, ARM and aarch64 rules, with expressions), every
 //! truncation of an encoding, random byte changes (resealed, so that the checks behind the
 //! checksum are what answers), and the headers' refusals.
 
 use super::*;
 use crate::table::ModuleRulesBuilder;
-use crate::{arm, x86_64};
+use crate::{aarch64, arm, x86_64};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -77,6 +77,54 @@ fn fix_x86(mut r: x86_64::Rule, n: usize) -> x86_64::Rule {
         r.cfa = fit(i, n).map_or(CfaRule::SpOffset(i32::from(i)), CfaRule::Expr);
     }
     for reg in [&mut r.ra, &mut r.fp] {
+        *reg = match *reg {
+            RegRule::Expr(i) => fit(i, n).map_or(RegRule::Same, RegRule::Expr),
+            RegRule::ValExpr(i) => fit(i, n).map_or(RegRule::Undefined, RegRule::ValExpr),
+            other => other,
+        };
+    }
+    r
+}
+
+fn a64_reg_rule() -> impl Strategy<Value = aarch64::RegRule> {
+    use aarch64::RegRule;
+    prop_oneof![
+        offset().prop_map(RegRule::Offset),
+        Just(RegRule::Undefined),
+        Just(RegRule::Same),
+        offset().prop_map(RegRule::ValOffset),
+        any::<u16>().prop_map(RegRule::Expr),
+        any::<u16>().prop_map(RegRule::ValExpr),
+    ]
+}
+
+/// aarch64 rules, their expression indices any (made to fit the table by [`fix_a64`]).
+fn a64_rule() -> impl Strategy<Value = aarch64::Rule> {
+    use aarch64::CfaRule;
+    let cfa = prop_oneof![
+        offset().prop_map(CfaRule::SpOffset),
+        offset().prop_map(CfaRule::FpOffset),
+        any::<u16>().prop_map(CfaRule::Expr),
+    ];
+    let regs = (a64_reg_rule(), a64_reg_rule(), a64_reg_rule());
+    (cfa, regs, any::<bool>(), any::<bool>()).prop_map(
+        |(cfa, (ra, lr, fp), ra_signed, signal_frame)| aarch64::Rule {
+            cfa,
+            ra,
+            lr,
+            fp,
+            ra_signed,
+            signal_frame,
+        },
+    )
+}
+
+fn fix_a64(mut r: aarch64::Rule, n: usize) -> aarch64::Rule {
+    use aarch64::{CfaRule, RegRule};
+    if let CfaRule::Expr(i) = r.cfa {
+        r.cfa = fit(i, n).map_or(CfaRule::SpOffset(i32::from(i)), CfaRule::Expr);
+    }
+    for reg in [&mut r.ra, &mut r.lr, &mut r.fp] {
         *reg = match *reg {
             RegRule::Expr(i) => fit(i, n).map_or(RegRule::Same, RegRule::Expr),
             RegRule::ValExpr(i) => fit(i, n).map_or(RegRule::Undefined, RegRule::ValExpr),
@@ -317,9 +365,25 @@ proptest! {
         round_trip(&build(first, &rows, &extra, &pool, &exprs), &flips);
     }
 
+    #[test]
+    fn aarch64_tables_round_trip(
+        (first, rows, extra) in rows(),
+        pool in proptest::collection::vec(a64_rule(), 1..12),
+        exprs in exprs(),
+        flips in flips(),
+    ) {
+        let pool: Vec<_> = pool.into_iter().map(|r| fix_a64(r, exprs.len())).collect();
+        round_trip(&build(first, &rows, &extra, &pool, &exprs), &flips);
+    }
+
     /// Each rule reads back as itself from its `SIZE` bytes.
     #[test]
-    fn rules_round_trip(x in x86_rule(), a in arm_rule()) {
+    fn rules_round_trip(x in x86_rule(), a in arm_rule(), a64 in a64_rule()) {
+        let mut out = Vec::new();
+        a64.write(&mut out);
+        prop_assert_eq!(out.len(), <aarch64::Rule as RuleBytes>::SIZE);
+        let back = aarch64::Rule::read(&mut RuleReader::new(&out, 0)).unwrap();
+        prop_assert_eq!(back, a64);
         let mut out = Vec::new();
         x.write(&mut out);
         prop_assert_eq!(out.len(), <x86_64::Rule as RuleBytes>::SIZE);
@@ -335,6 +399,11 @@ proptest! {
     /// Any bytes at all as a rule: refused, or a rule that writes back to them.
     #[test]
     fn any_rule_bytes_read_back_or_fail(bytes in proptest::collection::vec(any::<u8>(), 38)) {
+        if let Ok(r) = aarch64::Rule::read(&mut RuleReader::new(&bytes[..22], 0)) {
+            let mut out = Vec::new();
+            r.write(&mut out);
+            prop_assert_eq!(&out[..], &bytes[..22]);
+        }
         for n in [<x86_64::Rule as RuleBytes>::SIZE, <arm::Rule as RuleBytes>::SIZE] {
             let b = &bytes[..n];
             if n == 16 {
