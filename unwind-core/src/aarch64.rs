@@ -269,10 +269,11 @@ impl Simple {
         };
         let fp = saved(rule.fp)?;
         let lr = saved(rule.ra)?;
-        let bits = u8::from(on_fp) * Shape::CFA_ON_FP
-            | u8::from(fp.is_some()) * Shape::FP_SAVED
-            | u8::from(lr.is_some()) * Shape::LR_SAVED
-            | u8::from(rule.ra_signed) * Shape::SIGNED;
+        let flag = |set: bool, bit: u8| if set { bit } else { 0 };
+        let bits = flag(on_fp, Shape::CFA_ON_FP)
+            | flag(fp.is_some(), Shape::FP_SAVED)
+            | flag(lr.is_some(), Shape::LR_SAVED)
+            | flag(rule.ra_signed, Shape::SIGNED);
         Some(Simple {
             cfa: cfa16,
             fp: fp.unwrap_or(0),
