@@ -75,7 +75,7 @@ fn in_f(ra: u64, mask: u64) -> (Regs, Vec<u64>) {
 
 #[test]
 fn a_signed_return_address_is_stripped_where_the_rule_says_so() {
-    let (regs, stack) = in_f(CODE + 0x2010 | PAC, MASK);
+    let (regs, stack) = in_f((CODE + 0x2010) | PAC, MASK);
     let (stop, pcs, _) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
     assert_eq!(pcs, [CODE + 0x1010, CODE + 0x2010]);
@@ -83,7 +83,7 @@ fn a_signed_return_address_is_stripped_where_the_rule_says_so() {
 
 #[test]
 fn an_unsigned_rule_never_strips() {
-    let (regs, stack) = in_f(CODE + 0x2010 | PAC, MASK);
+    let (regs, stack) = in_f((CODE + 0x2010) | PAC, MASK);
     let (stop, pcs, _) = walk(&table(false), regs, &stack);
     assert_eq!(stop, StopReason::OutsideModules);
     assert_eq!(pcs, [CODE + 0x1010]);
@@ -91,7 +91,7 @@ fn an_unsigned_rule_never_strips() {
 
 #[test]
 fn without_pointer_authentication_nothing_is_stripped() {
-    let (regs, stack) = in_f(CODE + 0x2010 | PAC, 0);
+    let (regs, stack) = in_f((CODE + 0x2010) | PAC, 0);
     let (stop, pcs, _) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::OutsideModules);
     assert_eq!(pcs, [CODE + 0x1010]);
@@ -100,8 +100,8 @@ fn without_pointer_authentication_nothing_is_stripped() {
 /// A leaf without a rule (CODE + 0x3000): its signed x30 stripped, then `f`'s rule.
 #[test]
 fn a_leafs_signed_link_register_is_stripped() {
-    let (mut regs, stack) = in_f(CODE + 0x2010 | PAC, MASK);
-    regs.lr = CODE + 0x1010 | PAC;
+    let (mut regs, stack) = in_f((CODE + 0x2010) | PAC, MASK);
+    regs.lr = (CODE + 0x1010) | PAC;
     regs.pc = CODE + 0x3000;
     let (stop, pcs, trust) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
@@ -120,7 +120,7 @@ fn a_frame_records_signed_return_address_is_stripped() {
         lr: 0x1234,
         pointer_mask: MASK,
     };
-    let stack = [0, 0, 0, CODE + 0x2010 | PAC, 0, 0];
+    let stack = [0, 0, 0, (CODE + 0x2010) | PAC, 0, 0];
     let (stop, pcs, trust) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
     assert_eq!(pcs, [CODE + 0x3000, CODE + 0x2010]);
