@@ -27,7 +27,8 @@ pub(crate) mod sealed {
 /// loaders ([`crate::rules_from_sections`], [`crate::rules_from_elf`]) and the Breakpad exporter
 /// ([`crate::breakpad::write_stack_cfi`]) need to know about it, and nothing they share.
 ///
-/// Implemented by `unwind-core`'s architecture types ([`crate::X86_64`], [`crate::Arm`]), so
+/// Implemented by `unwind-core`'s architecture types ([`crate::X86_64`], [`crate::Arm`],
+/// [`crate::Aarch64`]), so
 /// that one type names an architecture in every layer: its rule type is
 /// [`Arch::Rule`]. The crate documentation lists what a new one implements. Sealed: the
 /// translation uses the crate's internal helpers.
@@ -38,6 +39,9 @@ pub trait DwarfArch: sealed::Sealed + Arch {
     const ELF_MACHINE: object::elf::Machine;
     /// Its address (and word) size in bytes: of CFI pointers and of expression values.
     const ADDRESS_SIZE: u8;
+    /// The vendor whose CFI instructions its sections may hold (AArch64's
+    /// `DW_CFA_AARCH64_negate_ra_state`); [`gimli::Vendor::Default`] where none.
+    const VENDOR: gimli::Vendor = gimli::Vendor::Default;
 
     /// What loading a module finds besides [`crate::CfiStats`] ([`crate::LoadStats::arch`]):
     /// ARM's EHABI index ([`crate::ArmStats`]); `()` where there is nothing more.
@@ -158,6 +162,8 @@ pub enum Architecture {
     X86_64,
     /// 32-bit ARM, ARM and Thumb-2 code, little-endian ([`crate::Arm`]).
     Arm,
+    /// 64-bit ARM, little-endian ([`crate::Aarch64`]).
+    Aarch64,
 }
 
 /// Generic code that [`Architecture::dispatch`] runs with the [`DwarfArch`] type of an
@@ -205,13 +211,18 @@ impl ArchVisitor for Accepts<'_, '_> {
 
 impl Architecture {
     /// Every architecture.
-    pub const ALL: [Architecture; 2] = [Architecture::X86_64, Architecture::Arm];
+    pub const ALL: [Architecture; 3] = [
+        Architecture::X86_64,
+        Architecture::Arm,
+        Architecture::Aarch64,
+    ];
 
     /// Runs `visitor` with this architecture's [`DwarfArch`] type.
     pub fn dispatch<V: ArchVisitor>(self, visitor: V) -> V::Output {
         match self {
             Architecture::X86_64 => visitor.visit::<crate::X86_64>(),
             Architecture::Arm => visitor.visit::<crate::Arm>(),
+            Architecture::Aarch64 => visitor.visit::<crate::Aarch64>(),
         }
     }
 
@@ -234,17 +245,17 @@ impl Architecture {
             .ok_or(DwarfError::UnsupportedArchitecture(file.architecture()))
     }
 
-    /// Its name in reports and paths (`x86_64`, `arm`).
+    /// Its name in reports and paths (`x86_64`, `arm`, `aarch64`).
     pub fn name(self) -> &'static str {
         self.info().name
     }
 
-    /// Its name on a Breakpad `MODULE` line (`x86_64`, `arm`).
+    /// Its name on a Breakpad `MODULE` line (`x86_64`, `arm`, `arm64`).
     pub fn breakpad_name(self) -> &'static str {
         self.info().breakpad_name
     }
 
-    /// Its word (and address) size in bytes: 8 on x86_64, 4 on 32-bit ARM.
+    /// Its word (and address) size in bytes: 8 on x86_64 and aarch64, 4 on 32-bit ARM.
     pub fn word_size(self) -> u8 {
         self.info().word_size
     }
@@ -287,10 +298,7 @@ mod tests {
             assert_eq!(a.dispatch(Which), a);
             assert_eq!(Architecture::from_elf_machine(a.elf_machine()), Some(a));
         }
-        assert_eq!(
-            Architecture::from_elf_machine(object::elf::EM_AARCH64),
-            None
-        );
+        assert_eq!(Architecture::from_elf_machine(object::elf::EM_RISCV), None);
         let x86 = Architecture::X86_64;
         assert_eq!(
             (x86.name(), x86.breakpad_name(), x86.word_size()),
@@ -301,6 +309,11 @@ mod tests {
             (arm.name(), arm.breakpad_name(), arm.word_size()),
             ("arm", "arm", 4)
         );
+        let a64 = Architecture::Aarch64;
+        assert_eq!(
+            (a64.name(), a64.breakpad_name(), a64.word_size()),
+            ("aarch64", "arm64", 8)
+        );
     }
 
     #[test]
@@ -310,6 +323,8 @@ mod tests {
         let file = object::File::parse(&*data).unwrap();
         let expected = if cfg!(target_arch = "arm") {
             Architecture::Arm
+        } else if cfg!(target_arch = "aarch64") {
+            Architecture::Aarch64
         } else {
             Architecture::X86_64
         };
@@ -326,5 +341,6 @@ mod tests {
         }
         check::<crate::X86_64>("$rip", "$rsp");
         check::<crate::Arm>("pc", "sp");
+        check::<crate::Aarch64>("pc", "sp");
     }
 }

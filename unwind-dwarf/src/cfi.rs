@@ -616,6 +616,7 @@ fn collect_rows<A: DwarfArch>(
     if let Some(data) = sections.eh_frame {
         let mut s = EhFrame::new(data, LittleEndian);
         s.set_address_size(A::ADDRESS_SIZE);
+        s.set_vendor(A::VENDOR);
         c.section(CfiSection::EhFrame, data, &s, &mut eh_ranges, |_, _| false)?;
     }
     eh_ranges.sort_unstable();
@@ -623,6 +624,7 @@ fn collect_rows<A: DwarfArch>(
     if let Some(data) = sections.debug_frame {
         let mut s = DebugFrame::new(data, LittleEndian);
         s.set_address_size(A::ADDRESS_SIZE);
+        s.set_vendor(A::VENDOR);
         c.section(
             CfiSection::DebugFrame,
             data,

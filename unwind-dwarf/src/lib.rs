@@ -1,9 +1,10 @@
 //! DWARF call-frame information (`.eh_frame`, `.debug_frame`) translated into `unwind-core` rule
 //! tables for the fixed registers, for every architecture through one trait, [`DwarfArch`]
-//! ([`X86_64`], [`Arm`]).
+//! ([`X86_64`], [`Arm`], [`Aarch64`]).
 //!
 //! Every row of every FDE is evaluated with gimli once, at load time, and translated into the
-//! architecture's typed rule ([`unwind_core::x86_64::Rule`], [`unwind_core::arm::Rule`]); rows
+//! architecture's typed rule ([`unwind_core::x86_64::Rule`], [`unwind_core::arm::Rule`],
+//! [`unwind_core::aarch64::Rule`]); rows
 //! that cannot be expressed (a CFA on an untracked register, an expression reading other
 //! registers) are dropped and counted by [`DropReason`]. Identical neighbouring rows are merged
 //! by the table builder. PLT stubs without CFI get synthesized rows ([`plt`]); 32-bit ARM adds
@@ -75,6 +76,7 @@
 )]
 #![warn(missing_docs)]
 
+mod aarch64;
 mod arch;
 mod arm;
 mod arm_code;
@@ -103,7 +105,7 @@ pub use elf::{load_elf_file, rules_from_elf, with_mapped_file, LoadedRules};
 pub use return_sites::{return_sites, return_sites_from_elf, CallSiteSources};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
 pub use unwind_arm_prologue::Isa;
-pub use unwind_core::{Arm, X86_64};
+pub use unwind_core::{Aarch64, Arm, X86_64};
 
 use std::fmt;
 

@@ -1,8 +1,8 @@
 //! Return sites for stack scanning: the addresses just after a module's call instructions
 //! ([`unwind_core::ReturnSites`]), found in its executable segments when its rules are built.
 //!
-//! Each architecture recognizes its calls ([`DwarfArch::return_sites`]): x86_64 here, 32-bit
-//! ARM in `unwind-arm-prologue` ([`unwind_arm_prologue::calls`]). Neither decodes the code from
+//! Each architecture recognizes its calls ([`DwarfArch::return_sites`]): x86_64 and AArch64
+//! here, 32-bit ARM in `unwind-arm-prologue` ([`unwind_arm_prologue::calls`]). Neither decodes the code from
 //! function starts (variable-length x86 code cannot be decoded backwards, and a stripped ARM
 //! library does not say which instruction set its code is in): both try every position, and a
 //! call with an immediate target counts only if the target is in the module's code.
@@ -79,6 +79,44 @@ pub fn return_sites_from_elf<A: DwarfArch>(data: &[u8]) -> Result<ReturnSites, D
     return_sites::<A>(&CallSiteSources::of_elf(&elf))
 }
 
+/// AArch64 ([`DwarfArch::return_sites`]): the end of every `bl` whose target `is_code` accepts,
+/// with that target, and of every register call (`blr`, and the authenticating `blraa`,
+/// `blrab`, `blraaz`, `blrabz`). Instructions are 4 bytes, 4-aligned.
+pub(crate) fn aarch64(
+    code: &[u8],
+    svma: u64,
+    is_code: &dyn Fn(u64) -> bool,
+    out: &mut Vec<(u64, Option<u64>)>,
+) {
+    // Positions 4-aligned in the address space (a segment's start may not be).
+    let skip = usize::try_from(svma.wrapping_neg() & 3).unwrap_or(0);
+    let Some(aligned) = code.get(skip..) else {
+        return;
+    };
+    let first = svma.wrapping_add(skip as u64);
+    for (i, word) in aligned.chunks_exact(4).enumerate() {
+        let Some(&bytes) = word.first_chunk::<4>() else {
+            continue;
+        };
+        let insn = u32::from_le_bytes(bytes);
+        let at = first.wrapping_add((i as u64).wrapping_mul(4));
+        let end = at.wrapping_add(4);
+        if insn & 0xfc00_0000 == 0x9400_0000 {
+            // `bl imm26`: a signed word offset.
+            let imm = i64::from(((insn << 6) as i32) >> 6).wrapping_mul(4);
+            let target = at.wrapping_add_signed(imm);
+            if is_code(target) {
+                out.push((end, Some(target)));
+            }
+        } else if insn & 0xffff_fc1f == 0xd63f_0000
+            || insn & 0xffff_f81f == 0xd63f_081f
+            || insn & 0xffff_f800 == 0xd73f_0800
+        {
+            out.push((end, None));
+        }
+    }
+}
+
 /// x86_64 ([`DwarfArch::return_sites`]): the end of every `call rel32` (`e8`) whose target
 /// `is_code` accepts, with that target, and of every `call r/m64` (`ff /2`, each ModRM form
 /// with its length).
@@ -146,6 +184,42 @@ mod tests {
         let mut out = Vec::new();
         x86_64(code, 0x1000, &|t| (0x1000..0x2000).contains(&t), &mut out);
         out.into_iter().map(|(site, _)| site).collect()
+    }
+
+    /// GNU as's encodings (`-march=armv8.3-a`), at 0x1000: every call form is found, with a
+    /// `bl` into the code given its target and one outside it left out; branches that do not
+    /// link are not calls.
+    #[test]
+    fn aarch64_calls() {
+        let words: [u32; 10] = [
+            0x9400_0001, // bl 0x1004
+            0xd63f_0020, // blr x1
+            0xd63f_087f, // blraaz x3
+            0xd73f_0c45, // blrab x2, x5
+            0xd73f_08ff, // blraa x7, sp
+            0xd503_201f, // nop
+            0xd65f_03c0, // ret
+            0xd61f_0060, // br x3
+            0x17ff_fff9, // b 0x1004
+            0x97ff_f800, // bl (0x2000 before it: outside the code)
+        ];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        aarch64(&code, 0x1000, &|t| (0x1000..0x2000).contains(&t), &mut out);
+        assert_eq!(
+            out,
+            [
+                (0x1004, Some(0x1004)),
+                (0x1008, None),
+                (0x100c, None),
+                (0x1010, None),
+                (0x1014, None),
+            ]
+        );
+        // A segment starting off a 4-byte boundary: positions stay aligned to the addresses.
+        let mut out = Vec::new();
+        aarch64(&[0, 0, 0x20, 0x00, 0x3f, 0xd6], 0xffe, &|_| true, &mut out);
+        assert_eq!(out, [(0x1004, None)]);
     }
 
     /// Each call form as GNU as assembles it, followed by `nop`s.

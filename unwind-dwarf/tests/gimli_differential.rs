@@ -10,22 +10,17 @@
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 mod support;
 
 use support::compare::{self, DiffArch, Slice, Summary};
 
 use gimli::X86_64 as Dwarf;
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, LittleEndian, Register, RegisterRule, UnwindSection,
-    UnwindTableRow,
-};
-use object::{Object, ObjectSection};
+use gimli::{CfaRule, Register, RegisterRule, UnwindSection, UnwindTableRow};
 use unwind_core::memory::Memory;
-use unwind_core::x86_64::{Regs, Rule};
+use unwind_core::x86_64::Regs;
 use unwind_core::X86_64;
-use unwind_core::{RuleTable, RuleTableBuilder, StackImage};
+use unwind_core::{RuleTableBuilder, StackImage};
 
 /// Synthetic stack: `[STACK_LO, STACK_HI)`, every 8-byte word derived from its address.
 const STACK_LO: u64 = 0x7fff_0000_0000;
@@ -187,110 +182,10 @@ impl DiffArch for X86_64 {
     }
 }
 
-/// Compares every row of the `.eh_frame` `eh_data` (at file address `eh_svma`, `.text` at
-/// `text_svma`) with our `table` on the synthetic stack.
-fn compare_eh_frame(
-    eh_data: &[u8],
-    eh_svma: u64,
-    text_svma: u64,
-    table: &RuleTable<Rule>,
-    mismatches: &mut Vec<String>,
-) -> (Summary, Vec<(u64, u64)>) {
-    let bases = BaseAddresses::default()
-        .set_eh_frame(eh_svma)
-        .set_text(text_svma);
-    let mut section = EhFrame::new(eh_data, LittleEndian);
-    section.set_address_size(8);
-    let bytes = stack_bytes();
-    let image = StackImage::new(STACK_LO, &bytes);
-    compare::compare_section::<X86_64, _>(&section, &bases, table, &image, mismatches)
-}
-
+/// Compares the `.eh_frame` of the ELF file at `path` with our table of it.
 fn differential(path: &Path) -> Summary {
-    let t0 = Instant::now();
-    let loaded = unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(path)
-        .unwrap_or_else(|e| panic!("{}: load_elf_file: {e}", path.display()));
-    let load_time = t0.elapsed();
-    let stats = loaded.stats.cfi.clone();
-    let mut tb = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
-    tb.add(
-        0,
-        u64::MAX,
-        0,
-        path.display().to_string(),
-        Arc::new(loaded.rules),
-    );
-    let table: RuleTable<Rule> = tb.build().unwrap();
-
-    let data = std::fs::read(path).unwrap();
-    let elf = object::File::parse(&*data).unwrap();
-    let eh = elf
-        .section_by_name(".eh_frame")
-        .expect("file has .eh_frame");
-    let text = elf.section_by_name(".text").map_or(0, |s| s.address());
-    let mut mismatches = Vec::new();
-    let (s, overlaps) = compare_eh_frame(
-        eh.data().unwrap(),
-        eh.address(),
-        text,
-        &table,
-        &mut mismatches,
-    );
-    let elapsed = t0.elapsed();
-    println!(
-        "{}: rows compared {}, identical {}, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
-        path.display(),
-        s.compared,
-        s.identical,
-        s.ours_none,
-        s.rows,
-        s.fdes,
-        s.empty_rows,
-    );
-    println!(
-        "  dropped rows where gimli needs an untracked register/rule: {}; our stats: dropped_total {} ({:?}), table.overlapping {}, bad_entries {}, synthesized PLT rows {}",
-        s.ours_none_must_drop,
-        stats.dropped_total(),
-        stats
-            .drops()
-            .map(|(r, n)| format!("{}={n}", r.name()))
-            .collect::<Vec<_>>(),
-        stats.table.overlapping,
-        stats.bad_entries,
-        stats.plt_rows,
-    );
-    println!(
-        "  rows with CFA on rbp {}, with a DWARF expression {}; identical rows ending the stack {}, read-failed on both sides {}, expression errors on both sides {}; rows in FDE overlaps {} (mismatching {}); gimli errors {}; overlap regions {:x?}",
-        s.cfa_fp,
-        s.expr_rows,
-        s.end_of_stack,
-        s.read_failed,
-        s.expr_errors,
-        s.overlap_rows,
-        s.overlap_mismatches,
-        s.gimli_errors,
-        &overlaps[..overlaps.len().min(8)],
-    );
-    println!(
-        "  also checked at the last byte of {} rows; load {load_time:?}, total {elapsed:?}",
-        s.last_checked
-    );
-
-    compare::check_mismatches(&path.display().to_string(), mismatches);
-    assert!(
-        s.ours_none <= stats.dropped_total() + stats.table.overlapping,
-        "{}: {} rows have no rule of ours, but only {} were dropped and {} overlapped",
-        path.display(),
-        s.ours_none,
-        stats.dropped_total(),
-        stats.table.overlapping
-    );
-    assert_eq!(s.gimli_errors, 0, "{}: gimli errors", path.display());
-    assert_eq!(stats.bad_entries, 0, "{}: our bad entries", path.display());
-    // Our row count (rows gimli produced while loading) must equal what we saw here.
-    assert_eq!(stats.rows, s.rows, "{}: row counts differ", path.display());
-    assert_eq!(stats.fdes, s.fdes, "{}: FDE counts differ", path.display());
-    s
+    let bytes = stack_bytes();
+    compare::elf_file::<X86_64>(path, &StackImage::new(STACK_LO, &bytes))
 }
 
 #[test]
@@ -574,7 +469,10 @@ fn synthetic_case(
     tb.add(0, u64::MAX, 0, "synthetic".into(), Arc::new(rules));
     let table = tb.build().unwrap();
     let mut mismatches = Vec::new();
-    let (s, _) = compare_eh_frame(&data, SYNTHETIC_SVMA, 0, &table, &mut mismatches);
+    let bytes = stack_bytes();
+    let image = StackImage::new(STACK_LO, &bytes);
+    let (s, _) =
+        compare::eh_frame::<X86_64>(&data, SYNTHETIC_SVMA, 0, &table, &image, &mut mismatches);
     (s, mismatches, stats.cfi)
 }
 

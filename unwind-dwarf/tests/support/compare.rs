@@ -3,11 +3,18 @@
 //! (`Arch::step_rule`) and once by evaluating gimli's row ([`DiffArch::expected`]) on a synthetic
 //! stack. The two must give the same caller, or our table must have no rule there.
 
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EndianSlice, LittleEndian, Register, RegisterRule,
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection, UnwindTableRow,
 };
-use unwind_core::{Arch, Found, RuleTable, StackImage, StopReason, Trust};
+use object::{Object, ObjectSection};
+use unwind_core::{Arch, Found, RuleTable, RuleTableBuilder, StackImage, StopReason, Trust};
+use unwind_dwarf::DwarfArch;
 
 use super::Val;
 
@@ -362,4 +369,119 @@ pub fn check_mismatches(what: &str, mut mismatches: Vec<String>) {
         mismatches.len(),
         mismatches.join("\n")
     );
+}
+
+/// Compares every row of the `.eh_frame` `eh_data` (at file address `eh_svma`, `.text` at
+/// `text_svma`) with our `table` on the synthetic stack `image`, the section read as
+/// architecture `A` reads it (address size, vendor).
+#[allow(dead_code)] // The ARM differential compares `.debug_frame`s of its own programs.
+pub fn eh_frame<A: DiffArch + DwarfArch>(
+    eh_data: &[u8],
+    eh_svma: u64,
+    text_svma: u64,
+    table: &RuleTable<A::Rule>,
+    image: &StackImage<'_>,
+    mismatches: &mut Vec<String>,
+) -> (Summary, Vec<(u64, u64)>) {
+    let bases = BaseAddresses::default()
+        .set_eh_frame(eh_svma)
+        .set_text(text_svma);
+    let mut section = EhFrame::new(eh_data, LittleEndian);
+    section.set_address_size(A::ADDRESS_SIZE);
+    section.set_vendor(A::VENDOR);
+    compare_section::<A, _>(&section, &bases, table, image, mismatches)
+}
+
+/// The differential of a whole ELF file of architecture `A`: every row of its `.eh_frame`
+/// compared with the table our loader builds from the file, on the synthetic stack `image`.
+/// Prints the counts, and panics on a mismatch, a gimli error, an entry our loader could not
+/// read, a row without a rule of ours that was neither dropped nor overlapped, or row and FDE
+/// counts that differ from the loader's.
+#[allow(dead_code)] // As above.
+pub fn elf_file<A: DiffArch + DwarfArch>(path: &Path, image: &StackImage<'_>) -> Summary {
+    let t0 = Instant::now();
+    let loaded = unwind_dwarf::load_elf_file::<A>(path)
+        .unwrap_or_else(|e| panic!("{}: load_elf_file: {e}", path.display()));
+    let load_time = t0.elapsed();
+    let stats = loaded.stats.cfi.clone();
+    let mut tb = RuleTableBuilder::new(NonZeroU32::MIN);
+    tb.add(
+        0,
+        u64::MAX,
+        0,
+        path.display().to_string(),
+        Arc::new(loaded.rules),
+    );
+    let table = tb.build().unwrap();
+
+    let data = std::fs::read(path).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let eh = elf
+        .section_by_name(".eh_frame")
+        .expect("file has .eh_frame");
+    let text = elf.section_by_name(".text").map_or(0, |s| s.address());
+    let mut mismatches = Vec::new();
+    let (s, overlaps) = eh_frame::<A>(
+        eh.data().unwrap(),
+        eh.address(),
+        text,
+        &table,
+        image,
+        &mut mismatches,
+    );
+    let elapsed = t0.elapsed();
+    println!(
+        "{}: rows compared {}, identical {}, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
+        path.display(),
+        s.compared,
+        s.identical,
+        s.ours_none,
+        s.rows,
+        s.fdes,
+        s.empty_rows,
+    );
+    println!(
+        "  dropped rows where gimli needs an untracked register/rule: {}; our stats: dropped_total {} ({:?}), table.overlapping {}, bad_entries {}, synthesized PLT rows {}",
+        s.ours_none_must_drop,
+        stats.dropped_total(),
+        stats
+            .drops()
+            .map(|(r, n)| format!("{}={n}", r.name()))
+            .collect::<Vec<_>>(),
+        stats.table.overlapping,
+        stats.bad_entries,
+        stats.plt_rows,
+    );
+    println!(
+        "  rows with CFA on the frame pointer {}, with a DWARF expression {}; identical rows ending the stack {}, read-failed on both sides {}, expression errors on both sides {}; rows in FDE overlaps {} (mismatching {}); gimli errors {}; overlap regions {:x?}",
+        s.cfa_fp,
+        s.expr_rows,
+        s.end_of_stack,
+        s.read_failed,
+        s.expr_errors,
+        s.overlap_rows,
+        s.overlap_mismatches,
+        s.gimli_errors,
+        &overlaps[..overlaps.len().min(8)],
+    );
+    println!(
+        "  also checked at the last instruction of {} rows; load {load_time:?}, total {elapsed:?}",
+        s.last_checked
+    );
+
+    check_mismatches(&path.display().to_string(), mismatches);
+    assert!(
+        s.ours_none <= stats.dropped_total() + stats.table.overlapping,
+        "{}: {} rows have no rule of ours, but only {} were dropped and {} overlapped",
+        path.display(),
+        s.ours_none,
+        stats.dropped_total(),
+        stats.table.overlapping
+    );
+    assert_eq!(s.gimli_errors, 0, "{}: gimli errors", path.display());
+    assert_eq!(stats.bad_entries, 0, "{}: our bad entries", path.display());
+    // Our row count (rows gimli produced while loading) must equal what we saw here.
+    assert_eq!(stats.rows, s.rows, "{}: row counts differ", path.display());
+    assert_eq!(stats.fdes, s.fdes, "{}: FDE counts differ", path.display());
+    s
 }

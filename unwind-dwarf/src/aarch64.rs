@@ -1,0 +1,246 @@
+//! 64-bit ARM (AArch64): rows to [`unwind_core::aarch64::Rule`] (PC, SP, x29 and x30 tracked;
+//! DWARF registers 32, 31, 29 and 30), rules for the AArch64 PLT, and how its rules are written
+//! as Breakpad `STACK CFI` text.
+//!
+//! The return address is the rule of the CIE's return-address column (x30 on every AArch64
+//! toolchain). Where that column has no rule, or "same value", the return address is still in
+//! x30: at a function's entry GCC's CIE says only `def_cfa sp, 0`.
+//!
+//! Pointer authentication: `DW_CFA_AARCH64_negate_ra_state` (opcode 0x2d, which the DWARF
+//! standard gives to `DW_CFA_GNU_window_save` on SPARC) toggles the `RA_SIGN_STATE`
+//! pseudo-register (34); gimli reads it as AArch64's instruction when the section's vendor is
+//! [`gimli::Vendor::AArch64`] ([`DwarfArch::VENDOR`]) and keeps the register's value per row as a
+//! constant, `DW_CFA_remember_state`/`restore_state` included. A row whose value is 1 has a
+//! signed return address ([`Rule::ra_signed`]).
+
+use gimli::{
+    CommonInformationEntry, EndianSlice, LittleEndian, Register, RegisterRule, UnwindSection,
+};
+use unwind_core::aarch64::{CfaRule, Reg, RegRule, Rule};
+use unwind_core::table::ModuleRulesBuilder;
+use unwind_core::Aarch64;
+
+use crate::arch::{is_elf_of, sealed::Sealed, Architecture, DwarfArch, NoExtraSource};
+use crate::breakpad::rule::{StackCfiCfa, StackCfiReg, StackCfiRule};
+use crate::breakpad::SkipReason;
+use crate::cfi::{common_rule, expression, offset, Bad, CommonRule, DropReason};
+use crate::plt::{PltKind, PltSection};
+use crate::DwarfError;
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+impl Sealed for Aarch64 {}
+
+/// The tracked register that is DWARF register `r`, if tracked.
+fn reg(r: Register) -> Option<Reg> {
+    Reg::from_dwarf(r.0)
+}
+
+fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
+    rule: RegisterRule<usize>,
+    cie: &CommonInformationEntry<Slice<'a>>,
+    section: &S,
+    builder: &mut ModuleRulesBuilder<Rule>,
+) -> Result<RegRule, Bad> {
+    Ok(
+        match common_rule::<Aarch64, S>(rule, cie, section, builder)? {
+            CommonRule::Undefined => RegRule::Undefined,
+            CommonRule::Same => RegRule::Same,
+            CommonRule::Offset(o) => RegRule::Offset(o),
+            CommonRule::ValOffset(o) => RegRule::ValOffset(o),
+            CommonRule::Register(_) => return Err(Bad::Rule),
+            CommonRule::Expr(i) => RegRule::Expr(i),
+            CommonRule::ValExpr(i) => RegRule::ValExpr(i),
+        },
+    )
+}
+
+/// A register rule as a `STACK CFI` record states it.
+fn stack_cfi_reg(r: RegRule) -> StackCfiReg {
+    match r {
+        RegRule::Offset(o) => StackCfiReg::Offset(o),
+        RegRule::Undefined => StackCfiReg::Undefined,
+        RegRule::Same => StackCfiReg::Same,
+        RegRule::ValOffset(o) => StackCfiReg::ValOffset(o),
+        RegRule::Expr(i) => StackCfiReg::Expr(i),
+        RegRule::ValExpr(i) => StackCfiReg::ValExpr(i),
+    }
+}
+
+/// The bytes of the AArch64 PLT header (`PLT0`) that GNU ld and lld write: 32 of them, then
+/// 16-byte entries.
+const PLT0_BYTES: u64 = 32;
+
+impl DwarfArch for Aarch64 {
+    const ARCHITECTURE: Architecture = Architecture::Aarch64;
+    const ELF_MACHINE: object::elf::Machine = object::elf::EM_AARCH64;
+    const ADDRESS_SIZE: u8 = 8;
+    const VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
+
+    fn return_sites(
+        code: &[u8],
+        svma: u64,
+        is_code: &dyn Fn(u64) -> bool,
+        out: &mut Vec<(u64, Option<u64>)>,
+    ) {
+        crate::return_sites::aarch64(code, svma, is_code, out);
+    }
+
+    type ArchStats = ();
+    type ExtraSections<'a> = NoExtraSource;
+
+    /// A little-endian ELF64 file (ILP32, ELF32 with `EM_AARCH64`, is another ABI).
+    fn accepts_elf(file: &object::File<'_>) -> bool {
+        use object::Object as _;
+        is_elf_of::<Self>(file) && file.is_64()
+    }
+
+    fn tracked(register: Register) -> Option<u8> {
+        reg(register).map(|r| r as u8)
+    }
+
+    /// `.plt` (GNU ld and lld).
+    const PLT_SECTIONS: &'static [(&'static str, PltKind)] = &[(".plt", PltKind::Lazy)];
+
+    /// AArch64 PLT entries (`adrp x16; ldr x17; add x16; br x17`) touch neither the stack nor
+    /// x30: the return address stays in x30. `PLT0`, the lazy-binding header, starts with
+    /// `stp x16, x30, [sp, #-16]!` and keeps x30 too: `CFA = sp + 16` after that store, until
+    /// it jumps to the resolver. (With BTI the header starts with `bti c`, and its second
+    /// instruction is then given the stored CFA one instruction early; the header runs only
+    /// while a symbol is bound lazily.)
+    fn plt_rows(
+        plt: &PltSection,
+        _builder: &mut ModuleRulesBuilder<Rule>,
+    ) -> Result<Vec<(u64, u64, Rule)>, DwarfError> {
+        let end = plt.svma.saturating_add(plt.size);
+        Ok(match plt.kind {
+            PltKind::Jump => vec![(plt.svma, end, Rule::default())],
+            PltKind::Lazy => {
+                let at = |n: u64| plt.svma.saturating_add(n).min(end);
+                let pushed = Rule {
+                    cfa: CfaRule::SpOffset(16),
+                    ..Rule::default()
+                };
+                vec![
+                    (plt.svma, at(4), Rule::default()),
+                    (at(4), at(PLT0_BYTES), pushed),
+                    (at(PLT0_BYTES), end, Rule::default()),
+                ]
+            }
+        })
+    }
+
+    fn translate<'a, S: UnwindSection<Slice<'a>>>(
+        row: &gimli::UnwindTableRow<usize>,
+        cie: &CommonInformationEntry<Slice<'a>>,
+        section: &S,
+        builder: &mut ModuleRulesBuilder<Rule>,
+        signal_frame: bool,
+    ) -> Result<Rule, DropReason> {
+        let cfa = match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset {
+                register,
+                offset: o,
+            } => match reg(*register) {
+                Some(Reg::Sp) => CfaRule::SpOffset(offset(*o)?),
+                Some(Reg::Fp) => CfaRule::FpOffset(offset(*o)?),
+                _ => return Err(DropReason::CfaUntrackedRegister),
+            },
+            gimli::CfaRule::Expression(e) => {
+                let compiled = expression::<Aarch64, S>(e, cie, section, false)
+                    .ok_or(DropReason::CfaExpression)?;
+                CfaRule::Expr(
+                    builder
+                        .add_expr(compiled)
+                        .map_err(|_| DropReason::TooManyExpressions)?,
+                )
+            }
+        };
+        let ra_column = cie.return_address_register();
+        let ra_reasons = (
+            DropReason::ReturnAddressRule,
+            DropReason::ReturnAddressExpression,
+        );
+        // "Unchanged": the return address is still in x30 (only if x30 is the column).
+        let in_x30 = (ra_column == gimli::AArch64::X30).then_some(RegRule::Same);
+        let ra = match row.register(ra_column) {
+            None => in_x30.ok_or(DropReason::ReturnAddressMissing)?,
+            Some(RegisterRule::SameValue) => in_x30.ok_or(DropReason::ReturnAddressRule)?,
+            Some(r) => reg_rule(r, cie, section, builder)
+                .map_err(|b| b.reason(ra_reasons.0, ra_reasons.1))?,
+        };
+        let lr = if ra_column == gimli::AArch64::X30 {
+            ra
+        } else {
+            match row.register(gimli::AArch64::X30) {
+                None => RegRule::Same,
+                Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
+                    b.reason(
+                        DropReason::OtherRegisterRule,
+                        DropReason::OtherRegisterExpression,
+                    )
+                })?,
+            }
+        };
+        let fp = match row.register(gimli::AArch64::X29) {
+            None => RegRule::Same,
+            Some(r) => reg_rule(r, cie, section, builder).map_err(|b| {
+                b.reason(
+                    DropReason::FramePointerRule,
+                    DropReason::FramePointerExpression,
+                )
+            })?,
+        };
+        // The caller's SP is the CFA; a row that says otherwise is not expressed.
+        match row.register(gimli::AArch64::SP) {
+            None | Some(RegisterRule::ValOffset(0)) => {}
+            Some(_) => return Err(DropReason::OtherRegisterRule),
+        }
+        let ra_signed = match row.register(gimli::AArch64::RA_SIGN_STATE) {
+            None | Some(RegisterRule::Constant(0)) => false,
+            Some(RegisterRule::Constant(1)) => true,
+            Some(_) => return Err(DropReason::ReturnAddressRule),
+        };
+        Ok(Rule {
+            cfa,
+            ra,
+            lr,
+            fp,
+            ra_signed,
+            signal_frame,
+        })
+    }
+
+    const BREAKPAD_NAME: &'static str = "arm64";
+    const BREAKPAD_REGISTERS: &'static [&'static str] = &["pc", "sp", "x29", "x30"];
+    const EXPRESSION_PC_SP: (u8, u8) = (Reg::Pc as u8, Reg::Sp as u8);
+    /// x29 (callee-saved: the walker keeps it unless told otherwise) and x30 (written only
+    /// where it is not the return address's rule: a signal frame).
+    const BREAKPAD_OTHER_REGISTERS: &'static [(&'static str, &'static str)] =
+        &[("x29", "x29"), ("x30", "x30")];
+
+    /// `.cfa` (`sp k +`, `x29 k +`, or an expression), `.ra` (`x30` while the return address
+    /// is still there), `x29` where it is not unchanged, and `x30` where it is not the return
+    /// address. A signed return address is written as any other: Breakpad's walkers strip
+    /// pointer authentication codes themselves.
+    fn stack_cfi(rule: &Rule) -> Result<StackCfiRule, SkipReason> {
+        let ra = match rule.ra {
+            RegRule::Same => StackCfiReg::Register(Reg::Lr as u8),
+            r => stack_cfi_reg(r),
+        };
+        Ok(StackCfiRule {
+            cfa: match rule.cfa {
+                CfaRule::SpOffset(o) => StackCfiCfa::RegOffset(Reg::Sp as u8, o),
+                CfaRule::FpOffset(o) => StackCfiCfa::RegOffset(Reg::Fp as u8, o),
+                CfaRule::Expr(i) => StackCfiCfa::Expr(i),
+            },
+            ra,
+            others: vec![
+                (rule.fp != RegRule::Same).then(|| stack_cfi_reg(rule.fp)),
+                (rule.lr != rule.ra).then(|| stack_cfi_reg(rule.lr)),
+            ],
+            signal_frame: rule.signal_frame,
+            own_record: false,
+        })
+    }
+}
