@@ -17,7 +17,6 @@ use support::compare::{self, DiffArch, Slice, Summary};
 
 use gimli::X86_64 as Dwarf;
 use gimli::{CfaRule, Register, RegisterRule, UnwindSection, UnwindTableRow};
-use unwind_core::memory::Memory;
 use unwind_core::x86_64::Regs;
 use unwind_core::X86_64;
 use unwind_core::{RuleTableBuilder, StackImage};
@@ -68,51 +67,6 @@ fn gimli_expr(
     support::gimli_expr(expr, encoding, |r| reg_value(r, regs), image, initial, !0)
 }
 
-/// Recovers a register of the caller from `rule` (`None` = the column has no rule).
-#[allow(clippy::too_many_arguments)]
-fn gimli_reg<'a, S: UnwindSection<Slice<'a>>>(
-    rule: Option<RegisterRule<usize>>,
-    missing: Option<u64>,
-    same: Option<u64>,
-    cfa: u64,
-    section: &S,
-    encoding: gimli::Encoding,
-    regs: &Regs,
-    image: &StackImage<'_>,
-) -> Val {
-    let expr = |e: &gimli::UnwindExpression<usize>| match e.get(section) {
-        Ok(x) => gimli_expr(x, encoding, regs, image, Some(cfa)),
-        Err(e) => Val::Error(e),
-    };
-    match rule {
-        None => match missing {
-            Some(v) => Val::Ok(v),
-            None => Val::MustDrop("no rule"),
-        },
-        Some(RegisterRule::Undefined) => Val::Ok(0),
-        Some(RegisterRule::SameValue) => match same {
-            Some(v) => Val::Ok(v),
-            None => Val::MustDrop("same-value return address"),
-        },
-        Some(RegisterRule::Offset(o)) => match image.read_u64(cfa.wrapping_add(o as u64)) {
-            Some(v) => Val::Ok(v),
-            None => Val::ReadFailed,
-        },
-        Some(RegisterRule::ValOffset(o)) => Val::Ok(cfa.wrapping_add(o as u64)),
-        Some(RegisterRule::Expression(e)) => match expr(&e) {
-            Val::Ok(a) => match image.read_u64(a) {
-                Some(v) => Val::Ok(v),
-                None => Val::ReadFailed,
-            },
-            other => other,
-        },
-        Some(RegisterRule::ValExpression(e)) => expr(&e),
-        Some(RegisterRule::Register(_)) => Val::MustDrop("register rule"),
-        Some(RegisterRule::Architectural) => Val::MustDrop("architectural rule"),
-        Some(RegisterRule::Constant(_)) => Val::MustDrop("constant rule"),
-    }
-}
-
 impl DiffArch for X86_64 {
     fn regs_at(pc: u64) -> Regs {
         Regs { pc, sp: SP, fp: FP }
@@ -148,15 +102,16 @@ impl DiffArch for X86_64 {
         };
         let ra_rule = row.register(cie.return_address_register());
         let ra_undefined = matches!(ra_rule, Some(RegisterRule::Undefined));
-        let ra = gimli_reg(ra_rule, None, None, cfa_value, section, enc, regs, image);
-        let fp = gimli_reg(
+        let reg = |r: Register| reg_value(r, regs);
+        let ra = support::gimli_reg(ra_rule, None, None, cfa_value, section, enc, reg, image);
+        let fp = support::gimli_reg(
             row.register(Dwarf::RBP),
             Some(regs.fp),
             Some(regs.fp),
             cfa_value,
             section,
             enc,
-            regs,
+            reg,
             image,
         );
         // A rule our tables cannot express anywhere in the row means the row must be dropped (our
@@ -232,153 +187,15 @@ fn rustc_driver_matches_gimli() {
 // compared row by row with gimli in the same way as the real libraries above.
 
 use proptest::prelude::*;
-use support::{sleb, uleb};
+use support::random;
 
 /// Registers the generated CFI talks about: rbp, rsp, rip and (untracked) rbx.
-fn arb_dwarf_reg() -> impl Strategy<Value = u8> {
+fn arb_dwarf_reg() -> impl Strategy<Value = u8> + Clone {
     prop_oneof![
         3 => Just(Dwarf::RBP.0 as u8),
         3 => Just(Dwarf::RSP.0 as u8),
         2 => Just(Dwarf::RA.0 as u8),
         1 => Just(3u8),
-    ]
-}
-
-/// One DWARF expression operation, encoded.
-fn arb_expr_op() -> impl Strategy<Value = Vec<u8>> {
-    let small = prop_oneof![-32i64..32, (-64i64..64).prop_map(|v| v * 8), any::<i64>()];
-    prop_oneof![
-        // DW_OP_breg<n> offset
-        4 => (arb_dwarf_reg(), small.clone()).prop_map(|(r, o)| {
-            let mut v = vec![0x70 + r];
-            sleb(o, &mut v);
-            v
-        }),
-        // DW_OP_lit<n>
-        3 => (0u8..32).prop_map(|n| vec![0x30 + n]),
-        // DW_OP_const1u, const1s, const8u, constu, consts
-        1 => any::<u8>().prop_map(|n| vec![0x08, n]),
-        1 => any::<u8>().prop_map(|n| vec![0x09, n]),
-        1 => any::<u64>().prop_map(|n| {
-            let mut v = vec![0x0e];
-            v.extend(n.to_le_bytes());
-            v
-        }),
-        1 => any::<u64>().prop_map(|n| {
-            let mut v = vec![0x10];
-            uleb(n, &mut v);
-            v
-        }),
-        1 => small.clone().prop_map(|n| {
-            let mut v = vec![0x11];
-            sleb(n, &mut v);
-            v
-        }),
-        // DW_OP_plus_uconst
-        2 => (0u64..512).prop_map(|n| {
-            let mut v = vec![0x23];
-            uleb(n, &mut v);
-            v
-        }),
-        // DW_OP_deref; deref_size 8 and 4
-        3 => Just(vec![0x06]),
-        1 => Just(vec![0x94, 0x08]),
-        1 => Just(vec![0x94, 0x04]),
-        // Arithmetic, logic, shifts, comparisons, stack operations, nop, and a few operations
-        // our compiler refuses (div, mod, abs, rot, pick 2, skip, reg6, call_frame_cfa).
-        8 => prop::sample::select(vec![
-            0x22u8, 0x1c, 0x1e, 0x1a, 0x21, 0x27, 0x24, 0x25, 0x26, 0x1f, 0x20, 0x2a, 0x2b,
-            0x2c, 0x2d, 0x29, 0x2e, 0x12, 0x13, 0x14, 0x16, 0x96, 0x1b, 0x1d, 0x19, 0x17,
-            0x56, 0x9c,
-        ])
-        .prop_map(|op| vec![op]),
-        1 => (0u8..3).prop_map(|i| vec![0x15, i]),
-        1 => Just(vec![0x2f, 0x00, 0x00]),
-    ]
-}
-
-/// At most 7 operations: with the CFA pushed first, no expression can need more than the 8
-/// words of our evaluation stack (deeper ones: `expression_deeper_than_the_eval_stack`).
-fn arb_expr_bytes() -> impl Strategy<Value = Vec<u8>> {
-    proptest::collection::vec(arb_expr_op(), 1..8).prop_map(|ops| ops.concat())
-}
-
-/// One call-frame instruction, encoded (data alignment -8, code alignment 1).
-fn arb_cfa_insn() -> impl Strategy<Value = Vec<u8>> {
-    let with_expr = |op: u8| {
-        (arb_dwarf_reg(), arb_expr_bytes()).prop_map(move |(r, e)| {
-            let mut v = vec![op, r];
-            uleb(e.len() as u64, &mut v);
-            v.extend(e);
-            v
-        })
-    };
-    prop_oneof![
-        // DW_CFA_advance_loc
-        16 => (1u8..8).prop_map(|d| vec![0x40 | d]),
-        // DW_CFA_def_cfa reg, off; def_cfa_sf; def_cfa_offset; def_cfa_offset_sf;
-        // def_cfa_register
-        2 => (arb_dwarf_reg(), 0u64..300).prop_map(|(r, o)| {
-            let mut v = vec![0x0c, r];
-            uleb(o, &mut v);
-            v
-        }),
-        1 => (arb_dwarf_reg(), -40i64..40).prop_map(|(r, o)| {
-            let mut v = vec![0x12, r];
-            sleb(o, &mut v);
-            v
-        }),
-        3 => prop_oneof![0u64..300, any::<u64>()].prop_map(|o| {
-            let mut v = vec![0x0e];
-            uleb(o, &mut v);
-            v
-        }),
-        1 => (-40i64..40).prop_map(|o| {
-            let mut v = vec![0x13];
-            sleb(o, &mut v);
-            v
-        }),
-        1 => arb_dwarf_reg().prop_map(|r| vec![0x0d, r]),
-        // DW_CFA_offset reg, n (CFA - 8n); offset_extended_sf; val_offset
-        3 => (arb_dwarf_reg(), 0u64..40).prop_map(|(r, n)| {
-            let mut v = vec![0x80 | r];
-            uleb(n, &mut v);
-            v
-        }),
-        1 => (arb_dwarf_reg(), -40i64..40).prop_map(|(r, n)| {
-            let mut v = vec![0x11, r];
-            sleb(n, &mut v);
-            v
-        }),
-        1 => (arb_dwarf_reg(), 0u64..40).prop_map(|(r, n)| {
-            let mut v = vec![0x14, r];
-            uleb(n, &mut v);
-            v
-        }),
-        // DW_CFA_restore, undefined, same_value, register
-        1 => arb_dwarf_reg().prop_map(|r| vec![0xc0 | r]),
-        1 => arb_dwarf_reg().prop_map(|r| vec![0x07, r]),
-        1 => arb_dwarf_reg().prop_map(|r| vec![0x08, r]),
-        1 => (arb_dwarf_reg(), arb_dwarf_reg()).prop_map(|(a, b)| vec![0x09, a, b]),
-        // DW_CFA_remember_state / restore_state (unbalanced ones make gimli fail the FDE)
-        1 => Just(vec![0x0a]),
-        1 => Just(vec![0x0b]),
-        // DW_CFA_def_cfa_expression, expression, val_expression
-        2 => arb_expr_bytes().prop_map(|e| {
-            let mut v = vec![0x0f];
-            uleb(e.len() as u64, &mut v);
-            v.extend(e);
-            v
-        }),
-        2 => with_expr(0x10),
-        2 => with_expr(0x16),
-        // DW_CFA_nop, GNU_args_size
-        1 => Just(vec![0x00]),
-        1 => (0u64..64).prop_map(|n| {
-            let mut v = vec![0x2e];
-            uleb(n, &mut v);
-            v
-        }),
     ]
 }
 
@@ -414,41 +231,14 @@ fn synthetic_eh_frame(svma: u64, ra: u8, signal: bool, insns: &[u8], range: u32)
 
 const SYNTHETIC_SVMA: u64 = 0x20_0000;
 
-/// Mostly drops the instructions gimli would refuse (restore_state without remember_state, CFA
-/// offset or register changes while the CFA is an expression), so that most FDEs yield rows;
-/// one case in ten keeps them.
-fn sanitize(pieces: Vec<Vec<u8>>, keep_invalid: bool) -> Vec<u8> {
-    if keep_invalid {
-        return pieces.concat();
-    }
-    let mut out = Vec::new();
-    let mut cfa_is_expr = false;
-    let mut saved: Vec<bool> = Vec::new();
-    for p in pieces {
-        match p[0] {
-            0x0a => saved.push(cfa_is_expr),
-            0x0b => match saved.pop() {
-                Some(e) => cfa_is_expr = e,
-                None => continue,
-            },
-            0x0d | 0x0e | 0x13 if cfa_is_expr => continue,
-            0x0c | 0x12 => cfa_is_expr = false,
-            0x0f => cfa_is_expr = true,
-            _ => {}
-        }
-        out.extend(p);
-    }
-    out
-}
-
 fn arb_synthetic() -> impl Strategy<Value = (Vec<u8>, u8, bool)> {
     (
-        proptest::collection::vec(arb_cfa_insn(), 0..40),
+        proptest::collection::vec(random::cfa_insn(arb_dwarf_reg()), 0..40),
         prop::bool::weighted(0.1),
         prop_oneof![8 => Just(Dwarf::RA.0 as u8), 1 => Just(Dwarf::RBP.0 as u8), 1 => Just(3u8)],
         any::<bool>(),
     )
-        .prop_map(|(pieces, keep, ra, signal)| (sanitize(pieces, keep), ra, signal))
+        .prop_map(|(pieces, keep, ra, signal)| (random::sanitize(pieces, keep), ra, signal))
 }
 
 /// Loads a synthetic `.eh_frame` with our loader and compares it with gimli.

@@ -394,14 +394,20 @@ impl WalkerArch for Architecture {
                 "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12",
                 "sp", "lr",
             ],
+            Architecture::Aarch64 => &[
+                "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
+                "x13", "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24",
+                "x25", "x26", "x27", "x28", "x29", "x30", "sp",
+            ],
         };
         let (base, step) = match self {
             Architecture::X86_64 => (0x7ffd_1234_0000u64, 0x1_0000u64),
             Architecture::Arm => (0x7e00_0000u64, 0x1_0000u64),
+            Architecture::Aarch64 => (0xffff_f123_0000u64, 0x1_0000u64),
         };
         let pc_name = match self {
             Architecture::X86_64 => "rip",
-            Architecture::Arm => "pc",
+            Architecture::Arm | Architecture::Aarch64 => "pc",
         };
         let mut v: Vec<(&str, u64)> = names
             .iter()
@@ -416,6 +422,9 @@ impl WalkerArch for Architecture {
         match self {
             Architecture::X86_64 => &["rbx", "rbp", "r12", "r13", "r14", "r15"],
             Architecture::Arm => &["r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11"],
+            Architecture::Aarch64 => &[
+                "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27", "x28", "x29",
+            ],
         }
     }
 
@@ -427,6 +436,9 @@ impl WalkerArch for Architecture {
             (Architecture::Arm, "r13") => "sp".into(),
             (Architecture::Arm, "r14") => "lr".into(),
             (Architecture::Arm, "r15") => "pc".into(),
+            (Architecture::Aarch64, "fp") => "x29".into(),
+            (Architecture::Aarch64, "lr") => "x30".into(),
+            (Architecture::Aarch64, "x31") => "sp".into(),
             _ => n.to_string(),
         }
     }
@@ -435,13 +447,14 @@ impl WalkerArch for Architecture {
         match self {
             Architecture::X86_64 => &["rbp"],
             Architecture::Arm => &["lr", "r7", "r11", "r12"],
+            Architecture::Aarch64 => &["x29", "x30"],
         }
     }
 
     fn sp(self) -> &'static str {
         match self {
             Architecture::X86_64 => "rsp",
-            Architecture::Arm => "sp",
+            Architecture::Arm | Architecture::Aarch64 => "sp",
         }
     }
 
@@ -607,6 +620,7 @@ fn evaluate(
 enum OurRules {
     X86_64(Box<unwind_dwarf::LoadedRules<unwind_dwarf::X86_64>>),
     Arm(Box<unwind_dwarf::LoadedRules<unwind_dwarf::Arm>>),
+    Aarch64(Box<unwind_dwarf::LoadedRules<unwind_dwarf::Aarch64>>),
 }
 
 /// What our table says about one file address.
@@ -666,6 +680,24 @@ impl OurRules {
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
                 }
             }
+            OurRules::Aarch64(l) => {
+                let Some(r) = l.rules.lookup(svma) else {
+                    return Facts::default();
+                };
+                let expr = match r.cfa {
+                    unwind_core::aarch64::CfaRule::Expr(i) => l.rules.expr(i),
+                    _ => None,
+                };
+                let pc = Op::Reg(unwind_core::aarch64::Reg::Pc as u8);
+                Facts {
+                    present: true,
+                    exidx: false,
+                    instructions: false,
+                    signal: r.signal_frame,
+                    cfa_expression: expr.is_some(),
+                    cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
+                }
+            }
         }
     }
 
@@ -699,6 +731,19 @@ impl OurRules {
                     .map(|(s, e, _)| (s, e))
                     .collect()
             }
+            OurRules::Aarch64(l) => {
+                let pc = Op::Reg(unwind_core::aarch64::Reg::Pc as u8);
+                l.rules
+                    .extents()
+                    .filter(|(_, _, r)| match r.cfa {
+                        unwind_core::aarch64::CfaRule::Expr(i) => {
+                            l.rules.expr(i).is_some_and(|e| e.ops().contains(&pc))
+                        }
+                        _ => false,
+                    })
+                    .map(|(s, e, _)| (s, e))
+                    .collect()
+            }
         }
     }
 
@@ -706,6 +751,7 @@ impl OurRules {
         match self {
             OurRules::X86_64(l) => &l.stats.cfi,
             OurRules::Arm(l) => &l.stats.cfi,
+            OurRules::Aarch64(l) => &l.stats.cfi,
         }
     }
 }
@@ -720,6 +766,7 @@ fn drop_reason(
     let tracked_cfa: &[&str] = match arch {
         Architecture::X86_64 => &["rsp", "rbp"],
         Architecture::Arm => &["sp", "r7", "r11", "r12"],
+        Architecture::Aarch64 => &["sp", "x29"],
     };
     let is_register = |e: &str| {
         let mut t = e.split_ascii_whitespace();
@@ -734,9 +781,12 @@ fn drop_reason(
         }
     }
     if let Some(ra) = rules.get(".ra") {
-        let untracked_arm =
-            |r: &str| !matches!(arch.canonical(r).as_str(), "lr" | "r12" | "r11" | "r7");
-        if is_register(ra) && (arch == Architecture::X86_64 || untracked_arm(ra)) {
+        let untracked = |r: &str| match arch {
+            Architecture::X86_64 => true,
+            Architecture::Arm => !matches!(arch.canonical(r).as_str(), "lr" | "r12" | "r11" | "r7"),
+            Architecture::Aarch64 => arch.canonical(r) != "x30",
+        };
+        if is_register(ra) && untracked(ra) {
             candidates.push(DropReason::ReturnAddressRule);
         }
     }
@@ -745,10 +795,12 @@ fn drop_reason(
             continue;
         }
         match (arch, arch.canonical(reg).as_str()) {
-            (Architecture::X86_64, "rbp") | (Architecture::Arm, "r7" | "r11") => {
-                candidates.push(DropReason::FramePointerRule)
+            (Architecture::X86_64, "rbp")
+            | (Architecture::Arm, "r7" | "r11")
+            | (Architecture::Aarch64, "x29") => candidates.push(DropReason::FramePointerRule),
+            (Architecture::Arm, "sp" | "r12") | (Architecture::Aarch64, "sp" | "x30") => {
+                candidates.push(DropReason::OtherRegisterRule)
             }
-            (Architecture::Arm, "sp" | "r12") => candidates.push(DropReason::OtherRegisterRule),
             _ => {}
         }
     }
@@ -790,6 +842,9 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
             unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
         )),
         Architecture::Arm => OurRules::Arm(Box::new(
+            unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
+        )),
+        Architecture::Aarch64 => OurRules::Aarch64(Box::new(
             unwind_dwarf::rules_from_elf(&data).map_err(|e| e.to_string())?,
         )),
     };

@@ -230,7 +230,7 @@ impl Tally {
 fn norm(sample: &Sample, a: u64) -> u64 {
     match sample.arch {
         Architecture::Arm => a & !1,
-        Architecture::X86_64 => a,
+        Architecture::X86_64 | Architecture::Aarch64 => a,
     }
 }
 

@@ -1,9 +1,11 @@
-//! What the gimli differentials (x86_64 in gimli_differential.rs, 32-bit ARM in arm.rs) share:
+//! What the gimli differentials (x86_64 in gimli_differential.rs, 32-bit ARM in arm.rs, aarch64
+//! in aarch64.rs) share:
 //! the comparison of a section's rows with our table ([`compare`]), gimli's evaluation of a
 //! DWARF expression on the synthetic registers and stack, and the LEB128 encoders of the random
 //! CFI generators.
 
 pub mod compare;
+pub mod random;
 
 use gimli::{EndianSlice, Evaluation, EvaluationResult, LittleEndian, Operation, Register, Value};
 use unwind_core::memory::Memory;
@@ -116,6 +118,54 @@ pub fn gimli_expr(
     match value.to_u64(mask) {
         Ok(v) => Val::Ok(v),
         Err(e) => Val::Error(e),
+    }
+}
+
+/// Recovers a register of a 64-bit target's caller from gimli's `rule` (`None`: the column has
+/// no rule, whose value is `missing`; `same`: the value of "same value"), expressions evaluated
+/// with the registers `reg` gives.
+#[allow(clippy::too_many_arguments, dead_code)] // (The ARM differential has 32-bit words.)
+pub fn gimli_reg<'a, S: gimli::UnwindSection<EndianSlice<'a, LittleEndian>>>(
+    rule: Option<gimli::RegisterRule<usize>>,
+    missing: Option<u64>,
+    same: Option<u64>,
+    cfa: u64,
+    section: &S,
+    encoding: gimli::Encoding,
+    reg: impl Fn(Register) -> Option<u64>,
+    image: &StackImage<'_>,
+) -> Val<u64> {
+    use gimli::RegisterRule;
+    let expr = |e: &gimli::UnwindExpression<usize>| match e.get(section) {
+        Ok(x) => gimli_expr(x, encoding, &reg, image, Some(cfa), !0),
+        Err(e) => Val::Error(e),
+    };
+    match rule {
+        None => match missing {
+            Some(v) => Val::Ok(v),
+            None => Val::MustDrop("no rule"),
+        },
+        Some(RegisterRule::Undefined) => Val::Ok(0),
+        Some(RegisterRule::SameValue) => match same {
+            Some(v) => Val::Ok(v),
+            None => Val::MustDrop("same-value return address"),
+        },
+        Some(RegisterRule::Offset(o)) => match image.read_u64(cfa.wrapping_add(o as u64)) {
+            Some(v) => Val::Ok(v),
+            None => Val::ReadFailed,
+        },
+        Some(RegisterRule::ValOffset(o)) => Val::Ok(cfa.wrapping_add(o as u64)),
+        Some(RegisterRule::Expression(e)) => match expr(&e) {
+            Val::Ok(a) => match image.read_u64(a) {
+                Some(v) => Val::Ok(v),
+                None => Val::ReadFailed,
+            },
+            other => other,
+        },
+        Some(RegisterRule::ValExpression(e)) => expr(&e),
+        Some(RegisterRule::Register(_)) => Val::MustDrop("register rule"),
+        Some(RegisterRule::Architectural) => Val::MustDrop("architectural rule"),
+        Some(RegisterRule::Constant(_)) => Val::MustDrop("constant rule"),
     }
 }
 

@@ -115,6 +115,8 @@ fn table_files(archs: &[Architecture]) -> Vec<PathBuf> {
                 v.push(built.join("arm").join("validate-workload-thumb-O2"));
                 v.push(built.join("arm").join("libvalidate-arm-O2.so"));
             }
+            // No program is sampled on aarch64 yet (the runtime has no aarch64 module).
+            Architecture::Aarch64 => {}
         }
     }
     v
