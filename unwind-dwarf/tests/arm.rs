@@ -739,7 +739,7 @@ fn compare_section<'a, S: UnwindSection<Slice<'a>>>(
 ) -> Summary {
     let bytes = stack_bytes();
     let image = StackImage::new(u64::from(STACK_LO), &bytes);
-    compare::compare_section::<Arm, S>(section, bases, table, &image, mismatches).0
+    compare::compare_section::<Arm, S>(section, bases, table, &image, &[], mismatches).0
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection, UnwindTableRow,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
+    RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
 use object::{Object, ObjectSection};
 use unwind_core::{Arch, Found, RuleTable, RuleTableBuilder, StackImage, StopReason, Trust};
@@ -183,6 +183,24 @@ impl Summary {
     }
 }
 
+/// The address ranges of the FDEs of `section`.
+pub fn fde_ranges<'a, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    bases: &BaseAddresses,
+) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(e)) = entries.next() {
+        if let CieOrFde::Fde(p) = e {
+            if let Ok(fde) = p.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                let start = fde.initial_address();
+                ranges.push((start, start.saturating_add(fde.len())));
+            }
+        }
+    }
+    ranges
+}
+
 /// Address ranges covered by more than one FDE.
 fn overlap_regions(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     ranges.retain(|r| r.0 < r.1);
@@ -221,20 +239,11 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
     bases: &BaseAddresses,
     table: &RuleTable<A::Rule>,
     image: &StackImage<'_>,
+    shadowed: &[(u64, u64)],
     mismatches: &mut Vec<String>,
 ) -> (Summary, Vec<(u64, u64)>) {
     // Pass 1: every FDE's range, for the overlaps.
-    let mut ranges = Vec::new();
-    let mut entries = section.entries(bases);
-    while let Ok(Some(e)) = entries.next() {
-        if let CieOrFde::Fde(p) = e {
-            if let Ok(fde) = p.parse(|s, b, o| s.cie_from_offset(b, o)) {
-                let start = fde.initial_address();
-                ranges.push((start, start.saturating_add(fde.len())));
-            }
-        }
-    }
-    let overlaps = overlap_regions(ranges);
+    let overlaps = overlap_regions(fde_ranges(section, bases));
 
     let mut ctx = UnwindContext::new();
     let mut s = Summary::default();
@@ -253,6 +262,14 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
             s.gimli_errors += 1;
             continue;
         };
+        let (start, end) = (
+            fde.initial_address(),
+            fde.initial_address().saturating_add(fde.len()),
+        );
+        // An FDE that a section read first describes is not read (as our loader skips it).
+        if shadowed.iter().any(|&(s, e)| s < end && start < e) {
+            continue;
+        }
         s.fdes += 1;
         let signal = fde.is_signal_trampoline();
         let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
@@ -330,8 +347,9 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
                 }
             }
 
-            // Its last instruction: the same rule, or none as at the first.
-            let last = A::last_instruction(row.end_address());
+            // Its last instruction: the same rule, or none as at the first. (gimli does not
+            // bound rows by the FDE's range; our loader clips them to it.)
+            let last = A::last_instruction(row.end_address().min(fde_range.1));
             if last <= start || in_regions(&overlaps, last) {
                 continue;
             }
@@ -389,7 +407,7 @@ pub fn eh_frame<A: DiffArch + DwarfArch>(
     let mut section = EhFrame::new(eh_data, LittleEndian);
     section.set_address_size(A::ADDRESS_SIZE);
     section.set_vendor(A::VENDOR);
-    compare_section::<A, _>(&section, &bases, table, image, mismatches)
+    compare_section::<A, _>(&section, &bases, table, image, &[], mismatches)
 }
 
 /// The differential of a whole ELF file of architecture `A`: every row of its `.eh_frame`
@@ -421,7 +439,7 @@ pub fn elf_file<A: DiffArch + DwarfArch>(path: &Path, image: &StackImage<'_>) ->
         .expect("file has .eh_frame");
     let text = elf.section_by_name(".text").map_or(0, |s| s.address());
     let mut mismatches = Vec::new();
-    let (s, overlaps) = eh_frame::<A>(
+    let (mut s, overlaps) = eh_frame::<A>(
         eh.data().unwrap(),
         eh.address(),
         text,
@@ -429,6 +447,33 @@ pub fn elf_file<A: DiffArch + DwarfArch>(path: &Path, image: &StackImage<'_>) ->
         image,
         &mut mismatches,
     );
+    // `.debug_frame`'s FDEs where `.eh_frame` has none (the loader reads both).
+    if let Some(debug) = elf.section_by_name(".debug_frame") {
+        let data = debug.uncompressed_data().unwrap();
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh.address())
+            .set_text(text);
+        let mut eh_section = EhFrame::new(eh.data().unwrap(), LittleEndian);
+        eh_section.set_address_size(A::ADDRESS_SIZE);
+        eh_section.set_vendor(A::VENDOR);
+        let shadowed = fde_ranges(&eh_section, &bases);
+        let mut section = DebugFrame::new(&data, LittleEndian);
+        section.set_address_size(A::ADDRESS_SIZE);
+        section.set_vendor(A::VENDOR);
+        let (d, _) = compare_section::<A, _>(
+            &section,
+            &BaseAddresses::default(),
+            &table,
+            image,
+            &shadowed,
+            &mut mismatches,
+        );
+        println!(
+            "  .debug_frame where .eh_frame has no FDE: {} FDEs, {} rows, {} identical",
+            d.fdes, d.rows, d.identical
+        );
+        s.add(&d);
+    }
     let elapsed = t0.elapsed();
     println!(
         "{}: rows compared {}, identical {}, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
