@@ -638,6 +638,8 @@ struct Facts {
     cfa_expression: bool,
     /// The CFA is an expression that reads the PC.
     cfa_reads_pc: bool,
+    /// The return address is signed (aarch64's pointer authentication).
+    ra_signed: bool,
 }
 
 impl OurRules {
@@ -660,6 +662,7 @@ impl OurRules {
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
+                    ra_signed: false,
                 }
             }
             OurRules::Arm(l) => {
@@ -678,6 +681,7 @@ impl OurRules {
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
+                    ra_signed: false,
                 }
             }
             OurRules::Aarch64(l) => {
@@ -696,6 +700,7 @@ impl OurRules {
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),
+                    ra_signed: r.ra_signed,
                 }
             }
         }
@@ -788,6 +793,9 @@ fn drop_reason(
         };
         if is_register(ra) && untracked(ra) {
             candidates.push(DropReason::ReturnAddressRule);
+            // A CIE whose return-address column is that register, which has no rule: the
+            // return address is still there (glibc's aarch64 `__longjmp`-style stubs, x15).
+            candidates.push(DropReason::ReturnAddressMissing);
         }
     }
     for (reg, e) in rules {
@@ -907,6 +915,37 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
                 let prev = e.0 - base - 1;
                 rt.filter(|r| r.start <= prev).map(|r| effective(r, prev))
             });
+        // Our rule gives the return address in its register (restored: `DW_CFA_restore` of the
+        // return-address column, aarch64's epilogues), dump_syms's a stack slot that our rule
+        // for the same record gave at an earlier address (so a rule dump_syms did not undo).
+        let ra_restored = match (eff_o.as_ref(), eff_t.as_ref(), ro) {
+            (Some(o), Some(t), Some(r)) => {
+                let in_register = o.get(".ra").is_some_and(|e| !e.contains(' '));
+                let slot = t.get(".ra").filter(|e| e.ends_with('^'));
+                in_register
+                    && slot.is_some_and(|slot| {
+                        std::iter::once(r.start)
+                            .chain(r.deltas.iter().map(|d| d.0))
+                            .filter(|&a| a < start)
+                            .any(|a| effective(r, a).get(".ra") == Some(slot))
+                    })
+            }
+            _ => false,
+        };
+        // Our rule has no return address (DWARF's end of the stack, `DW_CFA_undefined` of the
+        // return-address column after the first instruction: aarch64's `_start`), dump_syms's
+        // the register its record started with (it writes no `.undef` for the change).
+        let ra_undefined_kept = match (eff_o.as_ref(), eff_t.as_ref(), rt) {
+            (Some(o), Some(t), Some(r)) => {
+                !o.contains_key(".ra")
+                    && t.get(".ra").is_some_and(|e| !e.contains(' '))
+                    && pairs(&r.init).iter().any(|(k, e)| k == ".ra" && Some(e) == t.get(".ra"))
+                    && r.start < start
+            }
+            _ => false,
+        };
+        // dump_syms's record of the interval is its first row alone.
+        let theirs_first_row_only = rt.is_some_and(|r| r.deltas.is_empty());
         // A rule reading the PC changes value at every address.
         let per_address =
             eff_o.as_ref().is_some_and(reads_pc) || eff_t.as_ref().is_some_and(reads_pc);
@@ -924,6 +963,9 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
                     text_ours: eff_o.as_ref().map_or("-".into(), render_rules),
                     text_theirs: eff_t.as_ref(),
                     theirs_before_expression: before.as_ref(),
+                    ra_restored,
+                    ra_undefined_kept,
+                    theirs_first_row_only,
                     facts: rules.facts(a + base),
                     in_plt: in_plt(&plt, a + base),
                     skipped: ours.stats.skip_reason_at(a + base),
@@ -947,6 +989,14 @@ struct Interval<'a> {
     text_theirs: Option<&'a BTreeMap<String, String>>,
     /// dump_syms's rule just before our PC-dependent CFA extent containing the interval.
     theirs_before_expression: Option<&'a BTreeMap<String, String>>,
+    /// Our rule has the return address back in its register, and dump_syms's still reads a
+    /// stack slot that our rule of the same record read earlier.
+    ra_restored: bool,
+    /// Our rule ends the stack (no return address) after its record's start, and dump_syms's
+    /// still has the register its record started with.
+    ra_undefined_kept: bool,
+    /// dump_syms's record is its `STACK CFI INIT` line alone.
+    theirs_first_row_only: bool,
     facts: Facts,
     in_plt: bool,
     skipped: Option<unwind_dwarf::breakpad::SkipReason>,
@@ -1061,11 +1111,39 @@ fn classify(c: &mut TableComparison, iv: Interval<'_>, arch: Architecture, rules
             let kept_previous = iv.facts.cfa_reads_pc
                 && iv.theirs_before_expression.is_some()
                 && iv.theirs_before_expression == iv.text_theirs;
+            let same_cfa = matches!(
+                (&iv.ours, &iv.theirs),
+                (Outcome::Caller { cfa: a, .. }, Outcome::Caller { cfa: b, .. }) if a == b
+            );
             if kept_previous {
                 c.explained
                     .entry(
                         "PC-dependent CFA expression (PLT): dump_syms drops the row and keeps \
                          the previous one",
+                    )
+                    .or_default()
+                    .add(bytes);
+            } else if same_cfa && iv.ra_restored {
+                c.explained
+                    .entry(
+                        "return address restored to its register (DW_CFA_restore in an \
+                         epilogue): dump_syms writes no restore and still reads the saved slot",
+                    )
+                    .or_default()
+                    .add(bytes);
+            } else if iv.facts.ra_signed && iv.theirs_first_row_only {
+                c.explained
+                    .entry(
+                        "pointer authentication (DW_CFA_AARCH64_negate_ra_state): dump_syms \
+                         writes the FDE's first row alone",
+                    )
+                    .or_default()
+                    .add(bytes);
+            } else if iv.ours == Outcome::NoCaller && iv.ra_undefined_kept {
+                c.explained
+                    .entry(
+                        "end of the stack (DW_CFA_undefined of the return-address column after \
+                         the record's start): dump_syms writes no .undef and keeps the register",
                     )
                     .or_default()
                     .add(bytes);

@@ -156,3 +156,37 @@ fn armhf_tables_match_dump_syms() {
     }
     println!("{}", rows.join("\n"));
 }
+
+/// Debian's arm64 libc and libstdc++ and the test programs built by its cross compiler (the
+/// ordinary way, and with pointer authentication: dump_syms writes a signed row as any other,
+/// and so do we).
+#[test]
+fn aarch64_tables_match_dump_syms() {
+    let d = dump_syms();
+    let lib = Path::new("/usr/aarch64-linux-gnu/lib");
+    let cc = "aarch64-linux-gnu-gcc";
+    let mut files = vec![lib.join("libc.so.6"), lib.join("libstdc++.so.6")];
+    for (tag, flags) in [
+        ("a64", &["-O2", "-g", "-fomit-frame-pointer"][..]),
+        ("a64-pac", &["-O2", "-mbranch-protection=standard"][..]),
+    ] {
+        files.extend(build(cc, flags, "shlib.c", &format!("shlib-{tag}.so")));
+        files.extend(build(cc, flags, "workload.c", &format!("workload-{tag}.so")));
+        files.extend(build_executable(cc, flags, &format!("shlib-{tag}-nopie")));
+    }
+    assert!(
+        files.iter().all(|f| f.exists()) && files.len() == 8,
+        "missing arm64 files or {cc} (run scripts/setup): {files:?}"
+    );
+    let mut rows = vec![TableComparison::markdown_header().to_string()];
+    for f in &files {
+        let t = check(f, &d);
+        assert!(
+            t.dump_syms_covered.bytes > 0,
+            "{}: dump_syms has no rules",
+            t.module
+        );
+        rows.push(t.markdown_row());
+    }
+    println!("{}", rows.join("\n"));
+}
