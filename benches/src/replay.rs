@@ -28,7 +28,7 @@ impl SequenceArch for unwind_dwarf::X86_64 {
     fn regs(regs: &SampleRegs) -> Option<Self::Regs> {
         match regs {
             SampleRegs::X86_64(r) => Some(*r),
-            SampleRegs::Arm(_) => None,
+            _ => None,
         }
     }
 }
@@ -37,7 +37,16 @@ impl SequenceArch for unwind_dwarf::Arm {
     fn regs(regs: &SampleRegs) -> Option<Self::Regs> {
         match regs {
             SampleRegs::Arm(r) => Some(*r),
-            SampleRegs::X86_64(_) => None,
+            _ => None,
+        }
+    }
+}
+
+impl SequenceArch for unwind_dwarf::Aarch64 {
+    fn regs(regs: &SampleRegs) -> Option<Self::Regs> {
+        match regs {
+            SampleRegs::Aarch64(r) => Some(*r),
+            _ => None,
         }
     }
 }

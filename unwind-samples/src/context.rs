@@ -37,6 +37,22 @@ pub enum Context {
         /// The program status register.
         cpsr: u32,
     },
+    /// 64-bit ARM.
+    Aarch64 {
+        /// x0..x30 (x29 the frame pointer, x30 the link register), `CONTEXT_ARM64` order.
+        iregs: [u64; 31],
+        /// The stack pointer.
+        sp: u64,
+        /// The program counter.
+        pc: u64,
+        /// The processor state (PSTATE as `CPSR`).
+        cpsr: u32,
+        /// The bits of an instruction address that are not address in the sampled process (its
+        /// pointer authentication code and top byte: `NT_ARM_PAC_MASK`'s `insn_mask`), 0 where
+        /// return addresses are not signed. Not a register, and not in a minidump's
+        /// `CONTEXT_ARM64`: the unwinder needs it to strip signed return addresses.
+        pointer_mask: u64,
+    },
 }
 
 impl Context {
@@ -45,6 +61,7 @@ impl Context {
         match self {
             Context::X86_64 { regs, .. } => regs[X86_64_RIP],
             Context::Arm { iregs, .. } => u64::from(iregs[15]),
+            Context::Aarch64 { pc, .. } => *pc,
         }
     }
 
@@ -53,6 +70,7 @@ impl Context {
         match self {
             Context::X86_64 { regs, .. } => regs[X86_64_RSP],
             Context::Arm { iregs, .. } => u64::from(iregs[13]),
+            Context::Aarch64 { sp, .. } => *sp,
         }
     }
 
@@ -74,11 +92,18 @@ impl Context {
         self.regs::<unwind_core::Arm>()
     }
 
-    /// Breakpad's name of this context's CPU: `amd64` or `arm`.
+    /// The registers our aarch64 unwinder starts from, if this is an aarch64 context
+    /// ([`Context::regs`] of [`unwind_core::Aarch64`]).
+    pub fn aarch64_regs(&self) -> Option<unwind_core::aarch64::Regs> {
+        self.regs::<unwind_core::Aarch64>()
+    }
+
+    /// Breakpad's name of this context's CPU: `amd64`, `arm` or `arm64`.
     pub fn cpu_name(&self) -> &'static str {
         match self {
             Context::X86_64 { .. } => "amd64",
             Context::Arm { .. } => "arm",
+            Context::Aarch64 { .. } => "arm64",
         }
     }
 }
@@ -150,6 +175,54 @@ impl ContextArch for unwind_core::Arm {
     }
 }
 
+/// Index of x29 (the frame pointer) in [`Context::Aarch64`]'s `iregs`.
+pub const AARCH64_FP: usize = 29;
+/// Index of x30 (the link register) in [`Context::Aarch64`]'s `iregs`.
+pub const AARCH64_LR: usize = 30;
+
+impl ContextArch for unwind_core::Aarch64 {
+    #[inline]
+    fn regs(context: &Context) -> Option<unwind_core::aarch64::Regs> {
+        match context {
+            Context::Aarch64 {
+                iregs,
+                sp,
+                pc,
+                pointer_mask,
+                ..
+            } => Some(unwind_core::aarch64::Regs {
+                pc: *pc,
+                sp: *sp,
+                fp: iregs[AARCH64_FP],
+                lr: iregs[AARCH64_LR],
+                pointer_mask: *pointer_mask,
+            }),
+            _ => None,
+        }
+    }
+
+    /// pc, sp, x29, x30 and the pointer mask.
+    fn context(regs: unwind_core::aarch64::Regs) -> Context {
+        let mut iregs = [0u64; 31];
+        iregs[AARCH64_FP] = regs.fp;
+        iregs[AARCH64_LR] = regs.lr;
+        Context::Aarch64 {
+            iregs,
+            sp: regs.sp,
+            pc: regs.pc,
+            cpsr: 0,
+            pointer_mask: regs.pointer_mask,
+        }
+    }
+}
+
+impl From<unwind_core::aarch64::Regs> for Context {
+    /// [`ContextArch::context`] of [`unwind_core::Aarch64`].
+    fn from(regs: unwind_core::aarch64::Regs) -> Context {
+        <unwind_core::Aarch64 as ContextArch>::context(regs)
+    }
+}
+
 impl From<unwind_core::x86_64::Regs> for Context {
     /// [`ContextArch::context`] of [`unwind_core::X86_64`].
     fn from(regs: unwind_core::x86_64::Regs) -> Context {
@@ -181,6 +254,21 @@ mod tests {
         assert_eq!(c.x86_64_regs(), None);
         let regs = c.arm_regs().unwrap();
         assert_eq!(Context::from(regs), c);
+    }
+
+    #[test]
+    fn aarch64_regs_round_trip() {
+        let regs = unwind_core::aarch64::Regs {
+            pc: 0x55_0000_1000,
+            sp: 0xffff_f000_0000,
+            fp: 0xffff_f000_0040,
+            lr: 0x0035_0055_0000_2000,
+            pointer_mask: 0xff7f_0000_0000_0000,
+        };
+        let c = Context::from(regs);
+        assert_eq!(c.aarch64_regs(), Some(regs));
+        assert_eq!((c.pc(), c.sp(), c.cpu_name()), (regs.pc, regs.sp, "arm64"));
+        assert_eq!((c.arm_regs(), c.x86_64_regs()), (None, None));
     }
 
     #[test]

@@ -67,7 +67,8 @@ pub struct SystemInfo {
 pub struct Processor {
     /// Its architecture.
     pub architecture: md::ProcessorArchitecture,
-    /// `processor_level` (x86: the family; ARM: the architecture version, 7 for ARMv7).
+    /// `processor_level` (x86: the family; ARM: the architecture version, 7 for ARMv7, 8 for
+    /// AArch64).
     pub level: u16,
     /// `processor_revision` (x86: model and stepping).
     pub revision: u16,
@@ -82,6 +83,7 @@ impl Processor {
         let (architecture, level) = match context {
             Context::X86_64 { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_AMD64, 0),
             Context::Arm { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM, 7),
+            Context::Aarch64 { .. } => (md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM64, 8),
         };
         Processor {
             architecture,
@@ -294,6 +296,25 @@ fn push_context(w: &mut Writer, context: &Context) -> md::MINIDUMP_LOCATION_DESC
                 iregs,
                 cpsr,
                 float_save: Default::default(),
+            })
+        }
+        // (The pointer mask is not a register: `CONTEXT_ARM64` has no place for it.)
+        Context::Aarch64 {
+            iregs,
+            sp,
+            pc,
+            cpsr,
+            pointer_mask: _,
+        } => {
+            let flags = md::ContextFlagsArm64::CONTEXT_ARM64_CONTROL
+                | md::ContextFlagsArm64::CONTEXT_ARM64_INTEGER;
+            w.push(md::CONTEXT_ARM64 {
+                context_flags: flags.bits(),
+                cpsr,
+                iregs,
+                sp,
+                pc,
+                ..Default::default()
             })
         }
     }

@@ -11,6 +11,7 @@
 //! ---
 //! sample TID x86_64 PC SP FP stack BASE LEN pcs A,B,...\n   then LEN bytes of stack
 //! sample TID arm PC LR SP R12 R11 R7 stack BASE LEN pcs A,B,...\n
+//! sample TID aarch64 PC SP FP LR POINTER_MASK stack BASE LEN pcs A,B,...\n
 //! ```
 //! Numbers are hexadecimal (`0x` optional) except `TID` and `LEN`.
 
@@ -27,15 +28,23 @@ pub enum SampleRegs {
     X86_64(unwind_core::x86_64::Regs),
     /// A 32-bit ARM sample (the PC's bit 0 set for Thumb code).
     Arm(unwind_core::arm::Regs),
+    /// An aarch64 sample, with the process's pointer authentication mask.
+    Aarch64(unwind_core::aarch64::Regs),
 }
 
 impl From<&crate::Context> for SampleRegs {
     fn from(c: &crate::Context) -> Self {
-        match (c.x86_64_regs(), c.arm_regs()) {
-            (Some(r), _) => SampleRegs::X86_64(r),
-            (None, Some(r)) => SampleRegs::Arm(r),
-            // A context is one or the other.
-            (None, None) => SampleRegs::X86_64(unwind_core::x86_64::Regs::default()),
+        use crate::ContextArch;
+        match *c {
+            crate::Context::X86_64 { .. } => {
+                SampleRegs::X86_64(unwind_core::X86_64::regs(c).unwrap_or_default())
+            }
+            crate::Context::Arm { .. } => {
+                SampleRegs::Arm(unwind_core::Arm::regs(c).unwrap_or_default())
+            }
+            crate::Context::Aarch64 { .. } => {
+                SampleRegs::Aarch64(unwind_core::Aarch64::regs(c).unwrap_or_default())
+            }
         }
     }
 }
@@ -190,6 +199,13 @@ pub fn write_sample(
                 r.pc, r.lr, r.sp, r.r12, r.r11, r.r7
             );
         }
+        SampleRegs::Aarch64(r) => {
+            let _ = write!(
+                line,
+                "aarch64 {:#x} {:#x} {:#x} {:#x} {:#x}",
+                r.pc, r.sp, r.fp, r.lr, r.pointer_mask
+            );
+        }
     }
     let _ = write!(line, " stack {base:#x} {} pcs ", stack.len());
     for (i, pc) in pcs.iter().enumerate() {
@@ -225,6 +241,20 @@ fn parse_sample(line: &str) -> Option<(SequenceSample, usize)> {
                 *v = u32::try_from(hex(f.next()?)?).ok()?;
             }
             SampleRegs::Arm(crate::offline::arm_regs(r))
+        }
+        "aarch64" => {
+            let mut r = [0u64; 5];
+            for v in &mut r {
+                *v = hex(f.next()?)?;
+            }
+            let [pc, sp, fp, lr, pointer_mask] = r;
+            SampleRegs::Aarch64(unwind_core::aarch64::Regs {
+                pc,
+                sp,
+                fp,
+                lr,
+                pointer_mask,
+            })
         }
         _ => return None,
     };
@@ -301,6 +331,19 @@ mod tests {
                     base: 0,
                     stack: b"---\n\n".to_vec(),
                     pcs: vec![],
+                },
+                SequenceSample {
+                    thread: 9,
+                    regs: SampleRegs::Aarch64(unwind_core::aarch64::Regs {
+                        pc: 0x7010,
+                        sp: 0x100,
+                        fp: 0x140,
+                        lr: 0x0035_0000_0000_7020,
+                        pointer_mask: 0xff7f_0000_0000_0000,
+                    }),
+                    base: 0x100,
+                    stack: vec![1, 2, 3],
+                    pcs: vec![0x7010, 0x7020],
                 },
             ],
         };

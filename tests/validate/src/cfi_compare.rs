@@ -939,7 +939,9 @@ pub fn compare_elf(elf: &Path, dump_syms: &Path) -> Result<TableComparison, Stri
             (Some(o), Some(t), Some(r)) => {
                 !o.contains_key(".ra")
                     && t.get(".ra").is_some_and(|e| !e.contains(' '))
-                    && pairs(&r.init).iter().any(|(k, e)| k == ".ra" && Some(e) == t.get(".ra"))
+                    && pairs(&r.init)
+                        .iter()
+                        .any(|(k, e)| k == ".ra" && Some(e) == t.get(".ra"))
                     && r.start < start
             }
             _ => false,

@@ -218,9 +218,11 @@ const VDSO: &str = "linux-vdso.so.1";
 /// workload at -O2 with -fomit-frame-pointer, and the Rust release workload.
 pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
     if arch == Architecture::Aarch64 {
-        return Err("aarch64 programs cannot be sampled yet: the runtime has no aarch64 module \
+        return Err(
+            "aarch64 programs cannot be sampled yet: the runtime has no aarch64 module \
              (issue 29, step 5)"
-            .into());
+                .into(),
+        );
     }
     let agent = build_agent(arch)?;
     let out = arch_dir(arch);

@@ -171,7 +171,12 @@ fn aarch64_tables_match_dump_syms() {
         ("a64-pac", &["-O2", "-mbranch-protection=standard"][..]),
     ] {
         files.extend(build(cc, flags, "shlib.c", &format!("shlib-{tag}.so")));
-        files.extend(build(cc, flags, "workload.c", &format!("workload-{tag}.so")));
+        files.extend(build(
+            cc,
+            flags,
+            "workload.c",
+            &format!("workload-{tag}.so"),
+        ));
         files.extend(build_executable(cc, flags, &format!("shlib-{tag}-nopie")));
     }
     assert!(

@@ -7,7 +7,7 @@ use minidump::{
     Minidump, MinidumpContext, MinidumpMemoryList, MinidumpModuleList, MinidumpRawContext,
     MinidumpSystemInfo, MinidumpThreadList, Module,
 };
-use minidump_common::format::{ContextFlagsAmd64, ContextFlagsArm};
+use minidump_common::format::{ContextFlagsAmd64, ContextFlagsArm, ContextFlagsArm64};
 use unwind_in_process::StopReason;
 use unwind_samples::minidump::{self as dump, DumpModule, SampleDump, SystemInfo, Unwound};
 use unwind_samples::trace::{self, System, TraceModule};
@@ -298,6 +298,61 @@ fn synthetic_arm_minidump_reads_back_as_arm() {
     let system = System::from_minidump(&sys.raw, sys.csd_version().as_deref());
     assert_eq!(system.cpu, "arm");
     assert_eq!(Some(system.cpu_info.as_str()), sys.cpu_info().as_deref());
+}
+
+/// An aarch64 sample as rust-minidump reads it: `CONTEXT_ARM64` with every integer register,
+/// the SystemInfo CPU arm64.
+#[test]
+fn synthetic_aarch64_minidump_reads_back_as_arm64() {
+    let mut iregs = [0u64; 31];
+    for (i, r) in iregs.iter_mut().enumerate() {
+        *r = 0xaaaa_0000_0000 + i as u64 * 0x11;
+    }
+    let context = Context::Aarch64 {
+        iregs,
+        sp: 0xffff_f000_0100,
+        pc: 0xaaaa_c000_0440,
+        cpsr: 0x6000_0000,
+        pointer_mask: 0xff7f_0000_0000_0000,
+    };
+    let stack: Vec<u8> = (0..=255u8).collect();
+    let modules = [DumpModule {
+        base: 0xaaaa_c000_0000,
+        size: 0x2000,
+        name: "/usr/bin/workload".into(),
+        build_id: (1..=20u8).collect(),
+    }];
+    let bytes = dump::write(&SampleDump {
+        system: &SystemInfo::unknown(&context),
+        context,
+        thread_id: 7,
+        stack_base: 0xffff_f000_0100,
+        stack: &stack,
+        modules: &modules,
+        unwound: None,
+    });
+    let md = Minidump::read(&bytes[..]).expect("minidump reads back");
+    let sys: MinidumpSystemInfo = md.get_stream().expect("system info");
+    assert_eq!(sys.cpu, minidump::system_info::Cpu::Arm64);
+    let threads: MinidumpThreadList = md.get_stream().expect("thread list");
+    let ctx = threads.threads[0].context(&sys, None).expect("context");
+    match &ctx.raw {
+        MinidumpRawContext::Arm64(raw) => {
+            assert_eq!(raw.iregs, iregs);
+            assert_eq!(
+                (raw.sp, raw.pc, raw.cpsr),
+                (0xffff_f000_0100, 0xaaaa_c000_0440, 0x6000_0000)
+            );
+            let want =
+                ContextFlagsArm64::CONTEXT_ARM64_CONTROL | ContextFlagsArm64::CONTEXT_ARM64_INTEGER;
+            assert_eq!(raw.context_flags, want.bits());
+        }
+        other => panic!("not an arm64 context: {other:?}"),
+    }
+    assert_eq!(ctx.get_instruction_pointer(), 0xaaaa_c000_0440);
+    assert_eq!(ctx.get_stack_pointer(), 0xffff_f000_0100);
+    let system = System::from_minidump(&sys.raw, sys.csd_version().as_deref());
+    assert_eq!(system.cpu, "arm64");
 }
 
 #[test]
