@@ -135,6 +135,15 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
     } else {
         m.path.clone()
     };
+    if let Some(rules) = signal_trampoline(m) {
+        let note = "executable memory no file describes, starting with the kernel's signal \
+                    return trampoline (qemu-user's page): its rules";
+        return module(
+            placed(m, name, 0, None, ModuleKind::Anonymous),
+            Arc::new(rules),
+            note,
+        );
+    }
     let (rules, note) = match copies_in(m.start, m.end) {
         None => match jitdump_rules(m, described) {
             Some((rules, n)) => (
@@ -165,6 +174,17 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
         Arc::new(rules),
         &note,
     )
+}
+
+/// The rules of the architecture's signal return trampoline
+/// ([`SignalTrampoline`](crate::arch::SignalTrampoline)) if mapping `m` starts with it, as the
+/// page qemu-user maps for it does.
+fn signal_trampoline(m: &Mapping) -> Option<ModuleRules<Rule>> {
+    let t = Native::SIGNAL_TRAMPOLINE.as_ref()?;
+    let code = read_own(m.start, t.code.len())?;
+    let mut rules = ModuleRulesBuilder::new();
+    (t.rows_in(&code, m.start, &mut rules).ok()? == 1).then_some(())?;
+    rules.build().ok()
 }
 
 /// The module of mapping `m`, named `name`, with load bias `bias`.

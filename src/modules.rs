@@ -670,7 +670,7 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         .map(Arc::new);
     let file_note = file.as_ref().err().cloned();
     match Native::rules_from_image(image_tables(image, hdr, phdrs, &plt, code), map)
-        .map(|(rules, stats)| Read::new(rules, stats))
+        .map(|(rules, stats)| Read::new(vdso_trampoline(module, rules), stats))
     {
         Ok(read) => Parsed {
             rules: {
@@ -691,6 +691,36 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
             ..Parsed::failed(e.to_string(), file_note)
         },
     }
+}
+
+/// `rules` of `module`, with the rows of the architecture's signal return trampoline
+/// ([`SignalTrampoline`](crate::arch::SignalTrampoline)) where the module is the vdso and holds
+/// it (aarch64's `__kernel_rt_sigreturn`): they replace the vdso's own CFI there.
+fn vdso_trampoline(module: &LoadedModule, rules: ModuleRules<Rule>) -> ModuleRules<Rule> {
+    use object::{Object, ObjectSegment, SegmentFlags};
+    let Some(t) = Native::SIGNAL_TRAMPOLINE.as_ref() else {
+        return rules;
+    };
+    if module.name.starts_with('/') {
+        return rules;
+    }
+    let Some(image) = crate::vdso_image() else {
+        return rules;
+    };
+    let Ok(elf) = object::File::parse(&*image) else {
+        return rules;
+    };
+    let mut rules = rules;
+    for seg in elf.segments() {
+        let exec = matches!(seg.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X));
+        if let (true, Ok(code)) = (exec, seg.data()) {
+            match t.replacing(rules.clone(), code, seg.address()) {
+                Ok(replaced) => rules = replaced,
+                Err(_) => return rules,
+            }
+        }
+    }
+    rules
 }
 
 /// Leaves out of the table every module whose code overlaps one before it (by start address),

@@ -9,14 +9,18 @@
 
 use std::ffi::{c_void, CStr};
 
-use unwind_core::table::ModuleRules;
+use unwind_core::table::{ModuleRules, ModuleRulesBuilder, TableError};
 use unwind_core::Arch;
 use unwind_dwarf::{CfiSections, DwarfArch, DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::{Context, ContextArch};
 
+mod aarch64;
 mod arm;
 mod x86_64;
 
+/// The architecture this build unwinds.
+#[cfg(target_arch = "aarch64")]
+pub use unwind_core::Aarch64 as Native;
 /// The architecture this build unwinds.
 #[cfg(target_arch = "arm")]
 pub use unwind_core::Arm as Native;
@@ -24,6 +28,8 @@ pub use unwind_core::Arm as Native;
 #[cfg(target_arch = "x86_64")]
 pub use unwind_core::X86_64 as Native;
 
+#[cfg(target_arch = "aarch64")]
+pub use aarch64::{cpu_info, current_regs, thread_pointer};
 #[cfg(target_arch = "arm")]
 pub use arm::{cpu_info, current_regs, thread_pointer};
 #[cfg(target_arch = "x86_64")]
@@ -36,8 +42,8 @@ pub type Phdr = libc::Elf64_Phdr;
 #[cfg(target_pointer_width = "32")]
 pub type Phdr = libc::Elf32_Phdr;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "arm")))]
-compile_error!("the runtime supports Linux on x86_64 and 32-bit ARM");
+#[cfg(not(any(target_arch = "x86_64", target_arch = "arm", target_arch = "aarch64")))]
+compile_error!("the runtime supports Linux on x86_64, 32-bit ARM and aarch64");
 
 /// The registers the native architecture's unwinder tracks.
 pub type Regs = <Native as Arch>::Regs;
@@ -54,6 +60,66 @@ pub(crate) struct CopiedCode<R: 'static> {
     pub bytes: &'static [u8],
     /// Its rows: `(from, to, rule)`, offsets in the function.
     pub rows: &'static [(u8, u8, R)],
+}
+
+/// The kernel's signal return trampoline of an architecture whose trampoline has no unwind
+/// table that describes it (aarch64: the vdso's `__kernel_rt_sigreturn`, whose CFI since Linux
+/// 5.x describes a frame record that skips the interrupted function, and qemu-user's trampoline
+/// page, which has none), found by its instructions.
+pub(crate) struct SignalTrampoline<R: 'static> {
+    /// Its instructions, from the first: a copy of them is the trampoline.
+    pub code: &'static [u8],
+    /// Pushes the rows of the trampoline whose first instruction is at `at` (an SVMA of the
+    /// module being built), from `from` (at or before `at`) to its end.
+    pub rows: fn(&mut ModuleRulesBuilder<R>, u64, u64) -> Result<(), TableError>,
+}
+
+impl<R: unwind_core::table::TableRule> SignalTrampoline<R> {
+    /// Pushes the rows of every copy of the trampoline in `code` (bytes at SVMA `svma`, copies
+    /// at 4-aligned SVMAs) into `rules`, each from up to 4 bytes before it (never below
+    /// `svma`). Returns how many copies there are.
+    pub fn rows_in(
+        &self,
+        code: &[u8],
+        svma: u64,
+        rules: &mut ModuleRulesBuilder<R>,
+    ) -> Result<usize, TableError> {
+        let n = self.code.len();
+        let mut copies = 0;
+        let first = usize::try_from(svma.wrapping_neg() & 3).unwrap_or(0);
+        for i in (first..code.len().saturating_sub(n - 1)).step_by(4) {
+            if code.get(i..i + n) == Some(self.code) {
+                let at = svma + i as u64;
+                (self.rows)(rules, at.saturating_sub(4).max(svma), at)?;
+                copies += 1;
+            }
+        }
+        Ok(copies)
+    }
+
+    /// `rules` with the rows of every copy of the trampoline in `code` (at SVMA `svma`) in
+    /// place of what `rules` say there (the vdso's CFI of its trampoline describes a frame
+    /// record, which skips the interrupted function); `rules` unchanged if there is none.
+    pub fn replacing(
+        &self,
+        rules: ModuleRules<R>,
+        code: &[u8],
+        svma: u64,
+    ) -> Result<ModuleRules<R>, TableError> {
+        let mut b = ModuleRulesBuilder::new();
+        // The module's expressions first, so that its rules' indices still name them.
+        for e in rules.exprs() {
+            b.add_expr(*e)?;
+        }
+        if self.rows_in(code, svma, &mut b)? == 0 {
+            return Ok(rules);
+        }
+        // The builder keeps the first row at an address: the trampoline's.
+        for (from, to, rule) in rules.extents() {
+            b.push(from, to, rule)?;
+        }
+        b.build()
+    }
 }
 
 /// A program header of a module's image, as an architecture's
@@ -98,6 +164,9 @@ pub(crate) trait RuntimeArch: DwarfArch + ContextArch {
     /// The functions run-time code generators copy as they are, with their rules (see
     /// [`crate::mappings`]).
     const COPIED_CODE: &'static [CopiedCode<Self::Rule>];
+
+    /// The kernel's signal return trampoline, where no unwind table describes it right.
+    const SIGNAL_TRAMPOLINE: Option<SignalTrampoline<Self::Rule>> = None;
 
     /// The interrupted thread's registers, from the `ucontext_t` a signal handler gets (the
     /// kernel's layout for this architecture). Async-signal-safe: reads memory only.
@@ -154,6 +223,24 @@ unsafe fn ucontext_word<const BYTES: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pointer mask where the tests run: on x86_64 and ARM none; on aarch64 a field in bits
+    /// 48 to 63 without bit 55 where the kernel reports pointer authentication (`HWCAP_PACA`:
+    /// `qemu-aarch64 -cpu max` implements it, with a 48-bit address space, leaving the top
+    /// byte to TBI: bits 48 to 54), and none where it does not.
+    #[test]
+    fn the_pointer_mask_is_the_pac_field() {
+        let mask = aarch64::pointer_mask();
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: getauxval has no preconditions.
+            let paca = unsafe { libc::getauxval(libc::AT_HWCAP) } & libc::HWCAP_PACA != 0;
+            assert_eq!(mask & !0xff7f_0000_0000_0000, 0, "{mask:#x}");
+            assert_eq!(mask != 0, paca, "mask {mask:#x}, HWCAP_PACA {paca}");
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        assert_eq!(mask, 0);
+    }
 
     /// The native module reads each register where the target's `libc` puts it (the other
     /// architectures' modules are checked the same way by their own targets' runs, armv7 under
@@ -238,6 +325,33 @@ mod tests {
                 Context::Arm {
                     iregs: std::array::from_fn(|i| r(i as u32)),
                     cpsr: 0x20,
+                },
+            )
+        };
+        #[cfg(target_arch = "aarch64")]
+        let (want_regs, want_context) = {
+            let m = &mut uc.uc_mcontext;
+            for (i, r) in m.regs.iter_mut().enumerate() {
+                *r = 0x1000 + i as u64 * 8;
+            }
+            m.sp = 0x2000;
+            m.pc = 0x3000;
+            m.pstate = 0x6000_0000;
+            let mask = aarch64::pointer_mask();
+            (
+                Regs {
+                    pc: 0x3000,
+                    sp: 0x2000,
+                    fp: 0x1000 + 29 * 8,
+                    lr: 0x1000 + 30 * 8,
+                    pointer_mask: mask,
+                },
+                Context::Aarch64 {
+                    iregs: std::array::from_fn(|i| 0x1000 + i as u64 * 8),
+                    sp: 0x2000,
+                    pc: 0x3000,
+                    cpsr: 0x6000_0000,
+                    pointer_mask: mask,
                 },
             )
         };

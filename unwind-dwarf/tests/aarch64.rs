@@ -22,6 +22,7 @@ use unwind_core::aarch64::Regs;
 use unwind_core::Aarch64;
 use unwind_core::{RuleTableBuilder, StackImage};
 use unwind_dwarf::DwarfArch;
+use unwind_test_support::target::{self, Target};
 
 /// Synthetic stack: `[STACK_LO, STACK_HI)`, every 8-byte word derived from its address.
 const STACK_LO: u64 = 0xffff_f000_0000;
@@ -160,13 +161,15 @@ fn differential(path: &Path) -> Summary {
     compare::elf_file::<Aarch64>(path, &StackImage::new(STACK_LO, &bytes))
 }
 
-/// Debian's arm64 libraries on this host (`libc6-arm64-cross` and friends, which
-/// `scripts/setup` installs).
-const DEBIAN_ARM64: &str = "/usr/aarch64-linux-gnu/lib";
+/// The aarch64 row of the targets table.
+fn aarch64() -> &'static Target {
+    target::by_name("aarch64")
+}
 
-/// The file `name` of Debian's arm64 libraries, or `None` (a failure under CI) if missing.
+/// The file `name` of Debian's arm64 libraries (`libc6-arm64-cross` and friends, which
+/// `scripts/setup` installs), or `None` (a failure under CI) if missing.
 fn debian(name: &str) -> Option<PathBuf> {
-    let path = Path::new(DEBIAN_ARM64).join(name);
+    let path = Path::new(aarch64().libdir).join(name);
     if path.exists() {
         Some(path)
     } else {
@@ -236,9 +239,8 @@ fn rust_aarch64_libstd_matches_gimli() {
 /// A C program with calls, a variable-length array and recursion, compiled by Debian's arm64
 /// cross compiler with `flags` into a shared object in a temporary directory.
 fn compile(tag: &str, flags: &[&str]) -> Option<PathBuf> {
-    let gcc = "aarch64-linux-gnu-gcc";
-    if Command::new(gcc).arg("--version").output().is_err() {
-        unwind_test_support::missing(&format!("{gcc} (scripts/setup)"));
+    let gcc = &aarch64().cc();
+    if !aarch64().usable("the aarch64 programs' tables", &[]) {
         return None;
     }
     let dir = std::env::temp_dir().join(format!("unwind-a64-{}", std::process::id()));

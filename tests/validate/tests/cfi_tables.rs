@@ -163,8 +163,9 @@ fn armhf_tables_match_dump_syms() {
 #[test]
 fn aarch64_tables_match_dump_syms() {
     let d = dump_syms();
-    let lib = Path::new("/usr/aarch64-linux-gnu/lib");
-    let cc = "aarch64-linux-gnu-gcc";
+    let aarch64 = unwind_test_support::target::by_name("aarch64");
+    let lib = Path::new(aarch64.libdir);
+    let cc = &aarch64.cc();
     let mut files = vec![lib.join("libc.so.6"), lib.join("libstdc++.so.6")];
     for (tag, flags) in [
         ("a64", &["-O2", "-g", "-fomit-frame-pointer"][..]),

@@ -1,0 +1,234 @@
+//! The runtime on 64-bit ARM: registers from a `ucontext` and from the current frame, the
+//! pointer authentication mask, the thread pointer, the CPU's identification for minidumps,
+//! how a module's unwind tables are read from its mapped image (`.eh_frame` through
+//! `PT_GNU_EH_FRAME`), and the kernel's signal return trampoline.
+
+use std::ffi::c_void;
+
+use unwind_core::aarch64::{CfaRule, Reg, RegRule, Regs, Rule};
+use unwind_core::expr::{Expr, Op};
+use unwind_core::table::{ModuleRules, ModuleRulesBuilder, TableError};
+use unwind_core::Aarch64;
+use unwind_dwarf::{DwarfError, ExidxError, ExidxStats, LoadStats};
+use unwind_samples::Context;
+
+use super::{ucontext_word, CopiedCode, ImageTables, RuntimeArch, SignalTrampoline};
+
+/// Where `uc_mcontext` starts in the kernel's (and glibc's) `ucontext_t`: after `uc_flags`,
+/// `uc_link`, the 24-byte `stack_t`, the 8-byte signal mask and 120 bytes of padding (the
+/// kernel's room for a larger `sigset_t`), 16-aligned. Its `struct sigcontext` holds
+/// `fault_address`, then `regs[31]`, `sp`, `pc` and `pstate`.
+const MCONTEXT: usize = 176;
+/// Where `regs[0]` is in the `ucontext_t`: after `fault_address`.
+const REGS: usize = MCONTEXT + 8;
+/// Indices of the `sigcontext` words after `regs[0]` (`regs[i]` is word `i`).
+const SP: usize = 31;
+const PC: usize = 32;
+const PSTATE: usize = 33;
+
+/// Word `i` of the `sigcontext` counted from `regs[0]`.
+///
+/// # Safety
+/// `ucontext` must point to a valid aarch64 `ucontext_t`.
+#[inline(always)]
+unsafe fn word(ucontext: *const c_void, i: usize) -> u64 {
+    // SAFETY: the caller guarantees a valid ucontext_t, whose sigcontext holds 34 words from
+    // regs[0] on.
+    unsafe { ucontext_word::<8>(ucontext, REGS, i) }
+}
+
+impl RuntimeArch for Aarch64 {
+    /// AAPCS64 has no red zone.
+    const RED_ZONE: u64 = 0;
+
+    /// None: `.eh_frame` is found through `PT_GNU_EH_FRAME`.
+    const UNWIND_SEGMENTS: &'static [u32] = &[];
+
+    /// None yet (CPython's aarch64 perf trampoline is a candidate).
+    const COPIED_CODE: &'static [CopiedCode<Rule>] = &[];
+
+    /// The kernel's `rt_sigreturn` call, as the vdso's `__kernel_rt_sigreturn` and qemu-user's
+    /// own trampoline page hold it (`mov x8, #139; svc #0`), recognised by its instructions as
+    /// libgcc recognises it.
+    const SIGNAL_TRAMPOLINE: Option<SignalTrampoline<Rule>> = Some(SignalTrampoline {
+        code: &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4],
+        rows: sigreturn_rows,
+    });
+
+    /// The pointer mask is this process's ([`pointer_mask`]).
+    #[inline(always)]
+    unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Regs {
+        // SAFETY: the caller guarantees a valid ucontext_t.
+        let w = |i| unsafe { word(ucontext, i) };
+        Regs {
+            pc: w(PC),
+            sp: w(SP),
+            fp: w(29),
+            lr: w(30),
+            pointer_mask: pointer_mask(),
+        }
+    }
+
+    unsafe fn context_from_ucontext(ucontext: *const c_void) -> Context {
+        let mut iregs = [0u64; 31];
+        for (i, v) in iregs.iter_mut().enumerate() {
+            // SAFETY: the caller guarantees a valid ucontext_t.
+            *v = unsafe { word(ucontext, i) };
+        }
+        // SAFETY: as above.
+        let w = |i| unsafe { word(ucontext, i) };
+        Context::Aarch64 {
+            iregs,
+            sp: w(SP),
+            pc: w(PC),
+            cpsr: w(PSTATE) as u32,
+            pointer_mask: pointer_mask(),
+        }
+    }
+
+    /// `.eh_frame` from the image copy, as on x86_64 (every aarch64 compiler emits it).
+    fn rules_from_image(
+        tables: ImageTables<'_>,
+        _file: Option<&[u8]>,
+    ) -> Result<(ModuleRules<Rule>, LoadStats<Aarch64>), DwarfError> {
+        unwind_dwarf::rules_from_sections::<Aarch64>(&tables.cfi?, None)
+    }
+
+    /// aarch64 has no EHABI index.
+    fn report_extra(_: &()) -> (Option<ExidxStats>, Option<ExidxError>) {
+        (None, None)
+    }
+
+    /// aarch64's rules never are.
+    fn from_instructions(_: &Rule) -> bool {
+        false
+    }
+}
+
+/// Bytes from the trampoline's SP (the kernel's `struct rt_sigframe`: a 128-byte `siginfo_t`,
+/// then the `ucontext_t`) to the interrupted registers' `sigcontext` words.
+const FRAME_REGS: i64 = 128 + REGS as i64;
+
+/// Pushes the rows of the signal trampoline whose first instruction is at `at` into `rules`,
+/// from `from` (at or before `at`: the vdso's trampoline follows a `nop` that a return address
+/// minus one falls in) to its end: the interrupted thread's registers are in the `rt_sigframe`
+/// at SP, its PC exact.
+fn sigreturn_rows(rules: &mut ModuleRulesBuilder<Rule>, from: u64, at: u64) -> Result<(), TableError> {
+    let slot = |i: usize| FRAME_REGS + 8 * i as i64;
+    let at_sp = |i| Expr::new(&[Op::Reg(Reg::Sp as u8), Op::Const(slot(i)), Op::Add]);
+    let cfa = Expr::new(&[
+        Op::Reg(Reg::Sp as u8),
+        Op::Const(slot(SP)),
+        Op::Add,
+        Op::Deref,
+    ]);
+    let (Ok(cfa), Ok(pc), Ok(lr), Ok(fp)) = (cfa, at_sp(PC), at_sp(30), at_sp(29)) else {
+        return Err(TableError::TooManyRules);
+    };
+    let rule = Rule {
+        cfa: CfaRule::Expr(rules.add_expr(cfa)?),
+        ra: RegRule::Expr(rules.add_expr(pc)?),
+        lr: RegRule::Expr(rules.add_expr(lr)?),
+        fp: RegRule::Expr(rules.add_expr(fp)?),
+        ra_signed: false,
+        signal_frame: true,
+    };
+    rules.push(from, at + 8, rule)
+}
+
+/// The bits of an instruction address that are not address in this process: the pointer
+/// authentication code's field and the top byte, as `xpaclri` clears them; 0 on a core without
+/// pointer authentication, where `xpaclri` (a hint) does nothing. Found by stripping an address
+/// with every bit set but 55 (which selects the upper or lower address range, and which
+/// `xpaclri` keeps). Async-signal-safe: three instructions.
+#[inline(always)]
+pub fn pointer_mask() -> u64 {
+    #[cfg(target_arch = "aarch64")]
+    {
+        let probe: u64 = !(1 << 55);
+        let stripped: u64;
+        // SAFETY: `xpaclri` (`hint #7`) strips the pointer authentication code of x30 in place
+        // and does nothing else; it never faults (a no-op without FEAT_PAuth). x30 is declared
+        // clobbered by taking it as the in/out operand.
+        unsafe {
+            std::arch::asm!(
+                "hint #7",
+                inout("x30") probe => stripped,
+                options(nomem, nostack, preserves_flags, pure)
+            );
+        }
+        probe & !stripped
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        0
+    }
+}
+
+/// The registers at this point of the caller (always inlined).
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub fn current_regs() -> Regs {
+    let (pc, sp, fp, lr): (u64, u64, u64, u64);
+    // SAFETY: copies registers (the PC by `adr` of this very instruction) into outputs;
+    // touches no memory and changes no other state.
+    unsafe {
+        std::arch::asm!(
+            "adr {pc}, .",
+            "mov {sp}, sp",
+            "mov {fp}, x29",
+            "mov {lr}, x30",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            lr = out(reg) lr,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Regs {
+        pc,
+        sp,
+        fp,
+        lr,
+        pointer_mask: pointer_mask(),
+    }
+}
+
+/// The calling thread's thread pointer. Async-signal-safe: one register read.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads TPIDR_EL0, the thread ID register the kernel loads with the thread
+    // pointer; no memory is touched.
+    unsafe {
+        std::arch::asm!(
+            "mrs {}, tpidr_el0",
+            out(reg) tp,
+            options(nomem, nostack, preserves_flags, pure)
+        );
+    }
+    tp
+}
+
+/// This CPU for a minidump's SystemInfo stream: level 8 (ARMv8) and the hardware capabilities
+/// (user space cannot read MIDR without the kernel's help).
+#[cfg(target_arch = "aarch64")]
+pub fn cpu_info() -> unwind_samples::minidump::Processor {
+    use minidump_common::format as md;
+    use scroll::{Pwrite, LE};
+    // SAFETY: getauxval has no preconditions.
+    let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
+    let info = md::ARMCpuInfo {
+        cpuid: 0,
+        elf_hwcaps: hwcaps,
+    };
+    let mut data = [0u8; 24];
+    let _ = data.pwrite_with(info, 0, LE);
+    unwind_samples::minidump::Processor {
+        architecture: md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM64,
+        level: 8,
+        revision: 0,
+        cpu: data,
+    }
+}
