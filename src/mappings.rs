@@ -139,7 +139,7 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
         let note = "executable memory no file describes, starting with the kernel's signal \
                     return trampoline (qemu-user's page): its rules";
         return module(
-            placed(m, name, 0, None, ModuleKind::Anonymous),
+            placed(m, SIGRETURN.into(), 0, None, ModuleKind::Anonymous),
             Arc::new(rules),
             note,
         );
@@ -175,6 +175,10 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
         &note,
     )
 }
+
+/// The name of a mapping that holds the kernel's signal return trampoline and nothing else
+/// (qemu-user's page for it on aarch64), as the kernel names such mappings (`[vdso]`).
+pub(crate) const SIGRETURN: &str = "[sigreturn]";
 
 /// The rules of the architecture's signal return trampoline
 /// ([`SignalTrampoline`](crate::arch::SignalTrampoline)) if mapping `m` starts with it, as the

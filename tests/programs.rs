@@ -5,7 +5,8 @@
 //! Programs: tests/programs/workload.c (with frames.S and libshared.so) at -O0, -O2 and -O3
 //! with -g and -fomit-frame-pointer, and built the ordinary way (-O2 alone, and with
 //! -fno-omit-frame-pointer); on armv7 the same as ARM and Thumb code, with and without
-//! -funwind-tables; and the Rust release program tests/agent/src/bin/rust_workload.rs.
+//! -funwind-tables; on aarch64 with and without pointer authentication; and the Rust release
+//! program tests/agent/src/bin/rust_workload.rs.
 //! They exercise: deep chains of distinct frames, a shared library reached through the PLT that
 //! calls back into the program, `alloca` (CFA on rbp), hand-written asm with CFI directives,
 //! threads, and a signal handler (`SIGUSR1`) interrupted by `SIGPROF`, so the stack crosses the
@@ -34,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use unwind_test_support::call_graph::{
-    c_graph, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
+    c_graph, c_graph_aarch64, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
 };
 use unwind_test_support::run;
 use unwind_test_support::target::{self, Target};
@@ -429,6 +430,10 @@ fn main() {
     if armv7.usable("the programs", &[]) {
         arm_programs(armv7, &root, &programs, &src, &mut passed, &mut failed);
     }
+    let aarch64 = target::by_name("aarch64");
+    if aarch64.usable("the programs", &[]) {
+        aarch64_programs(aarch64, &root, &programs, &src, &mut passed, &mut failed);
+    }
 
     println!("programs: {passed} passed, {} failed", failed.len());
     if !failed.is_empty() {
@@ -572,6 +577,74 @@ fn arm_programs(
         .arg(out.join("workload-thumb-O2-captured.txt"))
         .args([SECONDS, HZ]));
     cross_unwind(arm, "armv7 C thumb-O2", &samples, passed, failed);
+}
+
+/// Edges every aarch64 C sample set must contain.
+const C_MUST_SEE_A64: [&str; 6] = [
+    "start_thread>thread_main",
+    "leaf_c>spin",
+    "via_alloca>leaf_c",
+    "shlib_inner>cb_from_lib",
+    "__restore_rt>on_usr1",
+    "[ext]>main",
+];
+
+/// The same programs on aarch64 (its row of the targets table), run under qemu-aarch64, whose
+/// default CPU implements pointer authentication: built with -g at three levels, the way
+/// Debian's arm64 compiler builds by default (-O2, no -g), with frame pointers, and with
+/// return addresses signed (`-mbranch-protection=standard`); then the Rust release program.
+/// At least 99.5 % of each build's samples valid, and no frame in no module.
+fn aarch64_programs(
+    a64: &Target,
+    root: &Path,
+    programs: &Path,
+    src: &Path,
+    passed: &mut usize,
+    failed: &mut Vec<String>,
+) {
+    let agent_dir = unwind_test_support::build_agent(root, a64);
+    let out = programs.join("aarch64");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let qemu = |exe: &Path| a64.command(exe, &[("AGENT_CLOCK", "cpu")]);
+    let variants: [(&str, &[&str]); 6] = [
+        ("O0", &["-O0", "-g", "-fomit-frame-pointer"]),
+        ("O2", &["-O2", "-g", "-fomit-frame-pointer"]),
+        ("O3", &["-O3", "-g", "-fomit-frame-pointer"]),
+        ("ordinary", &["-O2"]),
+        ("ordinary-fp", &["-O2", "-fno-omit-frame-pointer"]),
+        ("pac", &["-O2", "-mbranch-protection=standard"]),
+    ];
+    for (tag, flags) in variants {
+        let w = Workload::build(&a64.cc(), flags, &[], src, &out, &agent_dir, tag);
+        let report_path = out.join(format!("workload-{tag}.txt"));
+        run(qemu(&w.exe).arg(&report_path).args([SECONDS, HZ]));
+        let text = std::fs::read_to_string(&report_path).expect("report");
+        let o = validate(
+            &text,
+            &|m| w.own(m),
+            &|f: &str| f.to_string(),
+            &c_graph_aarch64(),
+        );
+        let name = format!("aarch64 C {}", flags.join(" "));
+        early_and_outside(&name, &o, &text, failed);
+        report_with(&name, &o, &C_MUST_SEE_A64, 0.005, passed, failed);
+    }
+    let report_path = out.join("rust-workload.txt");
+    run(qemu(&agent_dir.join("rust-workload"))
+        .arg(&report_path)
+        .args([SECONDS, HZ]));
+    let text = std::fs::read_to_string(&report_path).expect("report");
+    let own = |m: &str| m == "rust-workload";
+    let o = validate(&text, &own, &rust_name, &rust_graph());
+    early_and_outside("aarch64 Rust release", &o, &text, failed);
+    report_with(
+        "aarch64 Rust release",
+        &o,
+        &RUST_MUST_SEE,
+        0.005,
+        passed,
+        failed,
+    );
 }
 
 /// Unwinds the armv7 samples in `dir` again on this host, from the module files, and checks

@@ -20,6 +20,7 @@ use unwind_test_support::target::{self, Target};
 pub enum Isa {
     X86_64,
     Arm,
+    Aarch64,
 }
 
 impl Isa {
@@ -28,6 +29,7 @@ impl Isa {
         match t.elf_machine {
             62 => Isa::X86_64,
             40 => Isa::Arm,
+            183 => Isa::Aarch64,
             _ => panic!("machine_code: no instruction decoding for {}", t.name),
         }
     }
@@ -264,6 +266,28 @@ fn flow(isa: Isa, mnemonic: &str, operands: &str) -> Flow {
             if (m.starts_with("ldr") || m.starts_with("add") || m.starts_with("mov"))
                 && operands.starts_with("pc,")
             {
+                return Flow::IndirectJump;
+            }
+            Flow::Local
+        }
+        Isa::Aarch64 => {
+            if mnemonic == "svc" {
+                return Flow::Syscall;
+            }
+            // Direct branches: `b`, `b.cond`, `bl`, `cbz`/`cbnz` and `tbz`/`tbnz` (the target
+            // their last operand).
+            let direct = matches!(mnemonic, "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz")
+                || mnemonic.starts_with("b.");
+            if direct {
+                return direct_target(operands.rsplit(", ").next().unwrap_or(""))
+                    .map_or(Flow::Local, |(a, _)| Flow::To(a));
+            }
+            // Calls through a register (`blr`, and the authenticating `blraa` and kin), and
+            // jumps through one (`br`: a jump table, or a tail call through a pointer).
+            if mnemonic.starts_with("blr") {
+                return Flow::IndirectCall;
+            }
+            if mnemonic.starts_with("br") {
                 return Flow::IndirectJump;
             }
             Flow::Local

@@ -66,6 +66,23 @@ pub fn plt_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
                     i += 12;
                 }
             }
+            // Entries are 16 bytes (20 with `bti c` before them), after the 32-byte `PLT0`:
+            // found by their words at every 4-byte step.
+            object::Architecture::Aarch64 => {
+                let mut i = 0;
+                while i + 16 <= data.len() {
+                    match aarch64_slot(base + i as u64, data, i) {
+                        Some(slot) => {
+                            const BTI_C: u32 = 0xd503_245f;
+                            let bti = i >= 4 && le_word(data, i - 4) == Some(BTI_C);
+                            let start = if bti { i - 4 } else { i };
+                            name(base + start as u64, (i + 16 - start) as u64, slot);
+                            i += 16;
+                        }
+                        None => i += 4,
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -115,6 +132,31 @@ fn arm_slot(at: u64, code: &[u8], i: usize) -> Option<u64> {
         .wrapping_add(imm(b))
         .wrapping_add(c & 0xfff);
     Some(u64::from(slot))
+}
+
+/// The GOT slot the AArch64 stub at byte `i` of `code` (file address `at`) branches through, if
+/// its four words are `adrp x16, PAGE`, `ldr x17, [x16, #OFF]`, `add x16, x16, #OFF` and
+/// `br x17` (GNU ld's and lld's entry; with BTI, `bti c` before them).
+fn aarch64_slot(at: u64, code: &[u8], i: usize) -> Option<u64> {
+    let (adrp, ldr, add, br) = (
+        le_word(code, i)?,
+        le_word(code, i + 4)?,
+        le_word(code, i + 8)?,
+        le_word(code, i + 12)?,
+    );
+    if adrp & 0x9f00_001f != 0x9000_0010
+        || ldr & 0xffc0_03ff != 0xf940_0211
+        || add & 0xffc0_03ff != 0x9100_0210
+        || br != 0xd61f_0220
+    {
+        return None;
+    }
+    // adrp: a signed 21-bit page count (immhi:immlo) from the stub's page.
+    let pages = (((adrp >> 5) & 0x7_ffff) << 2 | (adrp >> 29) & 3) as i64;
+    let pages = (pages << 43) >> 43;
+    let page = (at & !0xfff).wrapping_add_signed(pages << 12);
+    // ldr (unsigned offset): a 12-bit count of 8-byte words.
+    Some(page.wrapping_add(u64::from((ldr >> 10) & 0xfff) * 8))
 }
 
 /// The name of the function each dynamic relocation fills a slot with, by slot address: the

@@ -232,6 +232,8 @@ impl Symbolizer {
     pub fn lookup_return_address(&self, ra: u64) -> Option<Symbol<'_>> {
         match self.lookup(ra.wrapping_sub(1)) {
             Some(s) if s.function.is_none() => self.lookup(ra).or(Some(s)),
+            // The first byte of a module: a signal trampoline that begins its mapping.
+            None => self.lookup(ra),
             other => other,
         }
     }

@@ -65,6 +65,14 @@ fn regs_line(r: &unwind_in_process::Regs) -> String {
     )
 }
 
+#[cfg(target_arch = "aarch64")]
+fn regs_line(r: &unwind_in_process::Regs) -> String {
+    format!(
+        "regs aarch64 {:#x} {:#x} {:#x} {:#x} {:#x}",
+        r.pc, r.sp, r.fp, r.lr, r.pointer_mask
+    )
+}
+
 #[cfg(target_arch = "x86_64")]
 fn regs_line(r: &unwind_in_process::Regs) -> String {
     format!("regs x86_64 {:#x} {:#x} {:#x}", r.pc, r.sp, r.fp)

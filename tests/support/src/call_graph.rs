@@ -84,10 +84,19 @@ pub fn tokens(
     let mut out: Vec<String> = Vec::new();
     for &(module, function) in frames.iter().rev() {
         let f = function.split('.').next().unwrap_or(function);
+        // qemu-user's aarch64 signal trampoline page, which the runtime names so.
+        let f = if module == "[sigreturn]" {
+            "__kernel_rt_sigreturn"
+        } else {
+            f
+        };
         let f = match f {
             "__clone3" | "clone3" | "__clone" => "clone",
-            // glibc's ARM signal return trampoline.
-            "__default_rt_sa_restorer" | "__default_sa_restorer" => "__restore_rt",
+            // glibc's ARM signal return trampoline, and aarch64's (the vdso's; qemu-user's
+            // page, which the runtime names after it).
+            "__default_rt_sa_restorer" | "__default_sa_restorer" | "__kernel_rt_sigreturn" => {
+                "__restore_rt"
+            }
             f => f,
         };
         let t = if KEEP.contains(&f) {
@@ -138,6 +147,12 @@ pub fn c_graph_arm() -> Graph {
         &["_start", "clone", "[ext]"],
         format!("{C_EDGES} [ext]>thread_main"),
     )
+}
+
+/// The C workload's call graph on aarch64: x86_64's without the asm phase (frames.S is
+/// x86_64); the kernel's signal trampoline is named `__restore_rt` as everywhere ([`tokens`]).
+pub fn c_graph_aarch64() -> Graph {
+    Graph::from_string(&["_start", "clone"], C_EDGES.to_string())
 }
 
 /// Edges of the Rust workload on every architecture (std's frames collapsed to `[std]` by
