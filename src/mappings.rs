@@ -290,7 +290,44 @@ fn read_own(addr: u64, len: usize) -> Option<Vec<u8>> {
     };
     // SAFETY: `local` is `out`, writable for `len` bytes; the kernel checks `remote`.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (n == len as isize).then_some(out)
+    if n == len as isize {
+        return Some(out);
+    }
+    // qemu-user does not implement `process_vm_readv`: there the memory goes through a pipe,
+    // whose `write` fails (EFAULT), rather than faults, on memory that is not readable.
+    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        return read_own_through_pipe(addr, &mut out).then_some(out);
+    }
+    None
+}
+
+/// Fills `out` with this process's memory at `addr` through a pipe, a page at a time (see
+/// [`read_own`]); false if any of it is not readable.
+fn read_own_through_pipe(addr: u64, out: &mut [u8]) -> bool {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return false;
+    }
+    let mut ok = true;
+    for (i, chunk) in out.chunks_mut(4096).enumerate() {
+        let from = addr.wrapping_add((i * 4096) as u64);
+        // SAFETY: the kernel reads `chunk.len()` bytes at `from` and fails with EFAULT where
+        // they are not readable; nothing is dereferenced here. A pipe holds at least a page.
+        let written = unsafe { libc::write(fds[1], from as *const libc::c_void, chunk.len()) };
+        // SAFETY: `chunk` is writable for its length.
+        let read = unsafe { libc::read(fds[0], chunk.as_mut_ptr().cast(), chunk.len()) };
+        if written != chunk.len() as isize || read != written {
+            ok = false;
+            break;
+        }
+    }
+    // SAFETY: both descriptors are ours, closed once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    ok
 }
 
 /// A module for `m`, a mapping of an ELF file's code, with the rules of the loader's module for

@@ -113,7 +113,11 @@ const FRAME_REGS: i64 = 128 + REGS as i64;
 /// from `from` (at or before `at`: the vdso's trampoline follows a `nop` that a return address
 /// minus one falls in) to its end: the interrupted thread's registers are in the `rt_sigframe`
 /// at SP, its PC exact.
-fn sigreturn_rows(rules: &mut ModuleRulesBuilder<Rule>, from: u64, at: u64) -> Result<(), TableError> {
+fn sigreturn_rows(
+    rules: &mut ModuleRulesBuilder<Rule>,
+    from: u64,
+    at: u64,
+) -> Result<(), TableError> {
     let slot = |i: usize| FRAME_REGS + 8 * i as i64;
     let at_sp = |i| Expr::new(&[Op::Reg(Reg::Sp as u8), Op::Const(slot(i)), Op::Add]);
     let cfa = Expr::new(&[

@@ -151,8 +151,13 @@ pub fn c_graph_arm() -> Graph {
 
 /// The C workload's call graph on aarch64: x86_64's without the asm phase (frames.S is
 /// x86_64); the kernel's signal trampoline is named `__restore_rt` as everywhere ([`tokens`]).
+/// Debian's arm64 cross glibc has no symbols for its thread entry (`thread_start`,
+/// `start_thread`), so, as on armv7, a thread's stack starts at the collapsed `[ext]`.
 pub fn c_graph_aarch64() -> Graph {
-    Graph::from_string(&["_start", "clone"], C_EDGES.to_string())
+    Graph::from_string(
+        &["_start", "clone", "[ext]"],
+        format!("{C_EDGES} [ext]>thread_main"),
+    )
 }
 
 /// Edges of the Rust workload on every architecture (std's frames collapsed to `[std]` by
@@ -167,7 +172,8 @@ pub fn rust_graph() -> Graph {
     Graph::new(&["_start", "clone"], RUST_EDGES)
 }
 
-/// The Rust workload's call graph on armv7 (glibc's thread and process entries as `[ext]`).
+/// The Rust workload's call graph where glibc's thread and process entries have no names and
+/// are `[ext]` (Debian's armhf and arm64 cross libraries).
 pub fn rust_graph_arm() -> Graph {
     Graph::from_string(
         &["_start", "clone", "[ext]"],

@@ -1,4 +1,4 @@
-/* The blocking program of profiler/tests/armv7.rs: each thread spends the run blocked in one of
+/* The blocking program of profiler/tests/common/cross.rs: each thread spends the run blocked in one of
  * the C library's blocking calls, where a wall-clock profile of a real program spends most of its
  * samples. Each thread is `X_thread` (named "X") calling `X_wait`, which blocks in the call:
  *

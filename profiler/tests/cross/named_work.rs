@@ -1,4 +1,4 @@
-//! The Rust program of profiler/tests/armv7.rs: two `std::thread`s, "alpha" and "beta", each
+//! The Rust program of profiler/tests/common/cross.rs: two `std::thread`s, "alpha" and "beta", each
 //! doing its own named work (`alpha_work` -> `alpha_mix`, `beta_work` -> `beta_mix`), while
 //! `main` does its own (`main_work` -> `main_mix`). Fixed iteration counts, so the output is the
 //! same on every run: one line per thread with its result.

@@ -1,0 +1,12 @@
+//! The profiler on 64-bit ARM (the targets table's `aarch64` row), under qemu-aarch64: the
+//! programs and checks of [`cross`], written once for every emulated architecture.
+
+/// The row of the targets table these tests run.
+const ROW: &str = "aarch64";
+
+/// Debian's arm64 compiler emits `.eh_frame` for every function by default
+/// (`-fasynchronous-unwind-tables`): the default build's stacks show their callers.
+const DEFAULT_BUILD_HAS_TABLES: bool = true;
+
+#[path = "common/cross.rs"]
+mod cross;

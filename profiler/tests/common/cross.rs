@@ -1,0 +1,735 @@
+//! The profiler on an architecture this host emulates, written once and run per row of the
+//! targets table (`profiler/tests/<row>.rs` names the row, [`super::ROW`]): that architecture's
+//! preload library (`libunwind_profiler_preload.so`) in its programs, run under qemu-user on
+//! this host. Three programs, each with two threads ("alpha" and "beta") and `main` doing
+//! distinct named work (`X_work` calling `X_mix`, fixed amounts):
+//!
+//! - the C program tests/cross/named_work.c built with the row's cross compiler at `-O2`, as
+//!   Debian builds by default (on armv7, Thumb-2 without unwind tables for the program's own
+//!   functions: its `.ARM.exidx` holds one entry, `_start`'s EXIDX_CANTUNWIND, which covers the
+//!   rest of `.text`, so walks stop at the leaf; on aarch64 with `.eh_frame`, as everywhere);
+//! - the same with `-funwind-tables`;
+//! - the same with `-g` instead (armv7: no EXIDX entries, but a `.debug_frame` in the file, which
+//!   the unwinder reads from disk);
+//! - the Rust program tests/cross/named_work.rs built with `rustc -O` for the row (`std::thread`s);
+//! - under `unwind-profiler record`, forked workers (`forked_workers_under_record`);
+//! - and, sampled by the wall clock, tests/cross/blocking.c (Debian's default build), whose
+//!   threads spend the run blocked in glibc's blocking calls: 99 % of its samples must reach
+//!   the thread's function or `main` (see `c_program_blocked_in_system_calls_with_the_wall_clock`).
+//!
+//! Each runs once alone and once with the preload library (qemu `-E LD_PRELOAD=...`: the
+//! variable is set for the guest only); both must exit 0 with the same stdout. The pprof profile,
+//! read back per thread (its `thread`/`thread_id` labels), must have samples from every thread,
+//! most of each thread's samples in its own `X_mix` and none in another thread's, and names
+//! demangled; with unwind tables 95 % of those samples must show the callers (`X_thread` or the
+//! Rust closure, then `X_work`, then `X_mix`; `main` for the main thread), and at most 5 % may
+//! have a frame in no known module. The figures of each run are printed (`--nocapture` shows
+//! them).
+//!
+//! The programs run through qemu directly (no binfmt_misc needed), alone and with the preload
+//! library; `forked_workers_under_record` runs qemu under this host's `record`. Needs the row's
+//! cross compiler, qemu, its Rust standard library and its preload library (scripts/test builds
+//! it first): `cargo build --release --target TRIPLE -p unwind-profiler-preload &&
+//! cargo test --release -p unwind-profiler --test ROW -- --nocapture`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use unwind_profiler::output::pprof::proto;
+use unwind_test_support::target::{self, Target};
+use unwind_test_support::{run, tool_runs};
+
+/// The row of the targets table: its toolchain, sysroot and emulator.
+fn row() -> &'static Target {
+    target::by_name(super::ROW)
+}
+/// A run that takes longer has hung (each takes a few seconds under qemu).
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Held by each test: the runs are timed for the report, one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The target directory: this test runs from `TARGET/release/deps/`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors().nth(3).unwrap().to_path_buf()
+}
+
+/// The row's preload library, which must have been built (see the module docs).
+fn preload_library() -> PathBuf {
+    let lib = row()
+        .release_dir(&target_dir())
+        .join("libunwind_profiler_preload.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: build it first with `cargo build --release --target {} \
+         -p unwind-profiler-preload`",
+        lib.display(),
+        row().rust_target
+    );
+    lib
+}
+
+/// A fresh directory for one test's programs and outputs.
+fn work_dir(test: &str) -> PathBuf {
+    let dir = target_dir()
+        .join(format!("{}-profiler-test", super::ROW))
+        .join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/cross")
+        .join(name)
+}
+
+/// Whether the cross tools are installed; reports the missing ones (a failure under CI).
+fn tools_present(rust: bool) -> bool {
+    if !row().usable("the profiler's cross tests", &[]) {
+        return false;
+    }
+    // rustc links through the cross gcc too.
+    if rust && !tool_runs("rustc") {
+        unwind_test_support::missing("rustc");
+        return false;
+    }
+    if rust && !rust_std_for_row() {
+        let t = row().rust_target;
+        unwind_test_support::missing(&format!(
+            "the {t} Rust standard library (rustup target add {t})"
+        ));
+        return false;
+    }
+    true
+}
+
+/// Whether rustc has the row's standard library.
+fn rust_std_for_row() -> bool {
+    let Ok(out) = Command::new("rustc")
+        .args(["--print", "target-libdir", "--target", row().rust_target])
+        .output()
+    else {
+        return false;
+    };
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(|e| e.ok()).any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("libstd-") && n.ends_with(".rlib"))
+        })
+    })
+}
+
+/// Runs the row's program `exe` under qemu (with `args`), with the preload library
+/// writing its outputs to `profile_dir` if given and the profiler's settings `settings`
+/// (`UNWIND_PROFILER_*` variables); fails if it hangs. Returns its output and how long it ran.
+fn run_under_qemu(
+    exe: &Path,
+    args: &[&str],
+    profile: Option<(&Path, &Path)>,
+    settings: &[(&str, &str)],
+) -> (Output, Duration) {
+    // The variables for the guest only: the host's qemu must not preload the guest's library.
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some((library, dir)) = profile {
+        env.push(("LD_PRELOAD".into(), library.display().to_string()));
+        env.push(("UNWIND_PROFILER_OUTPUT".into(), dir.display().to_string()));
+        env.extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut cmd = row().command(exe, &env);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("{cmd:?} ran for more than {TIMEOUT:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let elapsed = started.elapsed();
+    (child.wait_with_output().unwrap(), elapsed)
+}
+
+/// A thread of the programs: how to find it in the profile and the call chain of its work, root
+/// first, ending with its `X_mix`.
+struct ThreadSpec {
+    /// The thread's name, or `None` for the main thread (found by its tid, the process id: its
+    /// name under qemu is the emulator's).
+    name: Option<&'static str>,
+    chain: [&'static str; 3],
+}
+
+const C_THREADS: [ThreadSpec; 3] = [
+    ThreadSpec {
+        name: Some("alpha"),
+        chain: ["alpha_thread", "alpha_work", "alpha_mix"],
+    },
+    ThreadSpec {
+        name: Some("beta"),
+        chain: ["beta_thread", "beta_work", "beta_mix"],
+    },
+    ThreadSpec {
+        name: None,
+        chain: ["main", "main_work", "main_mix"],
+    },
+];
+
+const RUST_THREADS: [ThreadSpec; 3] = [
+    ThreadSpec {
+        name: Some("alpha"),
+        chain: [
+            "named_work::main::{{closure}}",
+            "named_work::alpha_work",
+            "named_work::alpha_mix",
+        ],
+    },
+    ThreadSpec {
+        name: Some("beta"),
+        chain: [
+            "named_work::main::{{closure}}",
+            "named_work::beta_work",
+            "named_work::beta_mix",
+        ],
+    },
+    ThreadSpec {
+        name: None,
+        chain: [
+            "named_work::main",
+            "named_work::main_work",
+            "named_work::main_mix",
+        ],
+    },
+];
+
+/// One sample of the pprof profile: its thread and its function names, root first.
+struct Sample {
+    thread: String,
+    tid: i64,
+    frames: Vec<String>,
+    /// Samples of this stack and thread (the first value).
+    count: u64,
+}
+
+/// The samples of the gzipped pprof profile at `path`.
+fn pprof_samples(path: &Path) -> Vec<Sample> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
+        &mut bytes,
+    )
+    .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).expect("not a pprof profile");
+    let string = |i: i64| p.string_table[i as usize].clone();
+    let functions: HashMap<u64, String> =
+        p.function.iter().map(|f| (f.id, string(f.name))).collect();
+    let locations: HashMap<u64, &proto::Location> = p.location.iter().map(|l| (l.id, l)).collect();
+    p.sample
+        .iter()
+        .map(|s| {
+            // Locations leaf first, lines innermost first: reversed, root first.
+            let mut frames: Vec<String> = s
+                .location_id
+                .iter()
+                .flat_map(|id| locations[id].line.iter())
+                .map(|l| functions[&l.function_id].clone())
+                .collect();
+            frames.reverse();
+            let label = |key: &str| s.label.iter().find(|l| string(l.key) == key);
+            Sample {
+                thread: label("thread").map_or_else(String::new, |l| string(l.str)),
+                tid: label("thread_id").map_or(0, |l| l.num),
+                frames,
+                count: s.value[0] as u64,
+            }
+        })
+        .collect()
+}
+
+/// The number after `key` at the start of a line of the summary (`pid`, `NoRule`, ...).
+fn summary_number(summary: &str, key: &str) -> u64 {
+    summary
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(key)?.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} line in the summary:\n{summary}"))
+}
+
+fn contains_run(frames: &[String], run: &[&str]) -> bool {
+    frames
+        .windows(run.len())
+        .any(|w| w.iter().zip(run).all(|(a, b)| a == b))
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    100.0 * part as f64 / whole.max(1) as f64
+}
+
+/// Runs `exe` alone and under the preload library, checks the runs and the profile (see the
+/// module docs), prints the figures, and fails naming every check that did not hold.
+/// `callers`: whether the program has unwind tables, so that stacks must show callers.
+fn check_program(label: &str, exe: &Path, dir: &Path, threads: &[ThreadSpec], callers: bool) {
+    let out = dir.join("profile");
+    std::fs::create_dir_all(&out).unwrap();
+    let (plain, plain_time) = run_under_qemu(exe, &[], None, &[]);
+    let (profiled, profiled_time) = run_under_qemu(exe, &[], Some((&preload_library(), &out)), &[]);
+    let stderr = String::from_utf8_lossy(&profiled.stderr);
+    assert!(
+        plain.status.success(),
+        "{label} failed alone: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    assert!(
+        profiled.status.success(),
+        "{label} failed under the profiler: {}",
+        stderr
+    );
+    let stdout = String::from_utf8_lossy(&plain.stdout);
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        stdout,
+        "{label}: the program's output changed under the profiler"
+    );
+    assert_eq!(stdout.lines().count(), 3, "{label} printed {stdout:?}");
+    assert!(
+        stderr.contains(" samples of 3 threads; summary in "),
+        "{label}: the profiler did not report 3 threads at exit: {stderr}"
+    );
+    let outputs = unwind_profiler::output::Outputs::paths(&out, "profile");
+    for f in outputs.all() {
+        let len = std::fs::metadata(f).map_or(0, |m| m.len());
+        assert!(len > 0, "{label}: {} is missing or empty", f.display());
+    }
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    let pid = summary_number(&summary, "pid ") as i64;
+    let samples = pprof_samples(&outputs.pprof);
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+
+    println!("{label}: qemu ran {plain_time:.2?} alone, {profiled_time:.2?} profiled");
+    println!(
+        "{label}: {total} samples ({} periods of 1 ms CPU time: the kernel checks CPU timers once \
+         per tick); stops: NoRule {}, CantUnwind {}; mean depth {}",
+        summary_number(&summary, "periods"),
+        summary_number(&summary, "NoRule"),
+        summary_number(&summary, "CantUnwind"),
+        summary
+            .lines()
+            .find_map(|l| l.strip_prefix("mean stack depth"))
+            .unwrap_or("?")
+            .trim()
+    );
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+    check(total > 0, format!("{label}: no samples"));
+    let mangled: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| &s.frames)
+        .filter(|f| f.starts_with("_ZN"))
+        .collect();
+    check(
+        mangled.is_empty(),
+        format!("{label}: mangled names {mangled:?}"),
+    );
+    let unknown: u64 = samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f.starts_with("[unknown]")))
+        .map(|s| s.count)
+        .sum();
+    let reach_main: u64 = samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f == "main"))
+        .map(|s| s.count)
+        .sum();
+    let reach_start: u64 = samples
+        .iter()
+        .filter(|s| s.frames.first().is_some_and(|f| f == "_start"))
+        .map(|s| s.count)
+        .sum();
+    println!(
+        "{label}: {unknown} samples ({:.1} %) with a frame in no known module; {reach_main} \
+         ({:.1} %) reach main, {reach_start} ({:.1} %) start at _start",
+        pct(unknown, total),
+        pct(reach_main, total),
+        pct(reach_start, total)
+    );
+    if callers {
+        check(
+            unknown * 100 <= total * 5,
+            format!("{label}: {unknown} of {total} samples with a frame in no known module"),
+        );
+    }
+    let mixes: Vec<&str> = threads.iter().map(|t| t.chain[2]).collect();
+    for t in threads {
+        let who = t.name.unwrap_or("main thread");
+        let mine: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| match t.name {
+                Some(name) => s.thread == name,
+                None => s.tid == pid,
+            })
+            .collect();
+        let all: u64 = mine.iter().map(|s| s.count).sum();
+        let sum = |f: &dyn Fn(&Sample) -> bool| -> u64 {
+            mine.iter().filter(|s| f(s)).map(|s| s.count).sum()
+        };
+        let mix = t.chain[2];
+        let in_mix = sum(&|s| s.frames.iter().any(|f| f == mix));
+        let others = sum(&|s| {
+            s.frames
+                .iter()
+                .any(|f| f != mix && mixes.contains(&f.as_str()))
+        });
+        let chained =
+            sum(&|s| s.frames.iter().any(|f| f == mix) && contains_run(&s.frames, &t.chain));
+        println!(
+            "{label}: {who}: {all} samples ({:.1} % of the profile); {in_mix} ({:.1} %) in \
+             {mix}, {chained} of them under {} <- {}",
+            pct(all, total),
+            pct(in_mix, all),
+            t.chain[1],
+            t.chain[0]
+        );
+        check(all > 0, format!("{label}: no samples from {who}"));
+        check(
+            in_mix * 2 > all,
+            format!("{label}: {who}: only {in_mix} of {all} samples in {mix}"),
+        );
+        check(
+            others == 0,
+            format!("{label}: {who}: {others} samples in another thread's work"),
+        );
+        if callers {
+            check(
+                chained * 100 >= in_mix * 95,
+                format!(
+                    "{label}: {who}: {chained} of {in_mix} samples in {mix} under {:?}",
+                    t.chain
+                ),
+            );
+        }
+    }
+    if !failures.is_empty() {
+        let folded = std::fs::read_to_string(&outputs.folded).unwrap_or_default();
+        panic!(
+            "{}\nsummary:\n{summary}\nfolded:\n{folded}",
+            failures.join("\n")
+        );
+    }
+}
+
+/// Builds tests/cross/`name`.c with the row's cross compiler at `-O2` and `extra` flags (the
+/// functions are named from the symbol table, which the build keeps).
+fn build_c_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    run(Command::new(row().cc())
+        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(source(&format!("{name}.c")))
+        .arg("-lpthread"));
+    exe
+}
+
+/// Builds tests/cross/named_work.c (see [`build_c_program`]).
+fn build_c(dir: &Path, extra: &[&str]) -> PathBuf {
+    build_c_program(dir, "named_work", extra)
+}
+
+/// Debian's default build: on armv7 only the leaf of each stack is known (see the module
+/// docs), so the threads, their work and the program's output are checked, not the callers;
+/// elsewhere the callers too ([`super::DEFAULT_BUILD_HAS_TABLES`]).
+#[test]
+fn c_program_default_build() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-default");
+    let exe = build_c(&dir, &[]);
+    check_program(
+        "C -O2",
+        &exe,
+        &dir,
+        &C_THREADS,
+        super::DEFAULT_BUILD_HAS_TABLES,
+    );
+}
+
+#[test]
+fn c_program_with_unwind_tables() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-unwind-tables");
+    let exe = build_c(&dir, &["-funwind-tables"]);
+    check_program("C -O2 -funwind-tables", &exe, &dir, &C_THREADS, true);
+}
+
+/// The default build with `-g`: the callers come from `.debug_frame`.
+#[test]
+fn c_program_with_debug_info() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-debug-info");
+    let exe = build_c(&dir, &["-g"]);
+    check_program("C -O2 -g", &exe, &dir, &C_THREADS, true);
+}
+
+#[test]
+fn rust_program() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(true) {
+        return;
+    }
+    let dir = work_dir("rust");
+    let exe = dir.join("named_work");
+    run(Command::new("rustc")
+        .args(["--edition", "2021", "--crate-name", "named_work"])
+        .args(["--target", row().rust_target, "-O", "-C", "debuginfo=1"])
+        .arg("-C")
+        .arg(format!("linker={}", row().cc()))
+        .arg("-o")
+        .arg(&exe)
+        .arg(source("named_work.rs")));
+    check_program("Rust release", &exe, &dir, &RUST_THREADS, true);
+}
+
+/// The threads of tests/cross/blocking.c, each blocked in `X_wait` for the run, in the call
+/// named after it.
+const BLOCKING_THREADS: [&str; 10] = [
+    "sleep",
+    "clocksleep",
+    "condwait",
+    "mutex",
+    "futex",
+    "read",
+    "write",
+    "poll",
+    "epoll",
+    "sem",
+];
+
+/// The function each thread of tests/cross/blocking.c blocks in, called by its `X_thread`.
+fn blocking_wait(thread: &str) -> String {
+    match thread {
+        "epoll" => "epoll_wait_for_input".into(),
+        "sem" => "sem_wait_for_post".into(),
+        t => format!("{t}_wait"),
+    }
+}
+
+/// Wall-clock samples of a program whose threads spend the run blocked in the C library's
+/// blocking calls (tests/cross/blocking.c: `nanosleep`, `clock_nanosleep`, a condition
+/// variable's and a mutex's futex waits, a raw `futex` wait, `read`, `write`, `poll`,
+/// `epoll_wait`, `sem_wait`, and `pthread_join` in `main`), built as Debian builds it (armhf
+/// glibc marks most of these paths `EXIDX_CANTUNWIND`, so there each walk goes through
+/// functions whose rules come from their instructions). At least 99 % of the samples must be complete:
+/// a thread's reach its `X_thread` right under the thread's entry (glibc's `start_thread`: the
+/// profiler's trampoline between them is left out), the main thread's `main` under `_start`; every thread's samples
+/// must be mostly in its own `X_wait`, under its `X_thread`.
+#[test]
+fn c_program_blocked_in_system_calls_with_the_wall_clock() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("c-blocking");
+    let exe = build_c_program(&dir, "blocking", &[]);
+    let out = dir.join("profile");
+    std::fs::create_dir_all(&out).unwrap();
+    let args = ["2"];
+    let (plain, _) = run_under_qemu(&exe, &args, None, &[]);
+    let (profiled, took) = run_under_qemu(
+        &exe,
+        &args,
+        Some((&preload_library(), &out)),
+        &[("UNWIND_PROFILER_CLOCK", "wall")],
+    );
+    let stderr = String::from_utf8_lossy(&profiled.stderr);
+    assert!(plain.status.success(), "blocking failed alone");
+    assert!(
+        profiled.status.success(),
+        "blocking failed profiled: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the program's output changed under the profiler"
+    );
+    let outputs = unwind_profiler::output::Outputs::paths(&out, "profile");
+    let summary = std::fs::read_to_string(&outputs.summary).unwrap();
+    let pid = summary_number(&summary, "pid ") as i64;
+    let samples = pprof_samples(&outputs.pprof);
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let trampoline = "unwind_profiler::threads::trampoline";
+    // A thread's stack: its entry's frames in glibc (on armv7 `start_thread`, where the walk
+    // ends; on aarch64 `thread_start`, the clone's entry, then `start_thread`; Debian's
+    // cross libraries name neither), then the thread's function: the profiler's trampoline
+    // between them is left out.
+    let entries = if row().name == "armv7" { 1 } else { 2 };
+    let complete = |s: &Sample| {
+        if s.tid == pid {
+            s.frames.first().is_some_and(|f| f == "_start") && s.frames.iter().any(|f| f == "main")
+        } else {
+            s.frames.len() > entries
+                && s.frames[..entries].iter().all(|f| {
+                    f.starts_with("libc.so.6+")
+                        || f.ends_with("start_thread")
+                        || f == "thread_start"
+                })
+                && s.frames[entries].ends_with("_thread")
+                && s.frames[entries] != "start_thread"
+                && !s.frames.iter().any(|f| f == trampoline)
+        }
+    };
+    let complete_samples: u64 = samples
+        .iter()
+        .filter(|s| complete(s))
+        .map(|s| s.count)
+        .sum();
+    println!(
+        "blocking: qemu ran {took:.2?} profiled; {total} samples, {complete_samples} ({:.2} %) complete",
+        pct(complete_samples, total)
+    );
+    let mut failures = Vec::new();
+    for thread in BLOCKING_THREADS.iter().copied().chain([""]) {
+        let (who, chain) = if thread.is_empty() {
+            (
+                "main thread".to_string(),
+                vec!["main".to_string(), "main_wait".into()],
+            )
+        } else {
+            (
+                thread.to_string(),
+                vec![format!("{thread}_thread"), blocking_wait(thread)],
+            )
+        };
+        let mine: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| {
+                if thread.is_empty() {
+                    s.tid == pid
+                } else {
+                    s.thread == thread
+                }
+            })
+            .collect();
+        let all: u64 = mine.iter().map(|s| s.count).sum();
+        let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+        let waiting: u64 = mine
+            .iter()
+            .filter(|s| complete(s) && contains_run(&s.frames, &chain))
+            .map(|s| s.count)
+            .sum();
+        // The most frequent stack of the thread, leaf last.
+        let top = mine
+            .iter()
+            .max_by_key(|s| s.count)
+            .map(|s| s.frames.join(";"));
+        println!(
+            "blocking: {who}: {all} samples, {waiting} ({:.1} %) complete under {chain:?}; most: {}",
+            pct(waiting, all),
+            top.unwrap_or_default()
+        );
+        if all == 0 || waiting * 100 < all * 90 {
+            failures.push(format!(
+                "{who}: {waiting} of {all} samples complete under {chain:?}"
+            ));
+        }
+    }
+    if complete_samples * 100 < total * 99 {
+        failures.push(format!(
+            "{complete_samples} of {total} samples complete (want 99 %)"
+        ));
+    }
+    if !failures.is_empty() {
+        let folded = std::fs::read_to_string(&outputs.folded).unwrap_or_default();
+        panic!(
+            "{}\nsummary:\n{summary}\nfolded:\n{folded}",
+            failures.join("\n")
+        );
+    }
+}
+
+/// Under `unwind-profiler record` (this host's command, the program through qemu): the
+/// session works across the emulator (the socket, the `memfd`s), and workers forked without
+/// `exec` from a multi-threaded parent (profiler/tests/behaviour/forked_workers.c, built with
+/// `-funwind-tables`) are processes of the one profile, each function at its share.
+#[test]
+fn forked_workers_under_record() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("forked-workers");
+    let behaviour = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    let exe = dir.join("forked_workers");
+    run(Command::new(row().cc())
+        .args(["-O0", "-funwind-tables", "-pthread", "-I"])
+        .arg(&behaviour)
+        .arg(behaviour.join("forked_workers.c"))
+        .arg("-o")
+        .arg(&exe));
+    let record = target_dir().join("release").join("unwind-profiler");
+    assert!(
+        record.is_file(),
+        "{} is missing: build it first (cargo build --release -p unwind-profiler)",
+        record.display()
+    );
+    let out = dir.join("profile");
+    let mut cmd = Command::new(&record);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    let done = cmd
+        .arg("record")
+        .arg("--library")
+        .arg(preload_library())
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .args(row().launcher())
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    assert!(stderr.contains("of 5 processes"), "{stderr}");
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = unwind_profiler::output::folded::parse(&text);
+    for (function, processes) in [
+        ("parent_work", 1),
+        ("thread_work", 1),
+        ("worker_work", 3),
+        ("grandchild_work", 1),
+    ] {
+        let n: u64 = lines
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f == function))
+            .map(|(_, n)| n)
+            .sum();
+        println!("{function}: {n} samples");
+        // 200 ms of CPU in each process's function: 200 periods at 1 kHz.
+        assert!(n >= 100 * processes, "{function}: {n} samples:\n{text}");
+    }
+}
