@@ -157,6 +157,16 @@ pub struct SampleDump<'a> {
 /// u32 count, u32 stop-reason index ([`StopReason::index`]), then count u64 PCs, little-endian.
 pub const UNWOUND_STREAM: u32 = 0x554e_5701;
 
+/// A user stream (type 0x554e_5702) of an aarch64 sample: the sampled process's pointer mask
+/// (the bits of an instruction address that are not address, which the unwinder strips from
+/// signed return addresses; `CONTEXT_ARM64` has no place for it), a little-endian u64.
+pub const POINTER_MASK_STREAM: u32 = 0x554e_5702;
+
+/// Parses a [`POINTER_MASK_STREAM`] stream; `None` if it is not 8 bytes.
+pub fn parse_pointer_mask(stream: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(stream.try_into().ok()?))
+}
+
 /// Parses an [`UNWOUND_STREAM`] stream; `None` if it is truncated or names no known reason.
 pub fn parse_unwound(stream: &[u8]) -> Option<(Vec<u64>, StopReason)> {
     let u32_at = |at: usize| -> Option<u32> {
@@ -322,10 +332,12 @@ fn push_context(w: &mut Writer, context: &Context) -> md::MINIDUMP_LOCATION_DESC
 
 /// Writes `dump` as a minidump: streams SystemInfo, ThreadList (the one sampled thread: its
 /// id, context and stack), MemoryList (the stack), ModuleList (each module's base, size, path
-/// and a Breakpad ELF CodeView record `BpEL` + build id) and, when `dump.unwound` is set, the
-/// [`UNWOUND_STREAM`] user stream. Not async-signal-safe (it allocates).
+/// and a Breakpad ELF CodeView record `BpEL` + build id), when `dump.unwound` is set the
+/// [`UNWOUND_STREAM`] user stream, and for an aarch64 sample the [`POINTER_MASK_STREAM`]. Not
+/// async-signal-safe (it allocates).
 pub fn write(dump: &SampleDump<'_>) -> Vec<u8> {
-    let stream_count = 4 + usize::from(dump.unwound.is_some());
+    let aarch64 = matches!(dump.context, Context::Aarch64 { .. });
+    let stream_count = 4 + usize::from(dump.unwound.is_some()) + usize::from(aarch64);
     let mut w = Writer { buf: Vec::new() };
     let header_size = md::MINIDUMP_HEADER::size_with(&LE);
     let dir_size = md::MINIDUMP_DIRECTORY::size_with(&LE);
@@ -404,10 +416,16 @@ pub fn write(dump: &SampleDump<'_>) -> Vec<u8> {
         user = Some(w.bytes(&bytes));
     }
 
+    let mask = match dump.context {
+        Context::Aarch64 { pointer_mask, .. } => Some(w.bytes(&pointer_mask.to_le_bytes())),
+        _ => None,
+    };
+
     let entries = directory
         .into_iter()
         .map(|(ty, location)| (ty as u32, location))
-        .chain(user.map(|location| (UNWOUND_STREAM, location)));
+        .chain(user.map(|location| (UNWOUND_STREAM, location)))
+        .chain(mask.map(|location| (POINTER_MASK_STREAM, location)));
     for (i, (stream_type, location)) in entries.enumerate() {
         w.put_at(
             header_size + i * dir_size,

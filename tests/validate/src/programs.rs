@@ -1,5 +1,5 @@
 //! The real programs the validation samples: built, run under the test agent (natively on
-//! x86_64, under `qemu-arm` for armv7), each leaving minidumps of its samples.
+//! x86_64, under qemu-user for armv7 and aarch64), each leaving minidumps of its samples.
 //!
 //! The agent (tests/agent) unwinds every sample in its SIGPROF handler; with
 //! `AGENT_SAMPLES_DIR` it also copies the registers and stack of every `AGENT_SAMPLES_EVERY`-th
@@ -214,16 +214,10 @@ const VDSO: &str = "linux-vdso.so.1";
 
 /// Builds and samples the programs of `arch`: the C workload at -O0 and -O2 (on armv7, -O2 as
 /// ARM and as Thumb code) with -g and -fomit-frame-pointer, and built the ordinary way (-O2
-/// alone, and with -fno-omit-frame-pointer; on armv7 as ARM and as Thumb code), the C++
-/// workload at -O2 with -fomit-frame-pointer, and the Rust release workload.
+/// alone, and with -fno-omit-frame-pointer; on armv7 as ARM and as Thumb code; on aarch64 with
+/// -mbranch-protection too), the C++ workload at -O2 with -fomit-frame-pointer, and the Rust
+/// release workload.
 pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRun>, String> {
-    if arch == Architecture::Aarch64 {
-        return Err(
-            "aarch64 programs cannot be sampled yet: the runtime has no aarch64 module \
-             (issue 29, step 5)"
-                .into(),
-        );
-    }
     let agent = build_agent(arch)?;
     let out = arch_dir(arch);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -270,13 +264,22 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
                 &["-O2", "-mthumb", "-fno-omit-frame-pointer"],
             ),
         ],
-        Architecture::Aarch64 => unreachable!("refused above"),
+        Architecture::Aarch64 => &[
+            ("a64-O0", &["-O0", "-g", "-fomit-frame-pointer"]),
+            ("a64-O2", &["-O2", "-g", "-fomit-frame-pointer"]),
+            // Built the ordinary way (Debian's arm64 defaults), with frame pointers, and with
+            // return addresses signed (qemu-aarch64's default CPU implements pointer
+            // authentication).
+            ("ordinary-a64", &["-O2"]),
+            ("ordinary-a64-fp", &["-O2", "-fno-omit-frame-pointer"]),
+            ("a64-pac", &["-O2", "-mbranch-protection=standard"]),
+        ],
     };
     let mut runs = Vec::new();
     let (c_graph, rust_graph) = match arch {
         Architecture::X86_64 => (call_graph::c_graph(), call_graph::rust_graph()),
         Architecture::Arm => (call_graph::c_graph_arm(), call_graph::rust_graph_arm()),
-        Architecture::Aarch64 => unreachable!("refused above"),
+        Architecture::Aarch64 => (call_graph::c_graph_aarch64(), call_graph::rust_graph_arm()),
     };
     for (tag, flags) in variants {
         let exe = build_c(arch, flags, tag, &agent, &out)?;

@@ -89,7 +89,22 @@ impl Sample {
                     cpsr: c.cpsr,
                 },
             ),
-            _ => return Err(err("context", &"not x86_64 or ARM")),
+            MinidumpRawContext::Arm64(c) => (
+                Architecture::Aarch64,
+                Context::Aarch64 {
+                    iregs: c.iregs,
+                    sp: c.sp,
+                    pc: c.pc,
+                    cpsr: c.cpsr,
+                    // Written apart by the sampled process (`CONTEXT_ARM64` has no place for it).
+                    pointer_mask: dump
+                        .get_raw_stream(unwind_samples::minidump::POINTER_MASK_STREAM)
+                        .ok()
+                        .and_then(unwind_samples::minidump::parse_pointer_mask)
+                        .unwrap_or(0),
+                },
+            ),
+            _ => return Err(err("context", &"not x86_64, ARM or aarch64")),
         };
         let memory: MinidumpMemoryList = dump.get_stream().map_err(|e| err("memory", &e))?;
         let stack_start = thread.raw.stack.start_of_memory_range;

@@ -15,7 +15,8 @@ use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder, TableRule};
 use unwind_core::{
-    arm, x86_64, Arm, Cache, Found, StackImage, StopReason, Trust, UnwindResult, X86_64,
+    aarch64, arm, x86_64, Aarch64, Arm, Cache, Found, StackImage, StopReason, Trust,
+    UnwindResult, X86_64,
 };
 
 use crate::programs::host_path;
@@ -184,6 +185,7 @@ pub struct Tables {
     layouts: HashMap<PathBuf, Option<Layout>>,
     x86: ArchTables<x86_64::Rule>,
     arm: ArchTables<arm::Rule>,
+    aarch64: ArchTables<aarch64::Rule>,
 }
 
 /// Runs `unwind` and describes, per frame, the rule `facts` finds for it (at the PC for frame
@@ -248,6 +250,35 @@ impl Tables {
                                 }
                                 _ => false,
                             },
+                        })
+                },
+                0,
+            )
+        } else if let Some(regs) = sample.context.aarch64_regs() {
+            let table = self.aarch64.table(&mut self.layouts, sample, |p| {
+                unwind_dwarf::load_elf_file::<unwind_dwarf::Aarch64>(p)
+                    .ok()
+                    .map(|l| l.rules)
+            })?;
+            walk_frames(
+                |pcs, trust| {
+                    unwind_core::unwind(
+                        &table,
+                        &mut Cache::<Aarch64>::new(),
+                        regs,
+                        &image,
+                        pcs,
+                        Some(trust),
+                    )
+                },
+                |at| {
+                    table
+                        .lookup(at)
+                        .map_or_else(RuleFacts::default, |Found { rule, .. }| RuleFacts {
+                            found: true,
+                            signal_frame: rule.signal_frame,
+                            exidx: false,
+                            pc_dependent_cfa: false,
                         })
                 },
                 0,

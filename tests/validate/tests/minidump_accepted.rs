@@ -353,6 +353,10 @@ fn synthetic_aarch64_minidump_reads_back_as_arm64() {
     assert_eq!(ctx.get_stack_pointer(), 0xffff_f000_0100);
     let system = System::from_minidump(&sys.raw, sys.csd_version().as_deref());
     assert_eq!(system.cpu, "arm64");
+    let mask = md
+        .get_raw_stream(dump::POINTER_MASK_STREAM)
+        .expect("pointer mask stream");
+    assert_eq!(dump::parse_pointer_mask(mask), Some(0xff7f_0000_0000_0000));
 }
 
 #[test]

@@ -60,3 +60,11 @@ fn armv7_samples_agree_with_breakpad() {
     }
     check(Architecture::Arm);
 }
+
+#[test]
+fn aarch64_samples_agree_with_breakpad() {
+    if !available(Architecture::Aarch64, "the aarch64 samples") {
+        return;
+    }
+    check(Architecture::Aarch64);
+}

@@ -49,10 +49,12 @@ fn main() -> ExitCode {
         return minidumps_only(dir, &dump_syms);
     }
     let mut archs = vec![Architecture::X86_64];
-    if arm && programs::available(Architecture::Arm, "the validation") {
-        archs.push(Architecture::Arm);
-    } else {
-        eprintln!("validate: armv7 skipped");
+    for cross in [Architecture::Arm, Architecture::Aarch64] {
+        if arm && programs::available(cross, "the validation") {
+            archs.push(cross);
+        } else {
+            eprintln!("validate: {} skipped", cross.name());
+        }
     }
     let mut results = Vec::new();
     let mut ok = true;
@@ -115,8 +117,10 @@ fn table_files(archs: &[Architecture]) -> Vec<PathBuf> {
                 v.push(built.join("arm").join("validate-workload-thumb-O2"));
                 v.push(built.join("arm").join("libvalidate-arm-O2.so"));
             }
-            // No program is sampled on aarch64 yet (the runtime has no aarch64 module).
-            Architecture::Aarch64 => {}
+            Architecture::Aarch64 => {
+                v.push(built.join("aarch64").join("validate-workload-a64-pac"));
+                v.push(built.join("aarch64").join("libvalidate-a64-O2.so"));
+            }
         }
     }
     v
