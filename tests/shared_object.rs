@@ -210,10 +210,15 @@ fn guard_runs(
                 .iter()
                 .any(|(m, f)| ours(m) && (f == "main" || f == "worker_main"))
         };
+        // The thread's start: glibc's `__clone3` or the program's `_start`; where the C library
+        // has no symbols (Debian's arm64 cross libraries), an unnamed libc frame at which the
+        // walk ended by the end-of-stack rule (glibc marks only its thread entry so).
         let at_start = |l: &str| {
-            frames(l)
-                .last()
-                .is_some_and(|(m, f)| f == "__clone3" || (ours(m) && f == "_start"))
+            frames(l).last().is_some_and(|(m, f)| {
+                f == "__clone3"
+                    || (ours(m) && f == "_start")
+                    || (m == "libc.so.6" && f.starts_with("?+") && l.starts_with("stop=EndOfStack"))
+            })
         };
         let judged: Vec<&str> = if p.to_thread_start() {
             samples.clone()
