@@ -70,7 +70,7 @@ pub use report::{preload_file, ModuleReport, PreloadReport};
 pub use system::{dump_modules, symbolizer, system_info};
 pub use unwind_core::{StopReason, Trust, UnwindResult};
 
-use arch::Native;
+use arch::{Native, RuntimeArch};
 pub(crate) use publish::Published;
 use publish::{with_table, Quarantine};
 use unwind_core::{Arch as _, LiveStack, RuleTableBuilder, StackImage};
@@ -419,6 +419,14 @@ pub fn loaded_modules() -> Vec<LoadedModule> {
     lock_state().map_or_else(Vec::new, |s| s.modules.clone())
 }
 
+/// This process's pointer mask: the bits of an instruction address that are not address (on
+/// aarch64 with pointer authentication, the authentication code's field and the top byte, as
+/// `xpaclri` clears them; 0 elsewhere). An offline walk of this process's copied stacks gives
+/// it to its memory (`unwind_core::StackImage::with_pointer_mask`). Async-signal-safe.
+pub fn pointer_mask() -> u64 {
+    Native::pointer_mask()
+}
+
 /// A copy of the vdso's ELF image (the kernel maps it; it has no file), or `None` if the
 /// process has no vdso.
 pub fn vdso_image() -> Option<Vec<u8>> {
@@ -491,7 +499,7 @@ fn live_stack(slot: &threads::ThreadSlot, sp: u64) -> LiveStack {
     };
     // SAFETY: `[lo, hi)` is part of the calling thread's own stack mapping (registered from
     // pthread_getattr_np), at or above the red zone of the interrupted frame, which is mapped.
-    unsafe { LiveStack::new(lo, hi) }
+    unsafe { LiveStack::new(lo, hi) }.with_pointer_mask(Native::pointer_mask())
 }
 
 fn unwind_live(
@@ -587,12 +595,14 @@ pub fn unwind_here(
 }
 
 /// Unwinds a copied stack (for example one from [`capture_signal`]) with the published table
-/// and the calling thread's cache. The calling thread must be registered.
+/// and the calling thread's cache. The calling thread must be registered. The stack is this
+/// process's: its return addresses are stripped with this process's pointer mask (aarch64).
 pub fn unwind_copy(
     regs: Regs,
     stack: &StackImage<'_>,
     pcs: &mut [u64],
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
-    with_table(|table, cache, _| unwind_core::unwind(table, cache, regs, stack, pcs, trust))
+    let stack = stack.with_pointer_mask(Native::pointer_mask());
+    with_table(|table, cache, _| unwind_core::unwind(table, cache, regs, &stack, pcs, trust))
 }

@@ -45,7 +45,7 @@ impl SequenceArch for unwind_dwarf::Arm {
 impl SequenceArch for unwind_dwarf::Aarch64 {
     fn regs(regs: &SampleRegs) -> Option<Self::Regs> {
         match regs {
-            SampleRegs::Aarch64(r) => Some(*r),
+            SampleRegs::Aarch64 { regs, .. } => Some(*regs),
             _ => None,
         }
     }
@@ -136,7 +136,7 @@ impl<A: SequenceArch> OursReplay<A> {
             &self.table,
             cache,
             regs,
-            &StackImage::new(s.base, &s.stack),
+            &StackImage::new(s.base, &s.stack).with_pointer_mask(s.regs.pointer_mask()),
             pcs,
         )
     }
@@ -344,10 +344,12 @@ pub fn time_per_frame(
     (median, ns as f64 / frames.max(1) as f64)
 }
 
-/// The architecture of a sequence's samples: `Some(true)` for x86_64, `Some(false)` for ARM,
-/// `None` if it has none.
-pub fn is_x86_64(seq: &Sequence) -> Option<bool> {
-    seq.samples
-        .first()
-        .map(|s| matches!(s.regs, SampleRegs::X86_64(_)))
+/// The architecture of a sequence's samples, `None` if it has none.
+pub fn arch_of(seq: &Sequence) -> Option<unwind_dwarf::Architecture> {
+    use unwind_dwarf::Architecture;
+    seq.samples.first().map(|s| match s.regs {
+        SampleRegs::X86_64(_) => Architecture::X86_64,
+        SampleRegs::Arm(_) => Architecture::Arm,
+        SampleRegs::Aarch64 { .. } => Architecture::Aarch64,
+    })
 }

@@ -55,7 +55,6 @@ impl RuntimeArch for Aarch64 {
         rows: sigreturn_rows,
     });
 
-    /// The pointer mask is this process's ([`pointer_mask`]).
     #[inline(always)]
     unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Regs {
         // SAFETY: the caller guarantees a valid ucontext_t.
@@ -65,7 +64,6 @@ impl RuntimeArch for Aarch64 {
             sp: w(SP),
             fp: w(29),
             lr: w(30),
-            pointer_mask: pointer_mask(),
         }
     }
 
@@ -92,6 +90,12 @@ impl RuntimeArch for Aarch64 {
         _file: Option<&[u8]>,
     ) -> Result<(ModuleRules<Rule>, LoadStats<Aarch64>), DwarfError> {
         unwind_dwarf::rules_from_sections::<Aarch64>(&tables.cfi?, None)
+    }
+
+    /// This process's ([`pointer_mask`]).
+    #[inline(always)]
+    fn pointer_mask() -> u64 {
+        pointer_mask()
     }
 
     /// aarch64 has no EHABI index.
@@ -189,13 +193,7 @@ pub fn current_regs() -> Regs {
             options(nomem, nostack, preserves_flags),
         );
     }
-    Regs {
-        pc,
-        sp,
-        fp,
-        lr,
-        pointer_mask: pointer_mask(),
-    }
+    Regs { pc, sp, fp, lr }
 }
 
 /// The calling thread's thread pointer. Async-signal-safe: one register read.

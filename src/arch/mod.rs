@@ -175,6 +175,14 @@ pub(crate) trait RuntimeArch: DwarfArch + ContextArch {
     /// `ucontext` must point to a valid `ucontext_t` of this architecture.
     unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Self::Regs;
 
+    /// This process's pointer mask (`unwind_core::Memory::pointer_mask`): the bits of an
+    /// instruction address that are not address. 0 (the default) but on aarch64 with pointer
+    /// authentication. Async-signal-safe.
+    #[inline(always)]
+    fn pointer_mask() -> u64 {
+        0
+    }
+
     /// The interrupted thread's whole register file, for minidumps. Async-signal-safe.
     ///
     /// # Safety
@@ -240,6 +248,57 @@ mod tests {
         }
         #[cfg(not(target_arch = "aarch64"))]
         assert_eq!(mask, 0);
+    }
+
+    /// The vdso's aarch64 trampoline: a `nop`, then `mov x8, #139; svc #0`, which its own CFI
+    /// describes as a frame record at x29 (Linux 5.x); the trampoline's rows replace that CFI
+    /// from the `nop` on (a handler's return address minus one falls in it), the rest of the
+    /// module's rules kept, expressions included.
+    #[test]
+    fn the_vdso_trampoline_replaces_its_cfi() {
+        use unwind_core::aarch64::{CfaRule, RegRule, Rule};
+        let t = <unwind_core::Aarch64 as RuntimeArch>::SIGNAL_TRAMPOLINE.unwrap();
+        let record = Rule {
+            cfa: CfaRule::FpOffset(0),
+            ra: RegRule::Offset(8),
+            lr: RegRule::Offset(8),
+            fp: RegRule::Offset(0),
+            ra_signed: false,
+            signal_frame: true,
+        };
+        let mut b = ModuleRulesBuilder::new();
+        let e = b
+            .add_expr(unwind_core::expr::Expr::new(&[unwind_core::expr::Op::Const(1)]).unwrap())
+            .unwrap();
+        b.push(0x500, 0x50c, record).unwrap();
+        let other = Rule {
+            cfa: CfaRule::Expr(e),
+            ..Rule::default()
+        };
+        b.push(0x600, 0x610, other).unwrap();
+        let rules = b.build().unwrap();
+        let mut code = vec![0u8; 0x20];
+        code[0x04..0x08].copy_from_slice(&0xd503_201fu32.to_le_bytes()); // nop
+        code[0x08..0x10].copy_from_slice(t.code);
+        let replaced = t.replacing(rules, &code, 0x4f8).unwrap();
+        let tramp = replaced.lookup(0x500).unwrap();
+        assert!(tramp.signal_frame && matches!(tramp.cfa, CfaRule::Expr(_)));
+        assert_eq!(replaced.lookup(0x4fc), Some(tramp), "the nop before it");
+        assert_eq!(replaced.lookup(0x4fb), None);
+        assert_eq!(replaced.lookup(0x507), Some(tramp));
+        assert_eq!(
+            replaced.lookup(0x508),
+            Some(record),
+            "after the trampoline: the CFI"
+        );
+        assert_eq!(replaced.lookup(0x600), Some(other));
+        assert_eq!(
+            replaced.expr(e),
+            Some(&unwind_core::expr::Expr::new(&[unwind_core::expr::Op::Const(1)]).unwrap())
+        );
+        // No trampoline in the code: the rules as they were.
+        let again = t.replacing(replaced.clone(), &[0; 16], 0x4f8).unwrap();
+        assert_eq!(again.lookup(0x500), Some(tramp));
     }
 
     /// The native module reads each register where the target's `libc` puts it (the other
@@ -344,7 +403,6 @@ mod tests {
                     sp: 0x2000,
                     fp: 0x1000 + 29 * 8,
                     lr: 0x1000 + 30 * 8,
-                    pointer_mask: mask,
                 },
                 Context::Aarch64 {
                     iregs: std::array::from_fn(|i| 0x1000 + i as u64 * 8),

@@ -13,8 +13,9 @@
 //! carries a pointer authentication code in its upper bits, and DWARF says so with
 //! `DW_CFA_AARCH64_negate_ra_state` ([`Rule::ra_signed`]). The unwinder strips the code, never
 //! authenticates it (an authentication failure faults on cores with FEAT_FPAC, and a signal
-//! handler must not fault): it clears the bits of [`Regs::pointer_mask`], the bits that are not
-//! address in an instruction pointer of the unwound process. The runtime finds that mask with
+//! handler must not fault): it clears the bits of [`Memory::pointer_mask`], the bits that are
+//! not address in an instruction pointer of the unwound process (a property of the process,
+//! given with its stack, not carried from frame to frame). The runtime finds that mask with
 //! `xpaclri` (a hint-space instruction, a no-op on cores without pointer authentication, so
 //! the mask is 0 there), and an offline walk takes it from the sample (Linux reports it as
 //! `NT_ARM_PAC_MASK`). Return addresses that DWARF does not call signed (a frame record found
@@ -54,8 +55,7 @@ impl Reg {
     }
 }
 
-/// The register values of one frame, and the pointer authentication mask of the process they
-/// belong to.
+/// The register values of one frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
     /// The interrupted instruction (frame 0) or the return address (callers), stripped.
@@ -66,10 +66,6 @@ pub struct Regs {
     pub fp: u64,
     /// x30, the link register, as the frame holds it (signed, if it was).
     pub lr: u64,
-    /// The bits of an instruction address that are not address (the pointer authentication
-    /// code, and the top byte): cleared from every return address read. 0 where pointers are
-    /// not signed. The walk copies it from frame to frame.
-    pub pointer_mask: u64,
 }
 
 impl Regs {
@@ -82,12 +78,6 @@ impl Regs {
             Reg::Fp => self.fp,
             Reg::Lr => self.lr,
         }
-    }
-
-    /// `ra` without its pointer authentication code (and top byte).
-    #[inline(always)]
-    pub fn strip(&self, ra: u64) -> u64 {
-        ra & !self.pointer_mask
     }
 
     /// Values indexed by [`Reg`] number, for expressions.
@@ -286,6 +276,12 @@ impl Simple {
 /// The outcome of one step on AArch64.
 pub type Step = crate::arch::Step<Regs>;
 
+/// `ra` without the pointer authentication code (and top byte) of the process `mem` is of.
+#[inline(always)]
+fn strip<M: Memory + ?Sized>(mem: &M, ra: u64) -> u64 {
+    ra & !mem.pointer_mask()
+}
+
 #[inline]
 fn add(base: u64, offset: i32) -> u64 {
     base.wrapping_add(offset as i64 as u64)
@@ -343,38 +339,39 @@ fn recover<M: Memory + ?Sized>(
 }
 
 /// [`Aarch64::step_simple`] for a frame whose words are not all readable: each word read on its
-/// own, so that the walk ends as it would with the rule from the table.
+/// own, so that the walk ends as it would with the rule from the table. The callee's x30 and
+/// x29 come as scalars: a `Regs` by value (more than two words) would keep the loop's
+/// registers in memory.
 #[cold]
 #[inline(never)]
 fn step_simple_checked<M: Memory + ?Sized>(
     rule: &Simple,
     base: u64,
     cfa: u64,
-    regs: Regs,
+    (lr, fp): (u64, u64),
     mem: &M,
 ) -> Result<Regs, StopReason> {
     let shape = rule.shape as u8;
     let lr = if shape & Shape::LR_SAVED != 0 {
         read(mem, base.wrapping_add(u64::from(rule.lr)))?
     } else {
-        regs.lr
+        lr
     };
     let fp = if shape & Shape::FP_SAVED != 0 {
         read(mem, base.wrapping_add(u64::from(rule.fp)))?
     } else {
-        regs.fp
+        fp
     };
-    let strip = if shape & Shape::SIGNED != 0 {
-        regs.pointer_mask
+    let pc = if shape & Shape::SIGNED != 0 {
+        strip(mem, lr)
     } else {
-        0
+        lr
     };
     Ok(Regs {
-        pc: lr & !strip,
+        pc,
         sp: cfa,
         fp,
         lr,
-        pointer_mask: regs.pointer_mask,
     })
 }
 
@@ -394,11 +391,10 @@ fn step_frame_record<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Result<Step, St
         .ok_or(StopReason::NoRule)?;
     Ok(Step {
         caller: Regs {
-            pc: regs.strip(lr),
+            pc: strip(mem, lr),
             sp: fp.checked_add(16).ok_or(StopReason::NoRule)?,
             fp: caller_fp,
             lr,
-            pointer_mask: regs.pointer_mask,
         },
         trust: Trust::FramePointer,
         exact: false,
@@ -551,7 +547,7 @@ impl Arch for Aarch64 {
         };
         let (cfa, carry) = base.overflowing_add(u64::from(rule.cfa));
         if !likely(!carry && mem.contains(base, cfa)) {
-            return step_simple_checked(rule, base, cfa, *regs, mem);
+            return step_simple_checked(rule, base, cfa, (regs.lr, regs.fp), mem);
         }
         let lr = if shape & Shape::LR_SAVED != 0 {
             // SAFETY: `[base, cfa)` is readable (`contains`), and `Simple::of` put the word
@@ -568,7 +564,7 @@ impl Arch for Aarch64 {
             regs.fp
         };
         let strip = if shape & Shape::SIGNED != 0 {
-            regs.pointer_mask
+            mem.pointer_mask()
         } else {
             0
         };
@@ -577,7 +573,6 @@ impl Arch for Aarch64 {
             sp: cfa,
             fp,
             lr,
-            pointer_mask: regs.pointer_mask,
         })
     }
 
@@ -607,14 +602,13 @@ impl Arch for Aarch64 {
             r(rule.lr, regs.lr)?
         };
         let fp = r(rule.fp, regs.fp)?;
-        let pc = if rule.ra_signed { regs.strip(ra) } else { ra };
+        let pc = if rule.ra_signed { strip(mem, ra) } else { ra };
         Ok(Step {
             caller: Regs {
                 pc,
                 sp: cfa,
                 fp,
                 lr,
-                pointer_mask: regs.pointer_mask,
             },
             trust: Trust::Cfi,
             exact: rule.signal_frame,
@@ -630,7 +624,7 @@ impl Arch for Aarch64 {
         frame: usize,
         mem: &M,
     ) -> Result<Step, StopReason> {
-        let ra = regs.strip(regs.lr);
+        let ra = strip(mem, regs.lr);
         if frame == 0 && ra != 0 && ra != regs.pc {
             let caller = Regs { pc: ra, ..*regs };
             if returns_into_code::<Self>(table, &caller) {
@@ -644,11 +638,12 @@ impl Arch for Aarch64 {
         step_frame_record(*regs, mem)
     }
 
-    /// `ret` is stripped: a signed return address on the stack is found by its address bits.
+    /// `ret` was stripped by the scan (a signed return address on the stack is found by its
+    /// address bits).
     #[inline]
     fn scanned_caller(regs: &Regs, ret: u64, sp: u64) -> Regs {
         Regs {
-            pc: regs.strip(ret),
+            pc: ret,
             sp,
             lr: ret,
             ..*regs
@@ -680,6 +675,7 @@ mod tests {
 
     #[test]
     fn sizes() {
+        assert_eq!(core::mem::size_of::<Regs>(), 32);
         assert_eq!(core::mem::size_of::<Simple>(), 8);
         assert_eq!(core::mem::size_of::<Cached<Simple>>(), 8);
     }

@@ -51,8 +51,9 @@ pub trait Arch:
     /// The address whose rule describes the frame with these registers: the PC itself when it
     /// is `exact` (frame 0, and the caller of a signal frame), else an address inside the call
     /// instruction that the return address follows. Mode bits (ARM's Thumb bit) are cleared
-    /// here, and so would be pointer-authentication bits on an architecture that signs return
-    /// addresses. The two addresses must differ for every PC: the loop tells an exact PC by it.
+    /// here (pointer-authentication codes are not: the steps strip them from return addresses
+    /// as they read them, with [`Memory::pointer_mask`]). The two addresses must differ for
+    /// every PC: the loop tells an exact PC by it.
     fn lookup_address(regs: &Self::Regs, exact: bool) -> u64;
 
     /// Why a walk ends at a frame described by `rule`, if it does (an undefined return address:

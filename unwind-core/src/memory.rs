@@ -39,6 +39,16 @@ pub trait Memory {
     unsafe fn load_u64(&self, addr: u64) -> u64 {
         self.read_u64(addr).unwrap_or(0)
     }
+    /// The bits of an instruction address that are not address in the process whose stack
+    /// this is: on aarch64, the pointer authentication code's field and the top byte, which
+    /// the unwinder clears from signed return addresses (never authenticating them). A property
+    /// of the process, not of a frame: the runtime finds it with `xpaclri`, an offline walk
+    /// takes it from the sample. The default (and the value without pointer authentication,
+    /// and on every other architecture) is 0.
+    #[inline(always)]
+    fn pointer_mask(&self) -> u64 {
+        0
+    }
 }
 
 /// The bounds of 4-byte reads at 32-bit addresses, for a range whose 4-byte reads are at
@@ -101,6 +111,8 @@ pub struct StackImage<'a> {
     bounds32: Bounds32,
     /// One past the last byte's address (`base + bytes.len()`, at most `u64::MAX`).
     end: u64,
+    /// [`Memory::pointer_mask`].
+    pointer_mask: u64,
 }
 
 impl<'a> StackImage<'a> {
@@ -116,6 +128,15 @@ impl<'a> StackImage<'a> {
             limit4,
             bounds32: Bounds32::new(base, limit4),
             end: base.saturating_add(len),
+            pointer_mask: 0,
+        }
+    }
+
+    /// The image with the sampled process's pointer mask ([`Memory::pointer_mask`]).
+    pub fn with_pointer_mask(self, pointer_mask: u64) -> Self {
+        StackImage {
+            pointer_mask,
+            ..self
         }
     }
 
@@ -137,6 +158,10 @@ unsafe impl Send for StackImage<'_> {}
 unsafe impl Sync for StackImage<'_> {}
 
 impl Memory for StackImage<'_> {
+    #[inline(always)]
+    fn pointer_mask(&self) -> u64 {
+        self.pointer_mask
+    }
     #[inline(always)]
     fn contains(&self, from: u64, to: u64) -> bool {
         self.base <= from && to <= self.end
@@ -206,6 +231,8 @@ pub struct LiveStack {
     limit4: u64,
     /// `lo` and `limit4` for 32-bit addresses.
     bounds32: Bounds32,
+    /// [`Memory::pointer_mask`].
+    pointer_mask: u64,
 }
 
 impl LiveStack {
@@ -224,6 +251,15 @@ impl LiveStack {
             limit8: span.saturating_sub(7),
             limit4,
             bounds32: Bounds32::new(lo, limit4),
+            pointer_mask: 0,
+        }
+    }
+
+    /// The stack with this process's pointer mask ([`Memory::pointer_mask`]).
+    pub fn with_pointer_mask(self, pointer_mask: u64) -> Self {
+        LiveStack {
+            pointer_mask,
+            ..self
         }
     }
 
@@ -239,6 +275,10 @@ impl LiveStack {
 }
 
 impl Memory for LiveStack {
+    #[inline(always)]
+    fn pointer_mask(&self) -> u64 {
+        self.pointer_mask
+    }
     #[inline(always)]
     fn contains(&self, from: u64, to: u64) -> bool {
         self.lo <= from && to <= self.hi

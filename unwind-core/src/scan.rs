@@ -61,6 +61,8 @@ pub(crate) fn scan<A: Arch, M: Memory + ?Sized>(
         let Some(value) = A::read_word(mem, at) else {
             break;
         };
+        // A signed return address (aarch64) is a return site by its address bits.
+        let value = value & !mem.pointer_mask();
         let Some(above) = at.checked_add(word) else {
             break;
         };

@@ -52,9 +52,13 @@ fn table(signed: bool) -> RuleTable<Rule> {
     b.build().unwrap()
 }
 
-fn walk(table: &RuleTable<Rule>, regs: Regs, words: &[u64]) -> (StopReason, Vec<u64>, Vec<Trust>) {
+fn walk(
+    table: &RuleTable<Rule>,
+    (regs, mask): (Regs, u64),
+    words: &[u64],
+) -> (StopReason, Vec<u64>, Vec<Trust>) {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let mem = StackImage::new(STACK, &bytes);
+    let mem = StackImage::new(STACK, &bytes).with_pointer_mask(mask);
     let mut cache = Cache::<Aarch64>::new();
     let (mut pcs, mut trust) = ([0u64; 8], [Trust::Context; 8]);
     let r = unwind(table, &mut cache, regs, &mem, &mut pcs, Some(&mut trust));
@@ -62,15 +66,14 @@ fn walk(table: &RuleTable<Rule>, regs: Regs, words: &[u64]) -> (StopReason, Vec<
 }
 
 /// Frame 0 in `f` with its record at SP holding `ra`.
-fn in_f(ra: u64, mask: u64) -> (Regs, Vec<u64>) {
+fn in_f(ra: u64, mask: u64) -> ((Regs, u64), Vec<u64>) {
     let regs = Regs {
         pc: CODE + 0x1010,
         sp: STACK,
         fp: STACK,
         lr: 0,
-        pointer_mask: mask,
     };
-    (regs, vec![0, ra, 0, 0])
+    ((regs, mask), vec![0, ra, 0, 0])
 }
 
 #[test]
@@ -100,9 +103,10 @@ fn without_pointer_authentication_nothing_is_stripped() {
 /// A leaf without a rule (CODE + 0x3000): its signed x30 stripped, then `f`'s rule.
 #[test]
 fn a_leafs_signed_link_register_is_stripped() {
-    let (mut regs, stack) = in_f((CODE + 0x2010) | PAC, MASK);
+    let ((mut regs, mask), stack) = in_f((CODE + 0x2010) | PAC, MASK);
     regs.lr = (CODE + 0x1010) | PAC;
     regs.pc = CODE + 0x3000;
+    let regs = (regs, mask);
     let (stop, pcs, trust) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
     assert_eq!(pcs, [CODE + 0x3000, CODE + 0x1010, CODE + 0x2010]);
@@ -118,8 +122,8 @@ fn a_frame_records_signed_return_address_is_stripped() {
         sp: STACK,
         fp: STACK + 16,
         lr: 0x1234,
-        pointer_mask: MASK,
     };
+    let regs = (regs, MASK);
     let stack = [0, 0, 0, (CODE + 0x2010) | PAC, 0, 0];
     let (stop, pcs, trust) = walk(&table(true), regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
@@ -188,8 +192,8 @@ fn a_trampoline_that_starts_its_mapping_is_found_at_its_first_instruction() {
         sp: STACK,
         fp: 0,
         lr: tramp,
-        pointer_mask: MASK,
     };
+    let regs = (regs, MASK);
     let (stop, pcs, trust) = walk(&table, regs, &stack);
     assert_eq!(stop, StopReason::EndOfStack);
     assert_eq!(pcs, [CODE + 0x3000, tramp, CODE + 0x2000]);

@@ -51,9 +51,9 @@ struct Watched<'a> {
 }
 
 impl<'a> Watched<'a> {
-    fn new(base: u64, bytes: &'a [u8]) -> Self {
+    fn new(base: u64, bytes: &'a [u8], pointer_mask: u64) -> Self {
         Watched {
-            image: StackImage::new(base, bytes),
+            image: StackImage::new(base, bytes).with_pointer_mask(pointer_mask),
             lo: base,
             hi: base + bytes.len() as u64,
             violation: Cell::new(None),
@@ -104,6 +104,9 @@ impl Memory for Watched<'_> {
     }
     fn read_u32(&self, addr: u64) -> Option<u32> {
         self.check(addr, 4, self.image.read_u32(addr))
+    }
+    fn pointer_mask(&self) -> u64 {
+        self.image.pointer_mask()
     }
 }
 
@@ -156,6 +159,9 @@ trait Chain: Arch {
     fn with_sp(regs: Self::Regs, sp: u64) -> Self::Regs;
     /// The start of the signal trampoline, if the chain has one.
     const SIGNAL: Option<u64>;
+    /// The process's pointer mask ([`Memory::pointer_mask`]): the stack's return addresses
+    /// are signed where it is not 0.
+    const POINTER_MASK: u64 = 0;
 }
 
 /// Writes `value` at `addr` in `words` (a stack at STACK of words of `size` bytes).
@@ -469,6 +475,7 @@ fn signed(addr: u64, salt: usize) -> u64 {
 
 impl Chain for Aarch64 {
     const SIGNAL: Option<u64> = Some(CODE + 0x4000);
+    const POINTER_MASK: u64 = PAC_MASK;
 
     /// - 0x1000: `paciasp; stp x29, x30, [sp, #-48]!; mov x29, sp`: `CFA = sp + 48`, x29 at
     ///   CFA - 48, the signed x30 at CFA - 40;
@@ -607,13 +614,7 @@ impl Chain for Aarch64 {
             frames.push(pc);
         }
         frames.reverse();
-        let regs = aarch64::Regs {
-            pc,
-            sp,
-            fp,
-            lr,
-            pointer_mask: PAC_MASK,
-        };
+        let regs = aarch64::Regs { pc, sp, fp, lr };
         (regs, w, frames)
     }
 
@@ -666,7 +667,7 @@ fn walk_corrupted<A: Chain>(
 ) -> Result<StopReason, TestCaseError> {
     let table = A::table();
     let (regs, bytes, frames) = corrupted::<A>(kinds, corruptions);
-    let mem = Watched::new(STACK, &bytes);
+    let mem = Watched::new(STACK, &bytes, A::POINTER_MASK);
     let mut cache = Cache::<A>::new();
     let (mut pcs, mut trust) = (vec![0u64; n], vec![Trust::Context; n]);
     let r = unwind(&table, &mut cache, regs, &mem, &mut pcs, Some(&mut trust));

@@ -55,7 +55,8 @@
 //!   `unwind_core::Arch`'s `NAME` and `Rule`); `ArchStats`, what loading adds to [`CfiStats`]
 //!   (`()` for nothing);
 //! - DWARF: `tracked` (the DWARF registers it tracks, as expression registers) and `translate`
-//!   (one gimli row to a rule or a [`DropReason`]);
+//!   (one gimli row to a rule or a [`DropReason`]); `VENDOR` where its CFI has vendor
+//!   instructions (AArch64's `DW_CFA_AARCH64_negate_ra_state`);
 //! - PLT: `PLT_SECTIONS` (the sections it knows and their [`plt::PltKind`]) and `plt_rows`;
 //! - Breakpad: `BREAKPAD_NAME`, `BREAKPAD_REGISTERS`, `EXPRESSION_PC_SP`,
 //!   `BREAKPAD_OTHER_REGISTERS` and `stack_cfi` (a rule in `STACK CFI` terms);

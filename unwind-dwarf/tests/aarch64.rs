@@ -47,6 +47,11 @@ fn stack_bytes() -> Vec<u8> {
         .collect()
 }
 
+/// The synthetic stack, of a process whose pointer mask is [`MASK`].
+fn image(bytes: &[u8]) -> StackImage<'_> {
+    StackImage::new(STACK_LO, bytes).with_pointer_mask(MASK)
+}
+
 fn reg_value(r: Register, regs: &Regs) -> Option<u64> {
     match r {
         Dwarf::X29 => Some(regs.fp),
@@ -66,7 +71,6 @@ impl DiffArch for Aarch64 {
             sp: SP,
             fp: FP,
             lr: LR,
-            pointer_mask: MASK,
         }
     }
 
@@ -132,13 +136,7 @@ impl DiffArch for Aarch64 {
                 let lr = if column == Dwarf::X30 { ra } else { lr };
                 let pc = if signed == 1 { ra & !MASK } else { ra };
                 Expected::Caller {
-                    regs: Regs {
-                        pc,
-                        sp,
-                        fp,
-                        lr,
-                        pointer_mask: MASK,
-                    },
+                    regs: Regs { pc, sp, fp, lr },
                     exact: signal,
                 }
             }
@@ -158,7 +156,7 @@ impl DiffArch for Aarch64 {
 /// Compares the `.eh_frame` of the aarch64 ELF file at `path` with our table of it.
 fn differential(path: &Path) -> Summary {
     let bytes = stack_bytes();
-    compare::elf_file::<Aarch64>(path, &StackImage::new(STACK_LO, &bytes))
+    compare::elf_file::<Aarch64>(path, &image(&bytes))
 }
 
 /// The aarch64 row of the targets table.
@@ -397,7 +395,7 @@ fn synthetic_case(
     tb.add(0, u64::MAX, 0, "synthetic".into(), Arc::new(rules));
     let table = tb.build().unwrap();
     let bytes = stack_bytes();
-    let image = StackImage::new(STACK_LO, &bytes);
+    let image = image(&bytes);
     let mut mismatches = Vec::new();
     let (mut s, _) =
         compare::eh_frame::<Aarch64>(&data, SYNTHETIC_SVMA, 0, &table, &image, &mut mismatches);

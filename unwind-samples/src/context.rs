@@ -98,6 +98,15 @@ impl Context {
         self.regs::<unwind_core::Aarch64>()
     }
 
+    /// The sampled process's pointer mask (aarch64's `pointer_mask`; 0 elsewhere): what an
+    /// unwind of the sample gives its memory (`unwind_core::Memory::pointer_mask`).
+    pub fn pointer_mask(&self) -> u64 {
+        match self {
+            Context::Aarch64 { pointer_mask, .. } => *pointer_mask,
+            _ => 0,
+        }
+    }
+
     /// Breakpad's name of this context's CPU: `amd64`, `arm` or `arm64`.
     pub fn cpu_name(&self) -> &'static str {
         match self {
@@ -184,24 +193,17 @@ impl ContextArch for unwind_core::Aarch64 {
     #[inline]
     fn regs(context: &Context) -> Option<unwind_core::aarch64::Regs> {
         match context {
-            Context::Aarch64 {
-                iregs,
-                sp,
-                pc,
-                pointer_mask,
-                ..
-            } => Some(unwind_core::aarch64::Regs {
+            Context::Aarch64 { iregs, sp, pc, .. } => Some(unwind_core::aarch64::Regs {
                 pc: *pc,
                 sp: *sp,
                 fp: iregs[AARCH64_FP],
                 lr: iregs[AARCH64_LR],
-                pointer_mask: *pointer_mask,
             }),
             _ => None,
         }
     }
 
-    /// pc, sp, x29, x30 and the pointer mask.
+    /// pc, sp, x29 and x30 (the pointer mask 0: it is the process's, not a register).
     fn context(regs: unwind_core::aarch64::Regs) -> Context {
         let mut iregs = [0u64; 31];
         iregs[AARCH64_FP] = regs.fp;
@@ -211,7 +213,7 @@ impl ContextArch for unwind_core::Aarch64 {
             sp: regs.sp,
             pc: regs.pc,
             cpsr: 0,
-            pointer_mask: regs.pointer_mask,
+            pointer_mask: 0,
         }
     }
 }
@@ -263,10 +265,10 @@ mod tests {
             sp: 0xffff_f000_0000,
             fp: 0xffff_f000_0040,
             lr: 0x0035_0055_0000_2000,
-            pointer_mask: 0xff7f_0000_0000_0000,
         };
         let c = Context::from(regs);
         assert_eq!(c.aarch64_regs(), Some(regs));
+        assert_eq!(c.pointer_mask(), 0);
         assert_eq!((c.pc(), c.sp(), c.cpu_name()), (regs.pc, regs.sp, "arm64"));
         assert_eq!((c.arm_regs(), c.x86_64_regs()), (None, None));
     }

@@ -28,8 +28,23 @@ pub enum SampleRegs {
     X86_64(unwind_core::x86_64::Regs),
     /// A 32-bit ARM sample (the PC's bit 0 set for Thumb code).
     Arm(unwind_core::arm::Regs),
-    /// An aarch64 sample, with the process's pointer authentication mask.
-    Aarch64(unwind_core::aarch64::Regs),
+    /// An aarch64 sample, with the process's pointer mask (`unwind_core::Memory::pointer_mask`).
+    Aarch64 {
+        /// The registers.
+        regs: unwind_core::aarch64::Regs,
+        /// The process's pointer mask.
+        pointer_mask: u64,
+    },
+}
+
+impl SampleRegs {
+    /// The sampled process's pointer mask (0 but on aarch64).
+    pub fn pointer_mask(&self) -> u64 {
+        match self {
+            SampleRegs::Aarch64 { pointer_mask, .. } => *pointer_mask,
+            _ => 0,
+        }
+    }
 }
 
 impl From<&crate::Context> for SampleRegs {
@@ -42,9 +57,10 @@ impl From<&crate::Context> for SampleRegs {
             crate::Context::Arm { .. } => {
                 SampleRegs::Arm(unwind_core::Arm::regs(c).unwrap_or_default())
             }
-            crate::Context::Aarch64 { .. } => {
-                SampleRegs::Aarch64(unwind_core::Aarch64::regs(c).unwrap_or_default())
-            }
+            crate::Context::Aarch64 { pointer_mask, .. } => SampleRegs::Aarch64 {
+                regs: unwind_core::Aarch64::regs(c).unwrap_or_default(),
+                pointer_mask,
+            },
         }
     }
 }
@@ -199,11 +215,14 @@ pub fn write_sample(
                 r.pc, r.lr, r.sp, r.r12, r.r11, r.r7
             );
         }
-        SampleRegs::Aarch64(r) => {
+        SampleRegs::Aarch64 {
+            regs: r,
+            pointer_mask,
+        } => {
             let _ = write!(
                 line,
-                "aarch64 {:#x} {:#x} {:#x} {:#x} {:#x}",
-                r.pc, r.sp, r.fp, r.lr, r.pointer_mask
+                "aarch64 {:#x} {:#x} {:#x} {:#x} {pointer_mask:#x}",
+                r.pc, r.sp, r.fp, r.lr
             );
         }
     }
@@ -248,13 +267,10 @@ fn parse_sample(line: &str) -> Option<(SequenceSample, usize)> {
                 *v = hex(f.next()?)?;
             }
             let [pc, sp, fp, lr, pointer_mask] = r;
-            SampleRegs::Aarch64(unwind_core::aarch64::Regs {
-                pc,
-                sp,
-                fp,
-                lr,
+            SampleRegs::Aarch64 {
+                regs: unwind_core::aarch64::Regs { pc, sp, fp, lr },
                 pointer_mask,
-            })
+            }
         }
         _ => return None,
     };
@@ -334,13 +350,15 @@ mod tests {
                 },
                 SequenceSample {
                     thread: 9,
-                    regs: SampleRegs::Aarch64(unwind_core::aarch64::Regs {
-                        pc: 0x7010,
-                        sp: 0x100,
-                        fp: 0x140,
-                        lr: 0x0035_0000_0000_7020,
+                    regs: SampleRegs::Aarch64 {
+                        regs: unwind_core::aarch64::Regs {
+                            pc: 0x7010,
+                            sp: 0x100,
+                            fp: 0x140,
+                            lr: 0x0035_0000_0000_7020,
+                        },
                         pointer_mask: 0xff7f_0000_0000_0000,
-                    }),
+                    },
                     base: 0x100,
                     stack: vec![1, 2, 3],
                     pcs: vec![0x7010, 0x7020],

@@ -40,7 +40,7 @@ fn print_counts(who: &str, c: &Counts) {
 }
 
 fn run<A: SequenceArch>(seq: &Sequence, mode: &str, args: &[String]) {
-    let x86 = replay::is_x86_64(seq) == Some(true);
+    let x86 = replay::arch_of(seq) == Some(unwind_dwarf::Architecture::X86_64);
     let num = |i: usize, default: usize| -> usize {
         args.get(i)
             .map_or(default, |a| a.parse().unwrap_or_else(|_| usage()))
@@ -142,9 +142,11 @@ fn main() {
         eprintln!("bench-sequence: {e}");
         std::process::exit(1);
     });
-    match replay::is_x86_64(&seq) {
-        Some(true) => run::<unwind_dwarf::X86_64>(&seq, mode, &args[2..]),
-        Some(false) => run::<unwind_dwarf::Arm>(&seq, mode, &args[2..]),
+    use unwind_dwarf::Architecture;
+    match replay::arch_of(&seq) {
+        Some(Architecture::X86_64) => run::<unwind_dwarf::X86_64>(&seq, mode, &args[2..]),
+        Some(Architecture::Arm) => run::<unwind_dwarf::Arm>(&seq, mode, &args[2..]),
+        Some(Architecture::Aarch64) => run::<unwind_dwarf::Aarch64>(&seq, mode, &args[2..]),
         None => {
             eprintln!("bench-sequence: {path}: no samples");
             std::process::exit(1);

@@ -69,7 +69,11 @@ fn regs_line(r: &unwind_in_process::Regs) -> String {
 fn regs_line(r: &unwind_in_process::Regs) -> String {
     format!(
         "regs aarch64 {:#x} {:#x} {:#x} {:#x} {:#x}",
-        r.pc, r.sp, r.fp, r.lr, r.pointer_mask
+        r.pc,
+        r.sp,
+        r.fp,
+        r.lr,
+        unwind_in_process::pointer_mask()
     )
 }
 

@@ -15,8 +15,8 @@ use minidump_unwind::{FrameTrust, Symbolizer};
 use unwind_core::expr::Op;
 use unwind_core::table::{ModuleRules, RuleTable, RuleTableBuilder, TableRule};
 use unwind_core::{
-    aarch64, arm, x86_64, Aarch64, Arm, Cache, Found, StackImage, StopReason, Trust,
-    UnwindResult, X86_64,
+    aarch64, arm, x86_64, Aarch64, Arm, Cache, Found, StackImage, StopReason, Trust, UnwindResult,
+    X86_64,
 };
 
 use crate::programs::host_path;
@@ -218,7 +218,8 @@ fn walk_frames(
 impl Tables {
     /// Walks `sample` with our unwinder, from the module files on this host.
     pub fn walk(&mut self, sample: &Sample) -> Option<OurWalk> {
-        let image = StackImage::new(sample.stack_base, &sample.stack);
+        let image = StackImage::new(sample.stack_base, &sample.stack)
+            .with_pointer_mask(sample.context.pointer_mask());
         if let Some(regs) = sample.context.x86_64_regs() {
             let table = self.x86.table(&mut self.layouts, sample, |p| {
                 unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p)

@@ -8,8 +8,9 @@ use std::process::Command;
 use super::{field, run};
 
 /// The programs, in the order of the table, with the directory `scripts/bench` captured each
-/// into and whether it is a 32-bit ARM sequence (replayed on this host with the sysroot's files).
-const PROGRAMS: [(&str, &str, bool); 5] = [
+/// into and whether it was taken under an emulator (an ARM sequence, named after its row of the
+/// targets table: replayed on this host with the files of the row's sysroot).
+const PROGRAMS: [(&str, &str, bool); 6] = [
     (
         "cc1",
         "`gcc -O2 -c` of a generated 400-function C file",
@@ -29,6 +30,11 @@ const PROGRAMS: [(&str, &str, bool); 5] = [
     (
         "armv7",
         "the test agent's Rust workload under qemu-arm",
+        true,
+    ),
+    (
+        "aarch64",
+        "the test agent's Rust workload under qemu-aarch64",
         true,
     ),
 ];
@@ -117,7 +123,11 @@ fn measure(
     let p = path.to_string_lossy().into_owned();
     let mut args: Vec<&str> = vec![&p];
     if arm {
-        args.extend(["--sysroot", super::arm_sysroot()]);
+        // The sequence is named after its row of the targets table.
+        let sysroot = unwind_test_support::target::by_name(name)
+            .sysroot
+            .ok_or("no sysroot in the targets table")?;
+        args.extend(["--sysroot", sysroot]);
     }
     eprintln!("bench-report: sequence {name}");
     let with = |extra: &[&'static str]| -> Vec<&str> {
@@ -244,6 +254,6 @@ pub fn section(bin_dir: &Path, target: &Path) -> Result<(String, Vec<String>), S
         let _ = writeln!(md, "- **{}**: {}.", r.name, r.what);
     }
     let differing: u64 = rows.iter().map(|r| r.differing).sum();
-    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 workload under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure but the *first pass* ones is of one pass after one untimed pass over the same samples; *first pass* is the pass from empty caches, in which every address is met for the first time once, as the handler met it. The difference is mostly frame 0: the interrupted instruction's own address, which a later pass finds cached and the handler rarely does (cc1: 18.6 % of the frame-0 addresses of a 6,400-sample run had been sampled before). The profiler's own summary of a run agrees with the first pass (cc1: 94.2-94.5 % hits in the process against 93.0 % first pass and 99.9 % after it; python3: 97.6-98.0 % against 98.5 % and 100 %). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule's form ready for the cache, made when the table was built); the pass after the first has few such lookups (none, some runs of python3), so the first pass's, over thousands, is given too. *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {:.0} MiB, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 sequence is replayed on this host (x86_64 instructions and time of the ARM rules; its modules read from `{}`).\n", rows.first().map_or(f64::NAN, |r| r.evict_mib), super::arm_sysroot());
+    let _ = writeln!(md, "\nMethod: `scripts/bench` runs each program under `unwind-profiler record --capture-samples N` (1 kHz of each thread's CPU time; the armv7 and aarch64 workloads under the test agent with `AGENT_SEQUENCE`), which keeps the registers and a copy of the stack of its first N samples, in the order the handler took them, with the modules of the process ([`unwind_samples::sequence`]). `bench-sequence` rebuilds the rule table from the module files, as the profiler does at start, and replays the samples in order through one rule cache per thread, at most 128 frames a walk (the profiler's default): {differing} of the walks found frames other than the handler's. Every figure but the *first pass* ones is of one pass after one untimed pass over the same samples; *first pass* is the pass from empty caches, in which every address is met for the first time once, as the handler met it. The difference is mostly frame 0: the interrupted instruction's own address, which a later pass finds cached and the handler rarely does (cc1: 18.6 % of the frame-0 addresses of a 6,400-sample run had been sampled before). The profiler's own summary of a run agrees with the first pass (cc1: 94.2-94.5 % hits in the process against 93.0 % first pass and 99.9 % after it; python3: 97.6-98.0 % against 98.5 % and 100 %). *instr/frame*: instructions executed in the walk per frame, misses included (callgrind, `--toggle-collect` on the walk, one pass less none); *instr/miss*: instructions per lookup that went to the table (`unwind_core::cache::from_table`: the module, its page index, its extent and the rule's form ready for the cache, made when the table was built); the pass after the first has few such lookups (none, some runs of python3), so the first pass's, over thousands, is given too. *ns/frame warm*: the median of 5 timed passes; *evicted*: every 8th walk timed alone after writing over {:.0} MiB, 1.5 times the last-level cache (which evicts the unwinder's table, caches and code) and reading the top 4 KiB of the sample's stack, as the interrupted program had just used it: the handler's situation after a signal. framehop 0.16 replays the same samples with its own per-thread cache. The armv7 and aarch64 sequences are replayed on this host (x86_64 instructions and time of the ARM rules; their modules read from `{}` and `{}`).\n", rows.first().map_or(f64::NAN, |r| r.evict_mib), super::arm_sysroot(), unwind_test_support::target::by_name("aarch64").sysroot.unwrap_or("-"));
     Ok((md, lines))
 }
