@@ -217,20 +217,8 @@ pub fn thread_pointer() -> usize {
 /// (user space cannot read MIDR without the kernel's help).
 #[cfg(target_arch = "aarch64")]
 pub fn cpu_info() -> unwind_samples::minidump::Processor {
-    use minidump_common::format as md;
-    use scroll::{Pwrite, LE};
-    // SAFETY: getauxval has no preconditions.
-    let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
-    let info = md::ARMCpuInfo {
-        cpuid: 0,
-        elf_hwcaps: hwcaps,
-    };
-    let mut data = [0u8; 24];
-    let _ = data.pwrite_with(info, 0, LE);
-    unwind_samples::minidump::Processor {
-        architecture: md::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM64,
-        level: 8,
-        revision: 0,
-        cpu: data,
-    }
+    super::arm_cpu_info(
+        minidump_common::format::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM64,
+        8,
+    )
 }

@@ -35,6 +35,31 @@ pub use arm::{cpu_info, current_regs, thread_pointer};
 #[cfg(target_arch = "x86_64")]
 pub use x86_64::{cpu_info, current_regs, thread_pointer};
 
+/// An ARM processor (32- or 64-bit) for a minidump's SystemInfo stream: `architecture` at
+/// `level` (the architecture version) and the hardware capabilities (user space cannot read
+/// MIDR without the kernel's help, so no cpuid).
+#[cfg(any(target_arch = "arm", target_arch = "aarch64"))]
+fn arm_cpu_info(
+    architecture: minidump_common::format::ProcessorArchitecture,
+    level: u16,
+) -> unwind_samples::minidump::Processor {
+    use scroll::{Pwrite, LE};
+    // SAFETY: getauxval has no preconditions.
+    let hwcaps = unsafe { libc::getauxval(libc::AT_HWCAP) } as u32;
+    let info = minidump_common::format::ARMCpuInfo {
+        cpuid: 0,
+        elf_hwcaps: hwcaps,
+    };
+    let mut data = [0u8; 24];
+    let _ = data.pwrite_with(info, 0, LE);
+    unwind_samples::minidump::Processor {
+        architecture,
+        level,
+        revision: 0,
+        cpu: data,
+    }
+}
+
 /// The program header type of this build's ELF files (what `dl_iterate_phdr` gives).
 #[cfg(target_pointer_width = "64")]
 pub type Phdr = libc::Elf64_Phdr;

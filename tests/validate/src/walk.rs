@@ -215,105 +215,81 @@ fn walk_frames(
     })
 }
 
+/// Walks `sample` from `regs` with our unwinder for architecture `A`, the table placing its
+/// module files (`tables`); `facts` describes a rule found, with the table it is in and its
+/// module's index.
+#[allow(clippy::too_many_arguments)]
+fn walk_as<A: unwind_dwarf::DwarfArch>(
+    tables: &mut ArchTables<A::Rule>,
+    layouts: &mut HashMap<PathBuf, Option<Layout>>,
+    sample: &Sample,
+    regs: A::Regs,
+    image: &StackImage<'_>,
+    facts: impl Fn(&RuleTable<A::Rule>, u16, &A::Rule) -> RuleFacts,
+    thumb_bit: u64,
+) -> Option<OurWalk> {
+    let table = tables.table(layouts, sample, |p| {
+        unwind_dwarf::load_elf_file::<A>(p).ok().map(|l| l.rules)
+    })?;
+    walk_frames(
+        |pcs, trust| {
+            unwind_core::unwind(
+                &table,
+                &mut Cache::<A>::new(),
+                regs,
+                image,
+                pcs,
+                Some(trust),
+            )
+        },
+        |at| {
+            table
+                .lookup(at)
+                .map_or_else(RuleFacts::default, |Found { module, rule }| {
+                    facts(&table, module, &rule)
+                })
+        },
+        thumb_bit,
+    )
+}
+
 impl Tables {
     /// Walks `sample` with our unwinder, from the module files on this host.
     pub fn walk(&mut self, sample: &Sample) -> Option<OurWalk> {
         let image = StackImage::new(sample.stack_base, &sample.stack)
             .with_pointer_mask(sample.context.pointer_mask());
+        let layouts = &mut self.layouts;
         if let Some(regs) = sample.context.x86_64_regs() {
-            let table = self.x86.table(&mut self.layouts, sample, |p| {
-                unwind_dwarf::load_elf_file::<unwind_dwarf::X86_64>(p)
-                    .ok()
-                    .map(|l| l.rules)
-            })?;
             let pc = Op::Reg(x86_64::Reg::Pc as u8);
-            walk_frames(
-                |pcs, trust| {
-                    unwind_core::unwind(
-                        &table,
-                        &mut Cache::<X86_64>::new(),
-                        regs,
-                        &image,
-                        pcs,
-                        Some(trust),
-                    )
+            let facts = |table: &RuleTable<x86_64::Rule>, m: u16, rule: &x86_64::Rule| RuleFacts {
+                found: true,
+                signal_frame: rule.signal_frame,
+                exidx: false,
+                pc_dependent_cfa: match rule.cfa {
+                    x86_64::CfaRule::Expr(e) => {
+                        table.expr(m, e).is_some_and(|x| x.ops().contains(&pc))
+                    }
+                    _ => false,
                 },
-                |at| {
-                    table
-                        .lookup(at)
-                        .map_or_else(RuleFacts::default, |Found { module: m, rule }| RuleFacts {
-                            found: true,
-                            signal_frame: rule.signal_frame,
-                            exidx: false,
-                            pc_dependent_cfa: match rule.cfa {
-                                x86_64::CfaRule::Expr(e) => {
-                                    table.expr(m, e).is_some_and(|x| x.ops().contains(&pc))
-                                }
-                                _ => false,
-                            },
-                        })
-                },
-                0,
-            )
+            };
+            walk_as::<X86_64>(&mut self.x86, layouts, sample, regs, &image, facts, 0)
         } else if let Some(regs) = sample.context.aarch64_regs() {
-            let table = self.aarch64.table(&mut self.layouts, sample, |p| {
-                unwind_dwarf::load_elf_file::<unwind_dwarf::Aarch64>(p)
-                    .ok()
-                    .map(|l| l.rules)
-            })?;
-            walk_frames(
-                |pcs, trust| {
-                    unwind_core::unwind(
-                        &table,
-                        &mut Cache::<Aarch64>::new(),
-                        regs,
-                        &image,
-                        pcs,
-                        Some(trust),
-                    )
-                },
-                |at| {
-                    table
-                        .lookup(at)
-                        .map_or_else(RuleFacts::default, |Found { rule, .. }| RuleFacts {
-                            found: true,
-                            signal_frame: rule.signal_frame,
-                            exidx: false,
-                            pc_dependent_cfa: false,
-                        })
-                },
-                0,
-            )
+            let facts = |_: &RuleTable<aarch64::Rule>, _: u16, rule: &aarch64::Rule| RuleFacts {
+                found: true,
+                signal_frame: rule.signal_frame,
+                exidx: false,
+                pc_dependent_cfa: false,
+            };
+            walk_as::<Aarch64>(&mut self.aarch64, layouts, sample, regs, &image, facts, 0)
         } else {
             let regs = sample.context.arm_regs()?;
-            let table = self.arm.table(&mut self.layouts, sample, |p| {
-                unwind_dwarf::load_elf_file::<unwind_dwarf::Arm>(p)
-                    .ok()
-                    .map(|l| l.rules)
-            })?;
-            walk_frames(
-                |pcs, trust| {
-                    unwind_core::unwind(
-                        &table,
-                        &mut Cache::<Arm>::new(),
-                        regs,
-                        &image,
-                        pcs,
-                        Some(trust),
-                    )
-                },
-                |at| {
-                    table
-                        .lookup(at)
-                        .map_or_else(RuleFacts::default, |Found { rule, .. }| RuleFacts {
-                            found: true,
-                            signal_frame: rule.signal_frame,
-                            exidx: rule.source == arm::Source::Exidx,
-                            pc_dependent_cfa: false,
-                        })
-                },
-                1,
-            )
+            let facts = |_: &RuleTable<arm::Rule>, _: u16, rule: &arm::Rule| RuleFacts {
+                found: true,
+                signal_frame: rule.signal_frame,
+                exidx: rule.source == arm::Source::Exidx,
+                pc_dependent_cfa: false,
+            };
+            walk_as::<Arm>(&mut self.arm, layouts, sample, regs, &image, facts, 1)
         }
     }
 }
