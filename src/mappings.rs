@@ -402,7 +402,10 @@ mod tests {
         assert!(super::read_own_through_pipe(data.as_ptr() as u64, &mut out));
         assert_eq!(out, data);
         let mut out = [0u8; 8];
-        assert!(!super::read_own_through_pipe(8, &mut out), "page 0 is not mapped");
+        assert!(
+            !super::read_own_through_pipe(8, &mut out),
+            "page 0 is not mapped"
+        );
     }
 
     use super::*;

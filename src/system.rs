@@ -17,12 +17,25 @@ pub fn symbolizer() -> Symbolizer {
 }
 
 /// The modules of the current process as minidump modules, in `dl_iterate_phdr` order (the
-/// main program first). Not async-signal-safe: call it outside signal handlers.
+/// main program first), then the signal trampoline page the published table found outside them
+/// (qemu-user's on aarch64, `[sigreturn]`), whose first byte is the return address of every
+/// signal handler: a frame of the dump's walks, in a module of the dump. (Other executable
+/// memory the loader does not list is left out: without symbols or rules there, Breakpad's
+/// walker would scan on through it.) Not async-signal-safe: call it outside signal handlers.
 pub fn dump_modules() -> Vec<DumpModule> {
-    crate::modules::loaded_now()
+    let mut out: Vec<DumpModule> = crate::modules::loaded_now()
         .iter()
         .map(DumpModule::from)
-        .collect()
+        .collect();
+    out.extend(
+        crate::loaded_modules()
+            .iter()
+            .filter(|m| {
+                m.kind == crate::ModuleKind::Anonymous && m.name == crate::mappings::SIGRETURN
+            })
+            .map(DumpModule::from),
+    );
+    out
 }
 
 /// This machine as a minidump's SystemInfo stream describes it: the kernel (`uname -srvm` as

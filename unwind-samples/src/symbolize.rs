@@ -226,14 +226,18 @@ impl Symbolizer {
     }
 
     /// Where the frame with return address `ra` is: at `ra - 1` (the call instruction), or at
-    /// `ra` itself when no function covers `ra - 1`. The second case is a signal trampoline:
-    /// glibc's `__restore_rt` is preceded by a `nop` so that `ra - 1` finds its CFI, but that
-    /// `nop` belongs to no symbol.
+    /// `ra` itself when no function covers `ra - 1` or `ra` starts a module. Both are signal
+    /// trampolines: glibc's `__restore_rt` is preceded by a `nop` so that `ra - 1` finds its
+    /// CFI, but that `nop` belongs to no symbol; qemu-user's aarch64 trampoline starts a page of
+    /// its own.
     pub fn lookup_return_address(&self, ra: u64) -> Option<Symbol<'_>> {
+        // The first byte of a module: a signal trampoline that begins its mapping (qemu-user's
+        // aarch64 page), whose caller's call is in another module or none.
+        if self.module_of(ra).is_some_and(|m| m.start == ra) {
+            return self.lookup(ra);
+        }
         match self.lookup(ra.wrapping_sub(1)) {
             Some(s) if s.function.is_none() => self.lookup(ra).or(Some(s)),
-            // The first byte of a module: a signal trampoline that begins its mapping.
-            None => self.lookup(ra),
             other => other,
         }
     }
@@ -406,6 +410,30 @@ mod tests {
         }
         assert!(checked >= 20, "only {checked} functions");
         assert_eq!(s.function_bounds(bias - 1), None, "outside the module");
+    }
+
+    /// A return address at a module's first byte (qemu-user's aarch64 signal trampoline page,
+    /// right after another module's last byte) is named in that module, not in the one before.
+    #[test]
+    fn a_return_address_at_a_modules_first_byte_is_in_that_module() {
+        use crate::offline::ModuleFile;
+        let file = |name: &str, start, end| ModuleFile {
+            path: std::path::PathBuf::from(name),
+            start,
+            end,
+            bias: start,
+        };
+        let sym = Symbolizer::new(
+            &[
+                file("ld.so", 0x1000, 0x2000),
+                file("[sigreturn]", 0x2000, 0x3000),
+            ],
+            None,
+        );
+        let at = |ra| sym.lookup_return_address(ra).map(|s| s.module.to_string());
+        assert_eq!(at(0x2000).as_deref(), Some("[sigreturn]"));
+        assert_eq!(at(0x1ff0).as_deref(), Some("ld.so"));
+        assert_eq!(at(0x2004).as_deref(), Some("[sigreturn]"));
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! `validate`: samples real programs on x86_64 (natively) and armv7 (under qemu-arm), walks
+//! `validate`: samples real programs on x86_64 (natively), armv7 and aarch64 (under qemu), walks
 //! every sample with our unwinder and with rust-minidump's Breakpad-compatible walker, compares
 //! our exported STACK CFI with dump_syms's, and writes `VALIDATION.md`.
 //!
 //! Usage: `validate [--out FILE] [--samples N] [--no-arm]` (N minidumps per program, default
-//! 400; FILE defaults to VALIDATION.md at the workspace root).
+//! 400; FILE defaults to VALIDATION.md at the workspace root; `--no-arm` leaves out armv7 and
+//! aarch64).
 //!
 //! `validate --minidumps DIR` instead compares the minidumps in DIR (written by the profiler
 //! example's `--minidumps` or the test agent, x86_64 or armv7) and prints the summary, writing
