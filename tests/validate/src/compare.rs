@@ -38,6 +38,10 @@ pub enum Class {
     /// The callee is a PLT stub, whose CFA depends on the PC: dump_syms cannot write that rule
     /// and keeps the row before it, which is wrong for the stub (the walker then goes astray).
     DumpSymsPlt,
+    /// The callee's return address is signed there (aarch64's `DW_CFA_AARCH64_negate_ra_state`):
+    /// dump_syms writes such an FDE's first row alone (`.ra: x30` everywhere in the function),
+    /// as the table comparison shows for the same files.
+    DumpSymsPointerAuth,
     /// The stack copy in the minidump ends before this frame (the handler walked the live
     /// stack).
     StackCopyEnds,
@@ -61,7 +65,7 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 14] = [
+    pub const ALL: [Class; 15] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
@@ -69,6 +73,7 @@ impl Class {
         Class::SignalFrame,
         Class::NoSymbols,
         Class::DumpSymsPlt,
+        Class::DumpSymsPointerAuth,
         Class::StackCopyEnds,
         Class::PastOurEnd,
         Class::OurStop,
@@ -88,6 +93,9 @@ impl Class {
             Class::SignalFrame => "signal frame",
             Class::NoSymbols => "no symbol file for the callee's module",
             Class::DumpSymsPlt => "PLT stub: dump_syms cannot write its PC-dependent CFA",
+            Class::DumpSymsPointerAuth => {
+                "signed return address: dump_syms writes the FDE's first row alone"
+            }
             Class::StackCopyEnds => "the minidump's stack copy ends",
             Class::PastOurEnd => "Breakpad CFI frame past our end of stack",
             Class::OurStop => "our walk stopped first (no rule, e.g. an untracked register)",
@@ -437,6 +445,14 @@ fn classify(
     {
         return Class::DumpSymsPlt;
     }
+    if source == Some(SymbolSource::DumpSyms)
+        && theirs.is_some()
+        && offline
+            .and_then(|w| w.rules.get(callee))
+            .is_some_and(|r| r.ra_signed)
+    {
+        return Class::DumpSymsPointerAuth;
+    }
     match (ours, theirs) {
         (None, Some(_))
             if matches!(sample.stop, StopReason::EndOfStack | StopReason::CantUnwind) =>
@@ -511,6 +527,7 @@ mod tests {
                     signal_frame: Some(i) == signal_at,
                     exidx: false,
                     pc_dependent_cfa: false,
+                    ra_signed: false,
                 })
                 .collect(),
             stop: s.stop,

@@ -75,6 +75,8 @@ pub struct RuleFacts {
     pub exidx: bool,
     /// Its CFA is an expression of the PC (a PLT stub's).
     pub pc_dependent_cfa: bool,
+    /// Its return address is signed (aarch64's pointer authentication).
+    pub ra_signed: bool,
 }
 
 /// Our offline walk of a sample.
@@ -271,6 +273,7 @@ impl Tables {
                     }
                     _ => false,
                 },
+                ra_signed: false,
             };
             walk_as::<X86_64>(&mut self.x86, layouts, sample, regs, &image, facts, 0)
         } else if let Some(regs) = sample.context.aarch64_regs() {
@@ -279,6 +282,7 @@ impl Tables {
                 signal_frame: rule.signal_frame,
                 exidx: false,
                 pc_dependent_cfa: false,
+                ra_signed: rule.ra_signed,
             };
             walk_as::<Aarch64>(&mut self.aarch64, layouts, sample, regs, &image, facts, 0)
         } else {
@@ -288,6 +292,7 @@ impl Tables {
                 signal_frame: rule.signal_frame,
                 exidx: rule.source == arm::Source::Exidx,
                 pc_dependent_cfa: false,
+                ra_signed: false,
             };
             walk_as::<Arm>(&mut self.arm, layouts, sample, regs, &image, facts, 1)
         }
