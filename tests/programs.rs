@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use unwind_test_support::call_graph::{
-    c_graph, c_graph_aarch64, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
+    c_graph, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
 };
 use unwind_test_support::run;
 use unwind_test_support::target::{self, Target};
@@ -656,7 +656,7 @@ fn aarch64_programs(
             &text,
             &|m| w.own(m),
             &|f: &str| f.to_string(),
-            &c_graph_aarch64(),
+            &c_graph_arm(),
         );
         let name = format!("aarch64 C {}", flags.join(" "));
         early_and_outside(&name, &o, &text, failed);

@@ -139,21 +139,13 @@ pub fn c_graph() -> Graph {
     Graph::from_string(&["_start", "clone"], format!("{C_EDGES} {C_ASM_EDGES}"))
 }
 
-/// The C workload's call graph on armv7. armhf glibc's entry points (`__libc_start_main`,
-/// `start_thread`) and `pthread_kill` are EXIDX_CANTUNWIND and have no symbols, so stacks may
-/// start at the collapsed `[ext]`; there is no asm phase (frames.S is x86_64).
+/// The C workload's call graph where glibc's thread entry has no symbol, so that stacks may
+/// start at the collapsed `[ext]`: armv7 (armhf glibc's entry points, `__libc_start_main`,
+/// `start_thread` and `pthread_kill`, are EXIDX_CANTUNWIND and unnamed) and aarch64 (Debian's
+/// arm64 cross glibc names neither `thread_start` nor `start_thread`; the kernel's signal
+/// trampoline is named `__restore_rt` as everywhere, see [`tokens`]). There is no asm phase
+/// (frames.S is x86_64).
 pub fn c_graph_arm() -> Graph {
-    Graph::from_string(
-        &["_start", "clone", "[ext]"],
-        format!("{C_EDGES} [ext]>thread_main"),
-    )
-}
-
-/// The C workload's call graph on aarch64: x86_64's without the asm phase (frames.S is
-/// x86_64); the kernel's signal trampoline is named `__restore_rt` as everywhere ([`tokens`]).
-/// Debian's arm64 cross glibc has no symbols for its thread entry (`thread_start`,
-/// `start_thread`), so, as on armv7, a thread's stack starts at the collapsed `[ext]`.
-pub fn c_graph_aarch64() -> Graph {
     Graph::from_string(
         &["_start", "clone", "[ext]"],
         format!("{C_EDGES} [ext]>thread_main"),

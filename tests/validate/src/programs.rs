@@ -279,7 +279,7 @@ pub fn sample_programs(arch: Architecture, s: &Sampling) -> Result<Vec<ProgramRu
     let (c_graph, rust_graph) = match arch {
         Architecture::X86_64 => (call_graph::c_graph(), call_graph::rust_graph()),
         Architecture::Arm => (call_graph::c_graph_arm(), call_graph::rust_graph_arm()),
-        Architecture::Aarch64 => (call_graph::c_graph_aarch64(), call_graph::rust_graph_arm()),
+        Architecture::Aarch64 => (call_graph::c_graph_arm(), call_graph::rust_graph_arm()),
     };
     for (tag, flags) in variants {
         let exe = build_c(arch, flags, tag, &agent, &out)?;
