@@ -3,8 +3,9 @@
 //! (`-mbranch-protection=standard`), and of random CFI (with `DW_CFA_AARCH64_negate_ra_state`
 //! and `remember_state`/`restore_state` around it), unwound once with our rules
 //! (`Aarch64::step_rule`) and once by evaluating gimli's row on a synthetic stack. The two must
-//! agree on the caller's PC (stripped of its pointer authentication code where gimli's
-//! `RA_SIGN_STATE` is 1), SP, x29 and x30, or our table must have dropped the row.
+//! agree on the caller's PC (stripped of its pointer authentication code, as the walk strips
+//! every return address), SP, x29 and x30, and our rule's signed flag on gimli's
+//! `RA_SIGN_STATE`, or our table must have dropped the row.
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -134,7 +135,8 @@ impl DiffArch for Aarch64 {
         match (cfa, signed, ra, lr, fp) {
             (Val::Ok(sp), Val::Ok(signed), Val::Ok(ra), Val::Ok(lr), Val::Ok(fp)) => {
                 let lr = if column == Dwarf::X30 { ra } else { lr };
-                let pc = if signed == 1 { ra & !MASK } else { ra };
+                let _ = signed; // Compared with the rule's flag in `same_flags`.
+                let pc = ra & !MASK;
                 Expected::Caller {
                     regs: Regs { pc, sp, fp, lr },
                     exact: signal,
@@ -146,6 +148,14 @@ impl DiffArch for Aarch64 {
 
     fn cfa_on_frame_pointer(register: Register) -> bool {
         register == Dwarf::X29
+    }
+
+    fn same_flags(row: &UnwindTableRow<usize>, rule: &unwind_core::aarch64::Rule) -> bool {
+        let signed = matches!(
+            row.register(Dwarf::RA_SIGN_STATE),
+            Some(RegisterRule::Constant(1))
+        );
+        signed == rule.ra_signed
     }
 
     fn last_instruction(end: u64) -> u64 {
@@ -274,7 +284,7 @@ int entry(int n) { return rec(n) + vla(n * 2); }
 
 /// Code built with pointer authentication: GCC signs x30 (`paciasp`) and says so with
 /// `DW_CFA_AARCH64_negate_ra_state`; every row after it has a signed return address, which our
-/// rule strips as gimli's `RA_SIGN_STATE` says.
+/// rule records as gimli's `RA_SIGN_STATE` says (and the walk strips).
 #[test]
 fn branch_protected_code_matches_gimli() {
     for (tag, flags) in [
