@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use unwind_test_support::target::Target;
+
 mod sequences;
 
 /// Frames unwound per measurement: K is chosen so that K * frames is about this.
@@ -293,6 +295,19 @@ fn real_main() -> Result<(), String> {
         Ok(None) => eprintln!("bench-report: no armv7 samples (scripts/bench captures them)"),
         Err(e) => eprintln!("bench-report: armv7 figures failed: {e}"),
     }
+    let a64_seq = target
+        .join("bench-sequences")
+        .join("aarch64")
+        .join("aarch64.sequence");
+    match aarch64_figures(&target, &a64_seq) {
+        Ok(Some((host, qemu, frames))) => {
+            lines.push(format!("aarch64 warm host: {host:.1} instructions/frame"));
+            lines.push(format!("aarch64 warm qemu: {qemu:.1} instructions/frame"));
+            eprintln!("bench-report: aarch64 figures over {frames} frames");
+        }
+        Ok(None) => eprintln!("bench-report: no aarch64 sequence (scripts/bench captures it)"),
+        Err(e) => eprintln!("bench-report: aarch64 figures failed: {e}"),
+    }
 
     let crit = target.join("criterion");
     // Criterion times one unwind of each sample; per frame and in total over the samples
@@ -389,6 +404,33 @@ fn real_main() -> Result<(), String> {
             num(l, "ratio ")
         ));
     }
+    // arm64 libraries, read on this host: DWARF CFI, as on x86_64.
+    let arm64: Vec<String> = ["libc.so.6", "libstdc++.so.6"]
+        .iter()
+        .map(|n| {
+            format!(
+                "{}/{n}",
+                unwind_test_support::target::by_name("aarch64").libdir
+            )
+        })
+        .filter(|p| Path::new(p).exists())
+        .collect();
+    let preload_arm64 = match arm64.is_empty() {
+        true => String::new(),
+        false => run(Command::new(bin_dir.join("bench-preload")).args(&arm64))?.0,
+    };
+    for l in preload_arm64.lines() {
+        let name = l
+            .strip_prefix("preload ")
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or("?");
+        lines.push(format!(
+            "preload arm64 {name}: {:.4} s, {:.2} bytes/row, {:.2} x gimli floor",
+            num(l, "build "),
+            num(l, "bytes/row "),
+            num(l, "ratio ")
+        ));
+    }
     let profile = bin_dir.join("examples").join("profile");
     let hit_rate = run(Command::new(&profile).arg("2"))
         .ok()
@@ -417,7 +459,7 @@ fn real_main() -> Result<(), String> {
     let _ = writeln!(md, "```\n");
     md.push_str(&seq_md);
     let _ = writeln!(md, "## Synthetic samples\n");
-    let _ = writeln!(md, "Targets: x86_64 warm <= 40 instructions/frame; ARM warm <= 60; one miss <= 300 instructions; ns/frame >= 3 x faster than framehop; preload <= 2 x the gimli floor and <= 8 bytes/row. References (REFERENCES.md): framehop ~149 warm, ~4,100 per miss; Valgrind ~220; Breakpad ~114,000; frame pointers ~8.\n");
+    let _ = writeln!(md, "Targets: x86_64 warm <= 40 instructions/frame; ARM warm <= 60; aarch64 warm <= 40; one miss <= 300 instructions; ns/frame >= 3 x faster than framehop; preload <= 2 x the gimli floor and <= 8 bytes/row. References (REFERENCES.md): framehop ~149 warm, ~4,100 per miss; Valgrind ~220; Breakpad ~114,000; frame pointers ~8.\n");
     let _ = writeln!(md, "### Instructions per frame, by sample (callgrind)\n");
     let _ = writeln!(md, "Method: each unwinder runs in its own process on the same captured sample (registers, stack copy, module files), K times and 0 times after the same setup and one warm-up unwind; (instructions(K) - instructions(0)) / (K * frames). Cold empties the cache before every unwind (ours: the reset of its 509 slots is included; its second level is emptied by a new epoch, without writing).\n");
     md.push_str(&table);
@@ -432,12 +474,13 @@ fn real_main() -> Result<(), String> {
         let _ = writeln!(md, "The `profile` sample is a SIGPROF landing at a random instruction of the workload; it differs from capture to capture, and so does its ratio. The loop is latency-bound: each frame waits on a stack load, the slot computation, a cache-entry load and the next stack load (about 13 cycles at best for a per-frame cache lookup), which is why 3.4 x fewer instructions than framehop give less than 3 x the speed.\n");
     }
     let _ = writeln!(md, "## 32-bit ARM\n\n`arm warm host` unwinds the 5 deepest armv7 samples the test agent captured from the Rust workload under qemu-arm (rules from the binary's `.debug_frame` and the system's `.ARM.exidx`), with `sample-unwind` built for x86_64, under callgrind; `arm warm qemu` runs the same program built for armv7 under `qemu-arm -singlestep -d nochain,exec` and counts the guest instructions executed in the unwinder's functions (`-dfilter` on their address ranges). Both: K and 0 unwinds after the same setup, divided by K times frames. The ARM target (60) is missed: Rust's armv7 frames save the return address and r11 (frame pointers are kept), so each frame costs two bounds-checked stack loads where x86_64 checks a frame's words with one range test, the loop carries six 32-bit registers, and the cache's keys and the frames written are 64-bit on a 32-bit machine. Reads are bounds-checked in 32-bit arithmetic there (`Memory::read_u32_at`; with 64-bit checks: 72.7 under qemu).\n");
+    let _ = writeln!(md, "## 64-bit ARM\n\n`aarch64 warm host` and `aarch64 warm qemu` replay the aarch64 sequence of the table above (1,500 samples of the test agent's Rust workload under qemu-aarch64, whose default CPU signs return addresses; rules from the binary's and Debian's arm64 libraries' `.eh_frame`) with `sequence-unwind`, in order, one cache per thread, after one warm-up pass: built for x86_64 under callgrind (instructions collected in `unwind_once`), and built for aarch64 under `qemu-aarch64 -singlestep -d nochain,exec` (guest instructions in `unwind_once` and the walk's out-of-line functions, `-dfilter` on their ranges). Both: one pass less none, divided by its frames. The target (40) is met by the aarch64 code and missed on the host, where x86_64's 15 registers hold the four aarch64 registers of the loop (PC, SP, x29, x30), the lookup address and the stack image's bounds, and spill some of them; the pointer-authentication strip is one AND a frame (every return address is stripped, signed or not: a test of the rule's signed flag cost 1.9 instructions a frame under qemu).\n");
     let _ = writeln!(
         md,
-        "## Preload\n\n```\n{}{}{}```\n",
-        preload, preload_driver, preload_arm
+        "## Preload\n\n```\n{}{}{}{}```\n",
+        preload, preload_driver, preload_arm, preload_arm64
     );
-    let _ = writeln!(md, "The floor of an x86_64 file is gimli iterating every row of its `.eh_frame` and `.debug_frame` without building anything. The floor of a 32-bit ARM file is its EHABI index decoded (`unwind_arm_exidx::rows`) and its DWARF rows, if any: the build also reads every function's instructions (`unwind-arm-prologue`: prologues and epilogues of EHABI functions, `EXIDX_CANTUNWIND` functions, functions no table describes), which is most of its cost.\n");
+    let _ = writeln!(md, "The floor of an x86_64 file is gimli iterating every row of its `.eh_frame` and `.debug_frame` without building anything. An arm64 file's floor is an x86_64 file's (DWARF CFI only). The floor of a 32-bit ARM file is its EHABI index decoded (`unwind_arm_exidx::rows`) and its DWARF rows, if any: the build also reads every function's instructions (`unwind-arm-prologue`: prologues and epilogues of EHABI functions, `EXIDX_CANTUNWIND` functions, functions no table describes), which is most of its cost.\n");
     std::fs::write(&out_md, md).map_err(|e| e.to_string())?;
     for l in &lines {
         println!("{l}");
@@ -460,6 +503,64 @@ fn arm_sysroot() -> &'static str {
 /// The emulator that runs armv7 programs here.
 fn arm_runner() -> &'static str {
     armv7().runner.expect("armv7's runner in the targets table")
+}
+
+/// The functions of `bin` (built for `t`) whose demangled names `wanted` accepts, as
+/// `(file address, size, name)`.
+fn function_ranges(
+    t: &Target,
+    bin: &Path,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(u64, u64, String)>, String> {
+    let nm = run(Command::new(t.tool("nm")).args(["-S", "-C"]).arg(bin))?.0;
+    Ok(nm
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(4, ' ');
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            let name = f.nth(1)?;
+            wanted(name).then(|| (addr, size, name.to_string()))
+        })
+        .collect())
+}
+
+/// The guest instructions `bin ARGS` (built for `t`) executes inside `functions` (file
+/// addresses, moved by `bias` to where the emulator loads them), counted under
+/// `RUNNER -L SYSROOT -singlestep -d nochain,exec` (one log line per instruction, `-dfilter`
+/// on the functions' ranges; the log goes to `log`, removed after).
+fn guest_instructions(
+    t: &Target,
+    bin: &Path,
+    functions: &[(u64, u64, String)],
+    bias: u64,
+    args: &[&str],
+    log: &Path,
+) -> Result<u64, String> {
+    let sysroot = t.sysroot.ok_or("no sysroot in the targets table")?;
+    let ranges: Vec<String> = functions
+        .iter()
+        .map(|f| format!("{:#x}+{:#x}", f.0.wrapping_add(bias), f.1))
+        .collect();
+    run(
+        Command::new(t.runner.ok_or("no emulator in the targets table")?)
+            .args([
+                "-L",
+                sysroot,
+                "-singlestep",
+                "-d",
+                "nochain,exec",
+                "-dfilter",
+            ])
+            .arg(ranges.join(","))
+            .arg("-D")
+            .arg(log)
+            .arg(bin)
+            .args(args),
+    )?;
+    let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let _ = std::fs::remove_file(log);
+    Ok(text.lines().filter(|l| l.starts_with("Trace")).count() as u64)
 }
 
 /// Warm instructions per frame for armv7 samples: unwound on this host under callgrind, and
@@ -486,26 +587,16 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
     let host_bin = target.join("release").join("sample-unwind");
     let arm_bin = armv7().release_dir(target).join("sample-unwind");
     // The unwinder's code in the armv7 binary: `unwind_once` (the loop is inlined there) and
-    // every unwind_core function, as file-address ranges.
-    let nm = run(Command::new(armv7().tool("nm"))
-        .args(["-S", "-C"])
-        .arg(&arm_bin))?
-    .0;
-    let symbols: Vec<(u64, u64, bool)> = nm
-        .lines()
-        .filter(|l| l.contains("unwind_once") || l.contains("unwind_core::"))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            let size = u64::from_str_radix(f.next()?, 16).ok()?;
-            Some((addr, size, l.contains("unwind_once")))
-        })
-        .collect();
-    let once_svma = symbols
+    // every unwind_core function.
+    let functions = function_ranges(armv7(), &arm_bin, |n| {
+        n.contains("unwind_once") || n.contains("unwind_core::")
+    })?;
+    let once_svma = functions
         .iter()
-        .find(|s| s.2)
-        .map(|s| s.0)
+        .find(|f| f.2.contains("unwind_once"))
+        .map(|f| f.0)
         .ok_or("no unwind_once symbol")?;
+    let log = target.join("bench-samples").join("qemu-trace.log");
     let (mut host, mut qemu, mut frames_total) = (0.0, 0.0, 0u64);
     for (_, path) in &samples {
         let p = path.to_string_lossy();
@@ -527,29 +618,15 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
             .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
             .ok_or("no unwind_once address")?;
         let bias = once.wrapping_sub(once_svma);
-        let ranges: Vec<String> = symbols
-            .iter()
-            .map(|s| format!("{:#x}+{:#x}", s.0.wrapping_add(bias), s.1))
-            .collect();
-        let count = |k: u64| -> Result<u64, String> {
-            let log = target.join("bench-samples").join("qemu-trace.log");
-            run(Command::new(arm_runner())
-                .args([
-                    "-L",
-                    arm_sysroot(),
-                    "-singlestep",
-                    "-d",
-                    "nochain,exec",
-                    "-dfilter",
-                ])
-                .arg(ranges.join(","))
-                .arg("-D")
-                .arg(&log)
-                .arg(&arm_bin)
-                .args([&*p, arm_sysroot(), &k.to_string()]))?;
-            let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
-            let _ = std::fs::remove_file(&log);
-            Ok(text.lines().filter(|l| l.starts_with("Trace")).count() as u64)
+        let count = |k: u64| {
+            guest_instructions(
+                armv7(),
+                &arm_bin,
+                &functions,
+                bias,
+                &[&p, arm_sysroot(), &k.to_string()],
+                &log,
+            )
         };
         let (q0, qk) = (count(0)?, count(k)?);
         host += hk.saturating_sub(h0) as f64 / k as f64;
@@ -558,6 +635,63 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
     }
     let f = frames_total.max(1) as f64;
     Ok(Some((host / f, qemu / f, samples.len())))
+}
+
+/// Warm instructions per frame for the aarch64 sequence `seq` (1,500 samples of the Rust
+/// workload under qemu-aarch64, in order, one cache per thread): `sequence-unwind` replays it
+/// after one warm-up pass, built for this host under callgrind (collected in `unwind_once`),
+/// and built for aarch64 under `qemu-aarch64 -singlestep` (guest instructions in `unwind_once`
+/// and the walk's out-of-line functions); one pass less none, divided by its frames. Also the
+/// frames of a pass.
+fn aarch64_figures(target: &Path, seq: &Path) -> Result<Option<(f64, f64, u64)>, String> {
+    if !seq.exists() {
+        return Ok(None);
+    }
+    let t = unwind_test_support::target::by_name("aarch64");
+    let sysroot = t.sysroot.ok_or("no aarch64 sysroot")?;
+    let seq = seq.to_string_lossy();
+    let host_bin = target.join("release").join("sequence-unwind");
+    let (h0, _) = sequences::collected(&host_bin, "*unwind_once*", &[&seq, sysroot, "0"])?;
+    let (h1, out) = sequences::collected(&host_bin, "*unwind_once*", &[&seq, sysroot, "1"])?;
+    let frames = field(&out, "frames");
+    let guest_bin = t.release_dir(target).join("sequence-unwind");
+    // The walk's code: `unwind_once` (the loop inlined there) and what it calls out of line
+    // (not the table's construction, which both runs do alike).
+    let functions = function_ranges(t, &guest_bin, |n| {
+        n.ends_with("::unwind_once")
+            || ["unwind", "cache", "aarch64", "arch", "scan", "expr"]
+                .iter()
+                .any(|m| n.starts_with(&format!("unwind_core::{m}::")))
+    })?;
+    let probe = run(Command::new(t.runner.ok_or("no aarch64 emulator")?)
+        .args(["-L", sysroot])
+        .arg(&guest_bin)
+        .args([&*seq, sysroot, "0"]))?
+    .0;
+    let once = probe
+        .split_whitespace()
+        .skip_while(|w| *w != "unwind_once")
+        .nth(1)
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .ok_or("no unwind_once address")?;
+    // One `unwind_once` per architecture is compiled in; the load bias is page-aligned for the
+    // one that ran.
+    let bias = functions
+        .iter()
+        .filter(|f| f.2.ends_with("::unwind_once"))
+        .map(|f| once.wrapping_sub(f.0))
+        .find(|b| b % 4096 == 0)
+        .ok_or("no unwind_once at a page-aligned bias")?;
+    let log = target.join("bench-samples").join("qemu-trace-aarch64.log");
+    let count =
+        |k: &str| guest_instructions(t, &guest_bin, &functions, bias, &[&seq, sysroot, k], &log);
+    let (q0, q1) = (count("0")?, count("1")?);
+    let f = frames.max(1) as f64;
+    Ok(Some((
+        h1.saturating_sub(h0) as f64 / f,
+        q1.saturating_sub(q0) as f64 / f,
+        frames,
+    )))
 }
 
 /// `dump_syms` where `scripts/setup` installs it (see `unwind_validate::tools::dump_syms`), if

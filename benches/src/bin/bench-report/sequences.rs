@@ -66,7 +66,7 @@ struct Row {
 }
 
 /// Instructions collected under callgrind inside functions matching `pattern`.
-fn collected(bin: &Path, pattern: &str, args: &[&str]) -> Result<(u64, String), String> {
+pub(crate) fn collected(bin: &Path, pattern: &str, args: &[&str]) -> Result<(u64, String), String> {
     let (stdout, stderr) = run(Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(format!("--toggle-collect={pattern}"))
