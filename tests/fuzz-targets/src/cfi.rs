@@ -1,10 +1,11 @@
-//! `.eh_frame` and `.debug_frame` bytes into rule tables, for either architecture: gimli's
+//! `.eh_frame` and `.debug_frame` bytes into rule tables, for any architecture: gimli's
 //! parser, our translation of its rows, DWARF expressions compiled to postfix programs.
 
 use unwind_dwarf::{rules_from_sections, CfiSections, DwarfArch};
 
-/// Input: a selector byte (bit 0: 32-bit ARM, else x86_64; bit 1: `.debug_frame`, else
-/// `.eh_frame`; bit 2: with a code range, outside which FDEs are skipped), then the section.
+/// Input: a selector byte (bit 0: 32-bit ARM, else bit 3: aarch64, else x86_64; bit 1:
+/// `.debug_frame`, else `.eh_frame`; bit 2: with a code range, outside which FDEs are skipped),
+/// then the section.
 pub fn run(data: &[u8]) {
     let Some((&selector, section)) = data.split_first() else {
         return;
@@ -19,9 +20,10 @@ pub fn run(data: &[u8]) {
         code_range: (selector & 4 != 0).then_some((0x1000, 0x40_0000)),
         ..CfiSections::default()
     };
-    match selector & 1 {
-        0 => load::<unwind_dwarf::X86_64>(&sections),
-        _ => load::<unwind_dwarf::Arm>(&sections),
+    match (selector & 1, selector & 8) {
+        (1, _) => load::<unwind_dwarf::Arm>(&sections),
+        (_, 8) => load::<unwind_dwarf::Aarch64>(&sections),
+        _ => load::<unwind_dwarf::X86_64>(&sections),
     }
 }
 

@@ -1,13 +1,15 @@
-//! Rules, expressions and registers of either architecture from fuzzer bytes
+//! Rules, expressions and registers of any architecture from fuzzer bytes
 //! ([`arbitrary::Unstructured`]), for the targets that build tables by hand.
 
 use arbitrary::{Result, Unstructured};
 use unwind_core::expr::{Expr, Op};
-use unwind_core::{arm, x86_64};
+use unwind_core::{aarch64, arm, x86_64};
 use unwind_dwarf::DwarfArch;
 
 /// An architecture whose rules and registers the fuzzer can choose.
 pub(crate) trait Gen: DwarfArch {
+    /// How many registers expressions may name (`Op::Reg(0)` to `Op::Reg(TRACKED - 1)`).
+    const TRACKED: u8;
     /// A rule; expression indices below `exprs` refer to the module's expressions (others are
     /// left as they come, some out of range).
     fn rule(u: &mut Unstructured<'_>, exprs: u16) -> Result<Self::Rule>;
@@ -67,6 +69,8 @@ pub(crate) fn expr(u: &mut Unstructured<'_>, regs: u8) -> Result<Expr> {
 }
 
 impl Gen for unwind_dwarf::X86_64 {
+    const TRACKED: u8 = 3;
+
     fn rule(u: &mut Unstructured<'_>, exprs: u16) -> Result<x86_64::Rule> {
         use x86_64::{CfaRule, RegRule};
         let reg = |u: &mut Unstructured<'_>| -> Result<RegRule> {
@@ -109,6 +113,8 @@ impl Gen for unwind_dwarf::X86_64 {
 }
 
 impl Gen for unwind_dwarf::Arm {
+    const TRACKED: u8 = 6;
+
     fn rule(u: &mut Unstructured<'_>, exprs: u16) -> Result<arm::Rule> {
         use arm::{CfaRule, Reg, RegRule, Source};
         let any_reg = |u: &mut Unstructured<'_>| -> Result<Reg> {
@@ -173,6 +179,63 @@ impl Gen for unwind_dwarf::Arm {
         .into_iter()
         .map(|(n, v)| (n, u64::from(v)))
         .collect()
+    }
+}
+
+impl Gen for unwind_dwarf::Aarch64 {
+    const TRACKED: u8 = 4;
+
+    fn rule(u: &mut Unstructured<'_>, exprs: u16) -> Result<aarch64::Rule> {
+        use aarch64::{CfaRule, RegRule};
+        let reg = |u: &mut Unstructured<'_>| -> Result<RegRule> {
+            Ok(match u.int_in_range(0..=9u8)? {
+                0..=4 => RegRule::Offset(offset(u, 8)?),
+                5 => RegRule::Undefined,
+                6 => RegRule::Same,
+                7 => RegRule::ValOffset(offset(u, 8)?),
+                8 => RegRule::Expr(expr_index(u, exprs)?),
+                _ => RegRule::ValExpr(expr_index(u, exprs)?),
+            })
+        };
+        let ra = reg(u)?;
+        Ok(aarch64::Rule {
+            cfa: match u.int_in_range(0..=5u8)? {
+                0..=2 => CfaRule::SpOffset(offset(u, 8)?),
+                3 | 4 => CfaRule::FpOffset(offset(u, 8)?),
+                _ => CfaRule::Expr(expr_index(u, exprs)?),
+            },
+            ra,
+            // x30 is the return-address column: the same rule but in signal frames.
+            lr: match u.ratio(7, 8)? {
+                true => ra,
+                false => reg(u)?,
+            },
+            fp: reg(u)?,
+            ra_signed: u.arbitrary()?,
+            signal_frame: u.ratio(1, 16)?,
+        })
+    }
+
+    fn regs(u: &mut Unstructured<'_>, pcs: &[u64], sps: &[u64]) -> Result<aarch64::Regs> {
+        Ok(aarch64::Regs {
+            pc: pick(u, pcs)?,
+            sp: pick(u, sps)?,
+            fp: pick(u, sps)?,
+            lr: pick(u, pcs)?,
+        })
+    }
+
+    fn signal_frame(rule: &aarch64::Rule) -> bool {
+        rule.signal_frame
+    }
+
+    fn breakpad_registers(regs: &aarch64::Regs) -> Vec<(&'static str, u64)> {
+        vec![
+            ("pc", regs.pc),
+            ("sp", regs.sp),
+            ("x29", regs.fp),
+            ("x30", regs.lr),
+        ]
     }
 }
 

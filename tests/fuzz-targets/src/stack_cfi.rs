@@ -19,16 +19,18 @@ use crate::gen::Gen;
 /// Input: bytes for [`arbitrary::Unstructured`]: the architecture, then the rules.
 pub fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let _ = match u.arbitrary::<bool>() {
-        Ok(true) => export::<unwind_dwarf::Arm>(&mut u),
-        Ok(false) => export::<unwind_dwarf::X86_64>(&mut u),
+    // Bit 0: 32-bit ARM (as when this byte was a `bool`); else bit 1: aarch64; else x86_64.
+    let _ = match u.arbitrary::<u8>() {
+        Ok(b) if b & 1 != 0 => export::<unwind_dwarf::Arm>(&mut u),
+        Ok(b) if b & 2 != 0 => export::<unwind_dwarf::Aarch64>(&mut u),
+        Ok(_) => export::<unwind_dwarf::X86_64>(&mut u),
         Err(e) => Err(e),
     };
 }
 
 fn export<A: Gen>(u: &mut Unstructured<'_>) -> Result<()> {
     let mut rules = ModuleRulesBuilder::new();
-    let regs_tracked = if A::WORD_BYTES == 8 { 2 } else { 5 };
+    let regs_tracked = A::TRACKED - 1;
     let exprs = u.int_in_range(0..=4u16)?;
     for _ in 0..exprs {
         let _ = rules.add_expr(crate::gen::expr(u, regs_tracked)?);

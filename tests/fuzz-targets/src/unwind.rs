@@ -1,5 +1,5 @@
 //! The unwind loop over a rule table, registers and a stack image the fuzzer chooses, on
-//! either architecture: up to three modules with random rules and expressions (some indices
+//! any architecture: up to three modules with random rules and expressions (some indices
 //! out of range), return sites and stack scanning or not, stack words that look like return
 //! addresses and stack addresses, and a buffer of any length.
 //!
@@ -29,9 +29,11 @@ const FILE_START: u64 = 0x1000;
 /// the registers.
 pub fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let _ = match u.arbitrary::<bool>() {
-        Ok(true) => walk::<unwind_dwarf::Arm>(&mut u),
-        Ok(false) => walk::<unwind_dwarf::X86_64>(&mut u),
+    // Bit 0: 32-bit ARM (as when this byte was a `bool`); else bit 1: aarch64; else x86_64.
+    let _ = match u.arbitrary::<u8>() {
+        Ok(b) if b & 1 != 0 => walk::<unwind_dwarf::Arm>(&mut u),
+        Ok(b) if b & 2 != 0 => walk::<unwind_dwarf::Aarch64>(&mut u),
+        Ok(_) => walk::<unwind_dwarf::X86_64>(&mut u),
         Err(e) => Err(e),
     };
 }
@@ -41,8 +43,7 @@ fn walk<A: Gen>(u: &mut Unstructured<'_>) -> Result<()> {
     let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
     b.scan_stack(scan);
     let mut code = Vec::new();
-    // Expression registers: x86_64 tracks 3 (PC, SP, FP), ARM 6.
-    let regs_tracked = if A::WORD_BYTES == 8 { 2 } else { 5 };
+    let regs_tracked = A::TRACKED - 1;
     for m in 0..u.int_in_range(1..=3u64)? {
         let start = MODULE * (m + 1);
         let bias = start - FILE_START;
@@ -94,7 +95,12 @@ fn walk<A: Gen>(u: &mut Unstructured<'_>) -> Result<()> {
     }
     let regs = A::regs(u, &code, &sps)?;
     let n = u.int_in_range(0..=64usize)?;
-    let image = StackImage::new(STACK_BASE, &stack);
+    // A pointer mask as aarch64 processes with pointer authentication have (0 elsewhere).
+    let mask = match A::WORD_BYTES == 8 && u.arbitrary()? {
+        true => 0x007f_0000_0000_0000,
+        false => 0,
+    };
+    let image = StackImage::new(STACK_BASE, &stack).with_pointer_mask(mask);
     let mut cache = Box::new(Cache::<A>::new());
     let (mut pcs, mut trust) = (vec![0u64; n], vec![Trust::Context; n]);
     let r = unwind(&table, &mut cache, regs, &image, &mut pcs, Some(&mut trust));

@@ -1,5 +1,5 @@
 //! Writes seed inputs for the fuzz targets, from real binaries, into `DIR/TARGET/`:
-//! `fuzz-seeds DIR [ELF...]` (default: this machine's x86_64 and armhf libc and libstdc++,
+//! `fuzz-seeds DIR [ELF...]` (default: this machine's x86_64, armhf and arm64 libc and libstdc++,
 //! libgcc_s, and the Rust toolchain's librustc_driver). Each seed is a slice small enough for
 //! the fuzzer to mutate quickly, cut where the format keeps it coherent:
 //!
@@ -32,7 +32,13 @@ fn main() {
             continue;
         };
         let arm = elf.architecture() == object::Architecture::Arm;
-        cfi_seeds(&elf, arm, seeds.entry("cfi").or_default());
+        // The `cfi` target's selector bits for the file's architecture.
+        let arch_bits = match elf.architecture() {
+            object::Architecture::Arm => 1,
+            object::Architecture::Aarch64 => 8,
+            _ => 0,
+        };
+        cfi_seeds(&elf, arch_bits, seeds.entry("cfi").or_default());
         if arm {
             exidx_seeds(&elf, seeds.entry("exidx").or_default());
             code_seeds(&elf, seeds.entry("arm_code").or_default());
@@ -67,8 +73,8 @@ fn main() {
     }
 }
 
-/// A small C program and library built with each compiler and a few flag sets (x86_64 and
-/// armhf, with and without unwind tables and debug info, stripped or not), for the `elf`
+/// A small C program and library built with each compiler and a few flag sets (x86_64, armhf
+/// and arm64, with and without unwind tables and debug info, stripped or not), for the `elf`
 /// target: whole files of a few KiB.
 fn small_programs() -> Vec<PathBuf> {
     const SOURCE: &str = "#include <stdio.h>\n\
@@ -82,7 +88,7 @@ fn small_programs() -> Vec<PathBuf> {
         return Vec::new();
     }
     let mut built = Vec::new();
-    let variants: [(&str, &[&str]); 8] = [
+    let variants: [(&str, &[&str]); 10] = [
         ("gcc", &["-O2"]),
         ("gcc", &["-O0", "-g"]),
         ("gcc", &["-O2", "-shared", "-fPIC"]),
@@ -96,6 +102,11 @@ fn small_programs() -> Vec<PathBuf> {
         (
             "arm-linux-gnueabihf-gcc",
             &["-O2", "-s", "-shared", "-fPIC"],
+        ),
+        ("aarch64-linux-gnu-gcc", &["-O2"]),
+        (
+            "aarch64-linux-gnu-gcc",
+            &["-O2", "-mbranch-protection=standard", "-shared", "-fPIC"],
         ),
     ];
     for (i, (cc, flags)) in variants.iter().enumerate() {
@@ -124,6 +135,9 @@ fn default_files() -> Vec<PathBuf> {
         "/usr/arm-linux-gnueabihf/lib/libc.so.6",
         "/usr/arm-linux-gnueabihf/lib/libstdc++.so.6",
         "/usr/arm-linux-gnueabihf/lib/libgcc_s.so.1",
+        "/usr/aarch64-linux-gnu/lib/libc.so.6",
+        "/usr/aarch64-linux-gnu/lib/libstdc++.so.6",
+        "/usr/aarch64-linux-gnu/lib/libgcc_s.so.1",
     ]
     .iter()
     .map(PathBuf::from)
@@ -151,7 +165,7 @@ fn default_files() -> Vec<PathBuf> {
 /// Runs of FDEs (up to 8 KiB) from 24 places spread over each CFI section, behind the CIE they
 /// refer to, their CIE pointers rewritten to it; each after its selector byte (see
 /// `unwind_fuzz_targets::cfi::run`).
-fn cfi_seeds(elf: &object::File<'_>, arm: bool, out: &mut Vec<Vec<u8>>) {
+fn cfi_seeds(elf: &object::File<'_>, arch_bits: u8, out: &mut Vec<Vec<u8>>) {
     for (name, debug) in [(".eh_frame", false), (".debug_frame", true)] {
         let Some(data) = elf.section_by_name(name).and_then(|s| s.data().ok()) else {
             continue;
@@ -174,7 +188,7 @@ fn cfi_seeds(elf: &object::File<'_>, arm: bool, out: &mut Vec<Vec<u8>>) {
             records.push((at, len + 4, cie));
             at += len + 4;
         }
-        let selector = u8::from(arm) | if debug { 2 } else { 0 };
+        let selector = arch_bits | if debug { 2 } else { 0 };
         let step = (records.len() / 24).max(1);
         for first in (0..records.len()).step_by(step) {
             let Some(cie) = records[first].2 else {
