@@ -382,55 +382,50 @@ fn real_main() -> Result<(), String> {
             num(l, "ratio ")
         ));
     }
-    // 32-bit ARM libraries, read on this host: EHABI tables and the functions' instructions.
-    let armhf: Vec<String> = ["libc.so.6", "libstdc++.so.6"]
-        .iter()
-        .map(|n| format!("{}/{n}", armv7().libdir))
-        .filter(|p| Path::new(p).exists())
-        .collect();
-    let preload_arm = match armhf.is_empty() {
-        true => String::new(),
-        false => run(Command::new(bin_dir.join("bench-preload")).args(&armhf))?.0,
+    // A target's libc and libstdc++, read on this host by `bench-preload`: its output, and a
+    // figures line per library (`label`; `floor`: what the ratio is to, with its format).
+    let preload_libs = |libdir: &str,
+                        label: &str,
+                        floor: fn(f64) -> String,
+                        lines: &mut Vec<String>|
+     -> Result<String, String> {
+        let files: Vec<String> = ["libc.so.6", "libstdc++.so.6"]
+            .iter()
+            .map(|n| format!("{libdir}/{n}"))
+            .filter(|p| Path::new(p).exists())
+            .collect();
+        if files.is_empty() {
+            return Ok(String::new());
+        }
+        let out = run(Command::new(bin_dir.join("bench-preload")).args(&files))?.0;
+        for l in out.lines() {
+            let name = l
+                .strip_prefix("preload ")
+                .and_then(|r| r.split(' ').next())
+                .unwrap_or("?");
+            lines.push(format!(
+                "preload {label} {name}: {:.4} s, {:.2} bytes/row, {}",
+                num(l, "build "),
+                num(l, "bytes/row "),
+                floor(num(l, "ratio "))
+            ));
+        }
+        Ok(out)
     };
-    for l in preload_arm.lines() {
-        let name = l
-            .strip_prefix("preload ")
-            .and_then(|r| r.split(' ').next())
-            .unwrap_or("?");
-        lines.push(format!(
-            "preload armhf {name}: {:.4} s, {:.2} bytes/row, {:.1} x the EHABI index alone",
-            num(l, "build "),
-            num(l, "bytes/row "),
-            num(l, "ratio ")
-        ));
-    }
-    // arm64 libraries, read on this host: DWARF CFI, as on x86_64.
-    let arm64: Vec<String> = ["libc.so.6", "libstdc++.so.6"]
-        .iter()
-        .map(|n| {
-            format!(
-                "{}/{n}",
-                unwind_test_support::target::by_name("aarch64").libdir
-            )
-        })
-        .filter(|p| Path::new(p).exists())
-        .collect();
-    let preload_arm64 = match arm64.is_empty() {
-        true => String::new(),
-        false => run(Command::new(bin_dir.join("bench-preload")).args(&arm64))?.0,
-    };
-    for l in preload_arm64.lines() {
-        let name = l
-            .strip_prefix("preload ")
-            .and_then(|r| r.split(' ').next())
-            .unwrap_or("?");
-        lines.push(format!(
-            "preload arm64 {name}: {:.4} s, {:.2} bytes/row, {:.2} x gimli floor",
-            num(l, "build "),
-            num(l, "bytes/row "),
-            num(l, "ratio ")
-        ));
-    }
+    // 32-bit ARM libraries: EHABI tables and the functions' instructions.
+    let preload_arm = preload_libs(
+        armv7().libdir,
+        "armhf",
+        |r| format!("{r:.1} x the EHABI index alone"),
+        &mut lines,
+    )?;
+    // arm64 libraries: DWARF CFI, as on x86_64.
+    let preload_arm64 = preload_libs(
+        unwind_test_support::target::by_name("aarch64").libdir,
+        "arm64",
+        |r| format!("{r:.2} x gimli floor"),
+        &mut lines,
+    )?;
     let profile = bin_dir.join("examples").join("profile");
     let hit_rate = run(Command::new(&profile).arg("2"))
         .ok()
