@@ -40,8 +40,9 @@ pub trait Memory {
         self.read_u64(addr).unwrap_or(0)
     }
     /// The bits of an instruction address that are not address in the process whose stack
-    /// this is: on aarch64, the pointer authentication code's field and the top byte, which
-    /// the unwinder clears from signed return addresses (never authenticating them). A property
+    /// this is: on aarch64, the pointer authentication code's field (and the top byte where
+    /// the kernel puts it there), which the unwinder clears from every return address (never
+    /// authenticating one; an unsigned return address has no bit there). A property
     /// of the process, not of a frame: the runtime finds it with `xpaclri`, an offline walk
     /// takes it from the sample. The default (and the value without pointer authentication,
     /// and on every other architecture) is 0.

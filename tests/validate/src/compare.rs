@@ -437,21 +437,14 @@ fn classify(
     if callee_addr.is_some() && source.is_none() {
         return Class::NoSymbols;
     }
-    if source == Some(SymbolSource::DumpSyms)
-        && theirs.is_some()
-        && offline
-            .and_then(|w| w.rules.get(callee))
-            .is_some_and(|r| r.pc_dependent_cfa)
-    {
-        return Class::DumpSymsPlt;
-    }
-    if source == Some(SymbolSource::DumpSyms)
-        && theirs.is_some()
-        && offline
-            .and_then(|w| w.rules.get(callee))
-            .is_some_and(|r| r.ra_signed)
-    {
-        return Class::DumpSymsPointerAuth;
+    let callee_rule = offline.and_then(|w| w.rules.get(callee));
+    if let (Some(SymbolSource::DumpSyms), Some(_), Some(r)) = (source, theirs, callee_rule) {
+        if r.pc_dependent_cfa {
+            return Class::DumpSymsPlt;
+        }
+        if r.ra_signed {
+            return Class::DumpSymsPointerAuth;
+        }
     }
     match (ours, theirs) {
         (None, Some(_))

@@ -495,11 +495,6 @@ fn arm_sysroot() -> &'static str {
         .expect("armv7's sysroot in the targets table")
 }
 
-/// The emulator that runs armv7 programs here.
-fn arm_runner() -> &'static str {
-    armv7().runner.expect("armv7's runner in the targets table")
-}
-
 /// The functions of `bin` (built for `t`) whose demangled names `wanted` accepts, as
 /// `(file address, size, name)`.
 fn function_ranges(
@@ -558,6 +553,23 @@ fn guest_instructions(
     Ok(text.lines().filter(|l| l.starts_with("Trace")).count() as u64)
 }
 
+/// The runtime address of `unwind_once` that `bin ARGS` (built for `t`, run under its emulator)
+/// prints after the word `unwind_once`.
+fn unwind_once_address(t: &Target, bin: &Path, args: &[&str]) -> Result<u64, String> {
+    let out = run(
+        Command::new(t.runner.ok_or("no emulator in the targets table")?)
+            .args(["-L", t.sysroot.ok_or("no sysroot in the targets table")?])
+            .arg(bin)
+            .args(args),
+    )?
+    .0;
+    out.split_whitespace()
+        .skip_while(|w| *w != "unwind_once")
+        .nth(1)
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .ok_or_else(|| "no unwind_once address".to_string())
+}
+
 /// Warm instructions per frame for armv7 samples: unwound on this host under callgrind, and
 /// natively under `qemu-arm -singlestep -d nochain,exec` (guest instructions executed in the
 /// unwinder's functions), over the 5 deepest samples the agent captured. Frame-weighted.
@@ -601,17 +613,7 @@ fn arm_figures(target: &Path) -> Result<Option<(f64, f64, usize)>, String> {
         let (hk, out) = instructions(&host_bin, &[&p, arm_sysroot(), &k.to_string()])?;
         let n = frames(&out);
         // Where qemu loads the binary: unwind_once's runtime address minus its file address.
-        let probe = run(Command::new(arm_runner())
-            .args(["-L", arm_sysroot()])
-            .arg(&arm_bin)
-            .args([&*p, arm_sysroot(), "0"]))?
-        .0;
-        let once = probe
-            .split_whitespace()
-            .skip_while(|w| *w != "unwind_once")
-            .nth(1)
-            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-            .ok_or("no unwind_once address")?;
+        let once = unwind_once_address(armv7(), &arm_bin, &[&p, arm_sysroot(), "0"])?;
         let bias = once.wrapping_sub(once_svma);
         let count = |k: u64| {
             guest_instructions(
@@ -658,17 +660,7 @@ fn aarch64_figures(target: &Path, seq: &Path) -> Result<Option<(f64, f64, u64)>,
                 .iter()
                 .any(|m| n.starts_with(&format!("unwind_core::{m}::")))
     })?;
-    let probe = run(Command::new(t.runner.ok_or("no aarch64 emulator")?)
-        .args(["-L", sysroot])
-        .arg(&guest_bin)
-        .args([&*seq, sysroot, "0"]))?
-    .0;
-    let once = probe
-        .split_whitespace()
-        .skip_while(|w| *w != "unwind_once")
-        .nth(1)
-        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        .ok_or("no unwind_once address")?;
+    let once = unwind_once_address(t, &guest_bin, &[&seq, sysroot, "0"])?;
     // One `unwind_once` per architecture is compiled in; the load bias is page-aligned for the
     // one that ran.
     let bias = functions
