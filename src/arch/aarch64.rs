@@ -84,12 +84,20 @@ impl RuntimeArch for Aarch64 {
         }
     }
 
-    /// `.eh_frame` from the image copy, as on x86_64 (every aarch64 compiler emits it).
+    /// `.eh_frame` from the image copy, as on x86_64 (every aarch64 compiler emits it); and,
+    /// when the file on disk is the mapped image, rows read from the instructions of the
+    /// functions of its symbol table that no FDE describes (code built without unwind tables).
     fn rules_from_image(
         tables: ImageTables<'_>,
-        _file: Option<&[u8]>,
+        file: Option<&[u8]>,
     ) -> Result<(ModuleRules<Rule>, LoadStats<Aarch64>), DwarfError> {
-        unwind_dwarf::rules_from_sections::<Aarch64>(&tables.cfi?, None)
+        let sections = tables.cfi?;
+        let elf = file.and_then(|f| object::File::parse(f).ok());
+        let code = elf
+            .as_ref()
+            .map(|elf| unwind_dwarf::A64Code::read(elf, Some(tables.code.1)))
+            .filter(|code| !code.functions.is_empty());
+        unwind_dwarf::rules_from_sections::<Aarch64>(&sections, code.as_ref())
     }
 
     /// This process's ([`pointer_mask`]).
@@ -99,13 +107,13 @@ impl RuntimeArch for Aarch64 {
     }
 
     /// aarch64 has no EHABI index.
-    fn report_extra(_: &()) -> (Option<ExidxStats>, Option<ExidxError>) {
+    fn report_extra(_: &unwind_dwarf::Aarch64Stats) -> (Option<ExidxStats>, Option<ExidxError>) {
         (None, None)
     }
 
-    /// aarch64's rules never are.
-    fn from_instructions(_: &Rule) -> bool {
-        false
+    /// Rules read by `unwind_arm_prologue::a64`.
+    fn from_instructions(rule: &Rule) -> bool {
+        rule.from_instructions
     }
 }
 
@@ -140,6 +148,7 @@ fn sigreturn_rows(
         fp: RegRule::Expr(rules.add_expr(fp)?),
         ra_signed: false,
         signal_frame: true,
+        from_instructions: false,
     };
     rules.push(from, at + 8, rule)
 }

@@ -290,6 +290,7 @@ mod tests {
             fp: RegRule::Offset(0),
             ra_signed: false,
             signal_frame: true,
+            from_instructions: false,
         };
         let mut b = ModuleRulesBuilder::new();
         let e = b

@@ -1,4 +1,5 @@
-//! Unwind rules for 32-bit ARM (A32) and Thumb-2 functions, read from their instructions.
+//! Unwind rules for 32-bit ARM (A32) and Thumb-2 functions, read from their instructions; and,
+//! in [`a64`], for 64-bit ARM (A64) functions that no unwind table describes.
 //!
 //! [`analyze`] reads a function's code once, at load time, and follows the frame from its
 //! first instruction: pushes, `sub sp`, `vpush`, a frame pointer set up from SP (`add r7, sp`,
@@ -96,6 +97,7 @@
     )
 )]
 
+pub mod a64;
 pub mod calls;
 pub mod decode;
 

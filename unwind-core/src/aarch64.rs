@@ -138,6 +138,8 @@ pub struct Rule {
     pub ra_signed: bool,
     /// The frame is a signal trampoline: the caller's PC is exact (looked up as is).
     pub signal_frame: bool,
+    /// Read from the function's instructions (no unwind table describes it), not from CFI.
+    pub from_instructions: bool,
 }
 
 impl Default for Rule {
@@ -150,6 +152,7 @@ impl Default for Rule {
             fp: RegRule::Same,
             ra_signed: false,
             signal_frame: false,
+            from_instructions: false,
         }
     }
 }
@@ -394,7 +397,7 @@ impl crate::table::TableRule for Rule {
 /// signed-return-address and signal-frame flags, 22 bytes.
 impl crate::table::RuleBytes for Rule {
     const ARCH: [u8; 4] = *b"a64\0";
-    const SIZE: usize = 22;
+    const SIZE: usize = 23;
 
     fn write(&self, out: &mut alloc::vec::Vec<u8>) {
         use crate::table::bytes::write_tagged;
@@ -417,6 +420,7 @@ impl crate::table::RuleBytes for Rule {
         }
         out.push(u8::from(self.ra_signed));
         out.push(u8::from(self.signal_frame));
+        out.push(u8::from(self.from_instructions));
     }
 
     fn read(
@@ -444,6 +448,7 @@ impl crate::table::RuleBytes for Rule {
         let fp = reg("aarch64 x29 rule")?;
         let ra_signed = r.bool("aarch64 signed return address flag")?;
         let signal_frame = r.bool("aarch64 signal frame flag")?;
+        let from_instructions = r.bool("aarch64 rule source flag")?;
         Ok(Rule {
             cfa,
             ra,
@@ -451,6 +456,7 @@ impl crate::table::RuleBytes for Rule {
             fp,
             ra_signed,
             signal_frame,
+            from_instructions,
         })
     }
 
@@ -644,6 +650,7 @@ mod tests {
             fp,
             ra_signed: false,
             signal_frame: false,
+            from_instructions: false,
         }
     }
 
@@ -698,6 +705,7 @@ mod tests {
             fp: RegRule::Offset(-16),
             ra_signed: true,
             signal_frame: false,
+            from_instructions: false,
         })
         .unwrap();
         assert_eq!(on_fp.shape, Shape::FpSavedFpLr, "signed or not: one shape");

@@ -33,6 +33,7 @@ fn table(signed: bool) -> RuleTable<Rule> {
         fp: RegRule::Offset(-32),
         ra_signed: signed,
         signal_frame: false,
+        from_instructions: false,
     };
     m.push(CODE + 0x1000, CODE + 0x1100, f).unwrap();
     let end = Rule {
@@ -166,6 +167,7 @@ fn a_trampoline_that_starts_its_mapping_is_found_at_its_first_instruction() {
         fp: RegRule::Expr(fp),
         ra_signed: false,
         signal_frame: true,
+        from_instructions: false,
     };
     m.push(tramp, tramp + 8, rule).unwrap();
     let mut rules = ModuleRulesBuilder::new();

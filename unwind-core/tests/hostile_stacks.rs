@@ -495,6 +495,7 @@ impl Chain for Aarch64 {
             fp,
             ra_signed,
             signal_frame: false,
+            from_instructions: false,
         };
         let at_sp = |k: i64| Expr::new(&[Op::Reg(1), Op::Const(k), Op::Add]).unwrap();
         let deref_sp = Expr::new(&[Op::Reg(1), Op::Const(560), Op::Add, Op::Deref]).unwrap();
@@ -506,6 +507,7 @@ impl Chain for Aarch64 {
             fp: RegRule::Expr(3),
             ra_signed: false,
             signal_frame: true,
+            from_instructions: false,
         };
         table_of(
             &[

@@ -20,12 +20,13 @@ use unwind_core::aarch64::{CfaRule, Reg, RegRule, Rule};
 use unwind_core::table::ModuleRulesBuilder;
 use unwind_core::Aarch64;
 
-use crate::arch::{is_elf_of, sealed::Sealed, Architecture, DwarfArch, NoExtraSource};
+use crate::arch::{is_elf_of, sealed::Sealed, Architecture, DwarfArch};
 use crate::breakpad::rule::{StackCfiCfa, StackCfiReg, StackCfiRule};
 use crate::breakpad::SkipReason;
-use crate::cfi::{common_rule, expression, offset, Bad, CommonRule, DropReason};
-use crate::plt::{PltKind, PltSection};
-use crate::DwarfError;
+use crate::cfi::{common_rule, expression, offset, Bad, CfiSections, Collected, CommonRule};
+use crate::cfi::{DropReason, RowSource};
+use crate::plt::{uncovered, PltKind, PltSection};
+use crate::{DwarfError, UnreadableSection};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -86,8 +87,8 @@ impl DwarfArch for Aarch64 {
         crate::return_sites::aarch64(code, svma, is_code, out);
     }
 
-    type ArchStats = ();
-    type ExtraSections<'a> = NoExtraSource;
+    type ArchStats = Aarch64Stats;
+    type ExtraSections<'a> = A64Code<'a>;
 
     /// A little-endian ELF64 file (ILP32, ELF32 with `EM_AARCH64`, is another ABI).
     fn accepts_elf(file: &object::File<'_>) -> bool {
@@ -97,6 +98,50 @@ impl DwarfArch for Aarch64 {
 
     fn tracked(register: Register) -> Option<u8> {
         reg(register).map(|r| r as u8)
+    }
+
+    /// The code and functions of the symbol table, if it has any.
+    fn with_extra_sections<T>(
+        elf: &object::File<'_>,
+        code_range: Option<(u64, u64)>,
+        _unreadable: &mut Vec<UnreadableSection>,
+        with: impl FnOnce(Option<&A64Code<'_>>) -> T,
+    ) -> T {
+        let code = A64Code::read(elf, code_range.map(|(_, end)| end));
+        with((!code.functions.is_empty()).then_some(&code))
+    }
+
+    /// Rows from the instructions of functions that no FDE or PLT row covers, in the parts they
+    /// leave uncovered, where the function's exits confirm the reading.
+    fn merge_extra(
+        code: &A64Code<'_>,
+        _sections: &CfiSections<'_>,
+        collected: &mut Collected<Rule>,
+        _only_source: bool,
+    ) -> Result<Aarch64Stats, DwarfError> {
+        let mut stats = Aarch64Stats::default();
+        // Symbols may overlap (aliases of different sizes): each address is pushed once.
+        let mut done = 0u64;
+        for &(start, end) in &code.functions {
+            let pieces = uncovered(start.max(done), end, &collected.covered);
+            if pieces.is_empty() {
+                continue;
+            }
+            let Some(analysis) = code.analyze(start, end) else {
+                continue;
+            };
+            let rules = analysis.rules();
+            if rules.is_empty() {
+                stats.functions_not_confirmed = stats.functions_not_confirmed.saturating_add(1);
+                continue;
+            }
+            for &(s, e) in &pieces {
+                collected.push_within(&rules, s, e, RowSource::Instructions { start, end })?;
+            }
+            done = end;
+            stats.functions_from_instructions = stats.functions_from_instructions.saturating_add(1);
+        }
+        Ok(stats)
     }
 
     /// `.plt` (GNU ld and lld).
@@ -208,6 +253,7 @@ impl DwarfArch for Aarch64 {
             fp,
             ra_signed,
             signal_frame,
+            from_instructions: false,
         })
     }
 
@@ -242,5 +288,72 @@ impl DwarfArch for Aarch64 {
             signal_frame: rule.signal_frame,
             own_record: false,
         })
+    }
+}
+
+/// What loading a 64-bit ARM module found besides its DWARF CFI ([`crate::LoadStats::arch`]):
+/// the functions read from their instructions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aarch64Stats {
+    /// Functions of the symbol table that no table describes (in whole or in part) and that got
+    /// rows from their instructions.
+    pub functions_from_instructions: u64,
+    /// Functions that no table describes whose reading their exits did not confirm (no exit
+    /// reached, a `ret` reached with the frame not restored, two frames at one instruction):
+    /// no rows.
+    pub functions_not_confirmed: u64,
+}
+
+/// A 64-bit ARM module's code as `unwind_arm_prologue::a64` reads it: the bytes of its
+/// executable sections and its functions ([`DwarfArch::ExtraSections`] of [`Aarch64`]).
+#[derive(Clone, Debug, Default)]
+pub struct A64Code<'a> {
+    /// The executable sections' contents, by file address, sorted.
+    pub sections: Vec<(u64, &'a [u8])>,
+    /// The functions of `.symtab` (empty for a stripped file), `[start, end)`, sorted by start.
+    /// The cold parts GCC splits off (`f.cold`), entered by a branch with `f`'s frame, are
+    /// left out: read from an entry frame they would be misread.
+    pub functions: Vec<(u64, u64)>,
+    /// Where functions start, by the function symbols of `.symtab` and `.dynsym`, sorted: a
+    /// branch to one with the frame restored is a tail call.
+    pub function_starts: Vec<u64>,
+}
+
+impl<'a> A64Code<'a> {
+    /// Reads `elf`'s code and functions (`code_end`: where its code ends, for the last
+    /// function without a size).
+    pub fn read(elf: &object::File<'a>, code_end: Option<u64>) -> Self {
+        use object::{Object as _, ObjectSymbol as _};
+        let mut cold: Vec<u64> = elf
+            .symbols()
+            .filter(|s| s.name().is_ok_and(|n| n.contains(".cold")))
+            .map(|s| s.address())
+            .collect();
+        cold.sort_unstable();
+        let functions = crate::elf::function_symbols(elf, code_end)
+            .into_iter()
+            .filter(|f| cold.binary_search(&f.0).is_err())
+            .map(|(start, end, _)| (start, end))
+            .collect();
+        A64Code {
+            sections: crate::elf::code_sections(elf),
+            functions,
+            function_starts: crate::elf::function_starts(elf),
+        }
+    }
+
+    /// The code bytes of `[start, end)`, if one section holds them all.
+    pub fn bytes(&self, start: u64, end: u64) -> Option<&'a [u8]> {
+        crate::elf::code_bytes(&self.sections, start, end)
+    }
+
+    /// Reads the function `[start, end)`, if its code can be read.
+    pub fn analyze(&self, start: u64, end: u64) -> Option<unwind_arm_prologue::a64::Analysis> {
+        let code = self.bytes(start, end)?;
+        Some(unwind_arm_prologue::a64::analyze(
+            code,
+            start,
+            &self.function_starts,
+        ))
     }
 }

@@ -442,7 +442,7 @@ fn merge_exidx(
         for &(s, e) in &pieces {
             match &refined {
                 Some(rules) => {
-                    push_clipped(collected, rules, s, e, RowSource::Exidx { start, end })?
+                    collected.push_within(rules, s, e, RowSource::Exidx { start, end })?
                 }
                 None => {
                     collected.builder.push(s, e, rule)?;
@@ -607,32 +607,10 @@ fn merge_functions(
             end: f.end,
         };
         for &(s, e) in &pieces {
-            push_clipped(collected, &rules, s, e, source)?;
+            collected.push_within(&rules, s, e, source)?;
         }
         done = f.end;
         stats.functions_from_instructions = stats.functions_from_instructions.saturating_add(1);
-    }
-    Ok(())
-}
-
-/// Pushes the parts of `rules` (sorted, not overlapping) inside `[start, end)`.
-fn push_clipped(
-    collected: &mut Collected<Rule>,
-    rules: &[(u64, u64, Rule)],
-    start: u64,
-    end: u64,
-    source: RowSource,
-) -> Result<(), DwarfError> {
-    let first = rules.partition_point(|r| r.1 <= start);
-    for &(s, e, rule) in rules.get(first..).unwrap_or(&[]) {
-        let (s, e) = (s.max(start), e.min(end));
-        if s >= end {
-            break;
-        }
-        if s < e {
-            collected.builder.push(s, e, rule)?;
-            collected.extremes.note(s, e, source);
-        }
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! of its executable sections, its functions and the instruction set each is written in, and
 //! the data (literal pools) inside them.
 
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionKind, SymbolKind};
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
 use unwind_arm_exidx::ExidxSections;
 use unwind_arm_prologue::{analyze, analyze_to_confirm, Analysis, Isa};
 
@@ -68,13 +68,7 @@ impl<'a> ArmCode<'a> {
     /// Reads `elf`'s code, functions and mapping symbols (`code_end`: where its code ends, for
     /// the last function without a size).
     pub fn read(elf: &object::File<'a>, code_end: Option<u64>) -> Self {
-        let mut sections: Vec<(u64, &'a [u8])> = elf
-            .sections()
-            .filter(|s| s.kind() == SectionKind::Text)
-            .filter_map(|s| Some((s.address(), s.data().ok()?)))
-            .filter(|(_, d)| !d.is_empty())
-            .collect();
-        sections.sort_unstable_by_key(|s| s.0);
+        let sections = crate::elf::code_sections(elf);
         let functions = crate::elf::function_symbols(elf, code_end)
             .into_iter()
             .map(|(start, end, thumb)| ArmFunction {
@@ -144,11 +138,7 @@ impl<'a> ArmCode<'a> {
 
     /// The code bytes of `[start, end)`, if one section holds them all.
     pub fn bytes(&self, start: u64, end: u64) -> Option<&'a [u8]> {
-        let i = self.sections.partition_point(|s| s.0 <= start);
-        let &(base, data) = self.sections.get(i.checked_sub(1)?)?;
-        let lo = usize::try_from(start.checked_sub(base)?).ok()?;
-        let hi = usize::try_from(end.checked_sub(base)?).ok()?;
-        data.get(lo..hi)
+        crate::elf::code_bytes(&self.sections, start, end)
     }
 
     /// The instruction set of the last mark at or before `addr`, if any.

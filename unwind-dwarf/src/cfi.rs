@@ -7,7 +7,7 @@ use gimli::{
 };
 use std::fmt;
 
-use unwind_core::table::{BuildStats, ModuleRules, ModuleRulesBuilder};
+use unwind_core::table::{BuildStats, ModuleRules, ModuleRulesBuilder, TableRule};
 
 use crate::arch::DwarfArch;
 use crate::plt::{uncovered, PltSection};
@@ -592,6 +592,31 @@ pub struct Collected<R> {
     /// The ranges of the FDEs kept and of the PLT rows synthesized, sorted: addresses that
     /// lower-priority rows (EXIDX) must not describe.
     pub covered: Vec<(u64, u64)>,
+}
+
+impl<R: TableRule> Collected<R> {
+    /// Pushes the parts of `rules` (sorted, not overlapping) inside `[start, end)`, rows of
+    /// `source`.
+    pub(crate) fn push_within(
+        &mut self,
+        rules: &[(u64, u64, R)],
+        start: u64,
+        end: u64,
+        source: RowSource,
+    ) -> Result<(), DwarfError> {
+        let first = rules.partition_point(|r| r.1 <= start);
+        for (s, e, rule) in rules.get(first..).unwrap_or(&[]) {
+            let (s, e) = ((*s).max(start), (*e).min(end));
+            if s >= end {
+                break;
+            }
+            if s < e {
+                self.builder.push(s, e, *rule)?;
+                self.extremes.note(s, e, source);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads and translates the CFI of one module and synthesizes PLT rows, without building the

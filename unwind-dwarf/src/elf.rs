@@ -207,3 +207,30 @@ pub(crate) fn function_symbols(
         })
         .collect()
 }
+
+/// `elf`'s executable sections' contents, by file address, sorted (empty ones left out).
+pub(crate) fn code_sections<'a>(elf: &object::File<'a>) -> Vec<(u64, &'a [u8])> {
+    use object::SectionKind;
+    let mut sections: Vec<(u64, &'a [u8])> = elf
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .filter_map(|s| Some((s.address(), s.data().ok()?)))
+        .filter(|(_, d)| !d.is_empty())
+        .collect();
+    sections.sort_unstable_by_key(|s| s.0);
+    sections
+}
+
+/// The bytes of `[start, end)` in `sections` (sorted by address), if one section holds them
+/// all.
+pub(crate) fn code_bytes<'a>(
+    sections: &[(u64, &'a [u8])],
+    start: u64,
+    end: u64,
+) -> Option<&'a [u8]> {
+    let i = sections.partition_point(|s| s.0 <= start);
+    let &(base, data) = sections.get(i.checked_sub(1)?)?;
+    let lo = usize::try_from(start.checked_sub(base)?).ok()?;
+    let hi = usize::try_from(end.checked_sub(base)?).ok()?;
+    data.get(lo..hi)
+}

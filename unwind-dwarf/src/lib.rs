@@ -94,6 +94,7 @@ pub mod plt;
 pub mod return_sites;
 mod x86_64;
 
+pub use aarch64::{A64Code, Aarch64Stats};
 pub use arch::{ArchVisitor, Architecture, DwarfArch, NoExtraSource};
 pub use arm::ArmStats;
 pub use arm_code::{ArmCode, ArmFunction, ArmSections};

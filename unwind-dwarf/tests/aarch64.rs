@@ -214,29 +214,9 @@ fn debian_arm64_libgcc_s_matches_gimli() {
     assert!(s.compared > 500, "only {} rows compared", s.compared);
 }
 
-/// Rust's `libstd` for aarch64 (the `aarch64-unknown-linux-gnu` target of the toolchain, which
-/// `scripts/setup` adds).
-fn rust_libstd() -> Option<PathBuf> {
-    let out = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let sysroot = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    let dir = sysroot.join("lib/rustlib/aarch64-unknown-linux-gnu/lib");
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libstd-") && n.ends_with(".so"))
-        })
-}
-
 #[test]
 fn rust_aarch64_libstd_matches_gimli() {
-    let Some(path) = rust_libstd() else {
+    let Some(path) = unwind_test_support::rust_libstd("aarch64-unknown-linux-gnu") else {
         unwind_test_support::missing("libstd-*.so of the aarch64-unknown-linux-gnu Rust target");
         return;
     };

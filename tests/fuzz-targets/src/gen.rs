@@ -213,6 +213,7 @@ impl Gen for unwind_dwarf::Aarch64 {
             fp: reg(u)?,
             ra_signed: u.arbitrary()?,
             signal_frame: u.ratio(1, 16)?,
+            from_instructions: false,
         })
     }
 

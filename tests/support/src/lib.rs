@@ -189,6 +189,26 @@ pub fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Rust's `libstd` shared library for the toolchain's target `triple` (a target `scripts/setup`
+/// adds), if installed.
+pub fn rust_libstd(triple: &str) -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = std::path::PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    let dir = sysroot.join("lib/rustlib").join(triple).join("lib");
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libstd-") && n.ends_with(".so"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

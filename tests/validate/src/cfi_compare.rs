@@ -630,7 +630,7 @@ struct Facts {
     present: bool,
     /// From `.ARM.exidx`.
     exidx: bool,
-    /// Read from the function's instructions (ARM).
+    /// Read from the function's instructions (ARM, aarch64).
     instructions: bool,
     /// A signal frame's rule.
     signal: bool,
@@ -696,7 +696,7 @@ impl OurRules {
                 Facts {
                     present: true,
                     exidx: false,
-                    instructions: false,
+                    instructions: r.from_instructions,
                     signal: r.signal_frame,
                     cfa_expression: expr.is_some(),
                     cfa_reads_pc: expr.is_some_and(|e| e.ops().contains(&pc)),

@@ -107,14 +107,15 @@ fn a64_rule() -> impl Strategy<Value = aarch64::Rule> {
         any::<u16>().prop_map(CfaRule::Expr),
     ];
     let regs = (a64_reg_rule(), a64_reg_rule(), a64_reg_rule());
-    (cfa, regs, any::<bool>(), any::<bool>()).prop_map(
-        |(cfa, (ra, lr, fp), ra_signed, signal_frame)| aarch64::Rule {
+    (cfa, regs, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(cfa, (ra, lr, fp), ra_signed, signal_frame, from_instructions)| aarch64::Rule {
             cfa,
             ra,
             lr,
             fp,
             ra_signed,
             signal_frame,
+            from_instructions,
         },
     )
 }
