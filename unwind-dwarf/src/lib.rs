@@ -9,7 +9,9 @@
 //! registers) are dropped and counted by [`DropReason`]. Identical neighbouring rows are merged
 //! by the table builder. PLT stubs without CFI get synthesized rows ([`plt`]); 32-bit ARM adds
 //! the rows of its EHABI tables (`.ARM.exidx`, read by `unwind-arm-exidx`) where no FDE
-//! describes an address ([`ArmStats`]).
+//! describes an address ([`ArmStats`]); 32-bit ARM and AArch64 add rows read from the
+//! instructions of the symbol table's functions that no table describes (`unwind-arm-prologue`;
+//! [`ArmCode`], [`A64Code`], [`Aarch64Stats`]).
 //!
 //! Sources: an ELF file ([`load_elf_file`], [`rules_from_elf`]) or the sections of a module
 //! already mapped in memory ([`CfiSections`], found from `PT_GNU_EH_FRAME` with
