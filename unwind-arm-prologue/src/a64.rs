@@ -349,8 +349,8 @@ fn decode(i: u32, pc: u64) -> Insn {
             }
         };
     }
-    if i & 0xFF00_0010 == 0x5400_0000 || i & 0x7E00_0000 == 0x3400_0000 {
-        // b.cond, cbz, cbnz: imm19.
+    if i & 0xFF00_0000 == 0x5400_0000 || i & 0x7E00_0000 == 0x3400_0000 {
+        // b.cond (and bc.cond), cbz, cbnz: imm19.
         return Insn::Branch {
             target: target(pc, sext(field(i, 5, 19), 19)),
             conditional: true,
