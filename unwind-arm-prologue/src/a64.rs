@@ -674,10 +674,10 @@ impl Analysis {
     }
 }
 
-/// Reads the function whose code is `code`, at address `start`. `function_starts` (sorted)
-/// are the module's known function entries: a `b` to one of them leaves the function (a tail
-/// call).
-pub fn analyze(code: &[u8], start: u64, function_starts: &[u64]) -> Analysis {
+/// Reads the function whose code is `code`, at address `start`. `is_entry` says which
+/// addresses are the module's known function entries (its symbols, its PLT stubs): a `b` to one
+/// with the frame restored leaves the function (a tail call).
+pub fn analyze(code: &[u8], start: u64, is_entry: impl Fn(u64) -> bool) -> Analysis {
     let words: Vec<u32> = code
         .chunks_exact(4)
         .map(|w| <[u8; 4]>::try_from(w).map_or(0, u32::from_le_bytes))
@@ -695,7 +695,6 @@ pub fn analyze(code: &[u8], start: u64, function_starts: &[u64]) -> Analysis {
         let n = usize::try_from(off / 4).ok()?;
         (off % 4 == 0 && n < words.len()).then_some(n)
     };
-    let is_start = |addr: u64| function_starts.binary_search(&addr).is_ok();
     let mut pending: BTreeSet<usize> = BTreeSet::new();
     // Each instruction's state is set once and then only weakened (a value known becomes
     // unknown, a register held twice is held once), a bounded number of times: the worklist
@@ -739,7 +738,7 @@ pub fn analyze(code: &[u8], start: u64, function_starts: &[u64]) -> Analysis {
                     Some(t) => enter(&mut analysis, &mut pending, t, after),
                     // Out of the function: a tail call if it lands on a function's entry with
                     // the frame restored; anything else (a jump to a cold part) says nothing.
-                    None if !conditional && is_start(target) && after.is_exit() => {
+                    None if !conditional && is_entry(target) && after.is_exit() => {
                         analysis.exits = analysis.exits.saturating_add(1);
                     }
                     None => {}

@@ -317,13 +317,16 @@ pub struct A64Code<'a> {
     /// Where functions start, by the function symbols of `.symtab` and `.dynsym`, sorted: a
     /// branch to one with the frame restored is a tail call.
     pub function_starts: Vec<u64>,
+    /// The PLT sections, `[start, end)`: a branch into one with the frame restored is a tail
+    /// call too (C++ destructors end with `b operator delete@plt`).
+    pub plt: Vec<(u64, u64)>,
 }
 
 impl<'a> A64Code<'a> {
     /// Reads `elf`'s code and functions (`code_end`: where its code ends, for the last
     /// function without a size).
     pub fn read(elf: &object::File<'a>, code_end: Option<u64>) -> Self {
-        use object::{Object as _, ObjectSymbol as _};
+        use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
         let mut cold: Vec<u64> = elf
             .symbols()
             .filter(|s| s.name().is_ok_and(|n| n.contains(".cold")))
@@ -335,10 +338,16 @@ impl<'a> A64Code<'a> {
             .filter(|f| cold.binary_search(&f.0).is_err())
             .map(|(start, end, _)| (start, end))
             .collect();
+        let plt = <Aarch64 as DwarfArch>::PLT_SECTIONS
+            .iter()
+            .filter_map(|(name, _)| elf.section_by_name(name))
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+            .collect();
         A64Code {
             sections: crate::elf::code_sections(elf),
             functions,
             function_starts: crate::elf::function_starts(elf),
+            plt,
         }
     }
 
@@ -350,10 +359,10 @@ impl<'a> A64Code<'a> {
     /// Reads the function `[start, end)`, if its code can be read.
     pub fn analyze(&self, start: u64, end: u64) -> Option<unwind_arm_prologue::a64::Analysis> {
         let code = self.bytes(start, end)?;
-        Some(unwind_arm_prologue::a64::analyze(
-            code,
-            start,
-            &self.function_starts,
-        ))
+        let is_entry = |a: u64| {
+            self.function_starts.binary_search(&a).is_ok()
+                || self.plt.iter().any(|&(s, e)| (s..e).contains(&a))
+        };
+        Some(unwind_arm_prologue::a64::analyze(code, start, is_entry))
     }
 }

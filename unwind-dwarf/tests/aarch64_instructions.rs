@@ -98,7 +98,10 @@ fn compare(path: &Path, calls_only: bool) -> Agreement {
             continue;
         };
         found.functions += 1;
-        let analysis = analyze(bytes, start, &starts);
+        let is_entry = |a: u64| {
+            starts.binary_search(&a).is_ok() || code.plt.iter().any(|&(s, e)| (s..e).contains(&a))
+        };
+        let analysis = analyze(bytes, start, is_entry);
         if !analysis.confirmed() {
             continue;
         }

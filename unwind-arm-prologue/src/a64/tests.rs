@@ -10,7 +10,7 @@ fn code(words: &[u32]) -> Vec<u8> {
 
 /// Reads `words` at `start`, with function entries at `starts`.
 fn read(words: &[u32], start: u64, starts: &[u64]) -> Analysis {
-    analyze(&code(words), start, starts)
+    analyze(&code(words), start, |a| starts.contains(&a))
 }
 
 /// The rule before the instruction at `addr`.
