@@ -38,7 +38,8 @@ const LR: u8 = 30;
 /// Where the caller's value of a register is at one instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Saved {
-    /// Still in the register (nothing has written it, or it was reloaded from its slot).
+    /// In the register only (nothing has written it; or it was reloaded from a slot that SP
+    /// has since been raised above).
     InRegister,
     /// Saved at CFA + offset (a slot at or above SP).
     At(i64),
@@ -232,14 +233,21 @@ impl FrameState {
     }
 
     /// Register `r` (64 bits) is stored at CFA + `o`: a save if it holds the caller's value.
+    /// Only a slot of the function's own frame counts, between SP and the CFA: one below SP may
+    /// be overwritten at any moment, one at or above the CFA is the caller's memory.
     fn save(&mut self, r: u8, o: Option<i64>) {
+        let sp = self.sp;
         let saved = match r {
             LR => &mut self.lr,
             FP => &mut self.x29,
             _ => return,
         };
+        let in_frame = |o: i64| {
+            o.checked_add(8).is_some_and(|end| end <= 0)
+                && sp.is_some_and(|k| o >= k.saturating_neg())
+        };
         if saved.in_register() {
-            if let Some(o) = o {
+            if let Some(o) = o.filter(|&o| in_frame(o)) {
                 *saved = Saved::Both(o);
             }
         }
@@ -577,6 +585,23 @@ fn load_store(i: u32, rt: u8, rn: u8) -> Insn {
     }
 }
 
+/// The base register of `a` after its writeback, if it has one (`base_k`: CFA minus the base
+/// register's value before).
+fn writeback(state: &mut FrameState, a: &Access, base_k: Option<i64>) {
+    let Some(wb) = a.writeback else {
+        return;
+    };
+    let k = base_k.and_then(|k| k.checked_sub(wb));
+    match a.base {
+        SP => state.set_sp(k),
+        FP => {
+            state.clobber(FP);
+            state.fp = k;
+        }
+        _ => {}
+    }
+}
+
 /// Applies a non-branching instruction to `state`.
 fn apply(state: &mut FrameState, insn: &Insn) {
     match *insn {
@@ -588,6 +613,12 @@ fn apply(state: &mut FrameState, insn: &Insn) {
             let base_k = state.cfa_minus(a.base);
             // The first transfer's address as CFA + o.
             let first = base_k.and_then(|k| a.offset.checked_sub(k));
+            // A store's slots are judged against SP after its writeback (`stp x29, x30,
+            // [sp, #-16]!` stores into the frame it makes); a load's against SP before it (the
+            // epilogue's `ldp x29, x30, [sp], #16` reads them back as it releases them).
+            if !a.load {
+                writeback(state, &a, base_k);
+            }
             for (n, &r) in a.rt.iter().take(usize::from(a.count)).enumerate() {
                 let o = first.and_then(|f| f.checked_add(a.size.checked_mul(n as i64)?));
                 match (a.load, a.general, a.full) {
@@ -602,16 +633,8 @@ fn apply(state: &mut FrameState, insn: &Insn) {
                     }
                 }
             }
-            if let Some(wb) = a.writeback {
-                let k = base_k.and_then(|k| k.checked_sub(wb));
-                match a.base {
-                    SP => state.set_sp(k),
-                    FP => {
-                        state.clobber(FP);
-                        state.fp = k;
-                    }
-                    _ => {}
-                }
+            if a.load {
+                writeback(state, &a, base_k);
             }
         }
         Insn::Call => state.clobber(LR),

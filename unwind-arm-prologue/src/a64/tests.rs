@@ -302,6 +302,23 @@ fn a_slot_below_sp_is_lost() {
     assert!(a.rules().is_empty());
 }
 
+/// A store at or above the CFA writes the caller's memory, not a save slot of this frame
+/// (found by fuzzing: the rule said x30 was at CFA + 8).
+#[test]
+fn a_store_above_the_cfa_is_not_a_save() {
+    let a = read(
+        &[
+            0xa9017bfd, // stp x29, x30, [sp, #16]
+            0xa9417bfd, // ldp x29, x30, [sp, #16]
+            0xd65f03c0, // ret
+        ],
+        0,
+        &[0],
+    );
+    assert_eq!(a.states[1].unwrap().lr, Saved::InRegister);
+    assert!(a.rules().is_empty(), "{:?}", a.rules());
+}
+
 proptest! {
     /// Any words: no panic, and every rule keeps its saved registers between SP and the CFA.
     #[test]

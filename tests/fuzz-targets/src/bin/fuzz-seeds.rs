@@ -5,7 +5,8 @@
 //!
 //! - `cfi`: `.eh_frame` and `.debug_frame` runs starting at a CIE, up to 8 KiB;
 //! - `exidx`: runs of 16 `.ARM.exidx` entries with the `.ARM.extab` bytes they refer to;
-//! - `arm_code`: the first 512 bytes of functions named in `.dynsym`/`.symtab` (ARM files);
+//! - `arm_code`: the first 512 bytes of functions named in `.dynsym`/`.symtab` (ARM and arm64
+//!   files);
 //! - `elf`: whole files of up to 64 KiB among the inputs;
 //! - `expr`: the DWARF expressions of the first FDEs' CFA and register rules;
 //! - `unwind`, `stack_cfi`: a few fixed byte patterns (their inputs are structured).
@@ -41,6 +42,8 @@ fn main() {
         cfi_seeds(&elf, arch_bits, seeds.entry("cfi").or_default());
         if arm {
             exidx_seeds(&elf, seeds.entry("exidx").or_default());
+        }
+        if arm || arch_bits == 8 {
             code_seeds(&elf, seeds.entry("arm_code").or_default());
         }
         expr_seeds(&elf, seeds.entry("expr").or_default());
@@ -274,7 +277,9 @@ fn code_seeds(elf: &object::File<'_>, out: &mut Vec<Vec<u8>>) {
         let Some(bytes) = code.get(at..(at + 512).min(code.len())) else {
             continue;
         };
-        let mut seed = vec![u8::from(addr & 1 != 0)];
+        // The selector: Thumb (bit 0) or A64 (bit 5), no starts.
+        let a64 = elf.architecture() == object::Architecture::Aarch64;
+        let mut seed = vec![if a64 { 32 } else { u8::from(addr & 1 != 0) }];
         seed.extend_from_slice(bytes);
         out.push(seed);
     }
