@@ -8,7 +8,7 @@
 //! seconds even in a debug build, so no sampling is needed.
 
 use std::num::NonZeroU32;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 mod support;
@@ -155,26 +155,9 @@ fn libstdcxx_matches_gimli() {
     assert!(s.compared > 10_000, "only {} rows compared", s.compared);
 }
 
-fn rustc_driver() -> Option<PathBuf> {
-    let out = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let sysroot = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    std::fs::read_dir(sysroot.join("lib"))
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
-        })
-}
-
 #[test]
 fn rustc_driver_matches_gimli() {
-    let Some(path) = rustc_driver() else {
+    let Some(path) = unwind_test_support::rust_sysroot_library("lib", "librustc_driver-") else {
         unwind_test_support::missing("librustc_driver-*.so in the sysroot of `rustc`");
         return;
     };

@@ -192,20 +192,25 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// Rust's `libstd` shared library for the toolchain's target `triple` (a target `scripts/setup`
 /// adds), if installed.
 pub fn rust_libstd(triple: &str) -> Option<std::path::PathBuf> {
+    rust_sysroot_library(&format!("lib/rustlib/{triple}/lib"), "libstd-")
+}
+
+/// The shared library `PREFIX*.so` in directory `dir` of `rustc`'s sysroot (`lib` holds
+/// `librustc_driver-*.so`), if there is one.
+pub fn rust_sysroot_library(dir: &str, prefix: &str) -> Option<std::path::PathBuf> {
     let out = std::process::Command::new("rustc")
         .args(["--print", "sysroot"])
         .output()
         .ok()?;
     let sysroot = std::path::PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    let dir = sysroot.join("lib/rustlib").join(triple).join("lib");
-    std::fs::read_dir(dir)
+    std::fs::read_dir(sysroot.join(dir))
         .ok()?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libstd-") && n.ends_with(".so"))
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".so"))
         })
 }
 
