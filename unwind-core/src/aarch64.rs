@@ -270,6 +270,17 @@ fn strip<M: Memory + ?Sized>(mem: &M, ra: u64) -> u64 {
     ra & !mem.pointer_mask()
 }
 
+/// x30 (`lr`) as the return address of the frame at `pc`, where a rule says it is still there
+/// (`Same`). At a frame that made a call x30 holds that call's return address, the frame's own
+/// PC: the caller is not known ([`StopReason::ReturnAddressLost`]).
+#[inline(always)]
+fn ra_in_x30<M: Memory + ?Sized>(mem: &M, pc: u64, lr: u64) -> Result<u64, StopReason> {
+    if strip(mem, lr) == pc {
+        return Err(StopReason::ReturnAddressLost);
+    }
+    Ok(lr)
+}
+
 #[inline]
 fn add(base: u64, offset: i32) -> u64 {
     base.wrapping_add(offset as i64 as u64)
@@ -327,23 +338,22 @@ fn recover<M: Memory + ?Sized>(
 }
 
 /// [`Aarch64::step_simple`] for a frame whose words are not all readable: each word read on its
-/// own, so that the walk ends as it would with the rule from the table. The callee's x30 and
-/// x29 come as scalars: a `Regs` by value (more than two words) would keep the loop's
-/// registers in memory.
+/// own, so that the walk ends as it would with the rule from the table. The callee's PC, x30
+/// and x29 come as scalars: a `Regs` by value would keep the loop's registers in memory.
 #[cold]
 #[inline(never)]
 fn step_simple_checked<M: Memory + ?Sized>(
     rule: &Simple,
     base: u64,
     cfa: u64,
-    (lr, fp): (u64, u64),
+    (pc, lr, fp): (u64, u64, u64),
     mem: &M,
 ) -> Result<Regs, StopReason> {
     let shape = rule.shape as u8;
     let lr = if shape & Shape::LR_SAVED != 0 {
         read(mem, base.wrapping_add(u64::from(rule.lr)))?
     } else {
-        lr
+        ra_in_x30(mem, pc, lr)?
     };
     let fp = if shape & Shape::FP_SAVED != 0 {
         read(mem, base.wrapping_add(u64::from(rule.fp)))?
@@ -533,7 +543,7 @@ impl Arch for Aarch64 {
         };
         let (cfa, carry) = base.overflowing_add(u64::from(rule.cfa));
         if !likely(!carry && mem.contains(base, cfa)) {
-            return step_simple_checked(rule, base, cfa, (regs.lr, regs.fp), mem);
+            return step_simple_checked(rule, base, cfa, (regs.pc, regs.lr, regs.fp), mem);
         }
         let lr = if shape & Shape::LR_SAVED != 0 {
             // SAFETY: `[base, cfa)` is readable (`contains`), and `Simple::of` put the word
@@ -541,7 +551,7 @@ impl Arch for Aarch64 {
             // overflow).
             unsafe { mem.load_u64(base + u64::from(rule.lr)) }
         } else {
-            regs.lr
+            ra_in_x30(mem, regs.pc, regs.lr)?
         };
         let fp = if shape & Shape::FP_SAVED != 0 {
             // SAFETY: as above, with `0 <= fp <= cfa - 8`.
@@ -576,7 +586,10 @@ impl Arch for Aarch64 {
             return Err(StopReason::EndOfStack);
         }
         let r = |rule: RegRule, same: u64| recover(rule, same, cfa, table, module, regs, mem);
-        let ra = r(rule.ra, regs.lr)?;
+        let ra = match rule.ra {
+            RegRule::Same => ra_in_x30(mem, regs.pc, regs.lr)?,
+            ra => r(ra, regs.lr)?,
+        };
         let lr = if rule.lr == rule.ra {
             ra
         } else {

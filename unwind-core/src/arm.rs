@@ -585,6 +585,10 @@ impl Arch for Arm {
             }
         };
         let pc = saved(Simple::PC_SAVED, rule.pc, regs.lr)?;
+        // The return address still in LR at a frame that made a call is that call's own.
+        if rule.saved & Simple::PC_SAVED == 0 && pc == regs.pc {
+            return Err(StopReason::ReturnAddressLost);
+        }
         let lr = if rule.saved & Simple::LR_IS_PC != 0 {
             pc
         } else {
@@ -626,6 +630,10 @@ impl Arch for Arm {
             r11: r(rule.r11, regs.r11)?,
             r7: r(rule.r7, regs.r7)?,
         };
+        // The return address still in LR at a frame that made a call is that call's own.
+        if rule.pc == RegRule::Register(Reg::Lr) && caller.pc == regs.pc {
+            return Err(StopReason::ReturnAddressLost);
+        }
         Ok(Step {
             caller,
             trust: Trust::Cfi,

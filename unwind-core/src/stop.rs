@@ -35,11 +35,17 @@ pub enum StopReason {
     /// so does a walk into code the table does not know: generated at run time, or loaded after
     /// the table was built (counted by [`crate::Cache::outside_modules`]).
     OutsideModules,
+    /// A rule says the return address is still in the link register at a frame that made a
+    /// call, which wrote that register: its value is the frame's own return address, not its
+    /// caller's. Compilers leave the link register unsaved in a function whose calls never
+    /// return (`abort`, `exit`), and their CFI then says so at those calls; the caller of such a
+    /// frame is not known.
+    ReturnAddressLost,
 }
 
 impl StopReason {
     /// Every reason, in a fixed order (to store a reason as its index, in signal handlers).
-    pub const ALL: [StopReason; 10] = [
+    pub const ALL: [StopReason; 11] = [
         StopReason::EndOfStack,
         StopReason::ZeroReturnAddress,
         StopReason::BufferFull,
@@ -50,6 +56,7 @@ impl StopReason {
         StopReason::BadRule,
         StopReason::CantUnwind,
         StopReason::OutsideModules,
+        StopReason::ReturnAddressLost,
     ];
 
     /// This reason's index in [`StopReason::ALL`].

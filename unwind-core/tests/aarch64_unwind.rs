@@ -212,3 +212,45 @@ fn a_trampoline_that_starts_its_mapping_is_found_at_its_first_instruction() {
     assert_eq!(pcs, [CODE + 0x3000, tramp, CODE + 0x2000]);
     assert_eq!(trust, [Trust::Context, Trust::LinkRegister, Trust::Cfi]);
 }
+
+/// A function that calls only functions that do not return (`abort`) need not save x30, and
+/// GCC's CFI then says, at the call, that the return address is still in x30 with the frame
+/// allocated (`sub sp, sp, #32; ...; bl abort`). At frame 1 that is not the caller: x30 holds
+/// the call's own return address, so the rule would give the same function again, 32 bytes
+/// higher, again and again (8 frames of 8 before this check). The walk stops there instead.
+#[test]
+fn a_caller_without_its_return_address_is_not_repeated() {
+    let mut m = ModuleRulesBuilder::new();
+    // `die` at CODE + 0x3000: 32 bytes of frame, x30 not saved.
+    let die = Rule {
+        cfa: CfaRule::SpOffset(32),
+        ..Rule::default()
+    };
+    m.push(CODE + 0x3000, CODE + 0x3100, die).unwrap();
+    // `abort` at CODE + 0x4000: a leaf, frame 0.
+    m.push(CODE + 0x4000, CODE + 0x4100, Rule::default())
+        .unwrap();
+    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+    b.add(
+        CODE,
+        CODE + 0x1_0000,
+        0,
+        "m".into(),
+        Arc::new(m.build().unwrap()),
+    );
+    let table = b.build().unwrap();
+    let ret = CODE + 0x3024;
+    let regs = Regs {
+        pc: CODE + 0x4010,
+        sp: STACK,
+        fp: 0,
+        lr: ret,
+    };
+    let (stop, pcs, _) = walk(&table, (regs, 0), &[0; 64]);
+    assert_eq!(pcs, [CODE + 0x4010, ret], "{stop:?}");
+    assert_eq!(stop, StopReason::ReturnAddressLost);
+    // The same from the table's rule (a frame whose words are not all readable is stepped by
+    // the checked path): the stack image ends at SP, `die`'s frame is outside it.
+    let (stop, pcs, _) = walk(&table, (regs, 0), &[]);
+    assert_eq!((stop, pcs.len()), (StopReason::ReturnAddressLost, 2));
+}

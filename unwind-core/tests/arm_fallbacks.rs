@@ -124,3 +124,41 @@ fn scanning_finds_a_thumb_return_site_in_4_byte_words() {
     assert_eq!(pcs, [0x1_2001, 0x1_3005]);
     assert_eq!(trust, [Trust::Context, Trust::Scan]);
 }
+
+/// A function whose calls never return need not save LR, and its rule at such a call says the
+/// return address is still in LR with the frame allocated. At frame 1, LR holds the call's own
+/// return address: the walk stops there rather than give the same function again, 32 bytes
+/// higher, until the buffer is full.
+#[test]
+fn a_caller_without_its_return_address_is_not_repeated() {
+    use unwind_core::arm::{CfaRule, Reg};
+    let mut m = ModuleRulesBuilder::new();
+    let die = Rule {
+        cfa: CfaRule::RegOffset(Reg::Sp, 32),
+        ..Rule::default()
+    };
+    m.push(0x14000, 0x14100, die).unwrap();
+    m.push(0x15000, 0x15100, Rule::default()).unwrap();
+    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+    b.add(
+        0x10000,
+        0x20000,
+        0,
+        "m".into(),
+        Arc::new(m.build().unwrap()),
+    );
+    let t = b.build().unwrap();
+    let regs = Regs {
+        pc: 0x15010,
+        lr: 0x14024,
+        sp: STACK,
+        ..Regs::default()
+    };
+    let bytes = [0u8; 256];
+    let mem = StackImage::new(u64::from(STACK), &bytes);
+    let mut cache = Cache::<Arm>::new();
+    let mut pcs = [0u64; 8];
+    let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, None);
+    assert_eq!(&pcs[..r.frames], [0x15010, 0x14024], "{:?}", r.stop);
+    assert_eq!(r.stop, StopReason::ReturnAddressLost);
+}
