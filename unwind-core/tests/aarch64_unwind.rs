@@ -42,6 +42,11 @@ fn table(signed: bool) -> RuleTable<Rule> {
         ..Rule::default()
     };
     m.push(CODE + 0x2000, CODE + 0x2100, end).unwrap();
+    one_module(m)
+}
+
+/// A table of one module, `[CODE, CODE + 0x1_0000)`, with the rules of `m`.
+fn one_module(m: ModuleRulesBuilder<Rule>) -> RuleTable<Rule> {
     let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
     b.add(
         CODE,
@@ -230,15 +235,7 @@ fn a_caller_without_its_return_address_is_not_repeated() {
     // `abort` at CODE + 0x4000: a leaf, frame 0.
     m.push(CODE + 0x4000, CODE + 0x4100, Rule::default())
         .unwrap();
-    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
-    b.add(
-        CODE,
-        CODE + 0x1_0000,
-        0,
-        "m".into(),
-        Arc::new(m.build().unwrap()),
-    );
-    let table = b.build().unwrap();
+    let table = one_module(m);
     let ret = CODE + 0x3024;
     let regs = Regs {
         pc: CODE + 0x4010,
