@@ -404,7 +404,7 @@ impl crate::table::TableRule for Rule {
 
 /// The byte form of AArch64 rules: the CFA rule, the return address's, x30's and x29's rules
 /// (each a tag and a 4-byte payload: an offset, an expression index or nothing), the
-/// signed-return-address and signal-frame flags, 22 bytes.
+/// signed-return-address, signal-frame and from-instructions flags, 23 bytes.
 impl crate::table::RuleBytes for Rule {
     const ARCH: [u8; 4] = *b"a64\0";
     const SIZE: usize = 23;

@@ -356,6 +356,17 @@ fn recover<M: Memory + ?Sized>(
     })
 }
 
+/// LR (`lr`) as the return address of the frame at `pc`, where a rule says it is still there.
+/// At a frame that made a call LR holds that call's return address, the frame's own PC: the
+/// caller is not known ([`StopReason::ReturnAddressLost`]).
+#[inline(always)]
+fn ra_in_lr(pc: u32, lr: u32) -> Result<u32, StopReason> {
+    if lr == pc {
+        return Err(StopReason::ReturnAddressLost);
+    }
+    Ok(lr)
+}
+
 /// Frame-pointer fallback with the AAPCS frame record: `[fp]` is the caller's frame pointer,
 /// `[fp + 4]` its return address; `fp` is r7 in Thumb code (PC bit 0 set), r11 in ARM code.
 /// Accepted only if `fp` is 4-aligned, not below SP, and both words are readable.
@@ -584,11 +595,11 @@ impl Arch for Arm {
                 Ok(same)
             }
         };
-        let pc = saved(Simple::PC_SAVED, rule.pc, regs.lr)?;
-        // The return address still in LR at a frame that made a call is that call's own.
-        if rule.saved & Simple::PC_SAVED == 0 && pc == regs.pc {
-            return Err(StopReason::ReturnAddressLost);
-        }
+        let pc = if rule.saved & Simple::PC_SAVED != 0 {
+            read(mem, add(base, rule.pc))?
+        } else {
+            ra_in_lr(regs.pc, regs.lr)?
+        };
         let lr = if rule.saved & Simple::LR_IS_PC != 0 {
             pc
         } else {
@@ -623,17 +634,16 @@ impl Arch for Arm {
         }
         let r = |rule: RegRule, same: u32| recover(rule, same, cfa, table, module, regs, mem);
         let caller = Regs {
-            pc: r(rule.pc, regs.pc)?,
+            pc: match rule.pc {
+                RegRule::Register(Reg::Lr) => ra_in_lr(regs.pc, regs.lr)?,
+                pc => r(pc, regs.pc)?,
+            },
             lr: r(rule.lr, regs.lr)?,
             sp: r(rule.sp, regs.sp)?,
             r12: r(rule.r12, regs.r12)?,
             r11: r(rule.r11, regs.r11)?,
             r7: r(rule.r7, regs.r7)?,
         };
-        // The return address still in LR at a frame that made a call is that call's own.
-        if rule.pc == RegRule::Register(Reg::Lr) && caller.pc == regs.pc {
-            return Err(StopReason::ReturnAddressLost);
-        }
         Ok(Step {
             caller,
             trust: Trust::Cfi,
