@@ -454,7 +454,7 @@ fn translation_matches_reference_interpreter() {
             let found = table.lookup(FUNC + 0x10).unwrap();
             prop_assert_eq!(found.rule, rule);
             let image = StackImage::new(u64::from(STACK_BASE), &stack.bytes);
-            let step = Arm::step_rule(&table, found.module, &found.rule, &callee, &image);
+            let step = Arm::step_rule(&table, found.module, &found.rule, &callee, true, &image);
             let want = Regs {
                 pc: caller[15],
                 lr: caller[14],

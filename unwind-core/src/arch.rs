@@ -67,21 +67,26 @@ pub trait Arch:
     fn is_signal_frame(rule: &Self::Rule) -> bool;
 
     /// Applies a simple rule to the callee's registers: the caller's registers (found by CFI),
-    /// or [`StopReason::ReadFailed`]. The hot path: always inlined into the loop.
+    /// or why there are none ([`StopReason::ReadFailed`], ...). `exact` is true where the PC is
+    /// exact (frame 0, a signal frame's caller; see [`Arch::lookup_address`]): elsewhere the
+    /// frame made a call, which overwrote any link register. The hot path: always inlined into
+    /// the loop.
     fn step_simple<M: Memory + ?Sized>(
         rule: &Self::Simple,
         regs: &Self::Regs,
+        exact: bool,
         mem: &M,
     ) -> Result<Self::Regs, StopReason>;
 
     /// Applies any rule, found in module `module` of `table` (which holds the expressions it
-    /// refers to), to the callee's registers. A rule with a [`stop`](Arch::stop) gives that
-    /// stop.
+    /// refers to), to the callee's registers, whose PC is `exact` or not (as for
+    /// [`Arch::step_simple`]). A rule with a [`stop`](Arch::stop) gives that stop.
     fn step_rule<M: Memory + ?Sized>(
         table: &RuleTable<Self::Rule>,
         module: u16,
         rule: &Self::Rule,
         regs: &Self::Regs,
+        exact: bool,
         mem: &M,
     ) -> Result<Step<Self::Regs>, StopReason>;
 

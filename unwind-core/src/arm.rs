@@ -562,6 +562,7 @@ impl Arch for Arm {
     fn step_simple<M: Memory + ?Sized>(
         rule: &Simple,
         regs: &Regs,
+        _exact: bool,
         mem: &M,
     ) -> Result<Regs, StopReason> {
         if rule.saved & !Simple::R11_SAVED == Simple::PC_SAVED | Simple::LR_IS_PC
@@ -622,6 +623,7 @@ impl Arch for Arm {
         module: u16,
         rule: &Rule,
         regs: &Regs,
+        _exact: bool,
         mem: &M,
     ) -> Result<Step, StopReason> {
         let regs = *regs;

@@ -64,12 +64,17 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
     match cached {
         Cached::Table(at) => {
             let rule = table.rule(at.module, at.index).ok_or(StopReason::BadRule)?;
-            A::step_rule(table, at.module, rule, &regs, mem)
+            A::step_rule(table, at.module, rule, &regs, exact, mem)
         }
         Cached::NoRule | Cached::Outside => {
             if !exact {
+                // A return address of 0 (looked up at an address in no module) ends the walk
+                // here rather than by a test of every caller in the loop.
+                if A::pc(&regs) == 0 {
+                    return Err(StopReason::ZeroReturnAddress);
+                }
                 if let Some(found) = signal_return::<A>(table, &regs) {
-                    return A::step_rule(table, found.at.module, found.rule, &regs, mem);
+                    return A::step_rule(table, found.at.module, found.rule, &regs, exact, mem);
                 }
                 // A return address in no module's code is not a frame ([`failed`] does not
                 // count it); a PC from registers is (frame 0, or interrupted by a signal): the
@@ -89,7 +94,7 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
         }
         Cached::Stop(stop) => Err(stop),
         // Simple rules are applied inline by the caller.
-        Cached::Simple(s) => A::step_simple(&s, &regs, mem).map(|caller| Step {
+        Cached::Simple(s) => A::step_simple(&s, &regs, exact, mem).map(|caller| Step {
             caller,
             trust: Trust::Cfi,
             exact: false,
@@ -116,27 +121,26 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
     // Walking the array by its tail gives LLVM one induction variable: indexing `pcs[i]` with
     // the exits' uses of `i` made it keep three (callgrind: 1.5 instructions a frame more on
     // x86_64, 5.5 under qemu-arm).
-    let mut rest = &mut *pcs;
-    while let [slot, tail @ ..] = rest {
-        let i = len - tail.len() - 1;
-        *slot = A::pc(&regs);
+    #[allow(clippy::needless_range_loop)]
+    for i in 0..len {
+        pcs[i] = A::pc(&regs);
         if TRUST {
             if let Some(t) = trust.get_mut(i) {
                 *t = how;
             }
         }
+        // The PC is exact (frame 0, the caller of a signal frame) if it was looked up as is
+        // (`Arch::lookup_address` differs otherwise).
+        let exact = at == A::lookup_address(&regs, true);
         let cached = cache.lookup_prepared(table, at);
         let caller = if let Cached::Simple(s) = cached {
             how = Trust::Cfi;
-            A::step_simple(s, &regs, mem).inspect(|c| at = A::lookup_address(c, false))
+            A::step_simple(s, &regs, exact, mem).inspect(|c| at = A::lookup_address(c, false))
         } else if let Cached::Stop(stop) = *cached {
             // Most walks end here (`_start`, a thread's start routine): without the call and
             // the registers it saves, about 25 instructions a walk less.
             return failed(cache, i, stop);
         } else {
-            // The PC is exact (frame 0, the caller of a signal frame) if it was looked up as is
-            // (`Arch::lookup_address` differs otherwise).
-            let exact = at == A::lookup_address(&regs, true);
             step_slow::<A, M>(table, *cached, regs, i, exact, mem).map(|s| {
                 at = A::lookup_address(&s.caller, s.exact);
                 how = s.trust;
@@ -147,29 +151,34 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
             Ok(c) => c,
             Err(stop) => return failed(cache, i, stop),
         };
-        if A::pc(&caller) == 0 {
-            return stopped(cache, i, StopReason::ZeroReturnAddress);
-        }
         if !A::sp_increases(&caller, &regs, i) {
             return stopped(cache, i, StopReason::SpNotIncreasing);
         }
         regs = caller;
-        rest = tail;
     }
     cache.count_lookups(len as u64);
     UnwindResult {
         frames: len,
-        stop: StopReason::BufferFull,
+        // The caller after the last frame, not looked up: its return address may be 0.
+        stop: if A::pc(&regs) == 0 {
+            StopReason::ZeroReturnAddress
+        } else {
+            StopReason::BufferFull
+        },
     }
 }
 
 /// The result of a walk that a step ended at frame `last`, written and looked up. Frame `last`
-/// is not counted if it was not one ([`StopReason::OutsideModules`]). Out of line: on the hot
-/// path the test cost registers, and about an instruction a frame.
+/// is not counted if it was not one (a return address in no module's code,
+/// [`StopReason::OutsideModules`], or 0, [`StopReason::ZeroReturnAddress`]). Out of line: on
+/// the hot path the test cost registers, and about an instruction a frame.
 #[cold]
 #[inline(never)]
 fn failed<A: Arch>(cache: &mut Cache<A>, last: usize, stop: StopReason) -> UnwindResult {
-    if stop != StopReason::OutsideModules {
+    if !matches!(
+        stop,
+        StopReason::OutsideModules | StopReason::ZeroReturnAddress
+    ) {
         return stopped(cache, last, stop);
     }
     cache.count_lookups(last as u64 + 1);

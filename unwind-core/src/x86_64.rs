@@ -430,6 +430,7 @@ impl Arch for X86_64 {
     fn step_simple<M: Memory + ?Sized>(
         rule: &Simple,
         regs: &Regs,
+        _exact: bool,
         mem: &M,
     ) -> Result<Regs, StopReason> {
         let shape = rule.shape as u8;
@@ -466,6 +467,7 @@ impl Arch for X86_64 {
         module: u16,
         rule: &Rule,
         regs: &Regs,
+        _exact: bool,
         mem: &M,
     ) -> Result<Step, StopReason> {
         let cfa = match rule.cfa {

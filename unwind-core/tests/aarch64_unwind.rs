@@ -251,3 +251,34 @@ fn a_caller_without_its_return_address_is_not_repeated() {
     let (stop, pcs, _) = walk(&table, (regs, 0), &[]);
     assert_eq!((stop, pcs.len()), (StopReason::ReturnAddressLost, 2));
 }
+
+/// A frame reached through a return address made a call, so the x30 the walk was given (frame
+/// 0's) is not its x30: a rule there that says "the return address is still in x30" stops the
+/// walk, whether the rule is cached or applied from the table, and frame 0's x30 (a code
+/// address here) is never written as its caller.
+#[test]
+fn a_callers_x30_is_not_frame_0s() {
+    let stale = CODE + 0x5000;
+    // `f` at CODE + 0x1000 (frame 0): a frame record at SP, returning into `g` at CODE + 0x2024.
+    let ((regs, mask), words) = in_f(CODE + 0x2024, 0);
+    let regs = Regs { lr: stale, ..regs };
+    let record = table(false).lookup(CODE + 0x1010).unwrap().rule;
+    // `g`'s rule: 32 bytes of frame, x30 not saved; once as a cached rule, once as a rule that
+    // only the table applies (x29's value rule is not a cached shape).
+    let cached = Rule {
+        cfa: CfaRule::SpOffset(32),
+        ..Rule::default()
+    };
+    let from_table = Rule {
+        fp: RegRule::ValOffset(-32),
+        ..cached
+    };
+    for g in [cached, from_table] {
+        let mut m = ModuleRulesBuilder::new();
+        m.push(CODE + 0x1000, CODE + 0x1100, record).unwrap();
+        m.push(CODE + 0x2000, CODE + 0x2100, g).unwrap();
+        let (stop, pcs, _) = walk(&one_module(m), (regs, mask), &words);
+        assert_eq!(pcs, [CODE + 0x1010, CODE + 0x2024], "{g:?}");
+        assert_eq!(stop, StopReason::ReturnAddressLost, "{g:?}");
+    }
+}

@@ -416,6 +416,10 @@ fn other_stop_reasons() {
     let (r, pcs, _) = run(&t, regs, &bytes, 8);
     assert_eq!(r.stop, StopReason::ZeroReturnAddress);
     assert_eq!(pcs, [BIAS + 0x1010]);
+    // The same with room for one frame: the walk ends at the stack's end, not at the buffer's.
+    let (r, pcs, _) = run(&t, regs, &bytes, 1);
+    assert_eq!(r.stop, StopReason::ZeroReturnAddress);
+    assert_eq!(pcs, [BIAS + 0x1010]);
 }
 
 #[test]

@@ -750,14 +750,14 @@ mod tests {
             r7: 7,
         };
         let Found { module: m, rule } = t.lookup(0x1002).unwrap();
-        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, true, &mem).unwrap();
         assert_eq!(step.caller.sp, 0x810c);
         assert_eq!(step.caller.pc, 0x8108 + 1);
         assert_eq!(step.caller.lr, 0x8108 + 1);
         assert_eq!(step.caller.r7, 0x8104 + 1);
         assert_eq!(step.caller.r11, 11);
         let Found { module: m, rule } = t.lookup(0x1000).unwrap();
-        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, true, &mem).unwrap();
         assert_eq!(
             (step.caller.pc, step.caller.lr, step.caller.sp),
             (0x77, 0x77, 0x8100)
@@ -826,7 +826,7 @@ mod tests {
             r7: 7,
         };
         let Found { module: m, rule } = t.lookup(0x3000).unwrap();
-        let step = Arm::step_rule(&t, m, &rule, &regs, &mem).unwrap();
+        let step = Arm::step_rule(&t, m, &rule, &regs, true, &mem).unwrap();
         assert_eq!(step.caller.pc, 0x8204 + 1);
         assert_eq!(step.caller.sp, 0x8110);
     }
@@ -875,6 +875,7 @@ mod tests {
                     pc: pc as u32,
                     ..regs
                 },
+                true,
                 &mem,
             )
             .unwrap();

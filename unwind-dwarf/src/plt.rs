@@ -142,7 +142,7 @@ mod tests {
                 .lookup(pc)
                 .unwrap_or_else(|| panic!("no rule at {pc:#x}"));
             let regs = Regs { pc, sp, fp: 7 };
-            let step = X86_64::step_rule(&table, module, &rule, &regs, &mem).unwrap();
+            let step = X86_64::step_rule(&table, module, &rule, &regs, true, &mem).unwrap();
             let ra_slot = sp + 8 * pushed;
             assert_eq!(step.caller.pc, ra_slot + 1, "pc {pc:#x}");
             assert_eq!(step.caller.sp, ra_slot + 8, "pc {pc:#x}");

@@ -1261,7 +1261,8 @@ fn corrupted_arm_files_never_panic() {
                     let t = table(loaded.rules);
                     for m in t.modules() {
                         for (start, _, rule) in m.rules.extents().take(2000) {
-                            let _ = Arm::step_rule(&t, 0, &rule, &regs_at(start as u32), &image);
+                            let _ =
+                                Arm::step_rule(&t, 0, &rule, &regs_at(start as u32), true, &image);
                         }
                     }
                 }

@@ -92,7 +92,7 @@ fn exercise(rules: ModuleRules<Rule>) {
             fp: 0x7000_0000_0200 + (i as u64 % 8),
         };
         if let Some(Found { module: m, rule }) = table.lookup(pc) {
-            let _ = X86_64::step_rule(&table, m, &rule, &regs, &image);
+            let _ = X86_64::step_rule(&table, m, &rule, &regs, true, &image);
         }
         let r = unwind_core::unwind(&table, &mut cache, regs, &image, &mut pcs, None);
         assert!(r.frames >= 1 && r.frames <= pcs.len());

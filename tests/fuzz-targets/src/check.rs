@@ -43,6 +43,6 @@ pub(crate) fn table<A: DwarfArch>(rules: ModuleRules<A::Rule>) {
     let image = StackImage::new(STACK, &stack);
     for (start, _, rule) in rules.extents().take(256) {
         let regs = A::scanned_caller(&A::Regs::default(), start, STACK + 0x800);
-        let _ = A::step_rule(&table, 0, &rule, &regs, &image);
+        let _ = A::step_rule(&table, 0, &rule, &regs, true, &image);
     }
 }

@@ -71,7 +71,7 @@ fn export<A: Gen>(u: &mut Unstructured<'_>) -> Result<()> {
             continue;
         }
         let regs = A::scanned_caller(&A::Regs::default(), start, STACK + 0x800);
-        let ours = A::step_rule(&table, 0, &rule, &regs, &image);
+        let ours = A::step_rule(&table, 0, &rule, &regs, true, &image);
         let mut walker = Walker {
             pc: start,
             word: A::WORD_BYTES,

@@ -407,7 +407,14 @@ fn x86_export_means_the_same_to_breakpad() {
             fp: 0x7fff_0100,
         };
         let ours = t.lookup(pc).map(|Found { module: m, rule }| {
-            <unwind_core::X86_64 as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(8))
+            <unwind_core::X86_64 as unwind_core::Arch>::step_rule(
+                &t,
+                m,
+                &rule,
+                &regs,
+                true,
+                &Words(8),
+            )
         });
         let mut w = Walker {
             pc,
@@ -506,7 +513,7 @@ fn arm_export_means_the_same_to_breakpad() {
             r7: 0x7000_00c0,
         };
         let ours = t.lookup(u64::from(pc)).map(|Found { module: m, rule }| {
-            <unwind_core::Arm as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, &Words(4))
+            <unwind_core::Arm as unwind_core::Arch>::step_rule(&t, m, &rule, &regs, true, &Words(4))
         });
         let mut w = Walker {
             pc: u64::from(pc),

@@ -328,7 +328,7 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
                 Some(Found { module, rule }) => {
                     s.compared += 1;
                     s.not_dwarf += u64::from(A::not_dwarf(&rule));
-                    let ours = A::step_rule(table, module, &rule, &regs, image);
+                    let ours = A::step_rule(table, module, &rule, &regs, true, image);
                     if agrees::<A>(&expected, &ours) && A::same_flags(row, &rule) {
                         s.identical += 1;
                         if has_expr && matches!(expected, Expected::Caller { .. }) {
@@ -364,7 +364,7 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
             let expected = A::expected(row, fde.cie(), section, &regs, image, signal);
             let ours = table.lookup(last).map(|Found { module, rule }| {
                 s.not_dwarf += u64::from(A::not_dwarf(&rule));
-                (rule, A::step_rule(table, module, &rule, &regs, image))
+                (rule, A::step_rule(table, module, &rule, &regs, true, image))
             });
             let ok = match &ours {
                 None => found.is_none(),
