@@ -455,9 +455,11 @@ fn translation_matches_reference_interpreter() {
             prop_assert_eq!(found.rule, rule);
             let image = StackImage::new(u64::from(STACK_BASE), &stack.bytes);
             let step = Arm::step_rule(&table, found.module, &found.rule, &callee, true, &image);
+            // The caller made a call: its LR is its return address (`Regs::lr`), whatever
+            // the interpreter restored into LR.
             let want = Regs {
                 pc: caller[15],
-                lr: caller[14],
+                lr: caller[15],
                 sp: caller[13],
                 r12: caller[12],
                 r11: caller[11],

@@ -53,7 +53,10 @@ pub struct Regs {
     /// r15: the interrupted instruction (frame 0) or the return address (callers); bit 0 set
     /// for Thumb code.
     pub pc: u32,
-    /// r14.
+    /// r14, the link register, as the frame holds it where the frame's PC is exact (frame 0, a
+    /// signal frame's caller). At any other frame LR held the frame's own return address (its
+    /// PC) when it made its call, and every step gives such a caller its PC here, whatever a
+    /// rule says of LR.
     pub lr: u32,
     /// r13.
     pub sp: u32,
@@ -212,9 +215,11 @@ pub enum Base {
     R11 = 2,
 }
 
-/// A rule of the common shapes (CFA on SP, r7 or r11 plus an offset; PC, LR, r7 and r11 each
+/// A rule of the common shapes (CFA on SP, r7 or r11 plus an offset; the PC, r7 and r11 each
 /// saved at an offset or unchanged, the PC possibly still in LR; r12 and SP as usual), decoded
-/// for the cache: flag bits and offsets from the CFA's base register.
+/// for the cache: flag bits and offsets from the CFA's base register. The caller's LR is not
+/// part of it: a caller found through its return address made a call, and its LR is its PC
+/// ([`Regs::lr`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Simple {
     base: Base,
@@ -224,8 +229,6 @@ pub struct Simple {
     cfa: i32,
     /// The return address is at `[base + pc]` (with `PC_SAVED`; else it is in LR).
     pc: i32,
-    /// The caller's LR is at `[base + lr]` (with `LR_SAVED`).
-    lr: i32,
     /// The caller's r7 is at `[base + r7]` (with `R7_SAVED`).
     r7: i32,
     /// The caller's r11 is at `[base + r11]` (with `R11_SAVED`).
@@ -235,14 +238,10 @@ pub struct Simple {
 impl Simple {
     /// The PC is saved at `[base + pc]` (else it is the callee's LR).
     const PC_SAVED: u8 = 1;
-    /// LR is saved at `[base + lr]` (else unchanged).
-    const LR_SAVED: u8 = 2;
     /// r7 is saved at `[base + r7]` (else unchanged).
     const R7_SAVED: u8 = 4;
     /// r11 is saved at `[base + r11]` (else unchanged).
     const R11_SAVED: u8 = 8;
-    /// The caller's LR is its PC (both restored from the same slot): one read, not two.
-    const LR_IS_PC: u8 = 16;
 
     #[inline]
     fn of(rule: &Rule) -> Option<Simple> {
@@ -263,7 +262,6 @@ impl Simple {
             saved: 0,
             cfa,
             pc: 0,
-            lr: 0,
             r7: 0,
             r11: 0,
         };
@@ -284,11 +282,6 @@ impl Simple {
             RegRule::Offset(_) => saved(rule.pc, Simple::PC_SAVED, &mut flags)?,
             _ => return None,
         };
-        if matches!(rule.pc, RegRule::Offset(_)) && rule.lr == rule.pc {
-            flags |= Simple::LR_IS_PC;
-        } else {
-            c.lr = saved(rule.lr, Simple::LR_SAVED, &mut flags)?;
-        }
         c.r7 = saved(rule.r7, Simple::R7_SAVED, &mut flags)?;
         c.r11 = saved(rule.r11, Simple::R11_SAVED, &mut flags)?;
         c.saved = flags;
@@ -358,7 +351,8 @@ fn recover<M: Memory + ?Sized>(
 
 /// LR (`lr`) as the return address of the frame at `pc`, where a rule says it is still there.
 /// At a frame that made a call LR holds that call's return address, the frame's own PC: the
-/// caller is not known ([`StopReason::ReturnAddressLost`]).
+/// caller is not known ([`StopReason::ReturnAddressLost`]). Every frame whose PC is not exact
+/// made a call, and the steps gave it LR = PC ([`Regs::lr`]): the test needs no exactness.
 #[inline(always)]
 fn ra_in_lr(pc: u32, lr: u32) -> Result<u32, StopReason> {
     if lr == pc {
@@ -565,11 +559,9 @@ impl Arch for Arm {
         _exact: bool,
         mem: &M,
     ) -> Result<Regs, StopReason> {
-        if rule.saved & !Simple::R11_SAVED == Simple::PC_SAVED | Simple::LR_IS_PC
-            && rule.base == Base::Sp
-        {
+        if rule.saved & !Simple::R11_SAVED == Simple::PC_SAVED && rule.base == Base::Sp {
             // The most common rule of a non-leaf function: CFA on SP, the return address
-            // saved (it is also the caller's LR), r11 saved or not (frame pointers), r7 as is.
+            // saved, r11 saved or not (frame pointers), r7 as is.
             let r11 = if rule.saved & Simple::R11_SAVED != 0 {
                 read(mem, add(regs.sp, rule.r11))?
             } else {
@@ -601,14 +593,9 @@ impl Arch for Arm {
         } else {
             ra_in_lr(regs.pc, regs.lr)?
         };
-        let lr = if rule.saved & Simple::LR_IS_PC != 0 {
-            pc
-        } else {
-            saved(Simple::LR_SAVED, rule.lr, regs.lr)?
-        };
         Ok(Regs {
             pc,
-            lr,
+            lr: pc,
             sp: add(base, rule.cfa),
             r12: regs.r12,
             r11: saved(Simple::R11_SAVED, rule.r11, regs.r11)?,
@@ -635,12 +622,19 @@ impl Arch for Arm {
             return Err(stop);
         }
         let r = |rule: RegRule, same: u32| recover(rule, same, cfa, table, module, regs, mem);
+        let pc = match rule.pc {
+            RegRule::Register(Reg::Lr) => ra_in_lr(regs.pc, regs.lr)?,
+            pc => r(pc, regs.pc)?,
+        };
         let caller = Regs {
-            pc: match rule.pc {
-                RegRule::Register(Reg::Lr) => ra_in_lr(regs.pc, regs.lr)?,
-                pc => r(pc, regs.pc)?,
+            pc,
+            // A signal frame's caller was interrupted (its LR is the register); any other
+            // caller made a call ([`Regs::lr`]).
+            lr: if rule.signal_frame {
+                r(rule.lr, regs.lr)?
+            } else {
+                pc
             },
-            lr: r(rule.lr, regs.lr)?,
             sp: r(rule.sp, regs.sp)?,
             r12: r(rule.r12, regs.r12)?,
             r11: r(rule.r11, regs.r11)?,
@@ -677,12 +671,14 @@ impl Arch for Arm {
         step_frame_pointer(*regs, mem)
     }
 
-    /// `ret` keeps its Thumb bit, as a return site does. An `sp` past 4 GiB (a word read at the
-    /// top of the address space) wraps to 0, which the stack-pointer check refuses.
+    /// `ret` keeps its Thumb bit, as a return site does, and is the caller's LR too ([`Regs::lr`]). An
+    /// `sp` past 4 GiB (a word read at the top of the address space) wraps to 0, which the
+    /// stack-pointer check refuses.
     #[inline]
     fn scanned_caller(regs: &Regs, ret: u64, sp: u64) -> Regs {
         Regs {
             pc: ret as u32,
+            lr: ret as u32,
             sp: sp as u32,
             ..*regs
         }
@@ -703,7 +699,7 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(core::mem::size_of::<Simple>(), 24);
-        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 24);
+        assert_eq!(core::mem::size_of::<Simple>(), 20);
+        assert_eq!(core::mem::size_of::<Cached<Simple>>(), 20);
     }
 }

@@ -162,3 +162,66 @@ fn a_caller_without_its_return_address_is_not_repeated() {
     assert_eq!(&pcs[..r.frames], [0x15010, 0x14024], "{:?}", r.stop);
     assert_eq!(r.stop, StopReason::ReturnAddressLost);
 }
+
+/// A caller reached through its return address made a call, so its LR is that return address,
+/// whatever a rule says of LR: here frame 0's rule restores LR from a slot of its own (holding
+/// a code address) and frame 1's rule says the return address is still in LR. The walk stops
+/// at frame 1 rather than write the slot's address as its caller, whether each rule is cached
+/// or applied from the table.
+#[test]
+fn a_callers_lr_is_its_return_address() {
+    use unwind_core::arm::{CfaRule, Reg, RegRule};
+    // `f` (frame 0, at 0x14010): 16 bytes of frame, the return address (into `g`) at CFA - 4,
+    // LR at CFA - 8.
+    let f = Rule {
+        cfa: CfaRule::RegOffset(Reg::Sp, 16),
+        pc: RegRule::Offset(-4),
+        lr: RegRule::Offset(-8),
+        ..Rule::default()
+    };
+    // `g`: 32 bytes of frame, the return address not saved.
+    let g = Rule {
+        cfa: CfaRule::RegOffset(Reg::Sp, 32),
+        ..Rule::default()
+    };
+    // Each rule again as one only the table applies (r12 saved is not a cached shape).
+    let from_table = |r: Rule| Rule {
+        r12: RegRule::Offset(-12),
+        ..r
+    };
+    let mut words = [0u32; 64];
+    words[2] = 0x1_6024; // LR's slot: a code address, not `g`'s caller
+    words[3] = 0x1_5024; // the return address into `g`
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    for (f, g) in [
+        (f, g),
+        (from_table(f), g),
+        (f, from_table(g)),
+        (from_table(f), from_table(g)),
+    ] {
+        let mut m = ModuleRulesBuilder::new();
+        m.push(0x14000, 0x14100, f).unwrap();
+        m.push(0x15000, 0x15100, g).unwrap();
+        let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+        b.add(
+            0x10000,
+            0x20000,
+            0,
+            "m".into(),
+            Arc::new(m.build().unwrap()),
+        );
+        let t = b.build().unwrap();
+        let regs = Regs {
+            pc: 0x14010,
+            lr: 0x1_4f00,
+            sp: STACK,
+            ..Regs::default()
+        };
+        let mem = StackImage::new(u64::from(STACK), &bytes);
+        let mut cache = Cache::<Arm>::new();
+        let mut pcs = [0u64; 8];
+        let r = unwind(&t, &mut cache, regs, &mem, &mut pcs, None);
+        assert_eq!(&pcs[..r.frames], [0x14010, 0x1_5024], "{f:?} {g:?}");
+        assert_eq!(r.stop, StopReason::ReturnAddressLost, "{f:?} {g:?}");
+    }
+}

@@ -539,9 +539,12 @@ fn arm_export_means_the_same_to_breakpad() {
                 let sp = w.caller.get("sp").copied().or(w.cfa);
                 assert_eq!(sp, Some(u64::from(c.sp)), "{pc:#x} sp");
                 assert_eq!(w.ra, Some(u64::from(c.pc)), "{pc:#x} ra");
-                // Restored registers: ours where the walker has a value (LR and r12 "unchanged"
-                // are left to the walker, which does not carry them into the caller).
-                for (name, value) in [("lr", c.lr), ("r7", c.r7), ("r11", c.r11), ("r12", c.r12)] {
+                // The caller made a call: its LR is its return address (`arm::Regs::lr`),
+                // whatever the rule restores into LR.
+                assert_eq!(c.lr, c.pc, "{pc:#x} lr");
+                // Restored registers: ours where the walker has a value (r12 "unchanged" is
+                // left to the walker, which does not carry it into the caller).
+                for (name, value) in [("r7", c.r7), ("r11", c.r11), ("r12", c.r12)] {
                     let callee = w.regs.get(name).copied();
                     let theirs = w.caller.get(name).copied().or(match name {
                         "r7" | "r11" => callee,
