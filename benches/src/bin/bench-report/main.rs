@@ -1,5 +1,7 @@
 //! Runs every benchmark and writes `BENCHMARKS.md`: `bench-report [OUT.md]`; `bench-report
-//! --sequences` prints only the real programs' sequences' table (`target/bench-sequences`).
+//! --sequences` prints only the real programs' sequences' table (`target/bench-sequences`);
+//! `bench-report --arm` only the ARM figures (from `scripts/bench`'s armv7 samples and aarch64
+//! sequence, with `sample-unwind` and `sequence-unwind` built for this host and for each).
 //!
 //! Expects the release binaries next to itself (`bench-capture`, `bench-unwind`,
 //! `bench-preload`, `examples/profile`) and, for the time ratio, criterion's results of
@@ -149,6 +151,18 @@ fn real_main() -> Result<(), String> {
         print!("{md}");
         return Ok(());
     }
+    if std::env::args().nth(1).as_deref() == Some("--arm") {
+        // Only the ARM figures, printed (for working on the unwinder's speed on ARM).
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let target = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("no target directory")?;
+        for l in arm_lines(target) {
+            println!("{l}");
+        }
+        return Ok(());
+    }
     let out_md = PathBuf::from(
         std::env::args()
             .nth(1)
@@ -286,28 +300,7 @@ fn real_main() -> Result<(), String> {
         None
     };
 
-    match arm_figures(&target) {
-        Ok(Some((host, qemu, n))) => {
-            lines.push(format!("arm warm host: {host:.1} instructions/frame"));
-            lines.push(format!("arm warm qemu: {qemu:.1} instructions/frame"));
-            eprintln!("bench-report: arm figures over {n} samples");
-        }
-        Ok(None) => eprintln!("bench-report: no armv7 samples (scripts/bench captures them)"),
-        Err(e) => eprintln!("bench-report: armv7 figures failed: {e}"),
-    }
-    let a64_seq = target
-        .join("bench-sequences")
-        .join("aarch64")
-        .join("aarch64.sequence");
-    match aarch64_figures(&target, &a64_seq) {
-        Ok(Some((host, qemu, frames))) => {
-            lines.push(format!("aarch64 warm host: {host:.1} instructions/frame"));
-            lines.push(format!("aarch64 warm qemu: {qemu:.1} instructions/frame"));
-            eprintln!("bench-report: aarch64 figures over {frames} frames");
-        }
-        Ok(None) => eprintln!("bench-report: no aarch64 sequence (scripts/bench captures it)"),
-        Err(e) => eprintln!("bench-report: aarch64 figures failed: {e}"),
-    }
+    lines.extend(arm_lines(&target));
 
     let crit = target.join("criterion");
     // Criterion times one unwind of each sample; per frame and in total over the samples
@@ -481,6 +474,36 @@ fn real_main() -> Result<(), String> {
         println!("{l}");
     }
     Ok(())
+}
+
+/// The 32-bit and 64-bit ARM lines (`arm warm host`, `arm warm qemu`, `aarch64 warm host`,
+/// `aarch64 warm qemu`) from the captures `scripts/bench` leaves in `target`; a figure whose
+/// capture is missing or fails is left out, with a message.
+fn arm_lines(target: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    match arm_figures(target) {
+        Ok(Some((host, qemu, n))) => {
+            lines.push(format!("arm warm host: {host:.1} instructions/frame"));
+            lines.push(format!("arm warm qemu: {qemu:.1} instructions/frame"));
+            eprintln!("bench-report: arm figures over {n} samples");
+        }
+        Ok(None) => eprintln!("bench-report: no armv7 samples (scripts/bench captures them)"),
+        Err(e) => eprintln!("bench-report: armv7 figures failed: {e}"),
+    }
+    let a64_seq = target
+        .join("bench-sequences")
+        .join("aarch64")
+        .join("aarch64.sequence");
+    match aarch64_figures(target, &a64_seq) {
+        Ok(Some((host, qemu, frames))) => {
+            lines.push(format!("aarch64 warm host: {host:.1} instructions/frame"));
+            lines.push(format!("aarch64 warm qemu: {qemu:.1} instructions/frame"));
+            eprintln!("bench-report: aarch64 figures over {frames} frames");
+        }
+        Ok(None) => eprintln!("bench-report: no aarch64 sequence (scripts/bench captures it)"),
+        Err(e) => eprintln!("bench-report: aarch64 figures failed: {e}"),
+    }
+    lines
 }
 
 /// armv7's row of the targets table (tests/support/targets.tsv).
