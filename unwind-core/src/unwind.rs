@@ -120,8 +120,9 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
     let len = pcs.len();
     // By index: walked by its tail, the array kept LLVM at three induction variables in the
     // aarch64 walk built for x86_64 (callgrind, a real sequence: 47.5 instructions a frame
-    // against 44.9); x86_64's walk is the same either way. armv7's guest code pays for it
-    // (qemu-arm, its real sequence: 68.3 against 63.9 by the tail); one loop per form, the
+    // against 44.9); x86_64's walk is the same either way, armv7's on x86_64 costs 8 more by
+    // the tail (67.9 against 59.7). armv7's own code under qemu-arm is the other way round
+    // (64.4 by the tail against 68.9: its registers spill either way); one loop per form, the
     // body shared as a closure, cost every architecture 2 to 10.
     #[allow(clippy::needless_range_loop)]
     for i in 0..len {
