@@ -17,18 +17,23 @@ use unwind_core::{
 fn table() -> RuleTable<Rule> {
     let mut m = ModuleRulesBuilder::new();
     m.push(0x18000, 0x18100, Rule::cant_unwind()).unwrap();
-    let mut b = RuleTableBuilder::new(NonZeroU32::new(1).unwrap());
+    one_module(m)
+}
+
+const STACK: u32 = 0x7000_0000;
+
+/// A table of one module, code at 0x10000..0x20000, with the rules of `m`.
+fn one_module(m: ModuleRulesBuilder<Rule>) -> RuleTable<Rule> {
+    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
     b.add(
         0x10000,
         0x20000,
         0,
-        "armhf".into(),
+        "m".into(),
         Arc::new(m.build().unwrap()),
     );
     b.build().unwrap()
 }
-
-const STACK: u32 = 0x7000_0000;
 
 /// A stack of 64 words at STACK with a Thumb frame record at STACK + 0x40: the caller's r7
 /// (0) and a return address `ra`.
@@ -139,15 +144,7 @@ fn a_caller_without_its_return_address_is_not_repeated() {
     };
     m.push(0x14000, 0x14100, die).unwrap();
     m.push(0x15000, 0x15100, Rule::default()).unwrap();
-    let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
-    b.add(
-        0x10000,
-        0x20000,
-        0,
-        "m".into(),
-        Arc::new(m.build().unwrap()),
-    );
-    let t = b.build().unwrap();
+    let t = one_module(m);
     let regs = Regs {
         pc: 0x15010,
         lr: 0x14024,
@@ -202,15 +199,7 @@ fn a_callers_lr_is_its_return_address() {
         let mut m = ModuleRulesBuilder::new();
         m.push(0x14000, 0x14100, f).unwrap();
         m.push(0x15000, 0x15100, g).unwrap();
-        let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
-        b.add(
-            0x10000,
-            0x20000,
-            0,
-            "m".into(),
-            Arc::new(m.build().unwrap()),
-        );
-        let t = b.build().unwrap();
+        let t = one_module(m);
         let regs = Regs {
             pc: 0x14010,
             lr: 0x1_4f00,
