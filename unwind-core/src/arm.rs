@@ -671,9 +671,9 @@ impl Arch for Arm {
         step_frame_pointer(*regs, mem)
     }
 
-    /// `ret` keeps its Thumb bit, as a return site does, and is the caller's LR too ([`Regs::lr`]). An
-    /// `sp` past 4 GiB (a word read at the top of the address space) wraps to 0, which the
-    /// stack-pointer check refuses.
+    /// `ret` keeps its Thumb bit, as a return site does, and is the caller's LR too
+    /// ([`Regs::lr`]). An `sp` past 4 GiB (a word read at the top of the address space) wraps
+    /// to 0, which the stack-pointer check refuses.
     #[inline]
     fn scanned_caller(regs: &Regs, ret: u64, sp: u64) -> Regs {
         Regs {

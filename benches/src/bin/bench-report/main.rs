@@ -142,35 +142,30 @@ fn main() {
 }
 
 fn real_main() -> Result<(), String> {
-    if std::env::args().nth(1).as_deref() == Some("--sequences") {
-        // Only the real programs' sequences, printed (for working on the unwinder's speed).
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let bin_dir = exe.parent().ok_or("no binary directory")?;
-        let target = bin_dir.parent().ok_or("no target directory")?;
-        let (md, _) = sequences::section(bin_dir, target)?;
-        print!("{md}");
-        return Ok(());
-    }
-    if std::env::args().nth(1).as_deref() == Some("--arm") {
-        // Only the ARM figures, printed (for working on the unwinder's speed on ARM).
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let target = exe
-            .parent()
-            .and_then(Path::parent)
-            .ok_or("no target directory")?;
-        for l in arm_lines(target) {
-            println!("{l}");
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin_dir = exe.parent().ok_or("no binary directory")?.to_path_buf();
+    let target = bin_dir.parent().ok_or("no target directory")?.to_path_buf();
+    match std::env::args().nth(1).as_deref() {
+        Some("--sequences") => {
+            // Only the real programs' sequences, printed (for working on the unwinder's speed).
+            let (md, _) = sequences::section(&bin_dir, &target)?;
+            print!("{md}");
+            return Ok(());
         }
-        return Ok(());
+        Some("--arm") => {
+            // Only the ARM figures, printed (for working on the unwinder's speed on ARM).
+            for l in arm_lines(&target) {
+                println!("{l}");
+            }
+            return Ok(());
+        }
+        _ => {}
     }
     let out_md = PathBuf::from(
         std::env::args()
             .nth(1)
             .unwrap_or_else(|| "BENCHMARKS.md".into()),
     );
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let bin_dir = exe.parent().ok_or("no binary directory")?.to_path_buf();
-    let target = bin_dir.parent().ok_or("no target directory")?.to_path_buf();
     let samples = target.join("bench-samples");
     let unwind_bin = bin_dir.join("bench-unwind");
     run(Command::new(bin_dir.join("bench-capture")).arg(&samples))?;
