@@ -68,6 +68,7 @@ pub use captures::{Captured, Captures, Samples, StoredSample};
 pub use modules::{LoadedModule, ModuleKind};
 pub use report::{preload_file, ModuleReport, PreloadReport};
 pub use system::{dump_modules, symbolizer, system_info};
+pub use threads::CacheCounts;
 pub use unwind_core::{StopReason, Trust, UnwindResult};
 
 use arch::{Native, RuntimeArch};
@@ -486,6 +487,14 @@ pub fn cache_stats() -> Option<(u64, u64)> {
     Some((cache.hits(), cache.misses()))
 }
 
+/// The calling thread's rule-cache counts, kept current by each of its unwinds, or `None` if it
+/// is not registered. The counts belong to the thread's slot, which keeps them when it passes
+/// to a later thread: a profiler that copies them from its signal handler (two loads, where
+/// [`cache_stats`] finds the slot again) adds the differences since it last looked.
+pub fn this_thread_cache_counts() -> Option<&'static CacheCounts> {
+    threads::current_slot().map(|s| &s.cache_counts)
+}
+
 /// The live stack of the calling thread that an unwind from `sp` may read: from the red zone
 /// below `sp` to the top of the registered stack; empty if `sp` is not on that stack.
 fn live_stack(slot: &threads::ThreadSlot, sp: u64) -> LiveStack {
@@ -512,8 +521,7 @@ fn unwind_live(
         let outside = cache.outside_modules();
         let result = unwind_core::unwind(table, cache, regs, &mem, pcs, trust);
         // Plain stores to this thread's own slot (no shared cache line, no read-modify-write).
-        slot.cache_hits.store(cache.hits(), Ordering::Relaxed);
-        slot.cache_misses.store(cache.misses(), Ordering::Relaxed);
+        slot.cache_counts.set(cache.hits(), cache.misses());
         let now = cache.outside_modules();
         if now != outside {
             note_outside_modules(now.wrapping_sub(outside), cache.last_outside_module());
@@ -558,10 +566,7 @@ pub fn outside_modules() -> OutsideModules {
 /// last unwind (a thread's slot, counts included, passes to a later thread when it exits).
 pub fn cache_totals() -> (u64, u64) {
     threads::slots().fold((0, 0), |(h, m), s| {
-        (
-            h + s.cache_hits.load(Ordering::Relaxed),
-            m + s.cache_misses.load(Ordering::Relaxed),
-        )
+        (h + s.cache_counts.hits(), m + s.cache_counts.misses())
     })
 }
 

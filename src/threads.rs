@@ -49,9 +49,7 @@ pub(crate) struct ThreadSlot {
     pub stack_lo: AtomicU64,
     pub stack_hi: AtomicU64,
     /// The cache's hit and miss counts as of its last unwind, for other threads to read.
-    pub cache_hits: AtomicU64,
-    /// See `cache_hits`.
-    pub cache_misses: AtomicU64,
+    pub cache_counts: CacheCounts,
     /// The next slot of the same bucket (immutable after publication).
     chain: *const ThreadSlot,
     /// Only the owning thread touches it, and only while `busy` is held.
@@ -65,6 +63,36 @@ pub(crate) struct ThreadSlot {
 // SAFETY: every field but `cache` is atomic or immutable after publication; `cache` is touched
 // only by the thread that holds `busy` (see `enter`), so no two threads access it at once.
 unsafe impl Sync for ThreadSlot {}
+
+/// A registered thread's rule-cache counts as of its last unwind: written by its unwinds
+/// (plain stores to the thread's own slot), read by anyone.
+#[repr(C)]
+#[derive(Default)]
+pub struct CacheCounts {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl CacheCounts {
+    /// Lookups answered by the cache, over every unwind of the slot's owners.
+    #[inline(always)]
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Lookups that went to the table, over every unwind of the slot's owners.
+    #[inline(always)]
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    /// Stores the cache's counts after an unwind (the owning thread only).
+    #[inline(always)]
+    pub(crate) fn set(&self, hits: u64, misses: u64) {
+        self.hits.store(hits, Ordering::Relaxed);
+        self.misses.store(misses, Ordering::Relaxed);
+    }
+}
 
 /// The list of every slot.
 static SLOTS: AtomicPtr<ThreadSlot> = AtomicPtr::new(ptr::null_mut());
@@ -220,8 +248,7 @@ fn claim(tp: usize) -> &'static ThreadSlot {
         stack_hi: AtomicU64::new(0),
         tid: AtomicI32::new(0),
         cache: UnsafeCell::new(cache),
-        cache_hits: AtomicU64::new(0),
-        cache_misses: AtomicU64::new(0),
+        cache_counts: CacheCounts::default(),
     };
     let slot: &'static mut ThreadSlot = Box::leak(Box::new(slot));
     // Into the list of every slot first: whoever finds the slot through its bucket (only to
@@ -296,6 +323,11 @@ impl Drop for SlotGuard {
 }
 
 /// True if the current thread is registered.
+/// The calling thread's slot, if it is registered.
+pub(crate) fn current_slot() -> Option<&'static ThreadSlot> {
+    current()
+}
+
 pub(crate) fn is_registered() -> bool {
     current().is_some()
 }
@@ -324,8 +356,11 @@ mod tests {
             ("hazard", ptr::addr_of!(s.hazard) as usize),
             ("stack_lo", ptr::addr_of!(s.stack_lo) as usize),
             ("stack_hi", ptr::addr_of!(s.stack_hi) as usize),
-            ("cache_hits", ptr::addr_of!(s.cache_hits) as usize),
-            ("cache_misses", ptr::addr_of!(s.cache_misses) as usize),
+            ("cache_hits", ptr::addr_of!(s.cache_counts.hits) as usize),
+            (
+                "cache_misses",
+                ptr::addr_of!(s.cache_counts.misses) as usize,
+            ),
         ] {
             assert!(field - base < 64, "{name} at {}", field - base);
         }
