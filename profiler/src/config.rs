@@ -38,6 +38,9 @@ pub struct Config {
     pub output: Option<PathBuf>,
     /// The outputs' file name stem (`STEM.folded`, `STEM.svg`, ...).
     pub stem: String,
+    /// The outputs' file mode: read and write bits only
+    /// ([`output::DEFAULT_MODE`](crate::output::DEFAULT_MODE), 0600, by default).
+    pub output_mode: u32,
     /// A signal on which the preload library writes a profile of everything so far.
     pub snapshot_signal: Option<libc::c_int>,
     /// Whether the preload library stays silent (no summary on stderr at exit).
@@ -65,6 +68,7 @@ impl Default for Config {
             collect_every: Duration::from_millis(10),
             output: None,
             stem: "profile".into(),
+            output_mode: crate::output::DEFAULT_MODE,
             snapshot_signal: None,
             quiet: false,
             verbose: false,
@@ -119,16 +123,22 @@ pub const OPTIONS: &[OptionSpec] = &[
         help: "file name stem of the outputs (default profile; processes started by the profiled one add -COMM-PID)",
     },
     OptionSpec {
+        flag: "--output-mode",
+        value: "MODE",
+        env: "UNWIND_PROFILER_OUTPUT_MODE",
+        help: "the outputs' permissions, in octal, read and write bits only (at most 0666), given to them exactly whatever the umask (default 0600: only their owner can read them, as perf's data)",
+    },
+    OptionSpec {
         flag: "--signal",
         value: "SIG",
         env: "UNWIND_PROFILER_SIGNAL",
-        help: "signal the timers send: URG (default: ignored by a program without a handler for it, so that a signal raised as the program execs is harmless to the new one), a name such as PROF, USR1 or RTMIN+3, or a number",
+        help: "signal the timers send: URG (default: ignored by a program without a handler for it, so that a signal raised as the program execs is harmless to the new one), a name such as PROF, USR1 or RTMIN+3, or a number; not one the program needs for itself (KILL, STOP, SEGV, BUS, ILL, FPE, ABRT, SYS, CHLD, CONT, TSTP, TTIN, TTOU), nor TRAP except with --timer perf-sigtrap, where it makes every timer send SIGTRAP (the POSIX timers too) and the program's own SIGTRAPs count as samples instead of reaching its handler",
     },
     OptionSpec {
         flag: "--snapshot-signal",
         value: "SIG",
         env: "UNWIND_PROFILER_SNAPSHOT_SIGNAL",
-        help: "on this signal (e.g. USR2), write the profile so far while the program runs on",
+        help: "on this signal (e.g. USR2), write the profile so far while the program runs on (not one the program needs for itself, as for --signal, nor TRAP)",
     },
     OptionSpec {
         flag: "--max-frames",
@@ -185,18 +195,42 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A signal number from a name (`PROF`, `SIGUSR2`, `RTMIN+3`) or a number.
+/// A signal number from a name (`PROF`, `SIGUSR2`, `RTMIN+3`: every Linux signal's) or a number.
 pub fn parse_signal(s: &str) -> Option<libc::c_int> {
     let upper = s.trim().to_ascii_uppercase();
     let name = upper.strip_prefix("SIG").unwrap_or(&upper);
     let n = match name {
-        "PROF" => libc::SIGPROF,
-        "VTALRM" => libc::SIGVTALRM,
-        "ALRM" => libc::SIGALRM,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
         "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "ILL" => libc::SIGILL,
+        "TRAP" => libc::SIGTRAP,
+        "ABRT" | "IOT" => libc::SIGABRT,
+        "BUS" => libc::SIGBUS,
+        "FPE" => libc::SIGFPE,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "SEGV" => libc::SIGSEGV,
+        "USR2" => libc::SIGUSR2,
+        "PIPE" => libc::SIGPIPE,
+        "ALRM" => libc::SIGALRM,
+        "TERM" => libc::SIGTERM,
+        "STKFLT" => libc::SIGSTKFLT,
+        "CHLD" => libc::SIGCHLD,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "TSTP" => libc::SIGTSTP,
+        "TTIN" => libc::SIGTTIN,
+        "TTOU" => libc::SIGTTOU,
         "URG" => libc::SIGURG,
+        "XCPU" => libc::SIGXCPU,
+        "XFSZ" => libc::SIGXFSZ,
+        "VTALRM" => libc::SIGVTALRM,
+        "PROF" => libc::SIGPROF,
+        "WINCH" => libc::SIGWINCH,
+        "IO" | "POLL" => libc::SIGIO,
+        "PWR" => libc::SIGPWR,
+        "SYS" => libc::SIGSYS,
         _ => {
             if let Some(off) = name.strip_prefix("RTMIN") {
                 let off: libc::c_int = if off.is_empty() {
@@ -211,6 +245,42 @@ pub fn parse_signal(s: &str) -> Option<libc::c_int> {
         }
     };
     (1..=libc::SIGRTMAX()).contains(&n).then_some(n)
+}
+
+/// Why the profiler cannot take `signal` for its own handler, if it cannot: the signals the
+/// kernel does not let a process catch, those the program needs to crash, stop and hear of its
+/// children (a handler that returns from a fault runs the faulting instruction again, forever),
+/// those the C library keeps, and `SIGTRAP`, the debugger's, unless `trap_allowed` (the
+/// sampling signal of `perf-sigtrap` timers, which send it anyway).
+fn unownable(signal: libc::c_int, trap_allowed: bool) -> Option<&'static str> {
+    Some(match signal {
+        libc::SIGKILL => "a signal the profiler can own: SIGKILL cannot be caught",
+        libc::SIGSTOP => "a signal the profiler can own: SIGSTOP cannot be caught",
+        libc::SIGSEGV => "a signal the profiler can own: SIGSEGV is the program's fault signal (a handler that returns runs the faulting instruction again, forever)",
+        libc::SIGBUS => "a signal the profiler can own: SIGBUS is the program's fault signal (a handler that returns runs the faulting instruction again, forever)",
+        libc::SIGILL => "a signal the profiler can own: SIGILL is the program's fault signal (a handler that returns runs the faulting instruction again, forever)",
+        libc::SIGFPE => "a signal the profiler can own: SIGFPE is the program's fault signal (a handler that returns runs the faulting instruction again, forever)",
+        libc::SIGABRT => "a signal the profiler can own: SIGABRT is how the program aborts (abort, a failed assert)",
+        libc::SIGSYS => "a signal the profiler can own: SIGSYS reports the program's bad or forbidden (seccomp) system calls",
+        libc::SIGCHLD => "a signal the profiler can own: SIGCHLD tells the program its children have stopped or ended",
+        libc::SIGCONT => "a signal the profiler can own: SIGCONT resumes a stopped program (job control)",
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => "a signal the profiler can own: SIGTSTP, SIGTTIN and SIGTTOU stop the program (job control)",
+        libc::SIGTRAP if trap_allowed => return None,
+        libc::SIGTRAP => "a signal the profiler can own: SIGTRAP is the debugger's breakpoint signal (the sampling signal only with --timer perf-sigtrap, whose timers send it anyway)",
+        n if n > 31 && n < libc::SIGRTMIN() => "a signal the profiler can own: the C library keeps the signals below SIGRTMIN for its threads",
+        _ => return None,
+    })
+}
+
+/// A file mode in octal (`0644`, `644`, `0o644`) with read and write bits only.
+fn parse_mode(s: &str) -> Option<u32> {
+    let digits = s.trim();
+    let digits = digits.strip_prefix("0o").unwrap_or(digits);
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| matches!(b, b'0'..=b'7')) {
+        return None;
+    }
+    let mode = u32::from_str_radix(digits, 8).ok()?;
+    (mode & !0o666 == 0).then_some(mode)
 }
 
 impl Config {
@@ -256,6 +326,15 @@ impl Config {
                     }
                 }
                 "UNWIND_PROFILER_OUTPUT" => c.output = Some(PathBuf::from(v)),
+                "UNWIND_PROFILER_OUTPUT_MODE" => {
+                    c.output_mode = parse_mode(&v).ok_or_else(|| {
+                        err(
+                            o.env,
+                            &v,
+                            "an octal file mode of read and write bits, at most 0666 (such as 0600 or 0644)",
+                        )
+                    })?
+                }
                 "UNWIND_PROFILER_STEM" => {
                     if v.is_empty() || v.contains('/') {
                         return Err(err(o.env, &v, "a file name without '/'"));
@@ -292,6 +371,16 @@ impl Config {
                 }
                 _ => {}
             }
+        }
+        // Checked once every setting is read: whether SIGTRAP may sample depends on the timer.
+        let sampling_trap = c.timer == TimerChoice::PerfSigtrap;
+        if let Some(why) = unownable(c.signal, sampling_trap) {
+            let name = "UNWIND_PROFILER_SIGNAL";
+            return Err(err(name, &var(name).unwrap_or_default(), why));
+        }
+        if let Some(why) = c.snapshot_signal.and_then(|s| unownable(s, false)) {
+            let name = "UNWIND_PROFILER_SNAPSHOT_SIGNAL";
+            return Err(err(name, &var(name).unwrap_or_default(), why));
         }
         if c.snapshot_signal == Some(c.signal) {
             return Err(err(
@@ -396,6 +485,9 @@ mod tests {
             ("UNWIND_PROFILER_SIGNAL", "NOPE"),
             ("UNWIND_PROFILER_MAX_FRAMES", "1000"),
             ("UNWIND_PROFILER_STEM", "a/b"),
+            ("UNWIND_PROFILER_OUTPUT_MODE", "0755"),
+            ("UNWIND_PROFILER_SIGNAL", "KILL"),
+            ("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "SEGV"),
         ] {
             let e = Config::from_vars(vars(&[(k, v)])).unwrap_err();
             assert_eq!((e.setting.as_str(), e.value.as_str()), (k, v));
@@ -405,12 +497,86 @@ mod tests {
         assert_eq!(e.setting, "UNWIND_PROFILER_SNAPSHOT_SIGNAL");
     }
 
+    /// The signals the program needs for itself are refused, by name or number, as either
+    /// signal, saying why; `SIGTRAP` samples with `perf-sigtrap` timers only, and is never the
+    /// snapshot signal (the `perf-sigtrap` handler owns it).
+    #[test]
+    fn signals_the_program_needs_are_refused() {
+        for value in [
+            "KILL", "9", "STOP", "SEGV", "11", "SIGBUS", "ILL", "FPE", "ABRT", "SYS", "CHLD",
+            "CONT", "TSTP", "TTIN", "TTOU", "TRAP", "5", "32",
+        ] {
+            for setting in ["UNWIND_PROFILER_SIGNAL", "UNWIND_PROFILER_SNAPSHOT_SIGNAL"] {
+                let e = Config::from_vars(vars(&[(setting, value)])).unwrap_err();
+                assert_eq!((e.setting.as_str(), e.value.as_str()), (setting, value));
+                assert!(
+                    e.expected.starts_with("a signal the profiler can own: "),
+                    "{e}"
+                );
+            }
+        }
+        let e = Config::from_vars(vars(&[("UNWIND_PROFILER_SIGNAL", "11")])).unwrap_err();
+        assert!(
+            e.expected.contains("SIGSEGV is the program's fault signal"),
+            "{e}"
+        );
+        let e = Config::from_vars(vars(&[("UNWIND_PROFILER_SIGNAL", "KILL")])).unwrap_err();
+        assert!(e.expected.contains("SIGKILL cannot be caught"), "{e}");
+        // SIGTRAP as the sampling signal of perf-sigtrap timers: every timer sends it.
+        let c = Config::from_vars(vars(&[
+            ("UNWIND_PROFILER_TIMER", "perf-sigtrap"),
+            ("UNWIND_PROFILER_SIGNAL", "TRAP"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.timer, c.signal),
+            (TimerChoice::PerfSigtrap, libc::SIGTRAP)
+        );
+        let e = Config::from_vars(vars(&[
+            ("UNWIND_PROFILER_TIMER", "perf-sigtrap"),
+            ("UNWIND_PROFILER_SNAPSHOT_SIGNAL", "TRAP"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.setting, "UNWIND_PROFILER_SNAPSHOT_SIGNAL");
+        // Signals the program can spare stay accepted.
+        for value in ["URG", "PROF", "USR1", "HUP", "XCPU", "RTMIN+3", "40"] {
+            let c = Config::from_vars(vars(&[("UNWIND_PROFILER_SIGNAL", value)]));
+            assert!(c.is_ok(), "{value}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn output_modes_are_octal_read_and_write_bits() {
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().output_mode, 0o600);
+        for (value, mode) in [("0644", 0o644), ("600", 0o600), ("0o640", 0o640), ("0", 0)] {
+            let c = Config::from_vars(vars(&[("UNWIND_PROFILER_OUTPUT_MODE", value)])).unwrap();
+            assert_eq!(c.output_mode, mode, "{value}");
+        }
+        for value in [
+            "0755",
+            "0700",
+            "4644",
+            "01644",
+            "rw-r--r--",
+            "",
+            "0648",
+            "-644",
+            "99999",
+        ] {
+            let e = Config::from_vars(vars(&[("UNWIND_PROFILER_OUTPUT_MODE", value)])).unwrap_err();
+            assert_eq!(e.setting, "UNWIND_PROFILER_OUTPUT_MODE", "{value}");
+            assert!(e.to_string().contains("octal file mode"), "{e}");
+        }
+    }
+
     #[test]
     fn signals_by_name_and_number() {
         assert_eq!(parse_signal("PROF"), Some(libc::SIGPROF));
         assert_eq!(parse_signal("sigusr1"), Some(libc::SIGUSR1));
         assert_eq!(parse_signal("12"), Some(12));
         assert_eq!(parse_signal("RTMIN"), Some(libc::SIGRTMIN()));
+        assert_eq!(parse_signal("KILL"), Some(libc::SIGKILL));
+        assert_eq!(parse_signal("SIGSEGV"), Some(libc::SIGSEGV));
         assert_eq!(parse_signal("0"), None);
         assert_eq!(parse_signal("RTMIN+x"), None);
     }

@@ -3,10 +3,14 @@
 //!
 //! - `--help` (and `-h`) exits 0 on stdout naming every flag and environment variable of
 //!   `config::OPTIONS` and the exit statuses; every option reaches the program as its variable.
-//! - A bad command line (unknown option, bad value, missing value, no `--` or no program, no
-//!   preload library) exits 2 with a first line naming the problem, and runs nothing; a program
-//!   that cannot be started exits 127 naming it; the program's status is passed on, and 128+N
-//!   when signal N ends it.
+//! - A bad command line (unknown option, bad value, a signal the program needs such as `KILL` or
+//!   `SEGV`, missing value, no `--`, no program or an empty name, no preload library) exits 2
+//!   with a first line naming the problem, and runs nothing; so does an output directory other
+//!   users can write in; a program that cannot be started exits 127 naming it; the program's
+//!   status is passed on, and 128+N when signal N ends it; the outputs get `--output-mode`.
+//! - A run whose profile cannot be written fails (73 when the program's status was 0): a full
+//!   disk (a file size limit reached) names the file that failed and leaves the previous file of
+//!   that name, and no temporary file; a statically linked or set-user-ID program says why.
 //! - Small C programs (`profiler/tests/behaviour/*.c`, built with `cc` at test time) under
 //!   `record`: `exit()` from a thread while `main` is blocked, and the end of `main`, write every
 //!   output with the busy threads' functions under their callers; `--snapshot-signal USR2`
@@ -26,6 +30,8 @@
 //! -p unwind-profiler-preload && cargo test --release -p unwind-profiler --test command`.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
@@ -268,6 +274,7 @@ fn help_names_every_option_its_variable_and_the_exit_statuses() {
             "128+N",
             "2 for a",
             "127 if",
+            "73 (EX_CANTCREAT)",
         ] {
             assert!(
                 help.contains(documented),
@@ -287,6 +294,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--timer" => "posix",
             "--output" => "out",
             "--stem" => "run1",
+            "--output-mode" => "0644",
             "--signal" => "USR1",
             "--snapshot-signal" => "USR2",
             "--max-frames" => "64",
@@ -335,6 +343,13 @@ fn every_option_reaches_the_program_as_its_variable() {
             };
             let summary = Outputs::paths(&out_dir, stem).summary;
             assert!(summary.is_file(), "{flag:?}: no {}", summary.display());
+            let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&summary).unwrap());
+            let want_mode = if o.flag == "--output-mode" {
+                0o644
+            } else {
+                0o600
+            };
+            assert_eq!(mode & 0o7777, want_mode, "{flag:?}: {mode:o}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -391,6 +406,46 @@ fn a_bad_command_line_exits_2_naming_the_problem_and_runs_nothing() {
             &["--snapshot-signal", "other than the sampling signal"],
         ),
         (
+            with_program(&["--signal", "9"]),
+            &["--signal", "\"9\"", "SIGKILL cannot be caught"],
+        ),
+        (
+            with_program(&["--signal", "KILL"]),
+            &["--signal", "\"KILL\"", "SIGKILL cannot be caught"],
+        ),
+        (
+            with_program(&["--signal", "SEGV"]),
+            &[
+                "--signal",
+                "\"SEGV\"",
+                "SIGSEGV is the program's fault signal",
+            ],
+        ),
+        (
+            with_program(&["--signal", "11"]),
+            &[
+                "--signal",
+                "\"11\"",
+                "SIGSEGV is the program's fault signal",
+            ],
+        ),
+        (
+            with_program(&["--signal", "TRAP"]),
+            &["--signal", "\"TRAP\"", "--timer perf-sigtrap"],
+        ),
+        (
+            with_program(&["--snapshot-signal", "SIGBUS"]),
+            &[
+                "--snapshot-signal",
+                "\"SIGBUS\"",
+                "SIGBUS is the program's fault signal",
+            ],
+        ),
+        (
+            with_program(&["--output-mode", "0755"]),
+            &["--output-mode", "\"0755\"", "octal file mode"],
+        ),
+        (
             with_program(&["--max-frames", "1000"]),
             &["--max-frames", "\"1000\""],
         ),
@@ -410,6 +465,10 @@ fn a_bad_command_line_exits_2_naming_the_problem_and_runs_nothing() {
         ),
         (vec!["record".into()], &["no program to run"]),
         (vec!["record".into(), "--".into()], &["no program to run"]),
+        (
+            vec!["record".into(), "--".into(), "".into()],
+            &["the program's name is empty"],
+        ),
         (
             {
                 let mut v = with_program(&[]);
@@ -556,6 +615,200 @@ fn ctrl_c_ends_the_program_and_record_reports_it() {
     // the same.
     let summary = Outputs::paths(&dir.join("unwind-profile"), "profile").summary;
     assert!(summary.is_file(), "{} was not written", summary.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output directory other users can write in (where one of them could have planted a link
+/// at an output's name) is refused before the program runs: exit 2, naming the directory, its
+/// owner and mode.
+#[test]
+fn an_output_directory_other_users_can_write_in_exits_2_before_the_program_runs() {
+    let dir = scratch("open-output");
+    let marker = dir.join("ran");
+    let out_dir = dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    for mode in [0o777, 0o1777] {
+        std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = run(record()
+            .arg("record")
+            .arg("--output")
+            .arg(&out_dir)
+            .args(["--", "sh", "-c"])
+            .arg(format!("touch '{}'", marker.display())));
+        let stderr = text(&out.stderr);
+        println!("{stderr}");
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let first = stderr.lines().next().unwrap_or("");
+        let want = format!(
+            "unwind-profiler: cannot write to the output directory {}: every user can write in it",
+            out_dir.display()
+        );
+        assert!(first.starts_with(&want), "{first:?}");
+        assert!(first.contains(&format!("mode {mode:04o}")), "{first:?}");
+        assert!(!marker.exists(), "the program ran");
+        assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The disk fills while the program runs (it lowers `record`'s file size limit below the flame
+/// graph's size: `EFBIG`, as `ENOSPC` on a full disk): `record` writes every other output, names
+/// the one that failed, leaves the previous file of that name as it was and no temporary file,
+/// and exits 73 (the program's status was 0).
+#[test]
+fn a_full_disk_fails_the_run_naming_the_file_and_keeping_the_previous_one() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("full-disk");
+    let Some(exe) = build("full_disk", &dir) else {
+        return;
+    };
+    let out_dir = dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let outputs = Outputs::paths(&out_dir, "profile");
+    std::fs::write(&outputs.flamegraph, "the previous run's flame graph").unwrap();
+    // The flame graph (its script alone is over 8 KiB) cannot be written; the other files of
+    // this small program's profile take a few KiB each.
+    let limit = 8192;
+    let mut cmd = record();
+    // SAFETY: signal() is async-signal-safe; SIGXFSZ ignored makes a write past the limit fail
+    // with EFBIG instead of killing record (the program inherits it, and never meets it).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        })
+    };
+    let out = run(cmd
+        .arg("record")
+        .arg("--output")
+        .arg(&out_dir)
+        .arg("--")
+        .arg(&exe)
+        .arg(limit.to_string()));
+    let stderr = text(&out.stderr);
+    println!("{stderr}");
+    assert_eq!(out.status.code(), Some(73), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: File too large", outputs.flamegraph.display())),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&outputs.flamegraph).unwrap(),
+        "the previous run's flame graph"
+    );
+    for f in outputs.all() {
+        if f != outputs.flamegraph {
+            assert!(!stderr.contains(&f.display().to_string()), "{stderr}");
+            let len = std::fs::metadata(f).unwrap().len();
+            assert!(len > 0 && len < limit, "{}: {len} bytes", f.display());
+        }
+    }
+    let n = samples_under(&folded(&out_dir), "main", "work_before_the_disk_fills");
+    assert!(
+        n >= 100,
+        "work_before_the_disk_fills under main: {n} samples"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "profile.firefox.json.gz",
+            "profile.folded",
+            "profile.pb.gz",
+            "profile.summary.txt",
+            "profile.svg"
+        ],
+        "a temporary file was left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program the dynamic loader runs without the preload library fails the run (73: it exited
+/// 0) saying why: statically linked (no loader), or set-user-ID to another user (the loader
+/// ignores `LD_PRELOAD` in secure-execution mode; root only, to give the file away), said before
+/// it runs too.
+#[test]
+fn a_program_without_the_preload_library_fails_the_run_saying_why() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("not-preloaded");
+    let Some(exe) = build("full_disk", &dir) else {
+        return;
+    };
+    let out_dir = dir.join("out");
+    let run_it = |program: &Path| {
+        let out = run(record()
+            .arg("record")
+            .arg("--output")
+            .arg(&out_dir)
+            .arg("--")
+            .arg(program));
+        let stderr = text(&out.stderr);
+        println!("{stderr}");
+        assert_eq!(out.status.code(), Some(73), "{stderr}");
+        assert!(
+            !Outputs::paths(&out_dir, "profile").summary.exists(),
+            "a profile was written: {stderr}"
+        );
+        stderr
+    };
+
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    let static_exe = dir.join("full_disk_static");
+    let built = Command::new("cc")
+        .args(["-O0", "-static", "-I"])
+        .arg(&src)
+        .arg(src.join("full_disk.c"))
+        .arg("-o")
+        .arg(&static_exe)
+        .status()
+        .is_ok_and(|s| s.success());
+    if built {
+        let stderr = run_it(&static_exe);
+        assert!(
+            stderr.contains(&format!(
+                "no profile was written: {} is statically linked",
+                static_exe.display()
+            )),
+            "{stderr}"
+        );
+    } else {
+        // A missing static C library is not what this test is about.
+        println!("cc -static failed (no libc.a?): the statically linked case is not checked");
+    }
+
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("not root: cannot make a program set-user-ID to another user");
+        return;
+    }
+    let setuid_exe = dir.join("full_disk_setuid");
+    std::fs::copy(&exe, &setuid_exe).unwrap();
+    std::os::unix::fs::chown(&setuid_exe, Some(65534), None).unwrap();
+    std::fs::set_permissions(&setuid_exe, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let c = std::ffi::CString::new(setuid_exe.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a zeroed statvfs is valid for statvfs to overwrite; `c` is NUL-terminated.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut fs) }, 0);
+    if fs.f_flag & libc::ST_NOSUID != 0 {
+        println!(
+            "{} is mounted nosuid: the set-user-ID case is not checked",
+            dir.display()
+        );
+        return;
+    }
+    let stderr = run_it(&setuid_exe);
+    let name = setuid_exe.display();
+    for said in [
+        format!("unwind-profiler: {name} is set-user-ID to uid 65534 (your real uid is 0): the dynamic loader ignores LD_PRELOAD for it (secure execution), so it cannot be profiled"),
+        format!("no profile was written: {name} is set-user-ID to uid 65534"),
+    ] {
+        assert!(stderr.contains(&said), "{said:?} not in {stderr}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
