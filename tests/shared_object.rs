@@ -299,15 +299,21 @@ fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
     );
 }
 
-/// The `SIGTRAP` handler of `perf-sigtrap` timers, `unwind_profiler::sampler::on_sigtrap`: the
-/// sampling path under the rules of [`profiler_handler_checks`], and the passing on of the
-/// program's own `SIGTRAP`s, the one place allowed `sigaction` and `raise` (both
-/// async-signal-safe in POSIX) and an indirect call (the program's handler), all inside
-/// `pass_on_sigtrap`.
+/// The handler of a signal the program has an action for too (`SIGTRAP` with `perf-sigtrap`
+/// timers, the sampling signal once the program sets its own action for it),
+/// `unwind_profiler::sampler::on_signal_chained`: the sampling path under the rules of
+/// [`profiler_handler_checks`], and the passing on of the program's own signals, the one place
+/// allowed `sigaction` (as glibc's `__sigaction`, which no interposer of `sigaction` receives),
+/// `raise` and `pthread_sigmask` (async-signal-safe in POSIX) and an indirect call (the program's
+/// handler), all inside `pass_on_to_program`.
 fn profiler_sigtrap_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
-    let c = closure(preload, isa, "_ZN15unwind_profiler7sampler10on_sigtrap");
+    let c = closure(
+        preload,
+        isa,
+        "_ZN15unwind_profiler7sampler17on_signal_chained",
+    );
     println!(
-        "{name} profiler SIGTRAP handler (on_sigtrap): {} functions, external calls {:?}",
+        "{name} profiler chained handler (on_signal_chained): {} functions, external calls {:?}",
         c.functions, c.external
     );
     let violations: Vec<&String> = c
@@ -317,9 +323,10 @@ fn profiler_sigtrap_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
             let sampling = PROFILER_HANDLER_CALLS
                 .iter()
                 .any(|f| v.starts_with(&format!("calls {f} outside")));
-            let passing_on = v.contains("pass_on_sigtrap")
-                && (v.starts_with("calls sigaction outside")
+            let passing_on = v.contains("pass_on_to_program")
+                && (v.starts_with("calls __sigaction outside")
                     || v.starts_with("calls raise outside")
+                    || v.starts_with("calls pthread_sigmask outside")
                     || v.contains("indirect")
                     || v.starts_with("call through"));
             !sampling && !passing_on
@@ -331,9 +338,9 @@ fn profiler_sigtrap_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
     checks.check(
         violations.is_empty() && c.functions > 5,
         format!(
-            "{name}: the profiler's SIGTRAP handler does what its sampling handler does, and \
-             calls sigaction, raise and the program's handler only to pass the program's own \
-             SIGTRAPs on ({} violations, {} functions)",
+            "{name}: the profiler's chained handler does what its sampling handler does, and \
+             calls sigaction, raise, pthread_sigmask and the program's handler only to pass the \
+             program's own signals on ({} violations, {} functions)",
             violations.len(),
             c.functions
         ),

@@ -109,6 +109,16 @@ pub const EXITED_THREADS_KEPT: usize = 1024;
 /// added (code generated at run time may give many, which are never resolved).
 const UNRESOLVED_KEPT: usize = 4096;
 
+/// The most frames the distinct stacks of one collector hold (about 100 MiB with the maps
+/// that find them; cc1 compiling for a minute needs about a million): past it, a sample with a
+/// stack not seen before is dropped and counted, so that a process writing random stacks into
+/// its rings cannot grow `record` without bound.
+pub const MAX_STACK_FRAMES: usize = 1 << 22;
+
+/// The most timer periods one sample may stand for: the kernel's count of merged expirations
+/// is an `int`.
+pub const MAX_WEIGHT: u64 = 1 << 31;
+
 /// What the collector has gathered so far.
 pub struct Collector {
     /// Every module seen, in order of first sight.
@@ -153,6 +163,13 @@ pub struct Collector {
     start_time: SystemTime,
     interval: Duration,
     wall_clock: bool,
+    /// Frames in `stacks` (see [`MAX_STACK_FRAMES`]).
+    stack_frames: usize,
+    /// The records whose ring held something that cannot be right, by address: never drained
+    /// again (what else their process wrote there is not to be trusted either).
+    cut_off: HashSet<usize>,
+    /// What was dropped of what the rings held, by what, with a count each.
+    refused: BTreeMap<String, u64>,
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
@@ -168,6 +185,9 @@ pub struct ProcessInfo<'a> {
     /// CPU time of threads whose timers were never deleted, which their records do not count
     /// (seen by `record` from outside the process).
     pub unended_cpu: Duration,
+    /// The process's CPU time since sampling started and, of it, what no sampled thread's clock
+    /// counted, at `record`'s last look (see [`Counters::process_cpu`]); `None` if not known.
+    pub cpu: Option<(Duration, Duration)>,
 }
 
 /// The collector of the program's own thread: a [`Collector`] of this process, which also keeps
@@ -280,7 +300,6 @@ impl InProcess {
 
     /// Symbolizes everything gathered into a profile of the running program.
     pub fn finish(&self) -> Profile {
-        sampler::process().cache_totals_now();
         let vdso = unwind_in_process::vdso_image();
         self.collector.finish(
             sampler::records(),
@@ -290,6 +309,7 @@ impl InProcess {
                 duration: self.started.elapsed(),
                 record: sampler::process(),
                 unended_cpu: Duration::ZERO,
+                cpu: None,
             },
             &mut Symbolizer::new(vdso.as_deref()),
         )
@@ -319,7 +339,15 @@ impl Collector {
             start_time,
             interval,
             wall_clock,
+            stack_frames: 0,
+            cut_off: HashSet::new(),
+            refused: BTreeMap::new(),
         }
+    }
+
+    /// Counts `n` of what `what` says was dropped.
+    pub fn refuse(&mut self, what: String, n: u64) {
+        *self.refused.entry(what).or_default() += n;
     }
 
     /// Makes `modules` the modules loaded now: stacks drained from here on are attributed to
@@ -342,6 +370,19 @@ impl Collector {
             self.stack_ids.clear();
             self.resolve_again();
         }
+    }
+
+    /// The distinct modules seen so far, and the bytes of their paths.
+    pub fn modules_known(&self) -> (usize, usize) {
+        (
+            self.modules.len(),
+            self.modules.iter().map(|m| m.path.len()).sum(),
+        )
+    }
+
+    /// Whether `m` is a module seen before (the same path at the same place).
+    pub fn knows(&self, m: &Module) -> bool {
+        self.keys.contains_key(&(m.path.clone(), m.start, m.bias))
     }
 
     /// Looks the PCs of the stacks that had some in no module up again in the current modules.
@@ -396,12 +437,47 @@ impl Collector {
         for (r, ring) in records {
             let exited = r.exited();
             let tid = r.tid.load(std::sync::atomic::Ordering::Relaxed);
-            ring.drain(|record| {
-                if let Some(s) = sampler::decode(record) {
-                    let stack = self.stack_id(s.pcs);
-                    self.add(tid, s.time_ns, s.weight, stack);
+            let id = r as *const ThreadRecord as usize;
+            if !self.cut_off.contains(&id) {
+                let mut bad = false;
+                let mut over_limit = 0;
+                let drained = ring.drain(sampler::MAX_RECORD_WORDS, |record| {
+                    let Some(s) =
+                        sampler::decode(record).filter(|s| (1..=MAX_WEIGHT).contains(&s.weight))
+                    else {
+                        bad = true;
+                        return false;
+                    };
+                    match self.stack_id(s.pcs) {
+                        Some(stack) => self.add(tid, s.time_ns, s.weight, stack),
+                        None => over_limit += 1,
+                    }
+                    true
+                });
+                if over_limit > 0 {
+                    self.refuse(
+                        format!(
+                            "samples with a new stack past {MAX_STACK_FRAMES} frames of distinct stacks (dropped)"
+                        ),
+                        over_limit,
+                    );
                 }
-            });
+                let why = match drained {
+                    Err(crate::ring::Corrupt::Indices) => {
+                        Some("indices that cannot be right".into())
+                    }
+                    Err(crate::ring::Corrupt::Length(n)) => Some(format!("a record of {n} words")),
+                    Ok(()) if bad => Some("a sample that cannot be right".into()),
+                    Ok(()) => None,
+                };
+                if let Some(why) = why {
+                    self.cut_off.insert(id);
+                    self.refuse(
+                        format!("thread rings written over ({why}): not read from there on"),
+                        1,
+                    );
+                }
+            }
             if exited {
                 let name = r.exit_name().or_else(|| self.names.get(&tid).cloned());
                 let sampled = self.live.contains_key(&tid) || self.exited.contains_key(&tid);
@@ -457,9 +533,13 @@ impl Collector {
         }
     }
 
-    fn stack_id(&mut self, pcs: &[u64]) -> usize {
+    /// The stack of `pcs`, or `None` if it is new and the stacks hold [`MAX_STACK_FRAMES`].
+    fn stack_id(&mut self, pcs: &[u64]) -> Option<usize> {
         if let Some(&id) = self.stack_ids.get(pcs) {
-            return id;
+            return Some(id);
+        }
+        if self.stack_frames.saturating_add(pcs.len()) > MAX_STACK_FRAMES {
+            return None;
         }
         let resolved: Resolved = pcs
             .iter()
@@ -475,13 +555,14 @@ impl Collector {
                 {
                     self.unresolved.push(id);
                 }
+                self.stack_frames += resolved.len();
                 self.stacks.push(resolved.clone());
                 self.resolved_ids.insert(resolved, id);
                 id
             }
         };
         self.stack_ids.insert(pcs.to_vec(), id);
-        id
+        Some(id)
     }
 
     /// Samples drained so far.
@@ -628,7 +709,14 @@ impl Collector {
             threads,
             samples,
             totals,
-            counters: self.counters(records, info.record, info.unended_cpu),
+            counters: {
+                let mut c = self.counters(records, info.record, info.unended_cpu);
+                if let Some((process, unsampled)) = info.cpu {
+                    c.process_cpu = process;
+                    c.unsampled_cpu = unsampled;
+                }
+                c
+            },
         }
     }
 
@@ -640,6 +728,18 @@ impl Collector {
         unended_cpu: Duration,
     ) -> Counters {
         use std::sync::atomic::Ordering::Relaxed;
+        let mut refused = self.refused.clone();
+        // Counters the program wrote over are not used (and said so), rather than summed into
+        // figures that cannot be right.
+        let zero = ProcessRecord::zero();
+        let process = if process.plausible() {
+            process
+        } else {
+            *refused
+                .entry("process counters written over (not used)".into())
+                .or_default() += 1;
+            &zero
+        };
         let mut c = Counters {
             preload_time: Duration::from_nanos(process.preload_ns.load(Relaxed)),
             table_bytes: usize::try_from(process.table_bytes.load(Relaxed)).unwrap_or(usize::MAX),
@@ -653,8 +753,17 @@ impl Collector {
         let mut stops = [0u64; StopReason::ALL.len()];
         let (mut unwind_ns, mut store_ns, mut overruns) = (0u64, 0u64, 0u64);
         let (mut perf_unsignalled, mut cpu_ns) = (0u64, 0u64);
+        let (mut cache_hits, mut cache_misses) = (0u64, 0u64);
         for (r, _) in records {
             let t = &r.counters;
+            if !t.plausible() {
+                *refused
+                    .entry("thread counters written over (not used)".into())
+                    .or_default() += 1;
+                continue;
+            }
+            cache_hits += t.cache_hits.get();
+            cache_misses += t.cache_misses.get();
             c.signals += t.signals.get();
             c.stored += t.stored.get();
             c.frames += t.frames.get();
@@ -688,18 +797,30 @@ impl Collector {
             .map(|(k, n)| (k.to_string(), n))
             .collect();
         c.foreign_signals = unsampled.foreign_signals;
+        c.program_actions = process.program_actions.load(Relaxed);
+        c.reconnections = process.rejoins.load(Relaxed);
+        c.timers_rearmed = process.timers_rearmed.load(Relaxed);
         c.threads_not_sampled = vec![
             ("thread limit".into(), unsampled.over_limit),
             ("timer could not be created".into(), unsampled.timer_failed),
+            (
+                "no memory for its samples: under record, a descriptor or file size limit".into(),
+                unsampled.no_shared_region,
+            ),
+            (
+                "its record could not be handed to record: the connection was gone".into(),
+                unsampled.not_announced,
+            ),
         ];
         c.stops = StopReason::ALL
             .iter()
             .zip(stops)
             .map(|(r, n)| (format!("{r:?}"), n))
             .collect();
-        c.cache_hits = process.cache_hits.load(Relaxed);
-        c.cache_misses = process.cache_misses.load(Relaxed);
+        c.cache_hits = cache_hits;
+        c.cache_misses = cache_misses;
         c.threads = self.threads_seen;
+        c.refused = refused.into_iter().collect();
         c
     }
 }
@@ -748,7 +869,7 @@ mod tests {
     fn a_pc_in_no_module_is_looked_up_again_when_modules_are_added() {
         let mut c = Collector::new(Duration::from_millis(1), false, SystemTime::now());
         c.set_modules(vec![module("/bin/main", 0x1000, 0x2000)]);
-        let early = c.stack_id(&[0x5010, 0x1100]);
+        let early = c.stack_id(&[0x5010, 0x1100]).unwrap();
         assert_eq!(c.stacks[early][0].1, None);
         assert_eq!(c.stacks[early][1].1, Some(0));
         c.set_modules(vec![
@@ -758,9 +879,9 @@ mod tests {
         assert_eq!(c.stacks[early][0].1, Some(1), "the constructor's sample");
         assert!(c.unresolved.is_empty());
         // The same PCs drained now are the same stack.
-        assert_eq!(c.stack_id(&[0x5010, 0x1100]), early);
+        assert_eq!(c.stack_id(&[0x5010, 0x1100]), Some(early));
         // A PC that no module ever covers stays unknown, and listed.
-        let jit = c.stack_id(&[0x9000]);
+        let jit = c.stack_id(&[0x9000]).unwrap();
         c.set_modules(vec![module("/bin/main", 0x1000, 0x2000)]);
         assert_eq!(c.stacks[jit][0].1, None);
         assert_eq!(c.unresolved, [jit]);

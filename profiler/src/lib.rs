@@ -29,6 +29,7 @@ pub mod profile;
 pub mod ring;
 pub mod sampler;
 pub mod session;
+pub mod signals;
 pub mod symbolize;
 pub mod threads;
 pub mod timer;
@@ -116,6 +117,7 @@ impl Profiler {
         let s = shared.clone();
         let every = config.collect_every;
         let snapshot_dir = config.output.clone();
+        let mode = config.output_mode;
         let stem = config.stem.clone();
         let thread = threads::spawn_unsampled("unwind-profiler", move || loop {
             let stop = {
@@ -129,7 +131,7 @@ impl Profiler {
             if SNAPSHOT.swap(false, Ordering::Relaxed) {
                 let profile = s.profile();
                 if let Some(dir) = &snapshot_dir {
-                    match output::write_all(&profile, dir, &stem) {
+                    match output::write_all_with_mode(&profile, dir, &stem, mode) {
                         Ok(_) => {
                             eprintln!("unwind-profiler: snapshot written to {}", dir.display())
                         }

@@ -145,6 +145,26 @@ pub struct Counters {
     pub refreshes: u64,
     /// Threads sampled during the run.
     pub threads: u64,
+    /// What was refused or dropped of what the processes sent `record` (a connection of
+    /// another user, shared memory whose size is not sealed, a sample that cannot be right,
+    /// input past a limit), by what, with a count each. Empty for a profile collected in the
+    /// program itself.
+    pub refused: Vec<(String, u64)>,
+    /// The processes' CPU time from the start of their sampling, as the kernel counted it when
+    /// `record` last looked (zero when not known: the in-process collector, or processes that
+    /// ended before a look).
+    pub process_cpu: Duration,
+    /// Of `process_cpu`, what the sampled threads' clocks did not count at that look: threads
+    /// never sampled (no timer, no record, started before the profiler).
+    pub unsampled_cpu: Duration,
+    /// Times the program set its own action for a signal the profiler samples with (its handler
+    /// stayed in front, and passed the program's own signals, `foreign_signals`, on to it).
+    pub program_actions: u64,
+    /// Times the program closed the profiler's connection to `record`, and the process
+    /// connected again.
+    pub reconnections: u64,
+    /// Threads given a new timer after the program closed their perf event's descriptor.
+    pub timers_rearmed: u64,
 }
 
 /// One process of a profile, as its threads name it, with its samples (see
@@ -276,6 +296,12 @@ impl Counters {
         self.collector_cpu += other.collector_cpu;
         self.refreshes += other.refreshes;
         self.threads += other.threads;
+        add_named(&mut self.refused, &other.refused);
+        self.process_cpu += other.process_cpu;
+        self.unsampled_cpu += other.unsampled_cpu;
+        self.program_actions += other.program_actions;
+        self.reconnections += other.reconnections;
+        self.timers_rearmed += other.timers_rearmed;
     }
 }
 

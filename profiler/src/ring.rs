@@ -80,32 +80,35 @@ impl Ring {
         true
     }
 
-    /// Removes every complete record, passing each to `f` (its words, header first). Consumer
-    /// only.
-    pub fn drain(&self, mut f: impl FnMut(&[u64])) {
+    /// Removes every complete record of at most `max_len` words, passing each to `f` (its
+    /// words, header first), until `f` returns false. Consumer only. Indices or a length that
+    /// cannot be right (memory the producer's process wrote over) end the drain with an error;
+    /// the ring is then not to be trusted again.
+    pub fn drain(&self, max_len: usize, mut f: impl FnMut(&[u64]) -> bool) -> Result<(), Corrupt> {
         let head = self.indices.head.load(Ordering::Acquire);
         let mut tail = self.indices.tail.load(Ordering::Relaxed);
         // A producer is never more than the capacity ahead: if it seems to be, the indices are
-        // corrupt; skip everything rather than read the ring round and round.
+        // corrupt; read nothing rather than the ring round and round.
         if head.wrapping_sub(tail) > self.mask + 1 {
-            self.indices.tail.store(head, Ordering::Release);
-            return;
+            return Err(Corrupt::Indices);
         }
         let mut record = Vec::new();
         while tail != head {
             let len = self.slot(tail).load(Ordering::Relaxed);
-            // A length can only be wrong if memory is corrupt; stop rather than read garbage.
-            if len > self.mask || len > head.wrapping_sub(tail) {
-                tail = head;
-                break;
+            if len > self.mask || len > head.wrapping_sub(tail) || len > max_len as u64 {
+                self.indices.tail.store(tail, Ordering::Release);
+                return Err(Corrupt::Length(len));
             }
             record.clear();
             record
                 .extend((1..=len).map(|i| self.slot(tail.wrapping_add(i)).load(Ordering::Relaxed)));
             tail = tail.wrapping_add(len + 1);
-            f(&record);
+            if !f(&record) {
+                break;
+            }
         }
         self.indices.tail.store(tail, Ordering::Release);
+        Ok(())
     }
 
     #[inline(always)]
@@ -120,6 +123,15 @@ impl Ring {
     pub fn capacity(&self) -> usize {
         self.words.len()
     }
+}
+
+/// What was wrong with a ring whose drain failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corrupt {
+    /// The producer's index is more than the capacity ahead of the consumer's.
+    Indices,
+    /// A record's length word: longer than the ring, than what was written, or than allowed.
+    Length(u64),
 }
 
 #[cfg(test)]
@@ -137,7 +149,11 @@ mod tests {
         }
         assert_eq!(pushed, 6);
         let mut seen = Vec::new();
-        r.drain(|rec| seen.push(rec.to_vec()));
+        r.drain(64, |rec| {
+            seen.push(rec.to_vec());
+            true
+        })
+        .unwrap();
         assert_eq!(seen.len(), 6);
         for (i, rec) in seen.iter().enumerate() {
             let i = i as u64;
@@ -147,7 +163,11 @@ mod tests {
         for n in 0..1000u64 {
             assert!(r.push(&[n], &[n, n + 1]));
             let mut got = Vec::new();
-            r.drain(|rec| got.push(rec.to_vec()));
+            r.drain(64, |rec| {
+                got.push(rec.to_vec());
+                true
+            })
+            .unwrap();
             assert_eq!(got, vec![vec![n, n, n + 1]]);
         }
     }
@@ -172,14 +192,57 @@ mod tests {
         });
         let mut next = 0u64;
         while next < 100_000 {
-            r.drain(|rec| {
+            r.drain(64, |rec| {
                 assert_eq!(rec[0], next);
                 let len = rec[1] as usize;
                 assert_eq!(rec.len(), 2 + len);
                 assert!(rec[2..].iter().all(|&w| w == next));
                 next += 1;
-            });
+                true
+            })
+            .unwrap();
         }
         producer.join().unwrap();
+    }
+
+    /// What another process may write over: a length past the limit, past what was written,
+    /// or indices too far apart, each an error that names it, never a read past the record.
+    #[test]
+    fn corrupt_lengths_and_indices_are_errors() {
+        let r = Ring::new(64);
+        assert!(r.push(&[1, 2], &[3; 5]));
+        assert!(r.push(&[4, 5], &[6; 5]));
+        // A limit below the first record's 7 words: refused, nothing passed on.
+        let mut seen = 0;
+        assert_eq!(
+            r.drain(6, |_| {
+                seen += 1;
+                true
+            }),
+            Err(Corrupt::Length(7))
+        );
+        assert_eq!(seen, 0);
+        // The first length word scribbled to claim more than was written.
+        r.words[0].store(40, Ordering::Relaxed);
+        assert_eq!(r.drain(64, |_| true), Err(Corrupt::Length(40)));
+        r.words[0].store(1 << 24, Ordering::Relaxed);
+        assert_eq!(r.drain(1 << 30, |_| true), Err(Corrupt::Length(1 << 24)));
+        r.words[0].store(7, Ordering::Relaxed);
+        // Stopping early leaves the rest for the next drain.
+        let mut n = 0;
+        r.drain(64, |_| {
+            n += 1;
+            false
+        })
+        .unwrap();
+        r.drain(64, |_| {
+            n += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(n, 2);
+        // A head far ahead of the tail.
+        r.indices.head.store(1000, Ordering::Relaxed);
+        assert_eq!(r.drain(64, |_| true), Err(Corrupt::Indices));
     }
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, A
 use std::sync::Mutex;
 
 use crate::ring::{Ring, RingIndices};
+use crate::signals;
 use crate::timer::{self, ThreadTimer, TimerChoice, TimerSpec};
 use unwind_in_process::{SampleError, StopReason, Trust};
 
@@ -25,6 +26,9 @@ use unwind_in_process::{SampleError, StopReason, Trust};
 pub const MAX_THREADS: usize = 4096;
 /// The deepest stack a sample holds; deeper walks stop with `BufferFull`.
 pub const MAX_FRAMES: usize = 256;
+/// The longest ring record the handler writes: the header (time, stop reason, weight) and
+/// [`MAX_FRAMES`] PCs.
+pub const MAX_RECORD_WORDS: usize = 3 + MAX_FRAMES;
 
 /// Why a timer signal produced no sample. Every signal the handler accepts as one of ours is
 /// either stored or counted under exactly one of these.
@@ -130,6 +134,11 @@ pub struct ThreadCounters {
     pub unwind_ns: Counter,
     /// Nanoseconds spent storing, over stored samples.
     pub store_ns: Counter,
+    /// Rule-cache hits of the owners' unwinds, kept current by the handler (so that `record`
+    /// reads them however the process ends).
+    pub cache_hits: Counter,
+    /// Rule-cache misses, as `cache_hits`.
+    pub cache_misses: Counter,
 }
 
 impl ThreadCounters {
@@ -138,6 +147,40 @@ impl ThreadCounters {
         if let Some(c) = self.dropped.get(reason.index()) {
             c.add(1);
         }
+    }
+
+    /// Whether the counters can be what the handler wrote: every signal stored or dropped once,
+    /// every stored sample with one stop reason and at most [`MAX_FRAMES`] frames. Read while
+    /// the handler runs, they may be a few signals apart; counters further apart were written
+    /// over (by the program, in memory it shares with `record`) and are not to be used.
+    pub fn plausible(&self) -> bool {
+        /// Signals a handler may have half-counted while the counters were read.
+        const SLACK: u64 = 4;
+        let sum = |counters: &[Counter]| {
+            counters
+                .iter()
+                .try_fold(0u64, |total, c| total.checked_add(c.get()))
+        };
+        let (signals, stored, frames) = (self.signals.get(), self.stored.get(), self.frames.get());
+        let (Some(dropped), Some(stops)) = (sum(&self.dropped), sum(&self.stops)) else {
+            return false;
+        };
+        // Counts below 2^48 (445 years of signals at 20 kHz), times below 2^62 ns: sums over
+        // many records cannot overflow.
+        let counts = [signals, self.overruns.get(), self.perf_unsignalled.get()];
+        let times = [self.cpu_ns.get(), self.unwind_ns.get(), self.store_ns.get()];
+        counts.iter().all(|&n| n < 1 << 48)
+            && times.iter().all(|&ns| ns < 1 << 62)
+            && self.cache_hits.get().max(self.cache_misses.get()) < 1 << 56
+            && stored
+                .checked_add(dropped)
+                .is_some_and(|n| n <= signals.saturating_add(SLACK))
+            && stops.abs_diff(stored) <= SLACK
+            && frames
+                <= stored
+                    .saturating_add(SLACK)
+                    .saturating_mul(MAX_FRAMES as u64)
+            && self.scanned.get() <= frames
     }
 }
 
@@ -184,6 +227,10 @@ pub struct Slot {
     /// `counters.signals` when the owner's timer started (for a perf event's unsignalled
     /// periods).
     signals_at_start: AtomicU64,
+    /// The owner's rule-cache counts in the unwinder (null until it starts), and what of them
+    /// the handler has already added to the record's counters.
+    cache: AtomicPtr<unwind_in_process::CacheCounts>,
+    cache_seen: [AtomicU64; 2],
 }
 
 /// Marks an initialized [`ProcessRecord`].
@@ -221,11 +268,22 @@ pub struct ProcessRecord {
     pub table_rows: AtomicU64,
     /// Times the tables were rebuilt after start.
     pub refreshes: AtomicU64,
-    /// Rule-cache hits and misses of the sampled threads, as of the last thread exit or table
-    /// refresh (the in-process collector reads them at the end instead).
-    pub cache_hits: AtomicU64,
-    /// See `cache_hits`.
-    pub cache_misses: AtomicU64,
+    /// Threads not sampled because the memory for their samples could not be made (under
+    /// `record`: no descriptor left under `RLIMIT_NOFILE`, a file size limit, no memory).
+    pub no_shared_region: AtomicU64,
+    /// Times the process connected to `record` again after the program closed its connection.
+    pub rejoins: AtomicU64,
+    /// Threads given a new timer after the program closed their perf event's descriptor.
+    pub timers_rearmed: AtomicU64,
+    /// Threads not sampled because their record could not be handed to `record` (the
+    /// connection was gone, and could not be made again).
+    pub not_announced: AtomicU64,
+    /// Times the program set its own action for a signal the profiler owns (kept behind the
+    /// profiler's: see [`crate::signals`]).
+    pub program_actions: AtomicU64,
+    /// The process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`, ns) when sampling started: what
+    /// no thread's timer could count (the loader, the table build at start).
+    pub cpu_before_sampling: AtomicU64,
 }
 
 impl ProcessRecord {
@@ -245,8 +303,12 @@ impl ProcessRecord {
             table_bytes: AtomicU64::new(0),
             table_rows: AtomicU64::new(0),
             refreshes: AtomicU64::new(0),
-            cache_hits: AtomicU64::new(0),
-            cache_misses: AtomicU64::new(0),
+            no_shared_region: AtomicU64::new(0),
+            rejoins: AtomicU64::new(0),
+            program_actions: AtomicU64::new(0),
+            timers_rearmed: AtomicU64::new(0),
+            not_announced: AtomicU64::new(0),
+            cpu_before_sampling: AtomicU64::new(0),
         }
     }
 
@@ -259,7 +321,6 @@ impl ProcessRecord {
         if refresh {
             self.refreshes.fetch_add(1, Relaxed);
         }
-        self.cache_totals_now();
     }
 
     /// Copies what sampling and the tables set in `parent`'s record into this one, for a child
@@ -278,11 +339,27 @@ impl ProcessRecord {
         }
     }
 
-    /// Copies the unwinder's rule-cache totals.
-    pub fn cache_totals_now(&self) {
-        let (hits, misses) = unwind_in_process::cache_totals();
-        self.cache_hits.store(hits, Relaxed);
-        self.cache_misses.store(misses, Relaxed);
+    /// Whether the counts can be right (see [`ThreadCounters::plausible`]): each below 2^40
+    /// (a thousand threads a second for thirty years), the table build time below a day.
+    pub fn plausible(&self) -> bool {
+        const MOST: u64 = 1 << 40;
+        [
+            &self.foreign,
+            &self.over_limit,
+            &self.timer_failed,
+            &self.refreshes,
+            &self.no_shared_region,
+            &self.rejoins,
+            &self.program_actions,
+            &self.timers_rearmed,
+            &self.not_announced,
+            &self.table_rows,
+        ]
+        .into_iter()
+        .chain(&self.threads_by_timer)
+        .all(|c| c.load(Relaxed) < MOST)
+            && self.preload_ns.load(Relaxed) < 86_400 * 1_000_000_000
+            && self.table_bytes.load(Relaxed) < MOST
     }
 
     /// The counts of what was not sampled.
@@ -291,6 +368,8 @@ impl ProcessRecord {
             threads_by_timer: self.threads_by_timer.each_ref().map(|n| n.load(Relaxed)),
             over_limit: self.over_limit.load(Relaxed),
             timer_failed: self.timer_failed.load(Relaxed),
+            no_shared_region: self.no_shared_region.load(Relaxed),
+            not_announced: self.not_announced.load(Relaxed),
             foreign_signals: self.foreign.load(Relaxed),
         }
     }
@@ -403,11 +482,6 @@ fn thread_cpu_ns(tid: libc::pid_t) -> u64 {
     clock_ns(((!tid) << 3) | 6)
 }
 
-/// `SIGTRAP`'s action before ours, for the `SIGTRAP`s no event of ours sent: its handler
-/// (or `SIG_DFL`/`SIG_IGN`) and whether it takes `SA_SIGINFO` arguments.
-static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
-static OLD_TRAP_SIGINFO: AtomicBool = AtomicBool::new(false);
-
 /// Installs the handler for `timing.signal` (and for `SIGTRAP` if the timers send it) and
 /// lets threads register. Call once.
 pub fn install(timing: Timing) -> std::io::Result<()> {
@@ -427,101 +501,44 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
     EPOCH_NS.store(now_ns(), Relaxed);
     let p = process();
     p.epoch_ns.store(EPOCH_NS.load(Relaxed), Relaxed);
+    p.cpu_before_sampling
+        .store(clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID), Relaxed);
     p.scanning.store(u64::from(timing.stack_scanning), Relaxed);
     p.trampoline
         .store(crate::threads::trampoline_address(), Relaxed);
     p.preloaded
         .store(u64::from(PRELOADED.load(Relaxed)), Relaxed);
-    set_handler(timing.timer.signal, on_signal, None)?;
-    if timing.timer.choice == TimerChoice::PerfSigtrap {
-        // SAFETY: a zeroed sigaction is valid (sigaction overwrites it).
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        // The old action is stored before the events exist, so before any SIGTRAP of ours,
-        // but a SIGTRAP of the program's may come between the two: it finds SIG_DFL.
-        set_handler(libc::SIGTRAP, on_sigtrap, Some(&mut old))?;
-        OLD_TRAP_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Relaxed);
-        OLD_TRAP_HANDLER.store(old.sa_sigaction, Relaxed);
-        if timing.timer.signal == libc::SIGTRAP {
-            // SIGTRAP is the sampling signal as well: the program's are counted as foreign.
-            OLD_TRAP_HANDLER.store(libc::SIG_IGN, Relaxed);
-        }
+    signals::own(timing.timer.signal, on_signal, on_signal_chained)?;
+    if timing.timer.choice == TimerChoice::PerfSigtrap && timing.timer.signal != libc::SIGTRAP {
+        // A debugger's and a crash reporter's signal: the program's own always go on to it.
+        signals::own(libc::SIGTRAP, on_signal_chained, on_signal_chained)?;
     }
     RUNNING.store(true, Release);
     Ok(())
 }
 
-/// A signal handler taking `SA_SIGINFO` arguments.
-type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-
-/// Makes `handler` the handler of `signal`, returning the old action in `old`.
-fn set_handler(
-    signal: libc::c_int,
-    handler: Handler,
-    old: Option<&mut libc::sigaction>,
-) -> std::io::Result<()> {
-    // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask. `old`,
-    // if given, is a valid sigaction to write.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = handler as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        let old = old.map_or(std::ptr::null_mut(), |o| o as *mut libc::sigaction);
-        if libc::sigaction(signal, &sa, old) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// The `SIGTRAP` handler of `perf-sigtrap` timers: the samples go to [`on_signal`], every other
-/// `SIGTRAP` to what the program had. Kept apart from [`on_signal`] because passing on calls
+/// The handler of a signal the program has an action for too (and of `SIGTRAP` with
+/// `perf-sigtrap` timers, which debuggers and crash reporters use): the samples go to
+/// [`on_signal`], every other signal to the program's action
+/// ([`signals::pass_on_to_program`]). Kept apart from [`on_signal`] because passing on calls
 /// `sigaction`, `raise` and the program's handler, which the sampling path never does
 /// (tests/shared_object.rs checks both).
-extern "C" fn on_sigtrap(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+extern "C" fn on_signal_chained(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let i = unsafe { &*info };
-    // SAFETY: a TRAP_PERF siginfo carries the event's sig_data.
-    let ours = i.si_code == timer::TRAP_PERF && unsafe { timer::signal_perf_data(i) }.is_some();
-    if ours || OLD_TRAP_HANDLER.load(Relaxed) == libc::SIG_IGN {
+    if unsafe { our_slot(signal, &*info) }.is_some() {
         on_signal(signal, info, uc);
     } else {
-        // SAFETY: the arguments of this running SIGTRAP handler.
-        unsafe { pass_on_sigtrap(info, uc) };
-    }
-}
-
-/// A `SIGTRAP` that no event of ours sent (a breakpoint instruction, `raise`): what the
-/// program would have had without us. Async-signal-safe.
-///
-/// # Safety
-/// The arguments of a running `SIGTRAP` handler.
-#[inline(never)]
-unsafe fn pass_on_sigtrap(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    match OLD_TRAP_HANDLER.load(Relaxed) {
-        libc::SIG_IGN => {}
-        libc::SIG_DFL => {
-            // The default action (a core dump): restore it and send the signal again; it
-            // arrives when this handler returns and unblocks SIGTRAP.
-            // SAFETY: a zeroed sigaction with SIG_DFL is valid; raise is async-signal-safe.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut());
-                libc::raise(libc::SIGTRAP);
-            }
-        }
-        handler if OLD_TRAP_SIGINFO.load(Relaxed) => {
-            // SAFETY: the program installed this SA_SIGINFO handler for SIGTRAP.
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                unsafe { std::mem::transmute(handler) };
-            f(libc::SIGTRAP, info, uc);
-        }
-        handler => {
-            // SAFETY: the program installed this plain handler for SIGTRAP.
-            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-            f(libc::SIGTRAP);
-        }
+        process().foreign.fetch_add(1, Relaxed);
+        // SAFETY: this errno is the thread's, kept across the program's handler as across ours.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: the arguments of this running handler of `signal`.
+        unsafe { signals::pass_on_to_program(signal, info, uc) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
     }
 }
 
@@ -534,7 +551,6 @@ pub fn stop() {
             s.delete_timer();
         }
     }
-    process().cache_totals_now();
 }
 
 /// Whether sampling is running.
@@ -580,12 +596,42 @@ pub fn forget_parent_in_child() {
 pub unsafe fn resume_in_child(record: *mut ProcessRecord) -> bool {
     // SAFETY: the caller's promise.
     unsafe { use_process_record(record) };
+    process()
+        .cpu_before_sampling
+        .store(clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID), Relaxed);
     RUNNING.store(true, Release);
     if start_thread_registered(true).is_some() {
         return true;
     }
     RUNNING.store(false, Release);
     false
+}
+
+/// Gives a new timer to every sampled thread whose perf event's descriptor the program closed
+/// (see [`timer::lost`]), counting them. Call when the program is known to have closed the
+/// profiler's descriptors (its connection to `record` was gone).
+pub fn rearm_lost_timers() {
+    let Some(timing) = TIMING.get() else { return };
+    for (index, s) in slots().enumerate() {
+        if !s.record.active() {
+            continue;
+        }
+        let mut t = s.timer.lock().unwrap_or_else(|e| e.into_inner());
+        if !t.as_ref().is_some_and(timer::lost) {
+            continue;
+        }
+        *t = None;
+        let tid = s.record.tid.load(Relaxed);
+        match timer::create(&timing.timer, index, tid) {
+            Ok(new) => {
+                *t = Some(new);
+                process().timers_rearmed.fetch_add(1, Relaxed);
+            }
+            Err(_) => {
+                process().timer_failed.fetch_add(1, Relaxed);
+            }
+        }
+    }
 }
 
 /// Every record of this process allocated so far.
@@ -612,6 +658,10 @@ pub struct Unsampled {
     pub over_limit: u64,
     /// Threads whose timer could not be created.
     pub timer_failed: u64,
+    /// Threads whose record could not be shared with `record`.
+    pub no_shared_region: u64,
+    /// Threads whose record `record` could not be told of.
+    pub not_announced: u64,
     /// Signals of our number that no timer of ours sent for the receiving thread.
     pub foreign_signals: u64,
 }
@@ -623,19 +673,30 @@ pub fn record_region_bytes(ring_words: usize) -> usize {
 
 /// A new zeroed record region of `ring_words` words of ring, never freed: shared with
 /// `record` when this process runs under it (with the descriptor to hand over), else a block
-/// of this process.
+/// of this process. Under `record`, a region that cannot be shared is none (counted): a
+/// private one would be sampled into memory `record` never sees.
 fn new_region(ring_words: usize) -> Option<(*mut u8, Option<std::os::fd::OwnedFd>)> {
     let bytes = record_region_bytes(ring_words);
-    if let Some((fd, p)) = crate::session::shared_thread_region(bytes) {
-        return Some((p, Some(fd)));
+    match crate::session::shared_thread_region(bytes) {
+        Some(Ok((fd, p))) => return Some((p, Some(fd))),
+        Some(Err(_)) => {
+            process().no_shared_region.fetch_add(1, Relaxed);
+            return None;
+        }
+        None => {}
     }
     let layout = std::alloc::Layout::from_size_align(bytes, 64).ok()?;
     // SAFETY: a layout of non-zero size.
     let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    (!p.is_null()).then_some((p, None))
+    if p.is_null() {
+        process().no_shared_region.fetch_add(1, Relaxed);
+        return None;
+    }
+    Some((p, None))
 }
 
-/// The index of a record for the calling thread: a free one, or a new one.
+/// The index of a record for the calling thread: a free one, or a new one; `None` if there is
+/// none (counted, by why).
 fn claim_record(ring_words: usize) -> Option<usize> {
     for (i, s) in slots().enumerate() {
         if s.record
@@ -649,11 +710,12 @@ fn claim_record(ring_words: usize) -> Option<usize> {
     let i = ALLOCATED.fetch_add(1, Relaxed);
     if i >= MAX_THREADS {
         ALLOCATED.store(MAX_THREADS, Relaxed);
+        process().over_limit.fetch_add(1, Relaxed);
         return None;
     }
     let ring_words = ring_words.max(64).next_power_of_two();
     let Some((region, shared)) = new_region(ring_words) else {
-        // Never published: the index stays empty (`slots` skips it).
+        // Never published: the index stays empty (`slots` skips it); counted by `new_region`.
         return None;
     };
     // SAFETY: the region is zeroed (a valid free ThreadRecord), 64-byte aligned, at least
@@ -670,7 +732,11 @@ fn claim_record(ring_words: usize) -> Option<usize> {
     record.state.store(ACTIVE, Relaxed);
     record.magic.store(THREAD_RECORD_MAGIC, Release);
     if let Some(fd) = shared {
-        crate::session::announce_thread(i, fd);
+        // A record `record` never hears of would be sampled into memory no one reads.
+        if !crate::session::announce_thread(i, fd) {
+            process().not_announced.fetch_add(1, Relaxed);
+            return None;
+        }
     }
     let ring = Ring::over(&record.ring, words)?;
     let s = Box::leak(Box::new(Slot {
@@ -679,6 +745,8 @@ fn claim_record(ring_words: usize) -> Option<usize> {
         pthread: AtomicUsize::new(0),
         timer: Mutex::new(None),
         signals_at_start: AtomicU64::new(0),
+        cache: AtomicPtr::new(std::ptr::null_mut()),
+        cache_seen: [AtomicU64::new(0), AtomicU64::new(0)],
     }));
     RECORDS[i].store(s, Release);
     Some(i)
@@ -702,16 +770,22 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
     if !(registered && unwind_in_process::is_thread_registered()) {
         unwind_in_process::register_thread().ok()?;
     }
-    let Some(index) = claim_record(timing.ring_words) else {
-        process().over_limit.fetch_add(1, Relaxed);
-        return None;
-    };
+    let index = claim_record(timing.ring_words)?;
     // SAFETY: `claim_record` returned the index of a non-null slot.
     let s = unsafe { &*RECORDS[index].load(Acquire) };
     let r = s.record;
     // SAFETY: gettid and pthread_self have no preconditions.
     let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
     r.tid.store(tid, Relaxed);
+    // The handler adds the owner's cache counts from here on (before `pthread` names the owner,
+    // which is when the handler starts reading them).
+    let cache = unwind_in_process::this_thread_cache_counts();
+    s.cache_seen[0].store(cache.map_or(0, |c| c.hits()), Relaxed);
+    s.cache_seen[1].store(cache.map_or(0, |c| c.misses()), Relaxed);
+    s.cache.store(
+        cache.map_or(std::ptr::null_mut(), |c| c as *const _ as *mut _),
+        Relaxed,
+    );
     s.pthread.store(me as usize, Release);
     s.signals_at_start.store(r.counters.signals.get(), Relaxed);
     r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
@@ -753,7 +827,6 @@ pub fn thread_exiting(index: usize) {
     for (to, from) in s.record.name.iter().zip(name) {
         to.store(from, Relaxed);
     }
-    process().cache_totals_now();
     s.record.state.store(EXITED, Release);
 }
 
@@ -781,6 +854,26 @@ impl Slot {
             counters
                 .perf_unsignalled
                 .add(periods.saturating_sub(signalled));
+        }
+    }
+}
+
+impl Slot {
+    /// Adds the owner's rule-cache hits and misses since the last look to the record's counters
+    /// (the handler only: one writer).
+    #[inline(always)]
+    fn add_cache_counts(&self) {
+        // SAFETY: null or the unwinder's counts of the owner's slot, which are never freed.
+        let Some(cache) = (unsafe { self.cache.load(Relaxed).as_ref() }) else {
+            return;
+        };
+        let c = &self.record.counters;
+        for (now, (seen, counter)) in [cache.hits(), cache.misses()]
+            .into_iter()
+            .zip(self.cache_seen.iter().zip([&c.cache_hits, &c.cache_misses]))
+        {
+            counter.add(now.wrapping_sub(seen.load(Relaxed)));
+            seen.store(now, Relaxed);
         }
     }
 }
@@ -840,12 +933,14 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
     unsafe { *errno = saved };
 }
 
+/// The record of the calling thread that one of the profiler's timers sent `info` for, with the
+/// expirations the kernel merged into it; `None` for any other signal (the program's own, or
+/// one for a record now another thread's).
+///
 /// # Safety
-/// `signal`, `info` and `uc` are the arguments of a running SA_SIGINFO handler.
+/// `info` is the siginfo of a running SA_SIGINFO handler of `signal`.
 #[inline(always)]
-unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: the caller's contract.
-    let info = unsafe { &*info };
+unsafe fn our_slot(signal: libc::c_int, info: &libc::siginfo_t) -> Option<(&'static Slot, i32)> {
     let (index, overrun) = match info.si_code {
         // SAFETY: an SI_TIMER siginfo carries the timer's sigev_value and overrun count.
         libc::SI_TIMER => unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) },
@@ -865,10 +960,19 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
     let slot = RECORDS
         .get(index)
         .and_then(|p| unsafe { p.load(Acquire).as_ref() });
-    let Some(s) = slot.filter(|s| {
+    slot.filter(|s| {
         // SAFETY: pthread_self only reads the thread pointer.
         s.pthread.load(Relaxed) == unsafe { libc::pthread_self() } as usize
-    }) else {
+    })
+    .map(|s| (s, overrun))
+}
+
+/// # Safety
+/// `signal`, `info` and `uc` are the arguments of a running SA_SIGINFO handler.
+#[inline(always)]
+unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: the caller's contract.
+    let Some((s, overrun)) = (unsafe { our_slot(signal, &*info) }) else {
         process().foreign.fetch_add(1, Relaxed);
         return;
     };
@@ -904,6 +1008,7 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
         unsafe { unwind_in_process::unwind_signal(uc, pcs, None) }
     };
     let t1 = now_ns();
+    s.add_cache_counts();
     let result = match result {
         Ok(r) => r,
         Err(e) => {

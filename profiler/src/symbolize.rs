@@ -6,15 +6,39 @@
 //! which `addr2line`'s loader does not search itself.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::profile::{Frame, Module};
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::has_file;
 
+/// The largest module file read (unstripped browsers reach 2-3 GiB).
+const MAX_MODULE_FILE: u64 = 4 << 30;
+/// The largest perf map or jitdump file read.
+const MAX_JIT_FILE: u64 = 1 << 30;
+
+/// Opens `path` to read it if it is a regular file of at most `most` bytes (and, with
+/// `nofollow`, not a symbolic link), without blocking on a FIFO or a device: the paths come
+/// from the profiled program, or from a directory anyone can write to.
+fn open_regular(path: &Path, nofollow: bool, most: u64) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NONBLOCK | libc::O_NOCTTY | if nofollow { libc::O_NOFOLLOW } else { 0 };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && meta.len() <= most).then_some(file)
+}
+
 /// One module file (by path and build id) and what names its addresses, shared by every
 /// process that loaded it, at whatever address.
 struct File {
+    /// The file, open while it is read: its parsers read `/proc/self/fd/N`, this very file,
+    /// whatever its path names by then.
+    _open: Option<std::fs::File>,
     /// Loaders for the separate debug file (first) and the module's own file.
     loaders: Vec<addr2line::Loader>,
     /// Its symbol tables (dynamic ones included; the vdso's from its image) and the functions
@@ -112,10 +136,11 @@ impl PerfMap {
         use std::os::unix::fs::MetadataExt;
         let since = started.and_then(|s| s.checked_sub(std::time::Duration::from_secs(1)));
         let read = |path: &Path| -> Option<Vec<u8>> {
-            let mut file = std::fs::File::open(path).ok()?;
+            // Not through a symbolic link, not a FIFO (opening one would wait for a writer).
+            let mut file = open_regular(path, true, MAX_JIT_FILE)?;
             let meta = file.metadata().ok()?;
             // SAFETY: getuid has no preconditions.
-            if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+            if meta.uid() != unsafe { libc::getuid() } {
                 return None;
             }
             if since.is_some_and(|s| meta.modified().is_ok_and(|m| m < s)) {
@@ -194,13 +219,24 @@ impl Symbolizer {
         self.files
             .entry((m.path.clone(), m.build_id.clone()))
             .or_insert_with(|| {
-                let path = PathBuf::from(&m.path);
+                let named = PathBuf::from(&m.path);
+                let open = has_file(&named)
+                    .then(|| open_regular(&named, false, MAX_MODULE_FILE))
+                    .flatten();
+                // The file as opened; a path that is no regular file is read as none (a
+                // name without a `/`).
+                let path = match &open {
+                    Some(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+                    None if has_file(&named) => PathBuf::from("[not a regular file]"),
+                    None => named,
+                };
                 let loaders = debug_file(&m.build_id)
                     .into_iter()
-                    .chain(Some(path.clone()).filter(|p| has_file(p) && p.is_file()))
+                    .chain(open.is_some().then(|| path.clone()))
                     .filter_map(|p| addr2line::Loader::new(&p).ok())
                     .collect();
                 File {
+                    _open: open,
                     loaders,
                     symbols: std::cell::OnceCell::new(),
                     whole_file: ModuleFile {

@@ -245,6 +245,23 @@ pub fn create(spec: &TimerSpec, index: usize, tid: libc::pid_t) -> io::Result<Th
     create_posix(spec, index, tid)
 }
 
+/// Whether `timer` still is what was made: a perf event whose descriptor the program closed
+/// (daemons close every descriptor at start) sends no more signals. Forgets such an event (its
+/// number may be the program's now): its thread needs a new timer.
+pub fn lost(timer: &ThreadTimer) -> bool {
+    let ThreadTimer::PerfEvent { fd, id, .. } = *timer else {
+        return false;
+    };
+    let mut now = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes a u64 through the pointer; on a descriptor that is not a
+    // perf event it fails without writing.
+    let ours = unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut now) } == 0 && now == id;
+    if !ours {
+        PERF_OPEN.fetch_sub(1, Relaxed);
+    }
+    !ours
+}
+
 /// Stops and frees a timer. For a perf event, returns the periods its clock counted (for the
 /// signals it should have sent); `None` for a POSIX timer, or a descriptor no longer ours.
 pub fn delete(timer: ThreadTimer, period: Duration) -> Option<u64> {

@@ -23,6 +23,9 @@
 //!   object's directory, as if the C library had been called directly (see `dlopen.rs`).
 //!   If the socket cannot be reached (a program that left the session's network namespace),
 //!   the process is profiled on its own as below.
+//! - **Signals**: `sigaction` and `signal` are interposed, so that a program that sets its own
+//!   action for the sampling signal keeps the profiler's handler in front of it and receives its
+//!   own signals, not the profiler's (see `signals.rs`).
 //! - **Snapshots**: with `UNWIND_PROFILER_SNAPSHOT_SIGNAL`, that signal writes the profile so
 //!   far while the program runs on.
 //! - **Processes**: under `record`, a `fork`ed child joins the session from the `fork` child
@@ -45,6 +48,7 @@ use unwind_profiler::{Config, Profiler};
 mod dlopen;
 mod huge_pages;
 mod mmap;
+mod signals;
 
 /// Large blocks (the rule tables of large modules) in 2 MiB pages: see [`huge_pages`].
 #[global_allocator]
@@ -170,8 +174,14 @@ extern "C" fn at_exit() {
         .clone()
         .unwrap_or_else(|| ".".into());
     let stem = profiler.config().stem.clone();
+    let mode = profiler.config().output_mode;
     let profile = profiler.stop();
-    match unwind_profiler::output::write_all(&profile, &dir, &stem) {
+    for warning in unwind_profiler::output::summary::warnings(&profile) {
+        if !quiet {
+            eprintln!("unwind-profiler: warning: {warning}");
+        }
+    }
+    match unwind_profiler::output::write_all_with_mode(&profile, &dir, &stem, mode) {
         Ok(out) => {
             if !quiet {
                 eprintln!(

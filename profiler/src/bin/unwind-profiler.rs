@@ -3,15 +3,21 @@
 //! ([`unwind_profiler::session`]), and when the last has ended writes one profile and prints
 //! the paths of the outputs.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use unwind_profiler::config::{Config, OPTIONS};
-use unwind_profiler::session::{Server, RULES_CACHE_VAR, SESSION_VAR};
+use unwind_profiler::session::{Server, KEY_VAR, RULES_CACHE_VAR, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
+
+/// The exit status of a run whose profile could not be written (sysexits.h: an output file
+/// cannot be created).
+const EX_CANTCREAT: u8 = 73;
 
 fn usage() -> String {
     let mut s = String::from(
@@ -43,7 +49,11 @@ fn usage() -> String {
     s.push_str(&format!("  {:<28} this help\n", "-h, --help"));
     s.push_str(
         "\nExit status: PROGRAM's own; 128+N if signal N ended it (as a shell reports it); 2 for a\n\
-         bad option or no preload library; 127 if PROGRAM cannot be run.\n",
+         bad option, no preload library or an output directory it cannot write to safely (checked\n\
+         before PROGRAM runs: it must belong to you and no other user may write in it); 127 if\n\
+         PROGRAM cannot be run. If an output could not be written (a full disk), or no profile was\n\
+         written at all (a statically linked or set-user-ID PROGRAM), PROGRAM's status if it was\n\
+         not 0, else 73 (EX_CANTCREAT).\n",
     );
     s
 }
@@ -106,8 +116,16 @@ fn parse(args: Vec<OsString>) -> Result<Option<Request>, String> {
             }
         }
     }
-    if r.program.is_empty() {
-        return Err("no program to run (usage: record [OPTIONS] -- PROGRAM [ARGS...])".into());
+    match r.program.first() {
+        None => {
+            return Err("no program to run (usage: record [OPTIONS] -- PROGRAM [ARGS...])".into())
+        }
+        Some(p) if p.is_empty() => {
+            return Err(
+                "the program's name is empty (usage: record [OPTIONS] -- PROGRAM [ARGS...])".into(),
+            )
+        }
+        Some(_) => {}
     }
     Ok(Some(r))
 }
@@ -131,11 +149,11 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 /// Writes the profile so far (the snapshot signal reached a process).
-fn write_snapshot(server: &Server, dir: &Path, stem: &str) {
+fn write_snapshot(server: &Server, dir: &Path, stem: &str, mode: u32) {
     let Some(profile) = server.profile() else {
         return;
     };
-    match unwind_profiler::output::write_all(&profile, dir, stem) {
+    match unwind_profiler::output::write_all_with_mode(&profile, dir, stem, mode) {
         Ok(_) => eprintln!("unwind-profiler: snapshot written to {}", dir.display()),
         Err(e) => eprintln!("unwind-profiler: snapshot: {e}"),
     }
@@ -147,7 +165,7 @@ fn collect_until_all_ended(
     mut server: Option<&mut Server>,
     child: libc::pid_t,
     dir: &Path,
-    stem: &str,
+    config: &Config,
 ) -> Option<libc::c_int> {
     let mut child_status = None;
     loop {
@@ -155,7 +173,7 @@ fn collect_until_all_ended(
             Some(s) => {
                 s.collect(Duration::from_millis(10));
                 if s.snapshot_requested() {
-                    write_snapshot(s, dir, stem);
+                    write_snapshot(s, dir, &config.stem, config.output_mode);
                 }
             }
             None => std::thread::sleep(Duration::from_millis(10)),
@@ -212,6 +230,116 @@ fn end_line(summary: &str, dir: &Path, stem: &str) -> String {
     line
 }
 
+/// The file `execvp` runs for `program`: `program` itself if it names a path (has a '/'), else
+/// the first executable regular file of that name in a directory of `PATH`.
+fn resolve_program(program: &OsStr) -> Option<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Some(program.into());
+    }
+    // glibc's execvp searches its default path where PATH is unset.
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    path.as_bytes().split(|&b| b == b':').find_map(|dir| {
+        let dir = if dir.is_empty() { b"." } else { dir };
+        let candidate = Path::new(OsStr::from_bytes(dir)).join(program);
+        let c = CString::new(candidate.as_os_str().as_bytes()).ok()?;
+        // SAFETY: `c` is a NUL-terminated path; access only reads it.
+        let executable = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
+        (executable && candidate.is_file()).then_some(candidate)
+    })
+}
+
+/// Why the dynamic loader runs `program` in secure-execution mode (`AT_SECURE`), ignoring
+/// `LD_PRELOAD`: the reason, and what to do instead; `None` if it does not.
+fn secure_execution(program: &Path) -> Option<(String, String)> {
+    let meta = std::fs::metadata(program).ok()?;
+    let c = CString::new(program.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed statvfs is valid for statvfs to overwrite.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `fs` a valid out-pointer.
+    let nosuid =
+        unsafe { libc::statvfs(c.as_ptr(), &mut fs) } == 0 && fs.f_flag & libc::ST_NOSUID != 0;
+    // SAFETY: reads this process's no_new_privs flag, which the program inherits.
+    let no_new_privs = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1;
+    if nosuid || no_new_privs {
+        return None; // the kernel ignores the file's set-ID bits and capabilities
+    }
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mode = meta.mode();
+    if mode & libc::S_ISUID != 0 && meta.uid() != uid {
+        return Some((
+            format!("set-user-ID to uid {} (your real uid is {uid})", meta.uid()),
+            format!("run record as uid {}", meta.uid()),
+        ));
+    }
+    // Set-group-ID without group execute permission is not set-group-ID (mandatory locking).
+    let setgid = libc::S_ISGID | libc::S_IXGRP;
+    if mode & setgid == setgid && meta.gid() != gid {
+        return Some((
+            format!(
+                "set-group-ID to gid {} (your real gid is {gid})",
+                meta.gid()
+            ),
+            format!("run record with {} as its real gid", meta.gid()),
+        ));
+    }
+    // File capabilities make an exec secure for every user but root, whose own capabilities
+    // already cover them (the kernel's cap_bprm_creds_from_file).
+    // SAFETY: `c` and the attribute name are NUL-terminated; a null buffer of size 0 asks
+    // only whether the attribute exists (and its size).
+    let capabilities = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    } >= 0;
+    if capabilities && uid != 0 {
+        return Some((
+            "given capabilities (its security.capability attribute)".into(),
+            "run record as root".into(),
+        ));
+    }
+    None
+}
+
+/// Whether `program` is an ELF executable without a program interpreter (`PT_INTERP`): no
+/// dynamic loader runs in it to load the preload library.
+fn statically_linked(program: &Path) -> bool {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use object::Endianness;
+    /// `Some(true)` if the headers in `data` have no `PT_INTERP`, `None` if unreadable.
+    fn no_interpreter<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<bool> {
+        let header = H::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let headers = header.program_headers(endian, data).ok()?;
+        Some(
+            !headers.is_empty()
+                && !headers
+                    .iter()
+                    .any(|h| h.p_type(endian) == object::elf::PT_INTERP),
+        )
+    }
+    // The program headers follow the ELF header, within the first pages of the file.
+    let mut head = Vec::new();
+    let read = std::fs::File::open(program)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head));
+    if read.is_err() {
+        return false;
+    }
+    let verdict = match object::FileKind::parse(&head[..]) {
+        Ok(object::FileKind::Elf64) => {
+            no_interpreter::<object::elf::FileHeader64<Endianness>>(&head)
+        }
+        Ok(object::FileKind::Elf32) => {
+            no_interpreter::<object::elf::FileHeader32<Endianness>>(&head)
+        }
+        _ => None,
+    };
+    verdict == Some(true)
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let request = match parse(args) {
@@ -259,8 +387,9 @@ fn main() -> ExitCode {
         .clone()
         .unwrap_or_else(|| "unwind-profile".into());
     let dir = std::path::absolute(&dir).unwrap_or(dir);
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        eprintln!("unwind-profiler: cannot create {}: {e}", dir.display());
+    // Before the program runs: a run whose profile cannot be written is a run wasted.
+    if let Err(e) = unwind_profiler::output::check_directory(&dir) {
+        eprintln!("unwind-profiler: {e}");
         return ExitCode::from(2);
     }
     let preload = match std::env::var_os("LD_PRELOAD") {
@@ -281,7 +410,7 @@ fn main() -> ExitCode {
     // The processes join the session: one profile of them all, written here.
     let mut server = match Server::new(&config, &library) {
         Ok(s) => {
-            cmd.env(SESSION_VAR, s.name());
+            cmd.env(SESSION_VAR, s.name()).env(KEY_VAR, s.key());
             match s.rules_cache() {
                 Some(dir) => cmd.env(RULES_CACHE_VAR, dir),
                 None => cmd.env_remove(RULES_CACHE_VAR),
@@ -290,7 +419,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("unwind-profiler: cannot open the session socket ({e}); each process writes its own profile");
-            cmd.env_remove(SESSION_VAR);
+            cmd.env_remove(SESSION_VAR).env_remove(KEY_VAR);
             None
         }
     };
@@ -298,6 +427,15 @@ fn main() -> ExitCode {
         if k != "UNWIND_PROFILER_OUTPUT" {
             cmd.env(k, v);
         }
+    }
+    // The loader would ignore the preload library: say so now rather than after the run.
+    let program = resolve_program(&request.program[0]);
+    let secure = program.as_deref().and_then(secure_execution);
+    if let (Some(program), Some((reason, remedy))) = (&program, &secure) {
+        eprintln!(
+            "unwind-profiler: {} is {reason}: the dynamic loader ignores LD_PRELOAD for it (secure execution), so it cannot be profiled; {remedy}",
+            program.display()
+        );
     }
     if !config.quiet {
         eprintln!(
@@ -340,10 +478,35 @@ fn main() -> ExitCode {
     };
     let child = child.id() as libc::pid_t;
     unwind_profiler::session::raise_descriptor_limit();
-    let status = collect_until_all_ended(server.as_mut(), child, &dir, &config.stem);
-    let profile = server.and_then(Server::finish);
+    let status = collect_until_all_ended(server.as_mut(), child, &dir, &config);
+    let profile = server.as_mut().and_then(Server::finish);
+    if !config.quiet {
+        // What the user must know of the profile: what was refused, what was not sampled.
+        let warnings = match &profile {
+            Some(p) => unwind_profiler::output::summary::warnings(p),
+            None => server
+                .as_ref()
+                .map(Server::refused)
+                .filter(|r| !r.is_empty())
+                .map(|r| {
+                    let what: Vec<String> = r.iter().map(|(w, n)| format!("{n} {w}")).collect();
+                    vec![format!("refused or dropped: {}", what.join("; "))]
+                })
+                .unwrap_or_default(),
+        };
+        for w in warnings {
+            eprintln!("unwind-profiler: warning: {w}");
+        }
+    }
+    // Whether the profile the run was for is missing, in part or whole.
+    let mut not_written = false;
     match profile {
-        Some(profile) => match unwind_profiler::output::write_all(&profile, &dir, &config.stem) {
+        Some(profile) => match unwind_profiler::output::write_all_with_mode(
+            &profile,
+            &dir,
+            &config.stem,
+            config.output_mode,
+        ) {
             Ok(out) if !config.quiet => {
                 if config.verbose {
                     if let Ok(text) = std::fs::read_to_string(&out.summary) {
@@ -363,7 +526,10 @@ fn main() -> ExitCode {
                 eprintln!("{line}");
             }
             Ok(_) => {}
-            Err(e) => eprintln!("unwind-profiler: {e}"),
+            Err(e) => {
+                eprintln!("unwind-profiler: the profile was not written in full: {e}");
+                not_written = true;
+            }
         },
         None => {
             // Processes that could not join wrote their own profiles.
@@ -376,10 +542,25 @@ fn main() -> ExitCode {
                     }
                     eprintln!("{}", end_line(&text, &dir, &config.stem));
                 }
-                Err(_) => eprintln!(
-                    "unwind-profiler: the program wrote no profile ({} is missing: it may be statically linked, or not have loaded the preload library)",
-                    summary.display()
-                ),
+                Err(_) => {
+                    not_written = true;
+                    let name = program
+                        .as_deref()
+                        .unwrap_or(Path::new(&request.program[0]))
+                        .display();
+                    match &secure {
+                        Some((reason, _)) => eprintln!(
+                            "unwind-profiler: no profile was written: {name} is {reason}, and the dynamic loader ignored LD_PRELOAD for it (secure execution)"
+                        ),
+                        None if program.as_deref().is_some_and(statically_linked) => eprintln!(
+                            "unwind-profiler: no profile was written: {name} is statically linked (no dynamic loader ran in it to load the preload library): link it dynamically to profile it (Go: build with cgo, CGO_ENABLED=1)"
+                        ),
+                        None => eprintln!(
+                            "unwind-profiler: no profile was written ({} is missing: the program did not load the preload library, or ended before it started)",
+                            summary.display()
+                        ),
+                    }
+                }
             }
         }
     }
@@ -387,14 +568,21 @@ fn main() -> ExitCode {
         eprintln!("unwind-profiler: the program's exit status was lost");
         return ExitCode::from(1);
     };
-    if libc::WIFEXITED(status) {
-        return ExitCode::from(libc::WEXITSTATUS(status).clamp(0, 255) as u8);
-    }
-    let signal = if libc::WIFSIGNALED(status) {
-        libc::WTERMSIG(status)
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status).clamp(0, 255) as u8
     } else {
-        0
+        let signal = if libc::WIFSIGNALED(status) {
+            libc::WTERMSIG(status)
+        } else {
+            0
+        };
+        eprintln!("unwind-profiler: the program was killed by signal {signal}");
+        128 + signal.clamp(0, 127) as u8
     };
-    eprintln!("unwind-profiler: the program was killed by signal {signal}");
-    ExitCode::from(128 + signal.clamp(0, 127) as u8)
+    // A run that ends without its profile fails, with the program's own failure if it had one.
+    if not_written && code == 0 {
+        eprintln!("unwind-profiler: exit status {EX_CANTCREAT}: the profile could not be written");
+        return ExitCode::from(EX_CANTCREAT);
+    }
+    ExitCode::from(code)
 }

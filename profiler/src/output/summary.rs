@@ -162,16 +162,38 @@ pub fn text(profile: &Profile) -> String {
             covered * 100.0 / c.sampled_cpu.as_secs_f64()
         ));
     }
+    if !c.process_cpu.is_zero() {
+        line(format_args!(
+            "CPU not sampled   {:.3} s of the processes' {:.3} s since sampling started ({}): threads without a timer or record (see \"threads not sampled\"), as the kernel counted it",
+            c.unsampled_cpu.as_secs_f64(),
+            c.process_cpu.as_secs_f64(),
+            percent(
+                c.unsampled_cpu.as_nanos() as u64,
+                c.process_cpu.as_nanos() as u64
+            )
+        ));
+    }
     if c.perf_unsignalled > 0 {
         line(format_args!(
             "unsignalled       {} perf-event periods (overflows merged into one pending signal: CPU time not sampled)",
             c.perf_unsignalled
         ));
     }
-    if c.foreign_signals > 0 {
+    if c.program_actions > 0 {
+        line(format_args!(
+            "program's signal  the program set its own action for the sampling signal {} times: the profiler's handler stayed in front and passed the program's own {} signals on to it",
+            c.program_actions, c.foreign_signals
+        ));
+    } else if c.foreign_signals > 0 {
         line(format_args!(
             "foreign signals   {} (the sampling signal, not from the profiler's timers: ignored)",
             c.foreign_signals
+        ));
+    }
+    if c.reconnections > 0 {
+        line(format_args!(
+            "reconnections     {} (the program closed the profiler's connection to record; the process connected again, and gave {} threads whose timer it had closed a new one)",
+            c.reconnections, c.timers_rearmed
         ));
     }
     for (reason, n) in c.threads_not_sampled.iter().filter(|(_, n)| *n > 0) {
@@ -255,6 +277,9 @@ pub fn text(profile: &Profile) -> String {
         millis(c.collector_cpu),
         nanos_per(c.collector_cpu, c.stored)
     ));
+    for (what, n) in &c.refused {
+        line(format_args!("refused           {n} {what}"));
+    }
     let processes = profile.processes();
     if processes.len() > 1 {
         line(format_args!("processes         {}", processes.len()));
@@ -337,6 +362,52 @@ pub fn generated_leaves(profile: &Profile) -> (u64, u64) {
         }
     }
     (generated, named)
+}
+
+/// What the user should be told at the end of a run, one line each: input that was refused,
+/// threads that were not sampled, a share of the processes' CPU time that no timer sampled
+/// (past a tenth and 100 ms), signals of the profiler's number that were not its own. Empty
+/// for a run where everything was sampled.
+pub fn warnings(profile: &Profile) -> Vec<String> {
+    let c = &profile.counters;
+    let mut out = Vec::new();
+    let refused: u64 = c.refused.iter().map(|(_, n)| n).sum();
+    if refused > 0 {
+        let what: Vec<String> = c.refused.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        out.push(format!("refused or dropped: {}", what.join("; ")));
+    }
+    let unsampled: Vec<String> = c
+        .threads_not_sampled
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(why, n)| format!("{n} ({why})"))
+        .collect();
+    if !unsampled.is_empty() {
+        out.push(format!("threads not sampled: {}", unsampled.join(", ")));
+    }
+    if c.unsampled_cpu >= Duration::from_millis(100) && c.unsampled_cpu * 10 > c.process_cpu {
+        out.push(format!(
+            "{} of the processes' CPU time was not sampled ({:.3} s of {:.3} s): threads the profiler did not see start, or could not sample",
+            percent(
+                c.unsampled_cpu.as_nanos() as u64,
+                c.process_cpu.as_nanos() as u64
+            ),
+            c.unsampled_cpu.as_secs_f64(),
+            c.process_cpu.as_secs_f64()
+        ));
+    }
+    if c.program_actions > 0 {
+        out.push(format!(
+            "the program set its own action for the sampling signal: the profiler's handler stayed in front and passed its {} signals on to it (--signal chooses another)",
+            c.foreign_signals
+        ));
+    } else if c.foreign_signals > 0 {
+        out.push(format!(
+            "{} signals of the sampling signal's number came from elsewhere than the profiler's timers (ignored: --signal chooses another)",
+            c.foreign_signals
+        ));
+    }
+    out
 }
 
 /// Writes the summary's text.

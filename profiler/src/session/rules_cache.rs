@@ -1,0 +1,129 @@
+//! The directories where the processes of a run share the rules of their modules
+//! ([`unwind_in_process::set_rules_cache`]).
+
+use std::io;
+use std::time::Duration;
+
+use crate::collect;
+
+/// The user's lasting cache of modules' rules for the preload library `library`'s build:
+/// `$XDG_CACHE_HOME/unwind-profiler/rules-BUILDID` (`~/.cache/...` without it), made readable
+/// by this user only, so that later runs read back the rules of the modules earlier ones
+/// built (files named by each module's build id; `unwind_in_process::set_rules_cache`). Keyed
+/// by the library's build id: another build may build other rules. Other builds' directories
+/// unused for a week are removed. `None` if the library has no build id or the directory
+/// cannot be made.
+pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| std::path::Path::new(d).is_absolute())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
+    lasting_rules_cache_in(&cache, library)
+}
+
+/// [`lasting_rules_cache`] in the user's cache directory `cache`.
+fn lasting_rules_cache_in(
+    cache: &std::path::Path,
+    library: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let file = std::fs::File::open(library).ok()?;
+    // SAFETY: a read-only private mapping of the library, only parsed here; a library
+    // rewritten meanwhile gives bytes like any other to the parser.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let id = object::Object::build_id(&object::File::parse(&*map).ok()?).ok()??;
+    let base = cache.join("unwind-profiler");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
+        .ok()?;
+    let dir = base.join(format!("rules-{}", collect::hex(id)));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    // Only a directory of this user's, closed to others, is shared (not one planted there).
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    // SAFETY: getuid has no preconditions.
+    if !meta.is_dir() || meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 {
+        return None;
+    }
+    let week = Duration::from_secs(7 * 24 * 3600);
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        let old = entry.file_name().to_string_lossy().starts_with("rules-")
+            && entry.path() != dir
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > week));
+        if old {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Some(dir)
+}
+
+/// A new directory named `name` in the temporary directory, readable by this user only.
+pub(super) fn private_directory(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(name);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .ok()
+        .map(|()| dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    /// The lasting rules cache: one directory per build id of the library, closed to others,
+    /// kept across calls; other builds' directories removed once unused for a week, and a
+    /// directory others can enter refused.
+    #[test]
+    fn lasting_rules_cache_is_per_build_private_and_pruned() {
+        use std::os::unix::fs::PermissionsExt;
+        let cache = std::env::temp_dir().join(format!("lasting-rules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        // This test's own executable stands for the library: it has a build id.
+        let library = std::env::current_exe().unwrap();
+        let dir = lasting_rules_cache_in(&cache, &library).expect("a directory");
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("rules-") && name.len() > 6 + 16, "{name}");
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        std::fs::write(dir.join("kept.rules"), b"x").unwrap();
+        let base = cache.join("unwind-profiler");
+        let (stale, recent) = (base.join("rules-stale"), base.join("rules-recent"));
+        for d in [&stale, &recent] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let long_ago = SystemTime::now() - Duration::from_secs(8 * 24 * 3600);
+        std::fs::File::open(&stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        assert_eq!(lasting_rules_cache_in(&cache, &library), Some(dir.clone()));
+        assert!(
+            dir.join("kept.rules").is_file(),
+            "the build's own files are kept"
+        );
+        assert!(
+            !stale.exists(),
+            "another build's, unused for a week, is removed"
+        );
+        assert!(recent.exists(), "another build's, used lately, is kept");
+        // Opened to others: not used.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(lasting_rules_cache_in(&cache, &library), None);
+        // No build id (not an ELF file): none.
+        let plain = cache.join("plain");
+        std::fs::write(&plain, b"not an ELF file").unwrap();
+        assert_eq!(lasting_rules_cache_in(&cache, &plain), None);
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+}

@@ -1,0 +1,416 @@
+//! What travels on a session's socket: the messages (little-endian `u64` words, then bytes), one
+//! descriptor at most with each, and the socket calls both sides make.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::profile::Module;
+
+/// The largest message: one module's path and build id (paths are at most `PATH_MAX`). A longer
+/// one arrives truncated, and is refused.
+pub(super) const MAX_MESSAGE: usize = 8192;
+
+/// The run's key, which every process presents in its [`Message::Hello`]: `record` makes it and
+/// passes it in [`super::KEY_VAR`], so only the processes of the run know it.
+pub type Key = [u8; 16];
+
+/// What a process tells `record`. Encoded as little-endian `u64` words, then bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// The process starts (with its [`ProcessRecord`](crate::sampler::ProcessRecord)'s
+    /// descriptor), or, with `rejoin`, comes back after the program closed its connection (with
+    /// no descriptor: `record` has its record).
+    Hello {
+        /// Its process id, as it sees it (`record` goes by the socket's peer credentials).
+        pid: u32,
+        /// The run's key.
+        key: Key,
+        /// A process of the run already: a new connection for the same process image.
+        rejoin: bool,
+        /// Its executable's path.
+        program: String,
+    },
+    /// A thread record (with its descriptor): the record at `index` of the process.
+    Thread {
+        /// The record's index in the process.
+        index: u64,
+    },
+    /// The modules of the rule table from now on: `count` [`Message::Module`]s follow.
+    Modules {
+        /// How many.
+        count: u64,
+    },
+    /// One module of a [`Message::Modules`] list.
+    Module(Module),
+    /// The snapshot signal arrived: write the profile so far.
+    Snapshot,
+}
+
+const HELLO: u64 = 1;
+const THREAD: u64 = 2;
+const MODULES: u64 = 3;
+const MODULE: u64 = 4;
+pub(super) const SNAPSHOT: u64 = 5;
+
+impl Message {
+    /// The message as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut word = |w: u64| out.extend_from_slice(&w.to_le_bytes());
+        match self {
+            Message::Hello {
+                pid,
+                key,
+                rejoin,
+                program,
+            } => {
+                word(HELLO);
+                word(u64::from(*pid));
+                word(u64::from(*rejoin));
+                out.extend_from_slice(key);
+                out.extend_from_slice(program.as_bytes());
+            }
+            Message::Thread { index } => {
+                word(THREAD);
+                word(*index);
+            }
+            Message::Modules { count } => {
+                word(MODULES);
+                word(*count);
+            }
+            Message::Snapshot => word(SNAPSHOT),
+            Message::Module(m) => {
+                for w in [
+                    MODULE,
+                    m.start,
+                    m.end,
+                    m.bias,
+                    m.file_offset,
+                    u64::from(m.generated),
+                    m.build_id.len() as u64,
+                ] {
+                    word(w);
+                }
+                out.extend_from_slice(m.build_id.as_bytes());
+                out.extend_from_slice(m.path.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes a message, or `None` if it is not one.
+    pub fn decode(bytes: &[u8]) -> Option<Message> {
+        let word = |i: usize| -> Option<u64> {
+            let b = bytes.get(i * 8..i * 8 + 8)?;
+            Some(u64::from_le_bytes(b.try_into().ok()?))
+        };
+        let text = |from: usize| -> Option<String> {
+            Some(String::from_utf8_lossy(bytes.get(from..)?).into_owned())
+        };
+        match word(0)? {
+            HELLO => Some(Message::Hello {
+                pid: u32::try_from(word(1)?).ok()?,
+                rejoin: match word(2)? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
+                key: bytes.get(24..40)?.try_into().ok()?,
+                program: text(40)?,
+            }),
+            THREAD => Some(Message::Thread { index: word(1)? }),
+            MODULES => Some(Message::Modules { count: word(1)? }),
+            SNAPSHOT => Some(Message::Snapshot),
+            MODULE => {
+                let id_len = usize::try_from(word(6)?).ok()?;
+                let id = bytes.get(56..56usize.checked_add(id_len)?)?;
+                Some(Message::Module(Module {
+                    start: word(1)?,
+                    end: word(2)?,
+                    bias: word(3)?,
+                    file_offset: word(4)?,
+                    generated: word(5)? != 0,
+                    build_id: String::from_utf8_lossy(id).into_owned(),
+                    path: text(56 + id_len)?,
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The socket address of the abstract name `name`, and its length.
+pub(super) fn address(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    // The first byte stays 0: the abstract namespace.
+    if bytes.len() + 1 > addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "session name too long",
+        ));
+    }
+    for (to, &from) in addr.sun_path[1..].iter_mut().zip(bytes) {
+        *to = from as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A new `SOCK_SEQPACKET` Unix socket, closed on `exec`.
+pub(super) fn seqpacket(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `message` on `socket`, with `fd` if given.
+pub(super) fn send(socket: RawFd, message: &Message, fd: Option<RawFd>) -> io::Result<()> {
+    let bytes = message.encode();
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for one descriptor, aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic; the control buffer holds one descriptor's
+        // message (CMSG_SPACE(4) is at most 24 bytes), and CMSG_FIRSTHDR of a msghdr with that
+        // buffer points into it.
+        unsafe {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        }
+    }
+    loop {
+        // SAFETY: a valid msghdr; MSG_NOSIGNAL: a gone `record` gives EPIPE, not SIGPIPE.
+        let n = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One message received.
+pub(super) enum Received {
+    /// Nothing is waiting.
+    Nothing,
+    /// The connection ended.
+    End,
+    /// A message of this many bytes of the buffer, with the descriptor it carried.
+    Message(usize, Option<OwnedFd>),
+    /// A message longer than the buffer, or with more descriptors than fit: not one a process
+    /// of the run sends.
+    Truncated,
+}
+
+/// Receives one message from `socket` without blocking. Any descriptor past the first of a
+/// message is closed.
+pub(super) fn receive(socket: RawFd, buffer: &mut [u8]) -> io::Result<Received> {
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: a valid msghdr whose buffers outlive the call.
+    let n = unsafe {
+        libc::recvmsg(
+            socket,
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(Received::Nothing),
+            _ => Err(e),
+        };
+    }
+    let mut fd = None;
+    // SAFETY: the kernel filled the control buffer; CMSG_FIRSTHDR/NXTHDR stay within
+    // msg_controllen, and an SCM_RIGHTS message's data holds descriptors now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    // One descriptor per message: any other is closed.
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Ok(Received::Truncated);
+    }
+    Ok(match n {
+        0 => Received::End,
+        n => Received::Message(n as usize, fd),
+    })
+}
+
+/// The process id and user id of the process at the other end of `socket`, as the kernel
+/// recorded them when it connected (in this process's pid namespace).
+pub(super) fn peer(socket: &OwnedFd) -> io::Result<(u32, u32)> {
+    // SAFETY: a zeroed ucred is valid; getsockopt writes at most `len` bytes into it.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: as above, on our socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((u32::try_from(cred.pid).unwrap_or(0), cred.uid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_refused() {
+        let messages = [
+            Message::Hello {
+                pid: 42,
+                key: *b"0123456789abcdef",
+                rejoin: false,
+                program: "/usr/bin/python3.11".into(),
+            },
+            Message::Hello {
+                pid: 43,
+                key: [7; 16],
+                rejoin: true,
+                program: String::new(),
+            },
+            Message::Thread { index: 7 },
+            Message::Modules { count: 3 },
+            Message::Module(Module {
+                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                start: 0x7f00_0002_8000,
+                end: 0x7f00_001b_d000,
+                bias: 0x7f00_0000_0000,
+                file_offset: 0x28000,
+                build_id: "c289da5071a3399de893d2af81d6a30c62646e1e".into(),
+                generated: false,
+            }),
+            Message::Module(Module {
+                path: "[anon]".into(),
+                start: 0x7f00_1000_0000,
+                end: 0x7f00_1004_0000,
+                bias: 0,
+                file_offset: 0,
+                build_id: String::new(),
+                generated: true,
+            }),
+            Message::Snapshot,
+        ];
+        for m in &messages {
+            assert_eq!(Message::decode(&m.encode()).as_ref(), Some(m));
+        }
+        assert_eq!(Message::decode(&[]), None);
+        assert_eq!(Message::decode(&99u64.to_le_bytes()), None);
+        // A module whose build id runs past the message.
+        let mut bad = messages[4].encode();
+        bad[48..56].copy_from_slice(&1000u64.to_le_bytes());
+        assert_eq!(Message::decode(&bad), None);
+        // A hello whose rejoin flag is neither.
+        let mut bad = messages[0].encode();
+        bad[16..24].copy_from_slice(&2u64.to_le_bytes());
+        assert_eq!(Message::decode(&bad), None);
+        // Truncated anywhere: never a panic, and a hello without its whole key is none.
+        for m in &messages {
+            let bytes = m.encode();
+            for n in 0..bytes.len() {
+                let _ = Message::decode(&bytes[..n]);
+            }
+        }
+        assert_eq!(Message::decode(&messages[0].encode()[..39]), None);
+    }
+
+    /// A message longer than the buffer is reported as truncated, not taken for a shorter one.
+    #[test]
+    fn a_long_message_is_truncated_not_cut() {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two descriptors we then own.
+        assert_eq!(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) },
+            0
+        );
+        // SAFETY: just made, ours.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let long = Message::Hello {
+            pid: 1,
+            key: [0; 16],
+            rejoin: false,
+            program: "x".repeat(MAX_MESSAGE),
+        };
+        send(a.as_raw_fd(), &long, None).unwrap();
+        send(a.as_raw_fd(), &Message::Snapshot, None).unwrap();
+        let mut buffer = vec![0u8; MAX_MESSAGE];
+        assert!(matches!(
+            receive(b.as_raw_fd(), &mut buffer).unwrap(),
+            Received::Truncated
+        ));
+        assert!(matches!(
+            receive(b.as_raw_fd(), &mut buffer).unwrap(),
+            Received::Message(8, None)
+        ));
+        assert!(matches!(
+            receive(b.as_raw_fd(), &mut buffer).unwrap(),
+            Received::Nothing
+        ));
+        drop(a);
+        assert!(matches!(
+            receive(b.as_raw_fd(), &mut buffer).unwrap(),
+            Received::End
+        ));
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(peer(&b).unwrap().0, unsafe { libc::getpid() } as u32);
+    }
+}
