@@ -174,6 +174,15 @@ fn sample_profile() -> Profile {
             refreshes: 1,
             collector_cpu: Duration::from_micros(6),
             threads: 2,
+            refused: vec![(
+                "process 7 (demo): thread rings written over (a record of 16777216 words): not read from there on".to_string(),
+                1,
+            )],
+            process_cpu: MS * 150,
+            unsampled_cpu: MS * 25,
+            program_actions: 0,
+            reconnections: 0,
+            timers_rearmed: 0,
         },
     }
 }
@@ -581,6 +590,7 @@ fn summary_has_the_counts_and_percentages() {
         "timers            timer_create on 2 threads",
         "periods           12 (samples weighted by the timer periods each stands for; 7 POSIX timer expirations merged by the kernel, which checks CPU timers once per tick)",
         "CPU time sampled  0.125 s by the threads' clocks; periods x interval = 0.120 s (96.0%)",
+        "CPU not sampled   0.025 s of the processes' 0.150 s since sampling started (16.67%): threads without a timer or record (see \"threads not sampled\"), as the kernel counted it",
         "dropped           3 (20.00% of signals)",
         "  no-memory              2   13.33%",
         "  busy                   1    6.67%",
@@ -594,6 +604,7 @@ fn summary_has_the_counts_and_percentages() {
         "store cost        100.0 ns per sample",
         "preload           5.000 ms, 4096 table bytes, 128 rows, 1 refreshes",
         "collector         0.006 ms CPU draining and refreshing, 500.0 ns per sample",
+        "refused           1 process 7 (demo): thread rings written over (a record of 16777216 words): not read from there on",
         "threads           2 sampled",
         "       100  demo                       6 samples   50.00%",
         "       101  worker                     6 samples   50.00%",
@@ -622,6 +633,36 @@ fn summary_has_the_counts_and_percentages() {
         expected,
         "summary:\n{text}"
     );
+}
+
+/// What `record` prints at the end: what was refused, threads not sampled, CPU time no timer
+/// sampled past a tenth and 100 ms, foreign signals; nothing for a run where all was sampled.
+#[test]
+fn warnings_say_what_was_refused_and_not_sampled() {
+    let mut p = sample_profile();
+    let w = summary::warnings(&p);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("refused or dropped: 1 process 7 (demo): thread rings written over"),
+        "{w:?}"
+    );
+    // 25 ms of 150 ms not sampled: a sixth, but below 100 ms.
+    p.counters.refused.clear();
+    assert!(summary::warnings(&p).is_empty());
+    p.counters.unsampled_cpu = MS * 600;
+    p.counters.process_cpu = MS * 800;
+    p.counters.threads_not_sampled = vec![("timer could not be created".into(), 3)];
+    p.counters.foreign_signals = 4;
+    let w = summary::warnings(&p);
+    assert_eq!(
+        w,
+        [
+            "threads not sampled: 3 (timer could not be created)",
+            "75.00% of the processes' CPU time was not sampled (0.600 s of 0.800 s): threads the profiler did not see start, or could not sample",
+            "4 signals of the sampling signal's number came from elsewhere than the profiler's timers (ignored: --signal chooses another)",
+        ]
+    );
+    assert!(summary::warnings(&empty_profile()).is_empty());
 }
 
 #[test]
@@ -1000,7 +1041,8 @@ fn one_process_is_not_prefixed() {
         output::flamegraph::title(&model),
         output::flamegraph::title(&sample_profile())
     );
-    assert!(!summary::text(&model).contains("processes"));
+    let text = summary::text(&model);
+    assert!(!text.lines().any(|l| l.starts_with("processes")), "{text}");
 }
 
 /// `go tool pprof` tells the processes apart by their label (`-tagfocus process=...`).
