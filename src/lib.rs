@@ -487,6 +487,15 @@ pub fn cache_stats() -> Option<(u64, u64)> {
     Some((cache.hits(), cache.misses()))
 }
 
+/// The calling thread's thread pointer (the register the C library keeps its thread's control
+/// block in: `%fs`'s base on x86_64, `TPIDRURO` on ARM, `TPIDR_EL0` on aarch64): unique among
+/// live threads, the same in a signal handler as in the code it interrupted, and read with one
+/// instruction, no call. Async-signal-safe.
+#[inline(always)]
+pub fn thread_pointer() -> usize {
+    arch::thread_pointer()
+}
+
 /// The calling thread's rule-cache counts, kept current by each of its unwinds, or `None` if it
 /// is not registered. The counts belong to the thread's slot, which keeps them when it passes
 /// to a later thread: a profiler that copies them from its signal handler (two loads, where

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::profile::{
-    Counters, Location, Module, Profile, Sample, Thread, Total, TIMELINE_SAMPLES,
+    Counters, Frame, Location, Module, Profile, Sample, Thread, Total, TIMELINE_SAMPLES,
 };
 use crate::ring::Ring;
-use crate::sampler::{self, DropReason, ProcessRecord, ThreadRecord};
+use crate::sampler::{self, DropReason, ProcessRecord, ThreadRecord, Work};
 use crate::symbolize::Symbolizer;
 use unwind_in_process::StopReason;
 
@@ -119,6 +119,22 @@ pub const MAX_STACK_FRAMES: usize = 1 << 22;
 /// is an `int`.
 pub const MAX_WEIGHT: u64 = 1 << 31;
 
+/// The address that stands for the profiler's own [`Work`] in a stack (past every address a
+/// module of a program can have): the frame the profile names `[unwind-profiler] WHAT`.
+const WORK_PC: u64 = u64::MAX - 0xfff;
+
+/// The work a stack's address stands for, if it is one of [`WORK_PC`]'s.
+fn work_of(pc: u64) -> Option<Work> {
+    Work::ALL
+        .get(usize::try_from(pc.checked_sub(WORK_PC)?).ok()?)
+        .copied()
+}
+
+/// The name of the frame that stands for `work`.
+pub fn work_frame(work: Work) -> String {
+    format!("[unwind-profiler] {}", work.name())
+}
+
 /// What the collector has gathered so far.
 pub struct Collector {
     /// Every module seen, in order of first sight.
@@ -170,6 +186,11 @@ pub struct Collector {
     cut_off: HashSet<usize>,
     /// What was dropped of what the rings held, by what, with a count each.
     refused: BTreeMap<String, u64>,
+    /// An address in the profiler's own library, when it is one of its own (preloaded): a
+    /// sample of the profiler's work ends at the outermost frame there.
+    own_code: Option<u64>,
+    /// Samples of the profiler's work, by kind (in the order of [`Work::ALL`]).
+    work_samples: [u64; Work::ALL.len()],
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
@@ -342,7 +363,42 @@ impl Collector {
             stack_frames: 0,
             cut_off: HashSet::new(),
             refused: BTreeMap::new(),
+            own_code: None,
+            work_samples: [0; Work::ALL.len()],
         }
+    }
+
+    /// Says that the profiler runs in the process as a library of its own, at `address` (the
+    /// samples of its own work then show it as one frame, see [`Work`]).
+    pub fn set_own_code(&mut self, address: u64) {
+        self.own_code = Some(address);
+    }
+
+    /// Whether the leaf of `pcs` is the profiler's own code (not its threads' trampoline, whose
+    /// frame is a thread's first: the program's code runs above it, never at the leaf).
+    fn own_leaf(&self, pcs: &[u64]) -> bool {
+        let (Some(own), Some(&leaf)) = (self.own_code, pcs.first()) else {
+            return false;
+        };
+        let ours = self.module_of(own, true);
+        ours.is_some() && self.module_of(leaf, true) == ours
+    }
+
+    /// `pcs` of a sample taken during the profiler's `work`: the frames from the leaf through
+    /// the outermost one of the profiler's library become one that names the work, under the
+    /// program's call that led to it (its `dlopen`, say). Without the library's frames in the
+    /// stack, that frame is put over the whole stack.
+    fn as_work(&self, pcs: &[u64], work: Work) -> Vec<u64> {
+        let ours = self.own_code.and_then(|a| self.module_of(a, true));
+        let outermost = ours.and_then(|m| {
+            pcs.iter()
+                .enumerate()
+                .rposition(|(i, &pc)| self.module_of(pc, i == 0) == Some(m))
+        });
+        let callers = outermost.map_or(pcs, |j| pcs.get(j + 1..).unwrap_or_default());
+        std::iter::once(WORK_PC + work as u64)
+            .chain(callers.iter().copied())
+            .collect()
     }
 
     /// Counts `n` of what `what` says was dropped.
@@ -448,7 +504,18 @@ impl Collector {
                         bad = true;
                         return false;
                     };
-                    match self.stack_id(s.pcs) {
+                    let work = s
+                        .work
+                        .or_else(|| self.own_leaf(s.pcs).then_some(Work::Hook));
+                    let stack = match work {
+                        Some(work) => {
+                            self.work_samples[work as usize] += 1;
+                            let pcs = self.as_work(s.pcs, work);
+                            self.stack_id(&pcs)
+                        }
+                        None => self.stack_id(s.pcs),
+                    };
+                    match stack {
                         Some(stack) => self.add(tid, s.time_ns, s.weight, stack),
                         None => over_limit += 1,
                     }
@@ -550,7 +617,9 @@ impl Collector {
             Some(&id) => id,
             None => {
                 let id = self.stacks.len();
-                if resolved.iter().any(|&(_, m)| m.is_none())
+                if resolved
+                    .iter()
+                    .any(|&(pc, m)| m.is_none() && work_of(pc).is_none())
                     && self.unresolved.len() < UNRESOLVED_KEPT
                 {
                     self.unresolved.push(id);
@@ -624,15 +693,23 @@ impl Collector {
                     .map(|(i, &(pc, module))| {
                         let leaf = i == 0;
                         *location_ids.entry((pc, module, leaf)).or_insert_with(|| {
-                            locations.push(Location {
-                                address: pc,
-                                module,
-                                frames: symbolizer.frames(
+                            let frames = match work_of(pc).filter(|_| module.is_none()) {
+                                Some(work) => vec![Frame {
+                                    function: work_frame(work),
+                                    file: None,
+                                    line: None,
+                                }],
+                                None => symbolizer.frames(
                                     info.pid,
                                     module.and_then(|m| self.modules.get(m)),
                                     pc,
                                     leaf,
                                 ),
+                            };
+                            locations.push(Location {
+                                address: pc,
+                                module,
+                                frames,
                             });
                             locations.len() - 1
                         })
@@ -821,6 +898,12 @@ impl Collector {
         c.cache_misses = cache_misses;
         c.threads = self.threads_seen;
         c.refused = refused.into_iter().collect();
+        c.profiler_work = Work::ALL
+            .iter()
+            .zip(self.work_samples)
+            .filter(|(_, n)| *n > 0)
+            .map(|(w, n)| (w.name().to_owned(), n))
+            .collect();
         c
     }
 }

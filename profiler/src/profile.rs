@@ -165,6 +165,10 @@ pub struct Counters {
     pub reconnections: u64,
     /// Threads given a new timer after the program closed their perf event's descriptor.
     pub timers_rearmed: u64,
+    /// Samples taken during the profiler's own work in the program's threads, by kind (see
+    /// [`crate::sampler::Work`]), each shown as one frame `[unwind-profiler] KIND` under the
+    /// program's call that led to it.
+    pub profiler_work: Vec<(String, u64)>,
 }
 
 /// One process of a profile, as its threads name it, with its samples (see
@@ -302,6 +306,7 @@ impl Counters {
         self.program_actions += other.program_actions;
         self.reconnections += other.reconnections;
         self.timers_rearmed += other.timers_rearmed;
+        add_named(&mut self.profiler_work, &other.profiler_work);
     }
 }
 

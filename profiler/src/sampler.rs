@@ -82,6 +82,100 @@ impl DropReason {
     }
 }
 
+/// The profiler's own work in a thread of the program, which a sample taken during it is
+/// marked with (see [`profiler_work`]): the profile shows it as one frame of the profiler's
+/// under the program's call that led to it, not as the program's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Work {
+    /// Rebuilding the rule tables after the program's `dlopen`, `dlclose`, `mmap` or
+    /// `mprotect` changed its code, and telling `record`.
+    TableRebuild,
+    /// Connecting to `record` again, and re-arming timers, after the program closed the
+    /// profiler's descriptors.
+    Reconnection,
+    /// The interposed `dlopen`'s own work around the C library's: finding its caller, and the
+    /// library along the caller's search path.
+    DlopenSearch,
+    /// The interposed `pthread_create`'s own work around the C library's.
+    ThreadStart,
+    /// The profiler's code in one of its hooks, before or after the work above is marked (a
+    /// sample whose leaf is the profiler's own code, not the thread's start).
+    Hook,
+}
+
+impl Work {
+    /// Every kind, in the order of the mark's values (1 and up; 0 is none).
+    pub const ALL: [Work; 5] = [
+        Work::TableRebuild,
+        Work::Reconnection,
+        Work::DlopenSearch,
+        Work::ThreadStart,
+        Work::Hook,
+    ];
+
+    /// What the profile calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Work::TableRebuild => "table rebuild",
+            Work::Reconnection => "reconnection",
+            Work::DlopenSearch => "dlopen search",
+            Work::ThreadStart => "thread start",
+            Work::Hook => "hook",
+        }
+    }
+
+    /// The mark's value: its index in [`Work::ALL`] plus one.
+    fn mark(self) -> u64 {
+        self as u64 + 1
+    }
+}
+
+/// Runs `f`, the profiler's `work`, marking the calling thread's samples as taken during it
+/// (nested work keeps the outer mark). Not async-signal-safe; cheap next to the work it marks
+/// (a look through this process's records for the calling thread's).
+pub fn profiler_work<T>(work: Work, f: impl FnOnce() -> T) -> T {
+    let slot = own_slot();
+    let outer = slot.map(|s| s.record.work.load(Relaxed));
+    if let (Some(s), Some(0)) = (slot, outer) {
+        set_mark(s, work.mark());
+    }
+    let out = f();
+    if let (Some(s), Some(0)) = (slot, outer) {
+        set_mark(s, 0);
+    }
+    out
+}
+
+/// Runs `f`, a call the profiler's work makes for the program (the C library's `dlopen`, which
+/// the interposed one calls), without the calling thread's mark: what it does is the program's.
+pub fn program_call<T>(f: impl FnOnce() -> T) -> T {
+    let slot = own_slot();
+    let outer = slot.map_or(0, |s| s.record.work.load(Relaxed));
+    if let Some(s) = slot.filter(|_| outer != 0) {
+        set_mark(s, 0);
+    }
+    let out = f();
+    if let Some(s) = slot.filter(|_| outer != 0) {
+        set_mark(s, outer);
+    }
+    out
+}
+
+/// The calling thread's record, if it is sampled.
+fn own_slot() -> Option<&'static Slot> {
+    let me = unwind_in_process::thread_pointer();
+    slots().find(|s| s.record.active() && s.thread_pointer.load(Relaxed) == me)
+}
+
+/// Sets the calling thread's work mark (see [`Work`]).
+fn set_mark(s: &Slot, mark: u64) {
+    // The store is this thread's own, for its own signal handler: it must not move across the
+    // work it marks.
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    s.record.work.store(mark, Relaxed);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// A record's life: free, owned by a live thread, or left by an exited thread (to be drained).
 const FREE: u64 = 0;
 const ACTIVE: u64 = 1;
@@ -206,6 +300,9 @@ pub struct ThreadRecord {
     /// The owner's name, as it was when it exited (written by the owner, then read by the
     /// collector once `state` is EXITED).
     name: [AtomicU8; 16],
+    /// The profiler's [`Work`] the owner is doing now (its mark), 0 for none: the handler puts
+    /// it in each sample.
+    work: AtomicU64,
     /// The handler's counters.
     pub counters: ThreadCounters,
     /// The indices of the ring.
@@ -222,6 +319,10 @@ pub struct Slot {
     /// The owner's `pthread_t` (the handler checks it: a signal meant for another thread is not
     /// ours).
     pthread: AtomicUsize,
+    /// The owner's thread pointer ([`unwind_in_process::thread_pointer`]), by which the
+    /// profiler's hooks find their thread's record without a call into the C library (a sample
+    /// there would be shown as the program's).
+    thread_pointer: AtomicUsize,
     /// The owner's timer, taken by whoever deletes it (the exiting thread, or `stop`).
     timer: Mutex<Option<ThreadTimer>>,
     /// `counters.signals` when the owner's timer started (for a perf event's unsignalled
@@ -743,6 +844,7 @@ fn claim_record(ring_words: usize) -> Option<usize> {
         record,
         ring,
         pthread: AtomicUsize::new(0),
+        thread_pointer: AtomicUsize::new(0),
         timer: Mutex::new(None),
         signals_at_start: AtomicU64::new(0),
         cache: AtomicPtr::new(std::ptr::null_mut()),
@@ -777,6 +879,7 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
     // SAFETY: gettid and pthread_self have no preconditions.
     let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
     r.tid.store(tid, Relaxed);
+    r.work.store(0, Relaxed);
     // The handler adds the owner's cache counts from here on (before `pthread` names the owner,
     // which is when the handler starts reading them).
     let cache = unwind_in_process::this_thread_cache_counts();
@@ -786,6 +889,8 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
         cache.map_or(std::ptr::null_mut(), |c| c as *const _ as *mut _),
         Relaxed,
     );
+    s.thread_pointer
+        .store(unwind_in_process::thread_pointer(), Relaxed);
     s.pthread.store(me as usize, Release);
     s.signals_at_start.store(r.counters.signals.get(), Relaxed);
     r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
@@ -1021,7 +1126,9 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
     // The kernel checks POSIX CPU-time timers at its tick (250 Hz on many kernels), so one
     // signal may stand for several periods: the sample carries that weight.
     let weight = 1 + overrun.max(0) as u64;
-    let header = [time, result.stop.index() as u64, weight];
+    // The stop reason in the low byte, the profiler's work during the sample above it.
+    let stop = result.stop.index() as u64 | s.record.work.load(Relaxed) << 8;
+    let header = [time, stop, weight];
     if !s.ring.push(&header, stack) {
         c.drop(DropReason::RingFull);
         return;
@@ -1051,6 +1158,8 @@ pub struct RawSample<'a> {
     pub weight: u64,
     /// The PCs, leaf first.
     pub pcs: &'a [u64],
+    /// The profiler's own work the thread was doing, if any.
+    pub work: Option<Work>,
 }
 
 /// Decodes a record written by the handler.
@@ -1058,11 +1167,16 @@ pub fn decode(record: &[u64]) -> Option<RawSample<'_>> {
     let (&time_ns, rest) = record.split_first()?;
     let (&stop, rest) = rest.split_first()?;
     let (&weight, pcs) = rest.split_first()?;
+    let work = match stop >> 8 {
+        0 => None,
+        mark => Some(*Work::ALL.get(usize::try_from(mark - 1).ok()?)?),
+    };
     Some(RawSample {
         time_ns,
-        stop: *StopReason::ALL.get(stop as usize)?,
+        stop: *StopReason::ALL.get((stop & 0xff) as usize)?,
         weight,
         pcs,
+        work,
     })
 }
 

@@ -91,12 +91,14 @@ pub unsafe fn create(
     routine: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> libc::c_int {
-    let ours = SPAWNING_UNSAMPLED.try_with(|s| s.get()).unwrap_or(true);
-    if ours || !sampler::running() {
+    let start = sampler::profiler_work(sampler::Work::ThreadStart, || {
+        let ours = SPAWNING_UNSAMPLED.try_with(|s| s.get()).unwrap_or(true);
+        (!ours && sampler::running()).then(|| Box::into_raw(Box::new(Start { routine, arg })))
+    });
+    let Some(start) = start else {
         // SAFETY: forwarded.
         return unsafe { real(thread, attr, routine, arg) };
-    }
-    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    };
     // SAFETY: forwarded, with our trampoline and its argument instead of the program's.
     let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
     if rc != 0 {

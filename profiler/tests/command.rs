@@ -1321,3 +1321,66 @@ fn dlopen_keeps_the_search_path_of_its_caller() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The profiler's own work inside the program's calls (the tables rebuilt in `dlopen` and
+/// `dlclose`, the interposed `dlopen`'s search) is shown as the profiler's: a frame
+/// `[unwind-profiler] ...` under the program's call, never a function the program does not call
+/// under the program's frame (before: `churn_loop;__libc_sendmsg`, `churn_loop;_dl_addr`). The
+/// C library's `dlopen`, which the program did call, stays the program's.
+#[test]
+fn the_profilers_own_work_is_shown_as_its_own() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("own-work");
+    let Some(exe) = build("dlopen_churn", &dir) else {
+        return;
+    };
+    let out_dir = dir.join("out");
+    let out = run(record()
+        .arg("record")
+        .arg("--output")
+        .arg(&out_dir)
+        .arg("--")
+        .arg(&exe)
+        .arg("1500"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut under_loop: std::collections::BTreeMap<String, u64> = Default::default();
+    for (stack, n) in folded(&out_dir) {
+        // Root first: what `churn_loop` calls is the frame after it.
+        if let Some(i) = stack.iter().position(|f| f == "churn_loop") {
+            let callee = stack.get(i + 1).cloned().unwrap_or_else(|| "(self)".into());
+            *under_loop.entry(callee).or_default() += n;
+        }
+        // The profiler's frame is a leaf: what it did is its own.
+        if let Some(i) = stack
+            .iter()
+            .position(|f| f.starts_with("[unwind-profiler] "))
+        {
+            assert_eq!(i + 1, stack.len(), "{stack:?}");
+        }
+    }
+    println!("under churn_loop: {under_loop:?}");
+    for (callee, n) in &under_loop {
+        assert!(
+            callee.contains("dlopen")
+                || callee.contains("dlclose")
+                || callee.starts_with("[unwind-profiler] ")
+                || callee == "(self)",
+            "churn_loop calls only dlopen and dlclose, not {callee} ({n} samples): {under_loop:?}"
+        );
+    }
+    let rebuilds = under_loop
+        .get("[unwind-profiler] table rebuild")
+        .copied()
+        .unwrap_or(0);
+    assert!(rebuilds > 0, "{under_loop:?}");
+    let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("profiler's work"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        line.contains(&format!("table rebuild {rebuilds}")),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,6 +19,7 @@ use std::io::Read;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::atomic::AtomicPtr;
 use std::sync::OnceLock;
+use unwind_profiler::sampler::Work;
 
 /// `dlopen`'s signature.
 type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
@@ -91,6 +92,20 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     )
 }
 
+/// The C library's `dlopen` (found by [`dlopen_from`] before any call), called as the program's
+/// own work (see [`unwind_profiler::sampler::Work`]).
+///
+/// # Safety
+/// The contract of `dlopen`.
+unsafe extern "C" fn real_as_program(file: *const c_char, flags: c_int) -> *mut c_void {
+    let p = REAL_DLOPEN.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: set by `dlopen_from` to the next object's `dlopen`, the C library's, of this
+    // type, before this is called; forwarded.
+    unwind_profiler::sampler::program_call(|| unsafe {
+        std::mem::transmute::<*mut c_void, Dlopen>(p)(file, flags)
+    })
+}
+
 /// `dlopen(file, flags)` as called from the code at `caller`; under `record`, a load that added
 /// modules rebuilds the tables once the C library has returned.
 ///
@@ -101,21 +116,22 @@ unsafe extern "C" fn dlopen_from(
     flags: c_int,
     caller: *const c_void,
 ) -> *mut c_void {
-    let p = crate::next_symbol(&REAL_DLOPEN, c"dlopen");
-    if p.is_null() {
+    if crate::next_symbol(&REAL_DLOPEN, c"dlopen").is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the next object's `dlopen` is the C library's, of this type.
-    let real = unsafe { std::mem::transmute::<*mut c_void, Dlopen>(p) };
-    let handle = if file.is_null() {
-        // SAFETY: forwarded.
-        unsafe { real(file, flags) }
-    } else {
-        // SAFETY: a non-null `file` is a C string by `dlopen`'s contract.
-        let file = unsafe { CStr::from_ptr(file) };
-        // SAFETY: forwarded, `caller` as received.
-        unsafe { open_as_from(real, file, flags, caller) }
-    };
+    // The search is the profiler's work; the C library's `dlopen` (`real_as_program`) the
+    // program's.
+    let handle = unwind_profiler::sampler::profiler_work(Work::DlopenSearch, || {
+        if file.is_null() {
+            // SAFETY: forwarded.
+            unsafe { real_as_program(file, flags) }
+        } else {
+            // SAFETY: a non-null `file` is a C string by `dlopen`'s contract.
+            let file = unsafe { CStr::from_ptr(file) };
+            // SAFETY: forwarded, `caller` as received.
+            unsafe { open_as_from(real_as_program, file, flags, caller) }
+        }
+    });
     // errno is not part of dlopen's contract (dlerror is), and the refresh leaves dlerror
     // alone: it makes no dl* call that fails.
     unwind_profiler::session::modules_may_have_changed();

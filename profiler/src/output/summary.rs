@@ -277,6 +277,19 @@ pub fn text(profile: &Profile) -> String {
         millis(c.collector_cpu),
         nanos_per(c.collector_cpu, c.stored)
     ));
+    let work: u64 = c.profiler_work.iter().map(|(_, n)| n).sum();
+    if work > 0 {
+        let kinds: Vec<String> = c
+            .profiler_work
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        line(format_args!(
+            "profiler's work   {work} samples ({} of the samples) in the program's threads, as frames \"[unwind-profiler] ...\" under the calls that led to it: {}",
+            percent(work, profile.sample_count()),
+            kinds.join(", ")
+        ));
+    }
     for (what, n) in &c.refused {
         line(format_args!("refused           {n} {what}"));
     }

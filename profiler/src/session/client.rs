@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::shared_memory;
 use super::wire::{self, Key, Message};
 use crate::collect;
-use crate::sampler::{self, ProcessRecord};
+use crate::sampler::{self, ProcessRecord, Work};
 use crate::{Config, StartError};
 
 /// This process's connection to `record`.
@@ -279,6 +279,11 @@ fn connection() -> Option<(&'static Client, RawFd)> {
         return None;
     }
     record.rejoins.fetch_add(1, Relaxed);
+    sampler::profiler_work(Work::Reconnection, || rejoin(c))
+}
+
+/// Connects again for `c`'s process (see [`connection`]), with the rejoin flag held.
+fn rejoin(c: &'static Client) -> Option<(&'static Client, RawFd)> {
     let joined = (|| -> io::Result<Socket> {
         let socket = wire::seqpacket(0)?;
         connect(&socket, &c.address.0, c.address.1)?;
@@ -429,16 +434,18 @@ fn send_module_list() {
 /// After the program's `dlopen` or `dlclose` returned: if modules were loaded or unloaded,
 /// rebuilds the tables and tells `record`. Does nothing outside a session.
 pub fn modules_may_have_changed() {
-    let Some(c) = client() else { return };
-    if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts()
-        && !CODE_MAPPED_UNSEEN.swap(false, Relaxed)
-    {
-        return;
-    }
-    if let Ok(report) = unwind_in_process::refresh() {
-        sampler::process().table_built(&report, true);
-    }
-    send_modules();
+    sampler::profiler_work(Work::TableRebuild, || {
+        let Some(c) = client() else { return };
+        if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts()
+            && !CODE_MAPPED_UNSEEN.swap(false, Relaxed)
+        {
+            return;
+        }
+        if let Ok(report) = unwind_in_process::refresh() {
+            sampler::process().table_built(&report, true);
+        }
+        send_modules();
+    });
 }
 
 /// Set when memory was made executable while a refresh was in progress (which may have read
@@ -453,29 +460,34 @@ static CODE_MAPPED_UNSEEN: AtomicBool = AtomicBool::new(false);
 /// in progress (the caller may hold the loader's lock, which that refresh waits for): it is
 /// left to the next call or `dlopen`. Does nothing outside a session; keeps `errno`.
 pub fn code_mapped(addr: usize, len: usize) {
-    if client().is_none() {
-        return;
-    }
-    // SAFETY: errno is this thread's.
-    let errno = unsafe { *libc::__errno_location() };
     let start = addr as u64;
     let end = start.saturating_add(len as u64);
-    match unwind_in_process::covers_code(start, end) {
-        None => CODE_MAPPED_UNSEEN.store(true, Relaxed),
-        Some(covered) => {
-            if !covered || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
-                match unwind_in_process::refresh_unless_busy() {
-                    Ok(report) => {
-                        sampler::process().table_built(&report, true);
-                        send_modules();
+    sampler::profiler_work(Work::TableRebuild, || {
+        // SAFETY: errno is this thread's.
+        let errno = unsafe { *libc::__errno_location() };
+        let restore = || {
+            // SAFETY: as above.
+            unsafe { *libc::__errno_location() = errno }
+        };
+        if client().is_none() {
+            return restore();
+        }
+        match unwind_in_process::covers_code(start, end) {
+            None => CODE_MAPPED_UNSEEN.store(true, Relaxed),
+            Some(covered) => {
+                if !covered || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
+                    match unwind_in_process::refresh_unless_busy() {
+                        Ok(report) => {
+                            sampler::process().table_built(&report, true);
+                            send_modules();
+                        }
+                        Err(_) => CODE_MAPPED_UNSEEN.store(true, Relaxed),
                     }
-                    Err(_) => CODE_MAPPED_UNSEEN.store(true, Relaxed),
                 }
             }
         }
-    }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+        restore();
+    });
 }
 
 /// A zeroed region of `bytes` shared with `record`, for a thread record: `None` outside a

@@ -763,6 +763,10 @@ impl Process {
     fn drain(&mut self) {
         let start = Instant::now();
         let cpu = sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        // Where the preload library is, once the process said (when sampling started).
+        if let Some(r) = self.record.filter(|r| r.preloaded.load(Relaxed) != 0) {
+            self.collector.set_own_code(r.trampoline.load(Relaxed));
+        }
         self.collector.drain(
             self.threads.iter().map(|t| (t.record, &t.ring)),
             Some(self.pid),
