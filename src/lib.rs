@@ -60,7 +60,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use arch::Regs;
 pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStack, RED_ZONE};
@@ -141,6 +141,10 @@ struct State {
     scan: bool,
     cache: modules::ModuleCache,
     modules: Vec<LoadedModule>,
+    /// The executable mappings the loader does not list, as last read from `/proc/self/maps`,
+    /// and when (see [`refresh_after_load`]).
+    unlisted: Vec<modules::ParsedModule>,
+    maps_read: Option<Instant>,
     /// Replaced tables not yet freed because a hazard pointer may still name them.
     retired: Vec<*mut Published>,
     quarantine: Quarantine,
@@ -166,6 +170,8 @@ static STATE: StateLock = StateLock {
         scan: false,
         cache: modules::ModuleCache::new(),
         modules: Vec::new(),
+        unlisted: Vec::new(),
+        maps_read: None,
         retired: Vec::new(),
         quarantine: Quarantine::new(),
     }),
@@ -297,7 +303,22 @@ pub fn init() -> Result<PreloadReport, Error> {
 /// publishes it, and frees replaced tables that no unwind is reading.
 pub fn refresh() -> Result<PreloadReport, Error> {
     let state = lock_state().ok_or(Error::Reentrant)?;
-    refresh_locked(state)
+    refresh_locked(state, false)
+}
+
+/// How long [`refresh_after_load`] takes the program's own executable mappings from the last
+/// read of `/proc/self/maps`.
+pub const MAPS_REREAD_AFTER: Duration = Duration::from_millis(100);
+
+/// [`refresh`] after the program's `dlopen` or `dlclose` (or anything else that changes only
+/// the modules the dynamic loader lists): the executable memory the program mapped itself is
+/// taken from the last read of `/proc/self/maps` if that was less than [`MAPS_REREAD_AFTER`]
+/// ago, less what a loaded module now covers. Reading `/proc/self/maps` is most of a refresh's
+/// cost for a program that loads and unloads libraries in a loop; code the program maps itself
+/// meanwhile is found by the next read (or by a [`refresh`], which always reads).
+pub fn refresh_after_load() -> Result<PreloadReport, Error> {
+    let state = lock_state().ok_or(Error::Reentrant)?;
+    refresh_locked(state, true)
 }
 
 /// [`refresh`], or [`Error::Busy`] at once if another refresh is in progress. For callers that
@@ -305,7 +326,7 @@ pub fn refresh() -> Result<PreloadReport, Error> {
 /// constructor): a refresh in progress on another thread waits for that lock, so waiting for
 /// it could wait forever.
 pub fn refresh_unless_busy() -> Result<PreloadReport, Error> {
-    refresh_locked(try_lock_state()?)
+    refresh_locked(try_lock_state()?, false)
 }
 
 /// Whether the published table's modules cover `[start, end)` (the code a walk knows): `None`
@@ -321,9 +342,13 @@ pub fn covers_code(start: u64, end: u64) -> Option<bool> {
     )
 }
 
-fn refresh_locked(mut state: StateGuard) -> Result<PreloadReport, Error> {
+fn refresh_locked(mut state: StateGuard, after_load: bool) -> Result<PreloadReport, Error> {
     let started = Instant::now();
-    let discovered = modules::discover(&state.cache, state.scan);
+    let recent = state
+        .maps_read
+        .is_some_and(|t| started.saturating_duration_since(t) < MAPS_REREAD_AFTER);
+    let earlier = (after_load && recent).then_some(state.unlisted.as_slice());
+    let discovered = modules::discover(&state.cache, state.scan, earlier);
     let parsed = &discovered.modules;
     let generation = state
         .generation
@@ -351,7 +376,11 @@ fn refresh_locked(mut state: StateGuard) -> Result<PreloadReport, Error> {
     }
     publish::reclaim(&mut state.retired, &mut state.quarantine);
     state.generation = generation.get();
-    state.cache = modules::cache_of(parsed);
+    if discovered.maps_read {
+        state.unlisted = parsed[discovered.unlisted_from..].to_vec();
+        state.maps_read = Some(started);
+    }
+    state.cache = modules::cache_of(parsed, &mut state.cache);
     state.modules = parsed
         .iter()
         .filter(|p| p.overlaps.is_none())

@@ -148,8 +148,65 @@ impl Parsed {
     }
 }
 
-/// Parsed rules kept between refreshes.
-pub(crate) type ModuleCache = BTreeMap<ModuleKey, Parsed>;
+/// Parsed rules kept between refreshes: those of the modules loaded at the last refresh, by
+/// their place, and, by what identifies a build wherever it is loaded, those of the last
+/// [`MODULES_REMEMBERED`] modules with a build id, unloaded ones included, so that a library
+/// loaded again (at the same place or another: rules are relative to the module) is not read
+/// again. A program that loads and unloads libraries in a loop would otherwise spend most of a
+/// refresh reading them back.
+#[derive(Default)]
+pub(crate) struct ModuleCache {
+    placed: BTreeMap<ModuleKey, Parsed>,
+    by_build: BTreeMap<BuildKey, (Parsed, u64)>,
+    /// Bumped at each refresh: how recently each of `by_build` was loaded.
+    age: u64,
+}
+
+/// How many modules with a build id [`ModuleCache`] remembers, loaded or not.
+const MODULES_REMEMBERED: usize = 256;
+
+/// A module's build wherever it is loaded: its name, build id, and the file addresses of its
+/// code and `.eh_frame_hdr`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct BuildKey {
+    name: String,
+    build_id: Vec<u8>,
+    code: (u64, u64),
+    eh_frame_hdr: Option<u64>,
+}
+
+impl BuildKey {
+    /// `m`'s key, if it has a build id long enough to tell builds apart.
+    fn of(m: &LoadedModule) -> Option<Self> {
+        let build_id = m.build_id.clone().filter(|id| id.len() >= 8)?;
+        Some(BuildKey {
+            name: m.name.clone(),
+            build_id,
+            code: code_range(m),
+            eh_frame_hdr: m.eh_frame_hdr.map(|h| h.wrapping_sub(m.bias)),
+        })
+    }
+}
+
+impl ModuleCache {
+    /// An empty cache.
+    pub(crate) const fn new() -> Self {
+        ModuleCache {
+            placed: BTreeMap::new(),
+            by_build: BTreeMap::new(),
+            age: 0,
+        }
+    }
+
+    /// The rules of `m`, if parsed before: at its place, or (without return sites, which are
+    /// addresses of the place they were found at) the same build elsewhere.
+    fn get(&self, key: &ModuleKey, m: &LoadedModule) -> Option<&Parsed> {
+        self.placed.get(key).or_else(|| {
+            let (p, _) = self.by_build.get(&BuildKey::of(m)?)?;
+            p.return_sites.is_none().then_some(p)
+        })
+    }
+}
 
 /// What [`discover`] found.
 pub(crate) struct Discovered {
@@ -159,6 +216,10 @@ pub(crate) struct Discovered {
     /// How long the dynamic loader's lock was held (the `dl_iterate_phdr` walk, in which new
     /// modules' unwind sections are copied; parsing happens after it).
     pub loader_lock: Duration,
+    /// Where in `modules` the executable mappings the loader does not list start.
+    pub unlisted_from: usize,
+    /// Whether they were read from `/proc/self/maps` now (else taken from an earlier read).
+    pub maps_read: bool,
 }
 
 /// A module seen during the `dl_iterate_phdr` walk: parsed before, or new with a copy of what its
@@ -190,14 +251,20 @@ const PF_X: u32 = object::elf::PF_X.0;
 const NT_GNU_BUILD_ID: u32 = object::elf::NT_GNU_BUILD_ID.0;
 
 /// Every loaded module, each with its rules: reused from `cache` when the same module (name,
-/// bias, `.eh_frame_hdr`) was parsed before, otherwise parsed from its image.
+/// bias, `.eh_frame_hdr`) was parsed before, otherwise parsed from its image; then the
+/// executable mappings the loader does not list, from `/proc/self/maps`, or `unlisted` (an
+/// earlier read's) if given, less those a loaded module now overlaps.
 ///
 /// The `dl_iterate_phdr` callback runs under the dynamic loader's lock, which other threads'
 /// `dlopen`, `dlclose` and C++ exception unwinding wait for. So it only describes each module
 /// and copies the parts of a new module's segments that its unwind tables are read from (a
 /// module may be unloaded as soon as the lock is released); the parsing, which takes 0.1 s for
 /// the largest libraries, happens after the lock, on the copies.
-pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
+pub(crate) fn discover(
+    cache: &ModuleCache,
+    scan: bool,
+    unlisted: Option<&[ParsedModule]>,
+) -> Discovered {
     let (out, mut loader_lock) = walk(cache, scan, None);
     // Each module at its place in the loader's order.
     let mut modules: Vec<(usize, ParsedModule)> = Vec::with_capacity(out.len());
@@ -252,15 +319,36 @@ pub(crate) fn discover(cache: &ModuleCache, scan: bool) -> Discovered {
     modules.sort_by_key(|(at, _)| *at);
     let mut modules: Vec<ParsedModule> = modules.into_iter().map(|(_, m)| m).collect();
     resolve_overlaps(&mut modules);
+    let unlisted_from = modules.len();
     // Code the program mapped itself, read outside the loader's lock (see `crate::mappings`).
-    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-        let stacks = crate::threads::stacks();
-        let unlisted = crate::mappings::unlisted_code(&maps, &modules, &stacks);
-        modules.extend(unlisted);
-    }
+    let maps_read = match unlisted {
+        Some(earlier) => {
+            let still: Vec<ParsedModule> = earlier
+                .iter()
+                .filter(|u| {
+                    !modules[..unlisted_from]
+                        .iter()
+                        .any(|m| u.module.start < m.module.end && m.module.start < u.module.end)
+                })
+                .cloned()
+                .collect();
+            modules.extend(still);
+            false
+        }
+        None => {
+            if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+                let stacks = crate::threads::stacks();
+                let unlisted = crate::mappings::unlisted_code(&maps, &modules, &stacks);
+                modules.extend(unlisted);
+            }
+            true
+        }
+    };
     Discovered {
         modules,
         loader_lock,
+        unlisted_from,
+        maps_read,
     }
 }
 
@@ -332,7 +420,7 @@ unsafe extern "C" fn callback(
             if !only.contains(&key) {
                 return;
             }
-        } else if let Some(p) = walk.cache.get(&key) {
+        } else if let Some(p) = walk.cache.get(&key, &module) {
             walk.out.push(Seen::Known(module, Box::new(p.clone())));
             return;
         } else if let Some(path) = (!walk.scan)
@@ -410,9 +498,15 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
             .into_owned()
     };
     let name = if name.is_empty() {
-        std::env::current_exe()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "[main]".into())
+        // The process's image is its executable's until it `exec`s (which starts it afresh):
+        // read once, not at every refresh.
+        static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        EXE.get_or_init(|| {
+            std::env::current_exe()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "[main]".into())
+        })
+        .clone()
     } else {
         name
     };
@@ -591,9 +685,16 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
-/// A build id as lowercase hex.
+/// A build id as lowercase hex (a refresh names every cached module's file by it: no
+/// formatting machinery per byte).
 fn hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(id.len() * 2);
+    for &b in id {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
 }
 
 /// The module's file on disk, if it is the mapped image: both have the same build id. A file
@@ -845,12 +946,33 @@ impl Read {
 }
 
 /// Keys of the parsed modules, for the next refresh's cache.
-pub(crate) fn cache_of(modules: &[ParsedModule]) -> ModuleCache {
-    modules
+/// The cache after a refresh that found `modules`, keeping what `old` remembered of builds
+/// (see [`ModuleCache`]).
+pub(crate) fn cache_of(modules: &[ParsedModule], old: &mut ModuleCache) -> ModuleCache {
+    let loaded = modules
         .iter()
-        .filter(|m| m.module.kind == ModuleKind::Loaded)
-        .map(|m| (ModuleKey::of(&m.module), m.parsed.clone()))
-        .collect()
+        .filter(|m| m.module.kind == ModuleKind::Loaded);
+    let age = old.age + 1;
+    let mut by_build = std::mem::take(&mut old.by_build);
+    for m in loaded.clone().filter(|m| m.parsed.error.is_none()) {
+        if let Some(key) = BuildKey::of(&m.module) {
+            by_build.insert(key, (m.parsed.clone(), age));
+        }
+    }
+    if by_build.len() > MODULES_REMEMBERED {
+        // The least recently loaded go first.
+        let mut ages: Vec<u64> = by_build.values().map(|(_, a)| *a).collect();
+        ages.sort_unstable();
+        let keep_from = ages[ages.len() - MODULES_REMEMBERED];
+        by_build.retain(|_, (_, a)| *a >= keep_from);
+    }
+    ModuleCache {
+        placed: loaded
+            .map(|m| (ModuleKey::of(&m.module), m.parsed.clone()))
+            .collect(),
+        by_build,
+        age,
+    }
 }
 
 #[cfg(test)]
@@ -928,7 +1050,7 @@ mod tests {
     #[cfg(target_arch = "arm")]
     #[test]
     fn arm_modules_report_their_exidx() {
-        let found = discover(&ModuleCache::new(), false);
+        let found = discover(&ModuleCache::new(), false, None);
         let exe = std::env::current_exe().expect("current_exe");
         let exe = exe.to_str().expect("utf-8");
         let me = found

@@ -40,7 +40,13 @@ fn call_through_library(lib_call: LibCall) -> Seen {
     black_box(seen)
 }
 
+/// The test library, built once for the test binary's tests (they run at once).
 fn build_library() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_library_now).clone()
+}
+
+fn build_library_now() -> PathBuf {
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/outside_modules/callback.c"
@@ -142,4 +148,64 @@ fn library_range(path: &std::path::Path) -> (u64, u64) {
         ranges.iter().map(|r| r.0).min().unwrap(),
         ranges.iter().map(|r| r.1).max().unwrap(),
     )
+}
+
+/// A library unloaded and loaded again (a program that does so in a loop, as plugin hosts do)
+/// is not read again: its rules are remembered by its build, wherever it lands, and
+/// `refresh_after_load` takes the program's own executable memory from the last read of
+/// `/proc/self/maps`; the walk through it after that refresh is whole.
+#[test]
+fn a_library_loaded_again_is_remembered_and_walked() {
+    unwind_in_process::init().expect("init");
+    // A copy of its own: the other test keeps the library loaded.
+    let path = build_library().with_file_name("libcallback-again.so");
+    std::fs::copy(build_library(), &path).unwrap();
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    let name = path.to_str().unwrap().to_owned();
+    let open = || {
+        // SAFETY: a library of one function, with no constructors.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen {name}");
+        handle
+    };
+    let report_of = |r: &unwind_in_process::PreloadReport| {
+        r.modules
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| (m.reused, m.rows))
+    };
+    let handle = open();
+    let first = unwind_in_process::refresh().expect("refresh");
+    let (reused, rows) = report_of(&first).expect("the library in the table");
+    assert!(!reused && rows > 0, "{reused} {rows}");
+    // SAFETY: the handle just opened, closed once; nothing of the library is in use.
+    assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+    let gone = unwind_in_process::refresh_after_load().expect("refresh");
+    assert_eq!(
+        report_of(&gone),
+        None,
+        "the unloaded library is still in the table"
+    );
+
+    let handle = open();
+    let again = unwind_in_process::refresh_after_load().expect("refresh");
+    assert_eq!(
+        report_of(&again),
+        Some((true, rows)),
+        "loaded again: reused, with the same rules"
+    );
+    // SAFETY: the symbol is `lib_call`, of type `LibCall`.
+    let lib_call: LibCall = unsafe {
+        std::mem::transmute::<*mut c_void, LibCall>(libc::dlsym(handle, c"lib_call".as_ptr()))
+    };
+    let (start, end) = library_range(&path);
+    let seen = call_through_library(lib_call);
+    assert!(
+        seen.pcs.iter().any(|&pc| (start..end).contains(&pc))
+            && seen.pcs.len() > 4
+            && seen.stop != unwind_in_process::StopReason::OutsideModules,
+        "the walk through the library loaded again ({:?}): {:x?}",
+        seen.stop,
+        seen.pcs
+    );
 }

@@ -249,7 +249,13 @@ pub fn loader_counts() -> (u64, u64) {
 
 /// A build id as lowercase hex, as profiles and file names carry it.
 pub(crate) fn hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(id.len() * 2);
+    for &b in id {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
 }
 
 /// The modules of the rule table published now, as the profile describes them.

@@ -183,6 +183,7 @@ fn sample_profile() -> Profile {
             program_actions: 0,
             reconnections: 0,
             timers_rearmed: 0,
+            profiler_work: Vec::new(),
         },
     }
 }

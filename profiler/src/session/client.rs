@@ -200,7 +200,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     let (socket, record) = hello(&addr, len, &key, &program, |_| {}).map_err(session)?;
     // SAFETY: `hello` maps the record for the rest of the process.
     unsafe { sampler::use_process_record(record) };
-    publish(Client {
+    let c = publish(Client {
         pid: std::process::id(),
         socket,
         sent: Mutex::new(collect::loader_counts()),
@@ -214,7 +214,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     }
     let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
     sampler::process().table_built(&report, false);
-    send_modules();
+    send_modules(c);
     sampler::install(config.timing()).map_err(StartError::Signal)?;
     sampler::start_thread();
     Ok(())
@@ -256,10 +256,9 @@ fn hello(
 /// Set while a rejoin is in progress, so that only one thread makes the new connection.
 static REJOINING: AtomicBool = AtomicBool::new(false);
 
-/// The descriptor of this process's connection, connecting again if the program closed it (see
-/// the module docs); `None` outside a session, or if it cannot be had.
-fn connection() -> Option<(&'static Client, RawFd)> {
-    let c = client()?;
+/// The descriptor of `c`'s connection (this process's), connecting again if the program closed
+/// it (see the module docs); `None` if it cannot be had.
+fn connection(c: &'static Client) -> Option<(&'static Client, RawFd)> {
     if let Some(fd) = c.socket.get() {
         return Some((c, fd));
     }
@@ -272,8 +271,8 @@ fn connection() -> Option<(&'static Client, RawFd)> {
         for _ in 0..200 {
             std::thread::sleep(Duration::from_millis(5));
             if !REJOINING.load(Acquire) {
-                let c = client()?;
-                return c.socket.get().map(|fd| (c, fd));
+                let new = any_client().filter(|n| n.pid == c.pid)?;
+                return new.socket.get().map(|fd| (new, fd));
             }
         }
         return None;
@@ -353,7 +352,7 @@ pub fn join_after_fork() {
     };
     // The parent's modules, as last sent: this process has the same tables.
     let sent = parent.sent.try_lock().map_or((0, 0), |s| *s);
-    publish(Client {
+    let c = publish(Client {
         pid: std::process::id(),
         socket,
         sent: Mutex::new(sent),
@@ -361,7 +360,7 @@ pub fn join_after_fork() {
         key: parent.key,
         program: parent.program.clone(),
     });
-    send_modules_unchanged();
+    send_modules_unchanged(c);
     // SAFETY: `hello` maps the record for the rest of the process.
     unsafe { sampler::resume_in_child(record) };
 }
@@ -393,39 +392,30 @@ pub fn request_snapshot() -> bool {
     true
 }
 
-/// Sends the modules of the published table.
-pub(super) fn send_modules() {
-    let Some(c) = client() else { return };
+/// Sends the modules of the published table on `c`, this process's connection.
+fn send_modules(c: &'static Client) {
     let mut sent = c.sent.lock().unwrap_or_else(|e| e.into_inner());
     *sent = collect::loader_counts();
-    send_module_list();
+    send_module_list(c);
 }
 
-/// Sends the modules of the published table, keeping the loader's counts as they were sent
-/// (a forked child's, from its parent: asking the loader is what a child of a multi-threaded
-/// process should not do).
-fn send_modules_unchanged() {
-    if let Some(c) = client() {
-        let _held = c.sent.lock().unwrap_or_else(|e| e.into_inner());
-        send_module_list();
-    }
+/// Sends the modules of the published table on `c`, keeping the loader's counts as they were
+/// sent (a forked child's, from its parent: asking the loader is what a child of a
+/// multi-threaded process should not do).
+fn send_modules_unchanged(c: &'static Client) {
+    let _held = c.sent.lock().unwrap_or_else(|e| e.into_inner());
+    send_module_list(c);
 }
 
-/// Sends this process's modules (the caller holds its client's `sent`, so that one list does
-/// not interleave with another).
-fn send_module_list() {
-    let Some((_, socket)) = connection() else {
+/// Sends this process's modules on `c` (the caller holds its `sent`, so that one list does not
+/// interleave with another).
+fn send_module_list(c: &'static Client) {
+    let Some((_, socket)) = connection(c) else {
         return;
     };
     let modules = collect::modules_now();
-    let count = Message::Modules {
-        count: modules.len() as u64,
-    };
-    if wire::send(socket, &count, None).is_err() {
-        return;
-    }
-    for m in modules {
-        if wire::send(socket, &Message::Module(m), None).is_err() {
+    for m in wire::pack_modules(modules) {
+        if wire::send(socket, &m, None).is_err() {
             return;
         }
     }
@@ -436,15 +426,23 @@ fn send_module_list() {
 pub fn modules_may_have_changed() {
     sampler::profiler_work(Work::TableRebuild, || {
         let Some(c) = client() else { return };
+        let code_mapped = CODE_MAPPED_UNSEEN.swap(false, Relaxed);
         if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts()
-            && !CODE_MAPPED_UNSEEN.swap(false, Relaxed)
+            && !code_mapped
         {
             return;
         }
-        if let Ok(report) = unwind_in_process::refresh() {
+        // Memory made executable meanwhile needs /proc/self/maps read again; a load or an
+        // unload alone does not (a loop of them would spend most of its time there).
+        let refreshed = if code_mapped {
+            unwind_in_process::refresh()
+        } else {
+            unwind_in_process::refresh_after_load()
+        };
+        if let Ok(report) = refreshed {
             sampler::process().table_built(&report, true);
         }
-        send_modules();
+        send_modules(c);
     });
 }
 
@@ -469,9 +467,9 @@ pub fn code_mapped(addr: usize, len: usize) {
             // SAFETY: as above.
             unsafe { *libc::__errno_location() = errno }
         };
-        if client().is_none() {
+        let Some(c) = client() else {
             return restore();
-        }
+        };
         match unwind_in_process::covers_code(start, end) {
             None => CODE_MAPPED_UNSEEN.store(true, Relaxed),
             Some(covered) => {
@@ -479,7 +477,7 @@ pub fn code_mapped(addr: usize, len: usize) {
                     match unwind_in_process::refresh_unless_busy() {
                         Ok(report) => {
                             sampler::process().table_built(&report, true);
-                            send_modules();
+                            send_modules(c);
                         }
                         Err(_) => CODE_MAPPED_UNSEEN.store(true, Relaxed),
                     }
@@ -501,7 +499,7 @@ pub(crate) fn shared_thread_region(bytes: usize) -> Option<io::Result<(OwnedFd, 
 /// Hands the thread record at `index`, in the region of `fd`, over to `record`; false if it
 /// could not.
 pub(crate) fn announce_thread(index: usize, fd: OwnedFd) -> bool {
-    connection().is_some_and(|(_, socket)| {
+    client().and_then(connection).is_some_and(|(_, socket)| {
         let thread = Message::Thread {
             index: index as u64,
         };

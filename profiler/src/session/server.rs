@@ -269,7 +269,8 @@ impl Server {
     }
 
     /// Waits up to `timeout` for news, then takes every new connection and message and drains
-    /// every ring.
+    /// every ring. (The connections are waited on too: a program that sends faster than one
+    /// collection's worth of messages would otherwise block on a full socket.)
     pub fn collect(&mut self, timeout: Duration) {
         let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
             .chain(
@@ -404,7 +405,7 @@ impl Server {
             match message {
                 Message::Hello { .. } => {}
                 Message::Thread { index } => p.thread(index, fd),
-                Message::Modules { count } => {
+                Message::Modules { count, first } => {
                     if count > MAX_MODULES as u64 {
                         p.cut_off("a module list longer than the limit");
                         return;
@@ -413,24 +414,13 @@ impl Server {
                     p.modules_due = count;
                     if count == 0 {
                         p.collector.set_modules(Vec::new());
+                    } else if !p.take_modules(first) {
+                        return;
                     }
                 }
-                Message::Module(m) => {
-                    if p.modules_due == 0 {
-                        p.cut_off("a module outside a module list");
+                Message::Module(list) => {
+                    if !p.take_modules(list) {
                         return;
-                    }
-                    if m.path.len() > MAX_PATH
-                        || m.build_id.len() > MAX_BUILD_ID
-                        || m.start >= m.end
-                    {
-                        p.cut_off("a module that cannot be one");
-                        return;
-                    }
-                    p.modules.push(m);
-                    p.modules_due -= 1;
-                    if p.modules_due == 0 {
-                        p.modules_complete();
                     }
                 }
                 Message::Snapshot => self.snapshot = true,
@@ -707,6 +697,28 @@ impl Process {
                 *self.refused.entry(why).or_default() += 1;
             }
         }
+    }
+
+    /// Takes modules of the list being received; false if they break the protocol (then the
+    /// connection is cut off).
+    fn take_modules(&mut self, list: Vec<Module>) -> bool {
+        if list.len() as u64 > self.modules_due {
+            self.cut_off("a module outside a module list");
+            return false;
+        }
+        let bad = |m: &Module| {
+            m.path.len() > MAX_PATH || m.build_id.len() > MAX_BUILD_ID || m.start >= m.end
+        };
+        if list.iter().any(bad) {
+            self.cut_off("a module that cannot be one");
+            return false;
+        }
+        self.modules_due -= list.len() as u64;
+        self.modules.extend(list);
+        if self.modules_due == 0 {
+            self.modules_complete();
+        }
+        true
     }
 
     /// A [`Message::Modules`] list is complete: the modules from now on, those new to this

@@ -35,13 +35,17 @@ pub enum Message {
         /// The record's index in the process.
         index: u64,
     },
-    /// The modules of the rule table from now on: `count` [`Message::Module`]s follow.
+    /// The modules of the rule table from now on: `count` of them, the first ones here, the
+    /// rest in [`Message::Module`]s.
     Modules {
         /// How many.
         count: u64,
+        /// The first ones (as many as fit with the count: [`pack_modules`]).
+        first: Vec<Module>,
     },
-    /// One module of a [`Message::Modules`] list.
-    Module(Module),
+    /// Modules of a [`Message::Modules`] list, in its order: as many as fit in one message
+    /// ([`pack_modules`]).
+    Module(Vec<Module>),
     /// The snapshot signal arrived: write the profile so far.
     Snapshot,
 }
@@ -74,25 +78,19 @@ impl Message {
                 word(THREAD);
                 word(*index);
             }
-            Message::Modules { count } => {
+            Message::Modules { count, first } => {
                 word(MODULES);
                 word(*count);
+                for m in first {
+                    out.extend_from_slice(&encode_module(m));
+                }
             }
             Message::Snapshot => word(SNAPSHOT),
-            Message::Module(m) => {
-                for w in [
-                    MODULE,
-                    m.start,
-                    m.end,
-                    m.bias,
-                    m.file_offset,
-                    u64::from(m.generated),
-                    m.build_id.len() as u64,
-                ] {
-                    word(w);
+            Message::Module(modules) => {
+                word(MODULE);
+                for m in modules {
+                    out.extend_from_slice(&encode_module(m));
                 }
-                out.extend_from_slice(m.build_id.as_bytes());
-                out.extend_from_slice(m.path.as_bytes());
             }
         }
         out
@@ -119,24 +117,97 @@ impl Message {
                 program: text(40)?,
             }),
             THREAD => Some(Message::Thread { index: word(1)? }),
-            MODULES => Some(Message::Modules { count: word(1)? }),
+            MODULES => Some(Message::Modules {
+                count: word(1)?,
+                first: decode_modules(bytes.get(16..)?)?,
+            }),
             SNAPSHOT => Some(Message::Snapshot),
             MODULE => {
-                let id_len = usize::try_from(word(6)?).ok()?;
-                let id = bytes.get(56..56usize.checked_add(id_len)?)?;
-                Some(Message::Module(Module {
-                    start: word(1)?,
-                    end: word(2)?,
-                    bias: word(3)?,
-                    file_offset: word(4)?,
-                    generated: word(5)? != 0,
-                    build_id: String::from_utf8_lossy(id).into_owned(),
-                    path: text(56 + id_len)?,
-                }))
+                let modules = decode_modules(bytes.get(8..)?)?;
+                (!modules.is_empty()).then_some(Message::Module(modules))
             }
             _ => None,
         }
     }
+}
+
+/// One module's record in a [`Message::Module`]: its start, end, bias, file offset, whether
+/// generated, the lengths of its build id and path (little-endian words), then those bytes.
+fn encode_module(m: &Module) -> Vec<u8> {
+    let mut out = Vec::with_capacity(56 + m.build_id.len() + m.path.len());
+    for w in [
+        m.start,
+        m.end,
+        m.bias,
+        m.file_offset,
+        u64::from(m.generated),
+        m.build_id.len() as u64,
+        m.path.len() as u64,
+    ] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.extend_from_slice(m.build_id.as_bytes());
+    out.extend_from_slice(m.path.as_bytes());
+    out
+}
+
+/// The module records that make up `bytes`; `None` if they do not.
+fn decode_modules(mut bytes: &[u8]) -> Option<Vec<Module>> {
+    let mut modules = Vec::new();
+    while !bytes.is_empty() {
+        let (m, used) = decode_module(bytes)?;
+        modules.push(m);
+        bytes = bytes.get(used..)?;
+    }
+    Some(modules)
+}
+
+/// The module record at the start of `bytes`, and its length; `None` if it is not one.
+fn decode_module(bytes: &[u8]) -> Option<(Module, usize)> {
+    let word = |i: usize| -> Option<u64> {
+        let b = bytes.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    };
+    let id_len = usize::try_from(word(5)?).ok()?;
+    let path_len = usize::try_from(word(6)?).ok()?;
+    let id_end = 56usize.checked_add(id_len)?;
+    let end = id_end.checked_add(path_len)?;
+    let module = Module {
+        start: word(0)?,
+        end: word(1)?,
+        bias: word(2)?,
+        file_offset: word(3)?,
+        generated: word(4)? != 0,
+        build_id: String::from_utf8_lossy(bytes.get(56..id_end)?).into_owned(),
+        path: String::from_utf8_lossy(bytes.get(id_end..end)?).into_owned(),
+    };
+    Some((module, end))
+}
+
+/// `modules` as a list: a [`Message::Modules`] with the first of them, then
+/// [`Message::Module`]s, each of at most [`MAX_MESSAGE`] bytes, in order (one message for the
+/// lists of most programs; a module too long for a message of its own, which no path of
+/// `PATH_MAX` is, makes one alone, which the receiver refuses).
+pub(super) fn pack_modules(modules: Vec<Module>) -> Vec<Message> {
+    let count = modules.len() as u64;
+    let mut batches: Vec<Vec<Module>> = vec![Vec::new()];
+    let mut bytes = 16;
+    for m in modules {
+        let len = 56 + m.build_id.len() + m.path.len();
+        if bytes + len > MAX_MESSAGE && batches.last().is_some_and(|b| !b.is_empty()) {
+            batches.push(Vec::new());
+            bytes = 8;
+        }
+        bytes += len;
+        if let Some(b) = batches.last_mut() {
+            b.push(m);
+        }
+    }
+    let mut batches = batches.into_iter();
+    let first = batches.next().unwrap_or_default();
+    std::iter::once(Message::Modules { count, first })
+        .chain(batches.map(Message::Module))
+        .collect()
 }
 
 /// The socket address of the abstract name `name`, and its length.
@@ -329,8 +400,11 @@ mod tests {
                 program: String::new(),
             },
             Message::Thread { index: 7 },
-            Message::Modules { count: 3 },
-            Message::Module(Module {
+            Message::Modules {
+                count: 3,
+                first: Vec::new(),
+            },
+            Message::Module(vec![Module {
                 path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
                 start: 0x7f00_0002_8000,
                 end: 0x7f00_001b_d000,
@@ -338,16 +412,27 @@ mod tests {
                 file_offset: 0x28000,
                 build_id: "c289da5071a3399de893d2af81d6a30c62646e1e".into(),
                 generated: false,
-            }),
-            Message::Module(Module {
-                path: "[anon]".into(),
-                start: 0x7f00_1000_0000,
-                end: 0x7f00_1004_0000,
-                bias: 0,
-                file_offset: 0,
-                build_id: String::new(),
-                generated: true,
-            }),
+            }]),
+            Message::Module(vec![
+                Module {
+                    path: "[anon]".into(),
+                    start: 0x7f00_1000_0000,
+                    end: 0x7f00_1004_0000,
+                    bias: 0,
+                    file_offset: 0,
+                    build_id: String::new(),
+                    generated: true,
+                },
+                Module {
+                    path: "/usr/bin/python3.11".into(),
+                    start: 0x40_0000,
+                    end: 0x80_0000,
+                    bias: 0,
+                    file_offset: 0x1000,
+                    build_id: "ab".into(),
+                    generated: false,
+                },
+            ]),
             Message::Snapshot,
         ];
         for m in &messages {
@@ -355,10 +440,13 @@ mod tests {
         }
         assert_eq!(Message::decode(&[]), None);
         assert_eq!(Message::decode(&99u64.to_le_bytes()), None);
-        // A module whose build id runs past the message.
+        // A module whose build id runs past the message, and one cut short.
         let mut bad = messages[4].encode();
         bad[48..56].copy_from_slice(&1000u64.to_le_bytes());
         assert_eq!(Message::decode(&bad), None);
+        let whole = messages[5].encode();
+        assert_eq!(Message::decode(&whole[..whole.len() - 1]), None);
+        assert_eq!(Message::decode(&4u64.to_le_bytes()), None);
         // A hello whose rejoin flag is neither.
         let mut bad = messages[0].encode();
         bad[16..24].copy_from_slice(&2u64.to_le_bytes());
@@ -371,6 +459,54 @@ mod tests {
             }
         }
         assert_eq!(Message::decode(&messages[0].encode()[..39]), None);
+    }
+
+    /// Modules are packed into as few messages as fit, in order, each within the limit.
+    #[test]
+    fn module_lists_are_packed_in_order_within_the_limit() {
+        let modules: Vec<Module> = (0..300u64)
+            .map(|i| Module {
+                path: format!(
+                    "/usr/lib/x86_64-linux-gnu/lib{i}.so.{}",
+                    "x".repeat(i as usize % 90)
+                ),
+                start: i << 20,
+                end: (i << 20) + 0x1000,
+                bias: i << 20,
+                file_offset: 0,
+                build_id: "c289da5071a3399de893d2af81d6a30c62646e1e".into(),
+                generated: false,
+            })
+            .collect();
+        let messages = pack_modules(modules.clone());
+        assert!(
+            messages.len() > 1 && messages.len() < 20,
+            "{}",
+            messages.len()
+        );
+        let mut back = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let bytes = m.encode();
+            assert!(bytes.len() <= MAX_MESSAGE);
+            match Message::decode(&bytes) {
+                Some(Message::Modules { count, first }) if i == 0 => {
+                    assert_eq!(count, 300);
+                    back.extend(first);
+                }
+                Some(Message::Module(list)) if i > 0 => back.extend(list),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(back, modules);
+        // A short list is one message; none is a list of none.
+        assert_eq!(pack_modules(modules[..5].to_vec()).len(), 1);
+        assert_eq!(
+            pack_modules(Vec::new()),
+            [Message::Modules {
+                count: 0,
+                first: Vec::new()
+            }]
+        );
     }
 
     /// A message longer than the buffer is reported as truncated, not taken for a shorter one.

@@ -266,12 +266,14 @@ static int inject(void) {
         if (send_with(own, head, sizeof head, -1) != 0) break;
         for (int i = 0; i < 100; i++) {
             uint64_t start = 0x100000000ull + ((uint64_t)(list * 100 + i) << 16);
-            uint64_t w[7] = {4, start, start + 0x1000, start, 0, 0, 0};
+            /* A message of one module: its kind, then the module's start, end, bias, file
+             * offset, whether generated, build id length and path length, then the path. */
+            uint64_t w[8] = {4, start, start + 0x1000, start, 0, 0, 0, 4000};
             memcpy(m, w, sizeof w);
-            memset(m + 56, 'a', 4000);
-            int k = snprintf((char *)m + 56, 32, "/forged/%d/%d/", list, i);
-            m[56 + k] = 'a';
-            if (send_with(own, m, 56 + 4000, -1) != 0) break;
+            memset(m + 64, 'a', 4000);
+            int k = snprintf((char *)m + 64, 32, "/forged/%d/%d/", list, i);
+            m[64 + k] = 'a';
+            if (send_with(own, m, 64 + 4000, -1) != 0) break;
             sent++;
         }
     }
