@@ -142,12 +142,18 @@ static jitted jit(unsigned char *page, size_t at, const unsigned char *code, siz
     return (jitted)(uintptr_t)(page + at + THUMB);
 }
 
+/* The JIT page, for the report: return addresses into it are frames a walk may rightly write
+ * once a refresh has made the page a module of the table (crossed by its frame pointer). */
+static uintptr_t jit_lo, jit_hi;
+
 static void *jit_main(void *arg) {
     (void)arg;
     reg();
     unsigned char *page = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED)
         abort();
+    jit_lo = (uintptr_t)page;
+    jit_hi = jit_lo + 4096;
     jitted fp = jit(page, 0, with_fp, sizeof with_fp);
     jitted nofp = jit(page, 64, without_fp, sizeof without_fp);
     jitted loop = jit(page, 128, looping, sizeof looping);
@@ -404,6 +410,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen(argv[1], "a");
         if (f) {
             fprintf(f, "# plugin %lx %lx\n", (unsigned long)plugin_lo, (unsigned long)plugin_hi);
+            fprintf(f, "# jit %lx %lx\n", (unsigned long)jit_lo, (unsigned long)jit_hi);
             fclose(f);
         }
     }
