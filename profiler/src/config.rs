@@ -28,7 +28,8 @@ pub struct Config {
     pub timer: TimerChoice,
     /// The signal the timers send.
     pub signal: libc::c_int,
-    /// The deepest stack recorded (deeper walks stop with `BufferFull`).
+    /// The deepest stack recorded (deeper walks stop with `BufferFull`); at most and by default
+    /// [`crate::sampler::MAX_FRAMES`], which the handler's buffer on the signal stack holds.
     pub max_frames: usize,
     /// The size of each thread's sample ring, in 8-byte words.
     pub ring_words: usize,
@@ -63,7 +64,7 @@ impl Default for Config {
             clock: Clock::Cpu,
             timer: TimerChoice::Auto,
             signal: libc::SIGURG,
-            max_frames: 128,
+            max_frames: crate::sampler::MAX_FRAMES,
             ring_words: 1 << 14,
             collect_every: Duration::from_millis(10),
             output: None,
@@ -144,7 +145,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         flag: "--max-frames",
         value: "N",
         env: "UNWIND_PROFILER_MAX_FRAMES",
-        help: "deepest stack recorded, 1 to 256 (default 128)",
+        help: "deepest stack recorded, 1 to 256 (default 256; deeper walks stop and are counted as BufferFull)",
     },
     OptionSpec {
         flag: "--stack-scanning",
