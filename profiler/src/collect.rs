@@ -280,6 +280,11 @@ impl InProcess {
     pub fn new(interval: Duration, wall_clock: bool) -> InProcess {
         let mut collector = Collector::new(interval, wall_clock, SystemTime::now());
         collector.set_modules(modules_now());
+        // The preload library used alone: its work in the program's threads is its own.
+        let record = sampler::process();
+        if record.preloaded.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            collector.set_own_code(record.trampoline.load(std::sync::atomic::Ordering::Relaxed));
+        }
         InProcess {
             collector,
             outside_seen: unwind_in_process::outside_modules().count,
