@@ -8,7 +8,7 @@ use crate::profile::Module;
 
 /// The largest message: one module's path and build id (paths are at most `PATH_MAX`). A longer
 /// one arrives truncated, and is refused.
-pub(super) const MAX_MESSAGE: usize = 8192;
+pub const MAX_MESSAGE: usize = 8192;
 
 /// The run's key, which every process presents in its [`Message::Hello`]: `record` makes it and
 /// passes it in [`super::KEY_VAR`], so only the processes of the run know it.
@@ -188,7 +188,7 @@ fn decode_module(bytes: &[u8]) -> Option<(Module, usize)> {
 /// [`Message::Module`]s, each of at most [`MAX_MESSAGE`] bytes, in order (one message for the
 /// lists of most programs; a module too long for a message of its own, which no path of
 /// `PATH_MAX` is, makes one alone, which the receiver refuses).
-pub(super) fn pack_modules(modules: Vec<Module>) -> Vec<Message> {
+pub fn pack_modules(modules: Vec<Module>) -> Vec<Message> {
     let count = modules.len() as u64;
     let mut batches: Vec<Vec<Module>> = vec![Vec::new()];
     let mut bytes = 16;
