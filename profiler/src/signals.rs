@@ -122,7 +122,7 @@ impl Owned {
     }
 }
 
-/// Whether the program has a handler of its own (not `SIG_DFL` or `SIG_IGN`) in `act`.
+/// Whether `handler` is a function of the program's (not `SIG_DFL` or `SIG_IGN`).
 fn is_handler(handler: usize) -> bool {
     handler != libc::SIG_DFL && handler != libc::SIG_IGN
 }
@@ -168,12 +168,14 @@ pub unsafe fn program_sigaction(
     old: *mut libc::sigaction,
 ) -> Option<libc::c_int> {
     let entry = owned(signal)?;
-    // SAFETY: the caller's contract.
-    let (act, old) = unsafe { (act.as_ref(), old.as_mut()) };
-    if let Some(old) = old {
-        *old = entry.program_action();
+    // A copy first: `act` and `old` may be the same sigaction.
+    // SAFETY: the caller's contract: null or a valid sigaction.
+    let act: Option<libc::sigaction> = unsafe { act.as_ref() }.copied();
+    if !old.is_null() {
+        // SAFETY: as above; written through the pointer, which `act` no longer borrows.
+        unsafe { old.write(entry.program_action()) };
     }
-    if let Some(act) = act {
+    if let Some(act) = &act {
         entry.set_program_action(act);
         crate::sampler::process()
             .program_actions

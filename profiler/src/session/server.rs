@@ -51,6 +51,8 @@ pub const MAX_RING_WORDS: usize = 1 << 16;
 const MESSAGES_PER_COLLECT: usize = 4096;
 /// How long `record` waits between two snapshots that processes ask for.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
+/// How long a connection may stay without saying hello (a process of the run says it at once).
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
 
 /// A thread record received from a process, checked.
 struct SharedThread {
@@ -157,6 +159,8 @@ struct Process {
     refused: BTreeMap<String, u64>,
     /// A connection to drop (refused, or merged into an earlier process's as a rejoin).
     gone: bool,
+    /// When the connection was accepted.
+    accepted: Instant,
 }
 
 /// `record`'s end of a session: the socket the program's processes connect to, and what they
@@ -304,6 +308,11 @@ impl Server {
         for i in 0..self.processes.len() {
             self.receive(i, &mut buffer);
         }
+        for p in &mut self.processes {
+            if p.record.is_none() && p.socket.is_some() && p.accepted.elapsed() > HELLO_WITHIN {
+                p.cut_off("no hello within 10 s");
+            }
+        }
         for p in self.processes.iter_mut().filter(|p| p.gone) {
             for (what, n) in std::mem::take(&mut p.refused) {
                 *self.refused.entry(what).or_default() += n;
@@ -356,6 +365,7 @@ impl Server {
                 cpu_at_look: None,
                 refused: BTreeMap::new(),
                 gone: false,
+                accepted: Instant::now(),
             });
         }
     }
@@ -880,6 +890,52 @@ pub fn raise_descriptor_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection that says nothing is closed after [`HELLO_WITHIN`] and counted; one with
+    /// the wrong key at once.
+    #[test]
+    fn silent_connections_and_wrong_keys_are_refused() {
+        let library = std::path::Path::new("/nonexistent/libunwind_profiler_preload.so");
+        let mut server = Server::new(&Config::default(), library).unwrap();
+        let (addr, len) = wire::address(server.name()).unwrap();
+        let connect = || {
+            let s = wire::seqpacket(0).unwrap();
+            // SAFETY: a valid address of the given length, on our socket.
+            let rc = unsafe {
+                libc::connect(
+                    s.as_raw_fd(),
+                    (&addr as *const libc::sockaddr_un).cast(),
+                    len,
+                )
+            };
+            assert_eq!(rc, 0);
+            s
+        };
+        let _silent = connect();
+        server.take_everything();
+        assert_eq!(server.processes.len(), 1, "taken, waiting for its hello");
+        server.processes[0].accepted = Instant::now() - HELLO_WITHIN - Duration::from_secs(1);
+        server.take_everything();
+        assert!(server.processes.is_empty());
+        let wrong = connect();
+        let hello = Message::Hello {
+            pid: std::process::id(),
+            key: [0; 16],
+            rejoin: false,
+            program: String::new(),
+        };
+        wire::send(wrong.as_raw_fd(), &hello, None).unwrap();
+        server.take_everything();
+        assert!(server.processes.is_empty());
+        let refused = server.refused();
+        assert!(
+            refused.contains(&(
+                "connection closed: the process sent no hello within 10 s".to_string(),
+                1
+            )) && refused.contains(&("connections without the run's key".to_string(), 1)),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn this_process_descends_from_its_parent_not_from_another() {
