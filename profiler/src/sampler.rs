@@ -1126,8 +1126,15 @@ unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc:
     // The kernel checks POSIX CPU-time timers at its tick (250 Hz on many kernels), so one
     // signal may stand for several periods: the sample carries that weight.
     let weight = 1 + overrun.max(0) as u64;
-    // The stop reason in the low byte, the profiler's work during the sample above it.
-    let stop = result.stop.index() as u64 | s.record.work.load(Relaxed) << 8;
+    // The stop reason in the low byte, the profiler's work during the sample above it (a mark
+    // that is none of the profiler's, the program having written over its record, is none).
+    let work = s.record.work.load(Relaxed);
+    let work = if work <= Work::ALL.len() as u64 {
+        work
+    } else {
+        0
+    };
+    let stop = result.stop.index() as u64 | work << 8;
     let header = [time, stop, weight];
     if !s.ring.push(&header, stack) {
         c.drop(DropReason::RingFull);

@@ -127,10 +127,18 @@ static int huge(void) {
 }
 
 static int scribble(void) {
-    honest_main_work();
-    block_sampling(SIGURG);
+    /* First, while both threads still have their work ahead: the samples after it must count. */
     struct region r[64];
-    int n = shared_regions(r, 64), processes = 0, threads = 0;
+    int n = 0;
+    for (int tries = 0; tries < 1000; tries++) {
+        n = shared_regions(r, 64);
+        int threads = 0;
+        for (int i = 0; i < n; i++) threads += is_kind(&r[i], THREAD_MAGIC);
+        if (threads >= 2) break;
+        usleep(1000);
+    }
+    block_sampling(SIGURG);
+    int processes = 0, threads = 0;
     for (int i = 0; i < n; i++) {
         size_t size = word(&r[i], 0) & 0xffff;
         if (is_kind(&r[i], PROCESS_MAGIC)) {
@@ -143,7 +151,12 @@ static int scribble(void) {
         }
     }
     printf("scribble: %d process and %d thread records written over\n", processes, threads);
-    return processes == 1 && threads >= 1 ? 0 : 2;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGURG);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    honest_main_work();
+    return processes == 1 && threads >= 2 ? 0 : 2;
 }
 
 static int truncate_shared(void) {
