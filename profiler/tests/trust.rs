@@ -314,8 +314,8 @@ fn a_program_that_closes_every_descriptor_gets_nothing_and_is_profiled() {
             .any(|l| l.starts_with("threads not sampled")),
         "{summary}"
     );
-    // Three threads of 300 ms of CPU each, at 1 kHz of each thread's CPU clock.
-    let periods = run.periods_in("after_close_work");
+    // Six threads of 150 ms of CPU each, at 1 kHz of each thread's CPU clock.
+    let periods = run.periods_in("after_close_burst");
     assert!(periods > 800, "{periods} periods of 900:\n{summary}");
     assert!(
         !run.stderr.contains("CPU time was not sampled"),

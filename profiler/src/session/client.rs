@@ -266,16 +266,26 @@ fn connection(c: &'static Client) -> Option<(&'static Client, RawFd)> {
     if record.rejoins.load(Relaxed) >= u64::from(MAX_REJOINS) {
         return None;
     }
+    // The connection another thread of this process made again since `c` was read, if any:
+    // it serves this thread too (a second rejoin would be refused, `record` having the first).
+    let current = || {
+        let now = any_client().filter(|n| n.pid == c.pid && !std::ptr::eq(*n, c))?;
+        now.socket.get().map(|fd| (now, fd))
+    };
     if REJOINING.swap(true, Acquire) {
-        // Another thread is connecting again: its connection serves this one too.
+        // Another thread is connecting again: wait for its connection.
         for _ in 0..200 {
             std::thread::sleep(Duration::from_millis(5));
             if !REJOINING.load(Acquire) {
-                let new = any_client().filter(|n| n.pid == c.pid)?;
-                return new.socket.get().map(|fd| (new, fd));
+                return current();
             }
         }
         return None;
+    }
+    if let Some(done) = current() {
+        // Another thread connected again just before this one took the flag.
+        REJOINING.store(false, Release);
+        return Some(done);
     }
     record.rejoins.fetch_add(1, Relaxed);
     sampler::profiler_work(Work::Reconnection, || rejoin(c))

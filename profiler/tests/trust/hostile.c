@@ -307,15 +307,23 @@ __attribute__((noinline)) static void *after_close_work(void *arg) {
     return NULL;
 }
 
+__attribute__((noinline)) static void *after_close_burst(void *arg) {
+    (void)arg;
+    BURN(150);
+    return NULL;
+}
+
 static int closefds(void) {
     /* As daemons do at start: every descriptor but the standard ones. */
     for (int fd = 3; fd < 65536; fd++) close(fd);
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 2;
-    pthread_t t[3];
-    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, after_close_work, NULL);
+    /* Six threads at once: they meet the closed connection together, and must share one new
+     * one. */
+    pthread_t t[6];
+    for (int i = 0; i < 6; i++) pthread_create(&t[i], NULL, after_close_burst, NULL);
     void *lib = dlopen("libm.so.6", RTLD_NOW);
-    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 6; i++) pthread_join(t[i], NULL);
     if (lib) dlclose(lib);
     int unexpected = 0;
     char buf[256];
