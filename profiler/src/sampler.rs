@@ -164,7 +164,7 @@ pub fn program_call<T>(f: impl FnOnce() -> T) -> T {
 /// The calling thread's record, if it is sampled.
 fn own_slot() -> Option<&'static Slot> {
     let me = unwind_in_process::thread_pointer();
-    slots().find(|s| s.record.active() && s.thread_pointer.load(Relaxed) == me)
+    slots().find(|s| s.record.active() && s.owner.load(Relaxed) == me)
 }
 
 /// Sets the calling thread's work mark (see [`Work`]).
@@ -316,13 +316,11 @@ pub struct Slot {
     pub record: &'static ThreadRecord,
     /// Its ring (the words after the record).
     pub ring: Ring,
-    /// The owner's `pthread_t` (the handler checks it: a signal meant for another thread is not
-    /// ours).
-    pthread: AtomicUsize,
-    /// The owner's thread pointer ([`unwind_in_process::thread_pointer`]), by which the
-    /// profiler's hooks find their thread's record without a call into the C library (a sample
-    /// there would be shown as the program's).
-    thread_pointer: AtomicUsize,
+    /// The owner's thread pointer ([`unwind_in_process::thread_pointer`]), 0 while it has none:
+    /// the handler checks it (a signal meant for another thread is not ours), and the
+    /// profiler's hooks find their thread's record by it, without a call into the C library (a
+    /// sample there would be shown as the program's).
+    owner: AtomicUsize,
     /// The owner's timer, taken by whoever deletes it (the exiting thread, or `stop`).
     timer: Mutex<Option<ThreadTimer>>,
     /// `counters.signals` when the owner's timer started (for a perf event's unsignalled
@@ -619,9 +617,9 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
 }
 
 /// The handler of a signal the program has an action for too (and of `SIGTRAP` with
-/// `perf-sigtrap` timers, which debuggers and crash reporters use): the samples go to
-/// [`on_signal`], every other signal to the program's action
-/// ([`signals::pass_on_to_program`]). Kept apart from [`on_signal`] because passing on calls
+/// `perf-sigtrap` timers, which debuggers and crash reporters use): the profiler's timers'
+/// signals are sampled as [`on_signal`] samples them, every other signal goes to the program's
+/// action ([`signals::pass_on_to_program`]). Kept apart from [`on_signal`] because passing on calls
 /// `sigaction`, `raise` and the program's handler, which the sampling path never does
 /// (tests/shared_object.rs checks both).
 extern "C" fn on_signal_chained(
@@ -629,18 +627,20 @@ extern "C" fn on_signal_chained(
     info: *mut libc::siginfo_t,
     uc: *mut libc::c_void,
 ) {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    if unsafe { our_slot(signal, &*info) }.is_some() {
-        on_signal(signal, info, uc);
-    } else {
-        process().foreign.fetch_add(1, Relaxed);
-        // SAFETY: this errno is the thread's, kept across the program's handler as across ours.
-        let errno = unsafe { *libc::__errno_location() };
-        // SAFETY: the arguments of this running handler of `signal`.
-        unsafe { signals::pass_on_to_program(signal, info, uc) };
+    // SAFETY: this errno is the thread's, kept across the sample and the program's handler.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
+    match unsafe { our_slot(signal, &*info) } {
         // SAFETY: as above.
-        unsafe { *libc::__errno_location() = errno };
+        Some((s, overrun)) => unsafe { sample(s, overrun, uc) },
+        None => {
+            process().foreign.fetch_add(1, Relaxed);
+            // SAFETY: the arguments of this running handler of `signal`.
+            unsafe { signals::pass_on_to_program(signal, info, uc) };
+        }
     }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
 /// Stops storing samples (signals still pending are counted as [`DropReason::AfterStop`]) and
@@ -713,7 +713,7 @@ pub unsafe fn resume_in_child(record: *mut ProcessRecord) -> bool {
 /// profiler's descriptors (its connection to `record` was gone).
 pub fn rearm_lost_timers() {
     let Some(timing) = TIMING.get() else { return };
-    for (index, s) in slots().enumerate() {
+    for (index, s) in indexed_slots() {
         if !s.record.active() {
             continue;
         }
@@ -737,10 +737,16 @@ pub fn rearm_lost_timers() {
 
 /// Every record of this process allocated so far.
 pub fn slots() -> impl Iterator<Item = &'static Slot> {
+    indexed_slots().map(|(_, s)| s)
+}
+
+/// Every record allocated so far, with its index (the timer's `sigev_value`): an index whose
+/// region could not be made stays empty, so a record's place among the others is not its index.
+fn indexed_slots() -> impl Iterator<Item = (usize, &'static Slot)> {
     let n = ALLOCATED.load(Acquire).min(MAX_THREADS);
-    RECORDS[..n].iter().filter_map(|p| {
+    RECORDS[..n].iter().enumerate().filter_map(|(i, p)| {
         // SAFETY: slots are leaked boxes, never freed.
-        unsafe { p.load(Acquire).as_ref() }
+        unsafe { p.load(Acquire).as_ref() }.map(|s| (i, s))
     })
 }
 
@@ -799,7 +805,7 @@ fn new_region(ring_words: usize) -> Option<(*mut u8, Option<std::os::fd::OwnedFd
 /// The index of a record for the calling thread: a free one, or a new one; `None` if there is
 /// none (counted, by why).
 fn claim_record(ring_words: usize) -> Option<usize> {
-    for (i, s) in slots().enumerate() {
+    for (i, s) in indexed_slots() {
         if s.record
             .state
             .compare_exchange(FREE, ACTIVE, Acquire, Relaxed)
@@ -843,8 +849,7 @@ fn claim_record(ring_words: usize) -> Option<usize> {
     let s = Box::leak(Box::new(Slot {
         record,
         ring,
-        pthread: AtomicUsize::new(0),
-        thread_pointer: AtomicUsize::new(0),
+        owner: AtomicUsize::new(0),
         timer: Mutex::new(None),
         signals_at_start: AtomicU64::new(0),
         cache: AtomicPtr::new(std::ptr::null_mut()),
@@ -876,11 +881,11 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
     // SAFETY: `claim_record` returned the index of a non-null slot.
     let s = unsafe { &*RECORDS[index].load(Acquire) };
     let r = s.record;
-    // SAFETY: gettid and pthread_self have no preconditions.
-    let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
     r.tid.store(tid, Relaxed);
     r.work.store(0, Relaxed);
-    // The handler adds the owner's cache counts from here on (before `pthread` names the owner,
+    // The handler adds the owner's cache counts from here on (before `owner` names the owner,
     // which is when the handler starts reading them).
     let cache = unwind_in_process::this_thread_cache_counts();
     s.cache_seen[0].store(cache.map_or(0, |c| c.hits()), Relaxed);
@@ -889,9 +894,7 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
         cache.map_or(std::ptr::null_mut(), |c| c as *const _ as *mut _),
         Relaxed,
     );
-    s.thread_pointer
-        .store(unwind_in_process::thread_pointer(), Relaxed);
-    s.pthread.store(me as usize, Release);
+    s.owner.store(unwind_in_process::thread_pointer(), Release);
     s.signals_at_start.store(r.counters.signals.get(), Relaxed);
     r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
     match timer::create(&timing.timer, index, tid) {
@@ -903,7 +906,7 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
         }
         Err(_) => {
             process().timer_failed.fetch_add(1, Relaxed);
-            s.pthread.store(0, Relaxed);
+            s.owner.store(0, Relaxed);
             r.state.store(FREE, Release);
             return None;
         }
@@ -921,8 +924,7 @@ pub fn thread_exiting(index: usize) {
     else {
         return;
     };
-    // SAFETY: pthread_self has no preconditions.
-    if s.pthread.load(Relaxed) != unsafe { libc::pthread_self() } as usize {
+    if s.owner.load(Relaxed) != unwind_in_process::thread_pointer() {
         return;
     }
     s.delete_timer();
@@ -1033,7 +1035,13 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
     // SAFETY: as above.
     let saved = unsafe { *errno };
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
-    unsafe { handle(signal, info, uc) };
+    match unsafe { our_slot(signal, &*info) } {
+        // SAFETY: as above.
+        Some((s, overrun)) => unsafe { sample(s, overrun, uc) },
+        None => {
+            process().foreign.fetch_add(1, Relaxed);
+        }
+    }
     // SAFETY: as above.
     unsafe { *errno = saved };
 }
@@ -1065,22 +1073,17 @@ unsafe fn our_slot(signal: libc::c_int, info: &libc::siginfo_t) -> Option<(&'sta
     let slot = RECORDS
         .get(index)
         .and_then(|p| unsafe { p.load(Acquire).as_ref() });
-    slot.filter(|s| {
-        // SAFETY: pthread_self only reads the thread pointer.
-        s.pthread.load(Relaxed) == unsafe { libc::pthread_self() } as usize
-    })
-    .map(|s| (s, overrun))
+    slot.filter(|s| s.owner.load(Relaxed) == unwind_in_process::thread_pointer())
+        .map(|s| (s, overrun))
 }
 
+/// Takes a sample for `s`, the interrupted thread's record, whose timer's signal stands for
+/// `overrun` more periods.
+///
 /// # Safety
-/// `signal`, `info` and `uc` are the arguments of a running SA_SIGINFO handler.
+/// `uc` is the context of a running SA_SIGINFO handler, on the thread `s` belongs to.
 #[inline(always)]
-unsafe fn handle(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: the caller's contract.
-    let Some((s, overrun)) = (unsafe { our_slot(signal, &*info) }) else {
-        process().foreign.fetch_add(1, Relaxed);
-        return;
-    };
+unsafe fn sample(s: &Slot, overrun: i32, uc: *mut libc::c_void) {
     let c = &s.record.counters;
     c.signals.add(1);
     c.overruns.add(overrun.max(0) as u64);

@@ -359,6 +359,31 @@ fn threads_that_cannot_be_sampled_are_said() {
     assert!(share > 90.0, "{line}");
 }
 
+/// A thread that takes over the record of one that exited, after a thread whose record could
+/// not be made (its index left empty): it is sampled under its record's own index (before, its
+/// place among the records was taken for its index, and the program crashed on the empty one).
+#[test]
+fn a_record_taken_over_after_an_empty_index_is_sampled() {
+    let Some(run) = hostile("holes", &[], &["holes"]) else {
+        return;
+    };
+    assert!(
+        run.stdout.contains("holes: 3 threads ran"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.exited_with(0), "{}", run.status);
+    // 300 ms of CPU at 1 kHz of the thread's clock.
+    let periods = run.periods_in("reused_record_work");
+    assert!(periods > 250, "{periods} periods of 300");
+    assert!(
+        run.stderr
+            .contains("threads not sampled: 1 (no memory for its samples"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// A program that installs its own handler for the sampling signal (`sigaction`, then
 /// `signal`) receives the signals it raises and none of the profiler's, and sampling goes on
 /// (before: 0 samples, and thousands of the profiler's signals in the program's handler). The

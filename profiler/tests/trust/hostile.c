@@ -12,6 +12,8 @@
  *   closefds  closes every descriptor but 0-2, opens a socketpair, starts threads and loads a
  *             library: the profiler must write nothing on the program's descriptors
  *   rlimit    lowers RLIMIT_NOFILE to 4, then starts four threads
+ *   holes     starts a thread under RLIMIT_NOFILE 4 (it cannot be sampled), then, the limit
+ *             restored, one that exits, then one that takes over its record
  *   handler   installs its own handlers (sigaction, then signal) for the sampling signal
  *             (argv[2], default URG) and raises it: it must receive exactly its own signals
  *   fifo      runs code in an executable page and leaves a FIFO at /tmp/perf-PID.map and a
@@ -345,6 +347,37 @@ static int rlimit(void) {
     return 0;
 }
 
+__attribute__((noinline)) static void *short_work(void *arg) {
+    (void)arg;
+    BURN(50);
+    return NULL;
+}
+
+__attribute__((noinline)) static void *reused_record_work(void *arg) {
+    (void)arg;
+    BURN(300);
+    return NULL;
+}
+
+static int holes(void) {
+    struct rlimit was;
+    if (getrlimit(RLIMIT_NOFILE, &was) != 0) return 2;
+    struct rlimit low = {4, was.rlim_max};
+    pthread_t t;
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0 || pthread_create(&t, NULL, short_work, NULL) != 0)
+        return 2;
+    pthread_join(t, NULL);
+    if (setrlimit(RLIMIT_NOFILE, &was) != 0) return 2;
+    if (pthread_create(&t, NULL, short_work, NULL) != 0) return 2;
+    pthread_join(t, NULL);
+    /* record frees an exited thread's record once it has drained it (every 10 ms). */
+    usleep(300000);
+    if (pthread_create(&t, NULL, reused_record_work, NULL) != 0) return 2;
+    pthread_join(t, NULL);
+    printf("holes: 3 threads ran\n");
+    return 0;
+}
+
 static volatile sig_atomic_t received, received_plain, not_own;
 
 /* Counts its own signals (sent by raise: SI_TKILL), and any other (a profiler's timer's). */
@@ -464,6 +497,7 @@ int main(int argc, char **argv) {
     if (strcmp(what, "inject") == 0) return inject();
     if (strcmp(what, "closefds") == 0) return closefds();
     if (strcmp(what, "rlimit") == 0) return rlimit();
+    if (strcmp(what, "holes") == 0) return holes();
     if (strcmp(what, "handler") == 0) return handler(argc > 2 ? argv[2] : "URG");
     if (strcmp(what, "fifo") == 0) return fifo();
     if (strcmp(what, "wait") == 0 && argc > 2) return wait_for(argv[2]);
