@@ -530,7 +530,7 @@ pub fn thread_pointer() -> usize {
 /// to a later thread: a profiler that copies them from its signal handler (two loads, where
 /// [`cache_stats`] finds the slot again) adds the differences since it last looked.
 pub fn this_thread_cache_counts() -> Option<&'static CacheCounts> {
-    threads::current_slot().map(|s| &s.cache_counts)
+    threads::current().map(|s| &s.cache_counts)
 }
 
 /// The live stack of the calling thread that an unwind from `sp` may read: from the red zone

@@ -945,7 +945,6 @@ impl Read {
     }
 }
 
-/// Keys of the parsed modules, for the next refresh's cache.
 /// The cache after a refresh that found `modules`, keeping what `old` remembered of builds
 /// (see [`ModuleCache`]).
 pub(crate) fn cache_of(modules: &[ParsedModule], old: &mut ModuleCache) -> ModuleCache {

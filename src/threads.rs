@@ -160,7 +160,7 @@ fn chain(
 /// The calling thread's slot, if it is registered. Async-signal-safe: a register read and a
 /// walk of one bucket chain (finite: chains only grow by registrations).
 #[inline]
-fn current() -> Option<&'static ThreadSlot> {
+pub(crate) fn current() -> Option<&'static ThreadSlot> {
     let tp = thread_pointer();
     let mut p = bucket_of(tp).load(Ordering::Acquire) as *const ThreadSlot;
     // SAFETY: as in `chain`.
@@ -323,11 +323,6 @@ impl Drop for SlotGuard {
 }
 
 /// True if the current thread is registered.
-/// The calling thread's slot, if it is registered.
-pub(crate) fn current_slot() -> Option<&'static ThreadSlot> {
-    current()
-}
-
 pub(crate) fn is_registered() -> bool {
     current().is_some()
 }

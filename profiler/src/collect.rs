@@ -385,8 +385,9 @@ impl Collector {
         self.own_code = Some(address);
     }
 
-    /// Whether the leaf of `pcs` is the profiler's own code (not its threads' trampoline, whose
-    /// frame is a thread's first: the program's code runs above it, never at the leaf).
+    /// Whether the leaf of `pcs` is the profiler's own code: whatever the thread was doing then
+    /// (its hooks' code outside a marked [`Work`], the threads' trampoline before or after the
+    /// program's start routine) was the profiler's.
     fn own_leaf(&self, pcs: &[u64]) -> bool {
         let (Some(own), Some(&leaf)) = (self.own_code, pcs.first()) else {
             return false;

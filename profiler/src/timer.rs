@@ -252,14 +252,20 @@ pub fn lost(timer: &ThreadTimer) -> bool {
     let ThreadTimer::PerfEvent { fd, id, .. } = *timer else {
         return false;
     };
+    if is_our_event(fd, id) {
+        return false;
+    }
+    PERF_OPEN.fetch_sub(1, Relaxed);
+    true
+}
+
+/// Whether `fd` is still the perf event of kernel id `id`: the program may have closed our
+/// descriptor and reused its number.
+fn is_our_event(fd: libc::c_int, id: u64) -> bool {
     let mut now = 0u64;
     // SAFETY: PERF_EVENT_IOC_ID writes a u64 through the pointer; on a descriptor that is not a
     // perf event it fails without writing.
-    let ours = unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut now) } == 0 && now == id;
-    if !ours {
-        PERF_OPEN.fetch_sub(1, Relaxed);
-    }
-    !ours
+    unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut now) == 0 && now == id }
 }
 
 /// Stops and frees a timer. For a perf event, returns the periods its clock counted (for the
@@ -272,12 +278,9 @@ pub fn delete(timer: ThreadTimer, period: Duration) -> Option<u64> {
             None
         }
         ThreadTimer::PerfEvent { fd, id, .. } => {
-            // The program may have closed our descriptor and reused its number: only close
-            // what is still our event.
-            let mut now = 0u64;
-            // SAFETY: PERF_EVENT_IOC_ID writes a u64 through the pointer; on a descriptor that is
-            // not a perf event it fails without writing.
-            if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID as _, &mut now) } != 0 || now != id {
+            // Only what is still our event is closed; a lost one leaves the budget all the same.
+            if !is_our_event(fd, id) {
+                PERF_OPEN.fetch_sub(1, Relaxed);
                 return None;
             }
             let mut count = 0u64;

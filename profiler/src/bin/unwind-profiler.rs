@@ -486,13 +486,9 @@ fn main() -> ExitCode {
             Some(p) => unwind_profiler::output::summary::warnings(p),
             None => server
                 .as_ref()
-                .map(Server::refused)
-                .filter(|r| !r.is_empty())
-                .map(|r| {
-                    let what: Vec<String> = r.iter().map(|(w, n)| format!("{n} {w}")).collect();
-                    vec![format!("refused or dropped: {}", what.join("; "))]
-                })
-                .unwrap_or_default(),
+                .and_then(|s| unwind_profiler::output::summary::refused_line(&s.refused()))
+                .into_iter()
+                .collect(),
         };
         for w in warnings {
             eprintln!("unwind-profiler: warning: {w}");

@@ -383,12 +383,7 @@ pub fn generated_leaves(profile: &Profile) -> (u64, u64) {
 /// for a run where everything was sampled.
 pub fn warnings(profile: &Profile) -> Vec<String> {
     let c = &profile.counters;
-    let mut out = Vec::new();
-    let refused: u64 = c.refused.iter().map(|(_, n)| n).sum();
-    if refused > 0 {
-        let what: Vec<String> = c.refused.iter().map(|(w, n)| format!("{n} {w}")).collect();
-        out.push(format!("refused or dropped: {}", what.join("; ")));
-    }
+    let mut out: Vec<String> = refused_line(&c.refused).into_iter().collect();
     let unsampled: Vec<String> = c
         .threads_not_sampled
         .iter()
@@ -421,6 +416,17 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The line that says what `record` refused or dropped (see [`crate::profile::Counters::refused`]),
+/// `None` if nothing.
+pub fn refused_line(refused: &[(String, u64)]) -> Option<String> {
+    let what: Vec<String> = refused
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(w, n)| format!("{n} {w}"))
+        .collect();
+    (!what.is_empty()).then(|| format!("refused or dropped: {}", what.join("; ")))
 }
 
 /// Writes the summary's text.

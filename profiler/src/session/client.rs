@@ -245,12 +245,19 @@ fn hello(
         rejoin: false,
         program: program.to_owned(),
     };
+    let socket = say_hello(socket, &hello, Some(fd.as_raw_fd()))?;
+    Ok((socket, region.cast()))
+}
+
+/// Moves `socket`, connected to `record`, to a high descriptor and sends `hello` on it, with
+/// `fd` if given; the socket is closed if the hello cannot be sent.
+fn say_hello(socket: OwnedFd, hello: &Message, fd: Option<RawFd>) -> io::Result<Socket> {
     let socket = Socket::new(socket)?;
-    if let Err(e) = wire::send(socket.fd, &hello, Some(fd.as_raw_fd())) {
+    if let Err(e) = wire::send(socket.fd, hello, fd) {
         socket.close();
         return Err(e);
     }
-    Ok((socket, region.cast()))
+    Ok(socket)
 }
 
 /// Set while a rejoin is in progress, so that only one thread makes the new connection.
@@ -296,15 +303,13 @@ fn rejoin(c: &'static Client) -> Option<(&'static Client, RawFd)> {
     let joined = (|| -> io::Result<Socket> {
         let socket = wire::seqpacket(0)?;
         connect(&socket, &c.address.0, c.address.1)?;
-        let socket = Socket::new(socket)?;
         let hello = Message::Hello {
             pid: std::process::id(),
             key: c.key,
             rejoin: true,
             program: c.program.clone(),
         };
-        wire::send(socket.fd, &hello, None)?;
-        Ok(socket)
+        say_hello(socket, &hello, None)
     })();
     let result = joined.ok().map(|socket| {
         let fd = socket.fd;

@@ -145,9 +145,8 @@ struct Process {
     modules: Vec<Module>,
     modules_due: u64,
     collector: Collector,
-    /// When its connection ended, and when the process did (CLOCK_MONOTONIC ns): the program
-    /// may have closed the connection while the process runs on.
-    closed_ns: Option<u64>,
+    /// When the process ended (CLOCK_MONOTONIC ns): not when its connection did, which the
+    /// program may close while the process runs on.
     ended_ns: Option<u64>,
     /// Drained once more after its end.
     drained_after_end: bool,
@@ -358,7 +357,6 @@ impl Server {
                 modules: Vec::new(),
                 modules_due: 0,
                 collector: Collector::new(self.interval, self.wall_clock, self.clocks.1),
-                closed_ns: None,
                 ended_ns: None,
                 drained_after_end: false,
                 cpu_looked: None,
@@ -460,7 +458,6 @@ impl Server {
                     let socket = self.processes[i].socket.take();
                     self.processes[i].gone = true;
                     self.processes[j].socket = socket;
-                    self.processes[j].closed_ns = None;
                 }
                 None => {
                     self.refuse("rejoins of no running process of the run".into());
@@ -470,11 +467,11 @@ impl Server {
             return;
         }
         let size = std::mem::size_of::<ProcessRecord>();
-        let fd = match fd
+        let (fd, checked) = match fd
             .ok_or(Refused::NotSharedMemory)
-            .and_then(|fd| shared_memory::check(&fd, |n| n == size).map(|_| fd))
+            .and_then(|fd| shared_memory::check(&fd, |n| n == size).map(|c| (fd, c)))
         {
-            Ok(fd) => fd,
+            Ok(checked) => checked,
             Err(why) => {
                 let why = format!("process records refused: {}", why.name());
                 self.processes[i].cut_off_for(why);
@@ -497,7 +494,7 @@ impl Server {
             self.processes[i].cut_off("a second process record while its first is in use");
             return;
         }
-        let record = shared_memory::map_checked(&fd, |n| n == size);
+        let record = shared_memory::map_region(&fd, checked);
         let p = &mut self.processes[i];
         match record {
             Ok(region) => {
@@ -570,10 +567,7 @@ impl Server {
             .processes
             .iter()
             .filter_map(|p| {
-                let name = crate::symbolize::basename(&p.program);
-                let mark = |(what, n): (&String, &u64)| {
-                    (format!("process {} ({name}): {what}", p.pid), *n)
-                };
+                let mark = |(what, n): (&String, &u64)| (p.said_of(what), *n);
                 if p.record.is_none_or(|r| r.epoch_ns.load(Relaxed) == 0) {
                     unprofiled.extend(p.refused.iter().map(mark));
                 }
@@ -629,11 +623,10 @@ impl Server {
     /// What was refused, by what: connections that were no process's of the run, and what each
     /// process sent that did not check out (as the profile's counters say it too).
     pub fn refused(&self) -> Vec<(String, u64)> {
-        let of_processes = self.processes.iter().flat_map(|p| {
-            p.refused
-                .iter()
-                .map(move |(k, &n)| (format!("process {}: {k}", p.pid), n))
-        });
+        let of_processes = self
+            .processes
+            .iter()
+            .flat_map(|p| p.refused.iter().map(move |(k, &n)| (p.said_of(k), n)));
         self.refused
             .iter()
             .map(|(k, &n)| (k.clone(), n))
@@ -651,15 +644,7 @@ impl Process {
 
     fn cut_off_for(&mut self, what: String) {
         *self.refused.entry(what).or_default() += 1;
-        self.socket = None;
-        let now = sampler::now_ns();
-        self.closed_ns = Some(now);
-        if self.record.is_none() {
-            // Nothing of it was taken: the connection goes, its refusal to the server's counts.
-            self.gone = true;
-        } else {
-            self.connection_ended_at(now);
-        }
+        self.connection_ended();
     }
 
     /// Drops a connection that was never a process's (its refusal counted by the server).
@@ -669,22 +654,21 @@ impl Process {
     }
 
     /// The connection ended: the process ended or `exec`ed, or the program closed its end of it
-    /// (then the process runs on, and is read until it ends).
+    /// (then the process runs on, and is read until it ends). A connection that never said
+    /// hello goes, its refusals to the server's counts.
     fn connection_ended(&mut self) {
-        let now = sampler::now_ns();
         self.socket = None;
-        self.closed_ns = Some(now);
         if self.record.is_none() {
             self.gone = true;
-            return;
+        } else if !maps_inode(self.pid, self.record_inode) {
+            self.ended_ns = Some(sampler::now_ns());
         }
-        self.connection_ended_at(now);
     }
 
-    fn connection_ended_at(&mut self, now: u64) {
-        if !maps_inode(self.pid, self.record_inode) {
-            self.ended_ns = Some(now);
-        }
+    /// `what`, said of this process (its pid and program name).
+    fn said_of(&self, what: &str) -> String {
+        let name = crate::symbolize::basename(&self.program);
+        format!("process {} ({name}): {what}", self.pid)
     }
 
     /// A thread record's descriptor was announced at `index`: maps and checks it.

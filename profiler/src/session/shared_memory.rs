@@ -128,7 +128,11 @@ pub(super) fn map_checked(
     fd: &OwnedFd,
     fits: impl FnOnce(usize) -> bool,
 ) -> Result<Region, Refused> {
-    let (size, inode) = check(fd, fits)?;
+    map_region(fd, check(fd, fits)?)
+}
+
+/// Maps the region of `fd` that [`check`] found to be `(size, inode)`.
+pub(super) fn map_region(fd: &OwnedFd, (size, inode): (usize, u64)) -> Result<Region, Refused> {
     let start = map(fd, size).map_err(|_| Refused::NotMapped)?;
     Ok(Region { start, size, inode })
 }
