@@ -770,7 +770,14 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         })
         .map(Arc::new);
     let file_note = file.as_ref().err().cloned();
-    match Native::rules_from_image(image_tables(image, hdr, phdrs, &plt, code), map)
+    // The code itself, where libgcc's unwinder is recognised (`unwind_dwarf::eh_return`): from
+    // the file too.
+    let file_code = elf
+        .as_ref()
+        .map(unwind_dwarf::return_sites::executable_segments)
+        .unwrap_or_default();
+    let tables = image_tables(image, hdr, phdrs, (&plt, &file_code), code);
+    match Native::rules_from_image(tables, map)
         .map(|(rules, stats)| Read::new(vdso_trampoline(module, rules), stats))
     {
         Ok(read) => Parsed {
@@ -873,7 +880,10 @@ fn image_tables<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
     phdrs: &[Phdr],
-    plt: &'a [unwind_dwarf::plt::PltSection],
+    (plt, file_code): (
+        &'a [unwind_dwarf::plt::PltSection],
+        &'a unwind_dwarf::eh_return::Code<'a>,
+    ),
     code: (u64, u64),
 ) -> ImageTables<'a> {
     let segments = phdrs
@@ -897,7 +907,7 @@ fn image_tables<'a>(
         })
         .collect();
     ImageTables {
-        cfi: cfi_sections(image, hdr, plt, code),
+        cfi: cfi_sections(image, hdr, (plt, file_code), code),
         segments,
         code,
     }
@@ -908,12 +918,16 @@ fn image_tables<'a>(
 fn cfi_sections<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
-    plt: &'a [unwind_dwarf::plt::PltSection],
+    (plt, file_code): (
+        &'a [unwind_dwarf::plt::PltSection],
+        &'a unwind_dwarf::eh_return::Code<'a>,
+    ),
     code: (u64, u64),
 ) -> Result<CfiSections<'a>, DwarfError> {
     let mut sections = CfiSections {
         plt,
         code_range: Some(code),
+        code: file_code,
         ..CfiSections::default()
     };
     if let Some(hdr) = hdr {

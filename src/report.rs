@@ -175,6 +175,20 @@ impl fmt::Display for ModuleReport {
             for (reason, n) in s.drops() {
                 write!(f, " [{}: {n}]", reason.name())?;
             }
+            if s.handler_installs > 0 {
+                write!(
+                    f,
+                    ", {} exception handler installs stopped",
+                    s.handler_installs
+                )?;
+            }
+            if s.handler_installs_unrecognised > 0 {
+                write!(
+                    f,
+                    ", {} exception handler installs not recognised",
+                    s.handler_installs_unrecognised
+                )?;
+            }
             if s.bad_entries > 0 {
                 write!(f, ", {} bad entries", s.bad_entries)?;
                 if let Some(first) = s.first_bad_entries.first() {

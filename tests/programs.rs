@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use unwind_test_support::call_graph::{
-    c_graph, c_graph_arm, rust_graph, rust_graph_arm, rust_name, tokens, Graph,
+    c_graph, c_graph_arm, cpp_name, rust_graph, rust_graph_arm, rust_name, throw_graph, tokens,
+    Graph,
 };
 use unwind_test_support::run;
 use unwind_test_support::target::{self, Target};
@@ -53,6 +54,8 @@ struct Outcome {
     libc_tables: usize,
     complete: usize,
     valid: usize,
+    /// Samples with a step that is no edge of the call graph, complete or not: a wrong caller.
+    wrong: usize,
     seen: HashSet<String>,
     failures: Vec<String>,
     stops: BTreeMap<String, usize>,
@@ -71,6 +74,7 @@ fn validate(
         libc_tables: 0,
         complete: 0,
         valid: 0,
+        wrong: 0,
         seen: HashSet::new(),
         failures: Vec::new(),
         stops: BTreeMap::new(),
@@ -116,8 +120,16 @@ fn validate(
         let verdict = if complete {
             graph.check(&t)
         } else {
-            Err(format!("incomplete walk ({stop})"))
+            graph
+                .check_steps(&t)
+                .and(Err(format!("incomplete walk ({stop})")))
         };
+        if verdict
+            .as_ref()
+            .is_err_and(|why| !why.starts_with("incomplete walk"))
+        {
+            o.wrong += 1;
+        }
         match verdict {
             Ok(()) => {
                 o.valid += 1;
@@ -239,6 +251,89 @@ fn report_with(
             println!("  FAIL {p}");
         }
         failed.push(name.to_string());
+    }
+}
+
+/// Builds the throw-heavy C++ program (tests/programs/throws.cpp) with `cxx` and each of
+/// `builds` (a tag and flags) into `out`, runs each with `run` (its report path as argument)
+/// and checks its stacks: none with a wrong caller (libgcc's unwinder, at the end of a throw,
+/// installs the handler's registers over its own frame's save slots; see
+/// `unwind_dwarf::eh_return`), and at least `min_valid` percent complete and on the graph.
+#[allow(clippy::too_many_arguments)]
+fn throws(
+    arch: &str,
+    cxx: &str,
+    builds: &[(&str, &[&str])],
+    min_valid: usize,
+    src: &Path,
+    out: &Path,
+    agent_dir: &Path,
+    run_program: &dyn Fn(&Path, &Path),
+    passed: &mut usize,
+    failed: &mut Vec<String>,
+) {
+    for (tag, flags) in builds {
+        let exe = out.join(format!("throws-{tag}"));
+        run(Command::new(cxx)
+            .args(*flags)
+            .args(["-pthread", "-o"])
+            .arg(&exe)
+            .arg(src.join("throws.cpp"))
+            .arg(format!("-I{}", src.display()))
+            .arg(format!("-L{}", agent_dir.display()))
+            .arg("-lunwind_agent")
+            .arg("-Wl,--disable-new-dtags")
+            .arg(format!("-Wl,-rpath,{}", agent_dir.display())));
+        let report_path = out.join(format!("throws-{tag}.txt"));
+        run_program(&exe, &report_path);
+        let text = std::fs::read_to_string(&report_path).expect("report");
+        let own_name = format!("throws-{tag}");
+        let o = validate(&text, &|m| m == own_name, &cpp_name, &throw_graph());
+        let name = format!("{arch} C++ throws {}", flags.join(" "));
+        println!(
+            "{name}: {} samples, {} valid ({:.1} %), {} with a wrong caller; stops {:?}; {}",
+            o.samples,
+            o.valid,
+            100.0 * o.valid as f64 / o.samples.max(1) as f64,
+            o.wrong,
+            o.stops,
+            o.trailer
+        );
+        let mut problems = Vec::new();
+        if o.wrong > 0 {
+            problems.push(format!("{} stacks with a wrong caller", o.wrong));
+        }
+        if o.samples < MIN_SAMPLES {
+            problems.push(format!("only {} samples (want {MIN_SAMPLES})", o.samples));
+        }
+        if o.valid * 100 < o.samples * min_valid {
+            problems.push(format!("fewer than {min_valid} % of samples valid"));
+        }
+        for e in [
+            "[ext]>main",
+            "catcher>between",
+            "between>thrower",
+            "worker>catcher",
+        ] {
+            if !o.seen.contains(e) {
+                problems.push(format!("no valid sample went through {e}"));
+            }
+        }
+        if problems.is_empty() {
+            *passed += 1;
+        } else {
+            println!(
+                "  FAIL {}
+  e.g.:
+  {}",
+                problems.join("; "),
+                o.failures.join(
+                    "
+  "
+                )
+            );
+            failed.push(name);
+        }
     }
 }
 
@@ -427,6 +522,26 @@ fn main() {
     let o = validate(&text, &own, &rust_name, &rust_graph());
     report("Rust release", &o, &RUST_MUST_SEE, &mut passed, &mut failed);
 
+    let run_native = |exe: &Path, report: &Path| {
+        run(Command::new(exe)
+            .env_remove("LD_LIBRARY_PATH")
+            .env("AGENT_CLOCK", "cpu")
+            .arg(report)
+            .args([SECONDS, HZ]));
+    };
+    throws(
+        "x86_64",
+        "g++",
+        &THROW_BUILDS,
+        99,
+        &src,
+        &out,
+        &agent_dir,
+        &run_native,
+        &mut passed,
+        &mut failed,
+    );
+
     let armv7 = target::by_name("armv7");
     if armv7.usable("the programs", &[]) {
         arm_programs(armv7, &root, &programs, &src, &mut passed, &mut failed);
@@ -569,6 +684,23 @@ fn arm_programs(
     }
     cross_unwind(arm, "armv7 Rust release", &samples, passed, failed);
 
+    let run_arm = |exe: &Path, report: &Path| {
+        run(qemu(exe).arg(report).args([SECONDS, HZ]));
+    };
+    let thumb: (&str, &[&str]) = ("thumb-O2", &["-O2", "-mthumb"]);
+    throws(
+        "armv7",
+        &arm.cxx(),
+        &[THROW_BUILDS[0], THROW_BUILDS[1], thumb],
+        0,
+        src,
+        &out,
+        &agent_dir,
+        &run_arm,
+        passed,
+        failed,
+    );
+
     // A C program too, Thumb code, its samples captured the same way.
     let exe = out.join("workload-thumb-O2");
     let samples = out.join("workload-thumb-O2-samples");
@@ -579,6 +711,10 @@ fn arm_programs(
         .args([SECONDS, HZ]));
     cross_unwind(arm, "armv7 C thumb-O2", &samples, passed, failed);
 }
+
+/// The builds of the throw-heavy C++ program on every architecture: at -O0 with -g, and the
+/// ordinary way.
+const THROW_BUILDS: [(&str, &[&str]); 2] = [("O0", &["-O0", "-g"]), ("O2", &["-O2"])];
 
 /// Edges every aarch64 C sample set must contain.
 const C_MUST_SEE_A64: [&str; 6] = [
@@ -703,6 +839,23 @@ fn aarch64_programs(
         early_and_outside(&name, &o, &text, failed);
         report_with(&name, &o, &C_MUST_SEE_A64, 0.005, passed, failed);
     }
+    let run_a64 = |exe: &Path, report: &Path| {
+        run(qemu(exe).arg(report).args([SECONDS, HZ]));
+    };
+    let pac: (&str, &[&str]) = ("pac", &["-O2", "-mbranch-protection=standard"]);
+    throws(
+        "aarch64",
+        &a64.cxx(),
+        &[THROW_BUILDS[0], THROW_BUILDS[1], pac],
+        99,
+        src,
+        &out,
+        &agent_dir,
+        &run_a64,
+        passed,
+        failed,
+    );
+
     let report_path = out.join("rust-workload.txt");
     run(qemu(&agent_dir.join("rust-workload"))
         .arg(&report_path)

@@ -135,6 +135,11 @@ pub enum RegRule {
     Expr(u16),
     /// Is the value of expression `n` (with the CFA pushed first).
     ValExpr(u16),
+    /// The value is gone: for the return address, the frame's save slot no longer holds it
+    /// (GCC's `__builtin_eh_return` path in libgcc's `_Unwind_RaiseException` and its siblings
+    /// has copied an exception handler's registers over the frame's saved ones). The walk
+    /// stops there ([`StopReason::ReturnAddressLost`]): the caller is not known.
+    Lost,
 }
 
 /// The rule for one address: the CFA (the caller's SP), the return address (the caller's PC),
@@ -361,6 +366,7 @@ fn recover<M: Memory + ?Sized>(
             read(mem, a)?
         }
         RegRule::ValExpr(i) => eval(table, module, i, regs, mem, Some(cfa))?,
+        RegRule::Lost => return Err(StopReason::ReturnAddressLost),
     })
 }
 
@@ -453,6 +459,7 @@ impl crate::table::RuleBytes for Rule {
                 RegRule::ValOffset(o) => (3, o as u32),
                 RegRule::Expr(i) => (4, u32::from(i)),
                 RegRule::ValExpr(i) => (5, u32::from(i)),
+                RegRule::Lost => (6, 0),
             };
             write_tagged(out, tag, payload);
         }
@@ -472,13 +479,14 @@ impl crate::table::RuleBytes for Rule {
             _ => CfaRule::Expr(r.payload(CFA, index)?),
         };
         let mut reg = |what| {
-            Ok(match r.tag(what, 6)? {
+            Ok(match r.tag(what, 7)? {
                 0 => RegRule::Offset(r.payload(what, offset)?),
                 1 => r.payload(what, none).map(|()| RegRule::Undefined)?,
                 2 => r.payload(what, none).map(|()| RegRule::Same)?,
                 3 => RegRule::ValOffset(r.payload(what, offset)?),
                 4 => RegRule::Expr(r.payload(what, index)?),
-                _ => RegRule::ValExpr(r.payload(what, index)?),
+                5 => RegRule::ValExpr(r.payload(what, index)?),
+                _ => r.payload(what, none).map(|()| RegRule::Lost)?,
             })
         };
         let ra = reg("aarch64 return address rule")?;
@@ -542,7 +550,11 @@ impl Arch for Aarch64 {
 
     #[inline]
     fn stop(rule: &Rule) -> Option<StopReason> {
-        rule.is_end_of_stack().then_some(StopReason::EndOfStack)
+        match rule.ra {
+            RegRule::Undefined => Some(StopReason::EndOfStack),
+            RegRule::Lost => Some(StopReason::ReturnAddressLost),
+            _ => None,
+        }
     }
 
     #[inline]

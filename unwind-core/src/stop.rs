@@ -35,11 +35,13 @@ pub enum StopReason {
     /// so does a walk into code the table does not know: generated at run time, or loaded after
     /// the table was built (counted by [`crate::Cache::outside_modules`]).
     OutsideModules,
-    /// A rule says the return address is still in the link register at a frame that made a
-    /// call, which wrote that register: its value is the frame's own return address, not its
-    /// caller's. Compilers leave the link register unsaved in a function whose calls never
-    /// return (`abort`, `exit`), and their CFI then says so at those calls; the caller of such a
-    /// frame is not known.
+    /// The frame's return address is no longer where its rule says, so its caller is not
+    /// known. Either a rule says it is still in the link register at a frame that made a call,
+    /// which wrote that register (compilers leave the link register unsaved in a function whose
+    /// calls never return, `abort`, `exit`, and their CFI then says so at those calls); or the
+    /// frame is an unwinder installing an exception handler's registers over its own saved ones
+    /// (the end of libgcc's `_Unwind_RaiseException` and its siblings: the table's rule there is
+    /// `Lost`, see `unwind_dwarf::eh_return`).
     ReturnAddressLost,
 }
 

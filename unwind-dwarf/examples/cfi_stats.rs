@@ -34,6 +34,12 @@ fn main() {
                 if s.plt_rows > 0 {
                     println!("  PLT rows synthesized: {}", s.plt_rows);
                 }
+                if s.handler_installs + s.handler_installs_unrecognised > 0 {
+                    println!(
+                        "  exception handler installs: {} found ({} with their context record), {} not recognised",
+                        s.handler_installs, s.handler_install_contexts, s.handler_installs_unrecognised
+                    );
+                }
                 if s.bad_entries > 0 {
                     println!("  bad entries: {}", s.bad_entries);
                 }

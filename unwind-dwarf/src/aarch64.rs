@@ -60,7 +60,8 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
 fn stack_cfi_reg(r: RegRule) -> StackCfiReg {
     match r {
         RegRule::Offset(o) => StackCfiReg::Offset(o),
-        RegRule::Undefined => StackCfiReg::Undefined,
+        // (`Lost` is a return-address rule only, and such rules are not written.)
+        RegRule::Undefined | RegRule::Lost => StackCfiReg::Undefined,
         RegRule::Same => StackCfiReg::Same,
         RegRule::ValOffset(o) => StackCfiReg::ValOffset(o),
         RegRule::Expr(i) => StackCfiReg::Expr(i),
@@ -257,6 +258,33 @@ impl DwarfArch for Aarch64 {
         })
     }
 
+    const EH_RETURN: Option<crate::eh_return::EhReturnCode> = Some(crate::eh_return::AARCH64);
+
+    fn return_address_lost(rule: Rule) -> Rule {
+        Rule {
+            ra: RegRule::Lost,
+            lr: RegRule::Lost,
+            ..rule
+        }
+    }
+
+    fn cfa_register_offset(rule: &Rule) -> Option<(u16, i64)> {
+        match rule.cfa {
+            CfaRule::SpOffset(o) => Some((31, i64::from(o))),
+            CfaRule::FpOffset(o) => Some((29, i64::from(o))),
+            CfaRule::Expr(_) => None,
+        }
+    }
+
+    fn return_address_at(rule: Rule, expr: u16) -> Rule {
+        Rule {
+            ra: RegRule::Expr(expr),
+            lr: RegRule::Expr(expr),
+            fp: RegRule::Undefined,
+            ..rule
+        }
+    }
+
     const BREAKPAD_NAME: &'static str = "arm64";
     const BREAKPAD_REGISTERS: &'static [&'static str] = &["pc", "sp", "x29", "x30"];
     const EXPRESSION_PC_SP: (u8, u8) = (Reg::Pc as u8, Reg::Sp as u8);
@@ -271,6 +299,7 @@ impl DwarfArch for Aarch64 {
     /// pointer authentication codes themselves.
     fn stack_cfi(rule: &Rule) -> Result<StackCfiRule, SkipReason> {
         let ra = match rule.ra {
+            RegRule::Lost => return Err(SkipReason::CantUnwind),
             RegRule::Same => StackCfiReg::Register(Reg::Lr as u8),
             r => stack_cfi_reg(r),
         };

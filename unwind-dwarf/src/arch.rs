@@ -116,6 +116,31 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         out: &mut Vec<(u64, Option<u64>)>,
     );
 
+    /// How functions that call GCC's `__builtin_eh_return` show in its code, where the
+    /// stretch in which their save slots hold an exception handler's registers is looked for
+    /// ([`crate::eh_return`]); `None` where it is not (ARM, whose libgcc unwinder is
+    /// described by EXIDX).
+    const EH_RETURN: Option<crate::eh_return::EhReturnCode> = None;
+
+    /// `rule` with its return address [`Lost`](unwind_core::x86_64::RegRule::Lost) (the walk
+    /// stops there with `ReturnAddressLost`); only called where [`DwarfArch::EH_RETURN`] is
+    /// set.
+    fn return_address_lost(rule: Self::Rule) -> Self::Rule {
+        rule
+    }
+
+    /// The CFA rule of `rule` as a DWARF register plus an offset, where it is one.
+    fn cfa_register_offset(_rule: &Self::Rule) -> Option<(u16, i64)> {
+        None
+    }
+
+    /// `rule` with the return address saved at the address expression `expr` gives and the
+    /// caller's frame pointer undefined (where a handler's registers are being installed,
+    /// [`crate::eh_return`]).
+    fn return_address_at(rule: Self::Rule, _expr: u16) -> Self::Rule {
+        rule
+    }
+
     /// Its name on a Breakpad `MODULE` line (`x86_64`, `arm`).
     const BREAKPAD_NAME: &'static str;
     /// Breakpad names of its tracked registers, by expression register number.

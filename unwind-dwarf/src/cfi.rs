@@ -3,7 +3,7 @@
 
 use gimli::{
     BaseAddresses, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice, LittleEndian,
-    UnwindContext, UnwindSection,
+    RegisterRule, UnwindContext, UnwindSection,
 };
 use std::fmt;
 
@@ -35,6 +35,9 @@ pub struct CfiSections<'a> {
     /// File addresses `[start, end)` of the module's code, if known: FDEs outside it are skipped
     /// and counted, so one corrupt FDE cannot spread the module's extents beyond 4 GiB.
     pub code_range: Option<(u64, u64)>,
+    /// The module's code (its executable segments), if at hand: where the end of libgcc's
+    /// exception unwinding is recognised ([`crate::eh_return`]). Empty: not looked for.
+    pub code: &'a crate::eh_return::Code<'a>,
 }
 
 /// Why a CFI row was not kept. Dropped rows leave a gap, where the unwinder falls back to the
@@ -340,6 +343,16 @@ pub struct CfiStats {
     pub dropped: [u64; DropReason::ALL.len()],
     /// Rows synthesized for PLT stubs without CFI.
     pub plt_rows: u64,
+    /// Functions that call `__builtin_eh_return` (libgcc's `_Unwind_RaiseException` and its
+    /// siblings) whose stretch after installing a handler's registers was found and made to
+    /// stop walks ([`crate::eh_return`]).
+    pub handler_installs: u64,
+    /// Of them, those whose own context record was found: there the return address is read
+    /// from it, and only the epilogue stops walks.
+    pub handler_install_contexts: u64,
+    /// Such functions where that stretch was not recognised: their CFI is kept as it is, and a
+    /// sample at the end of an exception's unwinding may get a wrong caller there.
+    pub handler_installs_unrecognised: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
 }
@@ -380,6 +393,7 @@ struct Collector<'b, A: DwarfArch> {
     rows: Vec<(u64, u64, A::Rule)>,
     bases: &'b BaseAddresses,
     code_range: Option<(u64, u64)>,
+    code: &'b crate::eh_return::Code<'b>,
 }
 
 /// Where an entry of a CFI section ends, from its length field at `at` (`at` < `data.len()`).
@@ -524,10 +538,20 @@ impl<A: DwarfArch> Collector<'_, A> {
             }
             self.rows.clear();
             let signal = fde.is_signal_trampoline();
+            // Whether a row saves every register `__builtin_eh_return` passes data in.
+            let data_registers = A::EH_RETURN.map_or(&[][..], |e| e.data_registers);
+            let mut saves_eh_data = false;
             let result: Result<(), gimli::Error> = (|| {
                 let mut table = fde.rows(section, self.bases, &mut self.ctx)?;
                 while let Some(row) = table.next_row()? {
                     count(&mut self.stats.rows);
+                    saves_eh_data |= !data_registers.is_empty()
+                        && data_registers.iter().all(|&r| {
+                            matches!(
+                                row.register(gimli::Register(r)),
+                                Some(RegisterRule::Offset(_))
+                            )
+                        });
                     // gimli does not bound rows by the FDE's range: clip them to it, so that
                     // the range checked against the code and the shadowing is the rows' too.
                     let (rs, re) = (row.start_address(), row.end_address());
@@ -561,6 +585,9 @@ impl<A: DwarfArch> Collector<'_, A> {
                 }
                 continue;
             }
+            if saves_eh_data {
+                self.lose_return_address_after_install(start, end);
+            }
             // Only FDEs whose rows were kept shadow others (and lower-priority rows).
             ranges.push((start, end));
             let source = RowSource::Fde {
@@ -577,6 +604,59 @@ impl<A: DwarfArch> Collector<'_, A> {
             }
         }
         Ok(())
+    }
+}
+
+impl<A: DwarfArch> Collector<'_, A> {
+    /// Makes the return address `Lost` in the rows of the function `[start, end)` (an FDE that
+    /// saves the exception data registers) where its save slots may hold a handler's registers
+    /// ([`crate::eh_return`]), and counts it.
+    fn lose_return_address_after_install(&mut self, start: u64, end: u64) {
+        let (Some(arch), false) = (A::EH_RETURN, self.code.is_empty()) else {
+            return;
+        };
+        match crate::eh_return::install_stretches(&arch, A::return_sites, self.code, (start, end)) {
+            Ok(install) => {
+                // The rule of the rows whose CFA is as at the first call, which reads the return
+                // address from the context record (its expression's index), if found.
+                let from_context = install.context.and_then(|(call, base, offset)| {
+                    let first = self.rows.iter().find(|r| r.0 <= call && call < r.1)?.2;
+                    let cfa = A::cfa_register_offset(&first)?;
+                    if cfa.0 != base {
+                        return None;
+                    }
+                    let field = offset
+                        .checked_sub(cfa.1)?
+                        .checked_add(arch.context_cfa_field)?;
+                    let expr = crate::eh_return::return_address_in_context(field)?;
+                    Some((cfa, self.builder.add_expr(expr).ok()?))
+                });
+                let (no_start, no_end) = install.no_context;
+                let rewrite = |at: u64, rule: A::Rule| match from_context {
+                    Some((cfa, expr))
+                        if A::cfa_register_offset(&rule) == Some(cfa)
+                            && !(no_start..no_end).contains(&at) =>
+                    {
+                        A::return_address_at(rule, expr)
+                    }
+                    _ => A::return_address_lost(rule),
+                };
+                self.rows = crate::eh_return::lose_return_address(
+                    &self.rows,
+                    &install.stretches,
+                    rewrite,
+                    A::return_address_lost,
+                );
+                count(&mut self.stats.handler_installs);
+                if from_context.is_some() {
+                    count(&mut self.stats.handler_install_contexts);
+                }
+            }
+            Err(crate::eh_return::NotFound::NoHook) => {}
+            Err(crate::eh_return::NotFound::Unrecognised) => {
+                count(&mut self.stats.handler_installs_unrecognised)
+            }
+        }
     }
 }
 
@@ -636,6 +716,7 @@ fn collect_rows<A: DwarfArch>(
         rows: Vec::new(),
         bases: &bases,
         code_range: sections.code_range,
+        code: sections.code,
     };
     let mut eh_ranges = Vec::new();
     if let Some(data) = sections.eh_frame {

@@ -86,6 +86,8 @@ pub(crate) struct CfiData<'a> {
     debug_frame: Option<SectionData<'a>>,
     plt: Vec<PltSection>,
     code_range: Option<(u64, u64)>,
+    /// The executable segments ([`crate::eh_return`] reads the code).
+    code: Vec<(u64, &'a [u8])>,
 }
 
 impl<'a> CfiData<'a> {
@@ -101,6 +103,7 @@ impl<'a> CfiData<'a> {
             debug_frame: section_named(elf, ".debug_frame", unreadable),
             plt: crate::plt::plt_sections(elf),
             code_range,
+            code: crate::return_sites::executable_segments(elf),
         }
     }
 
@@ -109,6 +112,7 @@ impl<'a> CfiData<'a> {
         CfiSections {
             plt: &self.plt,
             code_range: self.code_range,
+            code: &self.code,
             eh_frame: self.eh_frame.as_ref().map(|(d, _)| &d[..]),
             eh_frame_svma: self.eh_frame.as_ref().map_or(0, |(_, a)| *a),
             debug_frame: self.debug_frame.as_ref().map(|(d, _)| &d[..]),

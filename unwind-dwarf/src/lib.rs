@@ -90,6 +90,7 @@ mod arm_code;
 pub mod breakpad;
 mod cfi;
 mod compile;
+pub mod eh_return;
 mod elf;
 pub mod functions;
 pub mod plt;

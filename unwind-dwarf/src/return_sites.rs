@@ -29,12 +29,7 @@ pub struct CallSiteSources<'a> {
 impl<'a> CallSiteSources<'a> {
     /// Those of the ELF file `elf`.
     pub fn of_elf(elf: &object::File<'a>) -> Self {
-        let exec = |s: &object::Segment<'_, '_>| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X));
-        let segments = elf
-            .segments()
-            .filter(exec)
-            .filter_map(|s| Some((s.address(), s.data().ok()?)))
-            .collect();
+        let segments = executable_segments(elf);
         let plt = crate::plt::plt_sections(elf)
             .iter()
             .map(|p| (p.svma, p.svma.saturating_add(p.size)))
@@ -46,6 +41,15 @@ impl<'a> CallSiteSources<'a> {
             function_starts,
         }
     }
+}
+
+/// The executable `PT_LOAD` segments of `elf`: file address and bytes.
+pub fn executable_segments<'a>(elf: &object::File<'a>) -> Vec<(u64, &'a [u8])> {
+    let exec = |s: &object::Segment<'_, '_>| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X));
+    elf.segments()
+        .filter(exec)
+        .filter_map(|s| Some((s.address(), s.data().ok()?)))
+        .collect()
 }
 
 /// The return sites of a module's code ([`CallSiteSources`]), with immediate call targets

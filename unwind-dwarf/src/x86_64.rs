@@ -42,7 +42,8 @@ fn reg_rule<'a, S: UnwindSection<Slice<'a>>>(
 fn stack_cfi_reg(r: RegRule) -> StackCfiReg {
     match r {
         RegRule::Offset(o) => StackCfiReg::Offset(o),
-        RegRule::Undefined => StackCfiReg::Undefined,
+        // (`Lost` is a return-address rule only, and such rules are not written.)
+        RegRule::Undefined | RegRule::Lost => StackCfiReg::Undefined,
         RegRule::Same => StackCfiReg::Same,
         RegRule::ValOffset(o) => StackCfiReg::ValOffset(o),
         RegRule::Expr(i) => StackCfiReg::Expr(i),
@@ -184,6 +185,31 @@ impl DwarfArch for X86_64 {
         })
     }
 
+    const EH_RETURN: Option<crate::eh_return::EhReturnCode> = Some(crate::eh_return::X86_64);
+
+    fn return_address_lost(rule: Rule) -> Rule {
+        Rule {
+            ra: RegRule::Lost,
+            ..rule
+        }
+    }
+
+    fn cfa_register_offset(rule: &Rule) -> Option<(u16, i64)> {
+        match rule.cfa {
+            CfaRule::SpOffset(o) => Some((gimli::X86_64::RSP.0, i64::from(o))),
+            CfaRule::FpOffset(o) => Some((gimli::X86_64::RBP.0, i64::from(o))),
+            CfaRule::Expr(_) => None,
+        }
+    }
+
+    fn return_address_at(rule: Rule, expr: u16) -> Rule {
+        Rule {
+            ra: RegRule::Expr(expr),
+            fp: RegRule::Undefined,
+            ..rule
+        }
+    }
+
     const BREAKPAD_NAME: &'static str = "x86_64";
     const BREAKPAD_REGISTERS: &'static [&'static str] = &["$rip", "$rsp", "$rbp"];
     const EXPRESSION_PC_SP: (u8, u8) = (Reg::Pc as u8, Reg::Sp as u8);
@@ -193,6 +219,9 @@ impl DwarfArch for X86_64 {
     /// `.cfa` (`$rsp k +`, `$rbp k +`, or an expression), `.ra`, and `$rbp` where it is not
     /// unchanged.
     fn stack_cfi(rule: &Rule) -> Result<StackCfiRule, SkipReason> {
+        if rule.ra == RegRule::Lost {
+            return Err(SkipReason::CantUnwind);
+        }
         Ok(StackCfiRule {
             cfa: match rule.cfa {
                 CfaRule::SpOffset(o) => StackCfiCfa::RegOffset(Reg::Sp as u8, o),

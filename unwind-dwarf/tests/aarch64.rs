@@ -161,6 +161,12 @@ impl DiffArch for Aarch64 {
     fn last_instruction(end: u64) -> u64 {
         end - 4
     }
+
+    fn handler_install(rule: &unwind_core::aarch64::Rule) -> bool {
+        use unwind_core::aarch64::RegRule;
+        rule.ra == RegRule::Lost
+            || (matches!(rule.ra, RegRule::Expr(_)) && rule.fp == RegRule::Undefined)
+    }
 }
 
 /// Compares the `.eh_frame` of the aarch64 ELF file at `path` with our table of it.
@@ -212,6 +218,12 @@ fn debian_arm64_libgcc_s_matches_gimli() {
     };
     let s = differential(&path);
     assert!(s.compared > 500, "only {} rows compared", s.compared);
+    // `_Unwind_RaiseException` and its three siblings end in a handler installation.
+    assert!(
+        s.handler_install_rows >= 4,
+        "{} rows in a handler installation",
+        s.handler_install_rows
+    );
 }
 
 #[test]

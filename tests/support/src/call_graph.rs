@@ -205,6 +205,20 @@ pub fn cpp_graph() -> Graph {
     Graph::new(&["_start", "clone", "[ext]"], CPP_EDGES)
 }
 
+/// Edges of the throw-heavy C++ program (tests/programs/throws.cpp): `catcher` catches what
+/// `thrower` (called through `between`) throws, on the main thread and on a `std::thread`
+/// worker; the throw runs in libstdc++ and libgcc_s (`[ext]`), which call nothing back.
+pub const THROW_EDGES: &str = "_start>[ext] [ext]>main clone>start_thread start_thread>[ext]
+    [ext]>[std] [std]>[std] [std]>worker [ext]>worker
+    main>catcher main>now main>[ext] main>[std] now>[ext] now>[std] worker>catcher worker>now
+    worker>[ext]
+    catcher>between catcher>[ext] between>thrower between>[ext] thrower>[ext] thrower>[std]";
+
+/// The throw-heavy program's call graph (threads start in libstdc++'s trampoline, `[ext]`).
+pub fn throw_graph() -> Graph {
+    Graph::new(&["_start", "clone", "[ext]"], THROW_EDGES)
+}
+
 /// The C++ workload's function names as its graph has them: the name before its parameters
 /// (`cpp_format[abi:cxx11](unsigned long)` is `cpp_format`), lambdas as `lambda`, the standard
 /// library's templates instantiated in the program as `[std]`.

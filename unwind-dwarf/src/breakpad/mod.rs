@@ -214,8 +214,10 @@ pub fn store_path(store: &Path, name: &str, id: &BreakpadId) -> PathBuf {
 /// Why a rule (one extent of the table) was not written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SkipReason {
-    /// (ARM) An `EXIDX_CANTUNWIND` entry: the function cannot be unwound through. Breakpad has
-    /// no such rule; a walker without a record behaves the same (no CFI caller).
+    /// The function cannot be unwound through here: an ARM `EXIDX_CANTUNWIND` entry, or a
+    /// stretch whose return address is lost (`RegRule::Lost`: an unwinder installing a
+    /// handler's registers, [`crate::eh_return`]). Breakpad has no such rule; a walker without
+    /// a record behaves the same (no CFI caller).
     CantUnwind,
     /// The CFA expression has no Breakpad form and cannot be expanded per address.
     CfaExpression,

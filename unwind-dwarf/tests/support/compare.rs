@@ -65,6 +65,13 @@ pub trait DiffArch: Arch {
         false
     }
 
+    /// Whether `rule` is one the loader made, on purpose unlike the CFI, where libgcc's unwinder
+    /// installs a handler's registers over the frame's save slots (`unwind_dwarf::eh_return`:
+    /// the return address lost, or read from the unwinder's context record).
+    fn handler_install(_rule: &Self::Rule) -> bool {
+        false
+    }
+
     /// Whether what `rule` records beyond the caller's registers agrees with gimli's `row`
     /// (aarch64: the return address's signing state, which the walk does not use).
     fn same_flags(_row: &UnwindTableRow<usize>, _rule: &Self::Rule) -> bool {
@@ -143,6 +150,9 @@ pub struct Summary {
     pub identical_with_expr: u64,
     /// Rows also compared at their last instruction.
     pub last_checked: u64,
+    /// Rows where ours differs on purpose: libgcc's handler installation
+    /// ([`DiffArch::handler_install`]).
+    pub handler_install_rows: u64,
 }
 
 impl Summary {
@@ -167,6 +177,7 @@ impl Summary {
             expr_rows,
             identical_with_expr,
             last_checked,
+            handler_install_rows,
         } = *o;
         self.fdes += fdes;
         self.gimli_errors += gimli_errors;
@@ -186,6 +197,7 @@ impl Summary {
         self.expr_rows += expr_rows;
         self.identical_with_expr += identical_with_expr;
         self.last_checked += last_checked;
+        self.handler_install_rows += handler_install_rows;
     }
 }
 
@@ -342,6 +354,8 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
                         }
                     } else if overlap {
                         s.overlap_mismatches += 1;
+                    } else if A::handler_install(&rule) {
+                        s.handler_install_rows += 1;
                     } else {
                         mismatch(mismatches, || {
                             format!(
@@ -368,7 +382,10 @@ pub fn compare_section<'a, A: DiffArch, S: UnwindSection<Slice<'a>>>(
             });
             let ok = match &ours {
                 None => found.is_none(),
-                Some((rule, o)) => agrees::<A>(&expected, o) && A::same_flags(row, rule),
+                Some((rule, o)) => {
+                    (agrees::<A>(&expected, o) && A::same_flags(row, rule))
+                        || A::handler_install(rule)
+                }
             };
             if !ok {
                 mismatch(mismatches, || {
@@ -482,10 +499,11 @@ pub fn elf_file<A: DiffArch + DwarfArch>(path: &Path, image: &StackImage<'_>) ->
     }
     let elapsed = t0.elapsed();
     println!(
-        "{}: rows compared {}, identical {}, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
+        "{}: rows compared {}, identical {}, {} in a handler installation, dropped {} (of {} gimli rows in {} FDEs; {} empty)",
         path.display(),
         s.compared,
         s.identical,
+        s.handler_install_rows,
         s.ours_none,
         s.rows,
         s.fdes,
