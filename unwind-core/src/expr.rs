@@ -67,7 +67,7 @@ pub enum Op {
 }
 
 /// The maximum number of operations in one expression.
-pub const MAX_OPS: usize = 16;
+pub const MAX_OPS: usize = 24;
 /// The depth of the evaluation stack.
 pub const STACK_DEPTH: usize = 8;
 
@@ -348,7 +348,7 @@ mod tests {
             Expr::new(&[Op::Dup; 9]).unwrap().eval(&ctx, Some(1)),
             Err(ExprError::StackOverflow)
         );
-        assert_eq!(Expr::new(&[Op::Nop; 17]), Err(ExprError::TooLong));
+        assert_eq!(Expr::new(&[Op::Nop; MAX_OPS + 1]), Err(ExprError::TooLong));
         assert_eq!(
             Expr::new(&[]).unwrap().eval(&ctx, None),
             Err(ExprError::StackUnderflow)

@@ -395,6 +395,9 @@ pub struct ArmStats {
     pub cant_unwind_from_instructions: u64,
     /// Of the entries' bytes, those that got rows from their instructions this way.
     pub cant_unwind_bytes_from_instructions: u64,
+    /// `EXIDX_CANTUNWIND` entries that are libgcc's unwinder entry points
+    /// ([`crate::eh_return::arm_wrapper`]), given the wrapper's rows.
+    pub unwinder_wrappers: u64,
 }
 
 /// Pushes the EXIDX rows where no FDE or PLT row describes their addresses (an EXIDX row is a
@@ -436,7 +439,10 @@ fn merge_exidx(
             continue;
         }
         let refined = code.and_then(|code| match rule.pc {
-            RegRule::Undefined => confirm_cant_unwind(code, start, end, &rule, stats),
+            RegRule::Undefined => {
+                let confirmed = confirm_cant_unwind(code, start, end, &rule, stats);
+                unwinder_wrappers(code, (start, end), &rule, confirmed, collected, stats)
+            }
             _ => refine_exidx(code, start, end, &rule, stats),
         });
         for &(s, e) in &pieces {
@@ -572,6 +578,76 @@ fn confirm_cant_unwind(
     if at < end {
         rows.push((at, end, *rule));
     }
+    Some(rows)
+}
+
+/// The rows of an `EXIDX_CANTUNWIND` entry's `[start, end)` (`confirmed`: its rows read from
+/// instructions, if any; else its stop `rule` throughout) with the rows of libgcc's unwinder
+/// entry points inside it ([`crate::eh_return::arm_wrapper`], found at every halfword) in
+/// place of theirs; `confirmed` where there are none.
+fn unwinder_wrappers(
+    code: &ArmCode<'_>,
+    (start, end): (u64, u64),
+    rule: &Rule,
+    confirmed: Option<Vec<(u64, u64, Rule)>>,
+    collected: &mut Collected<Rule>,
+    stats: &mut ArmStats,
+) -> Option<Vec<(u64, u64, Rule)>> {
+    use crate::eh_return::arm_wrapper;
+    let Some(bytes) = code.bytes(start, end) else {
+        return confirmed;
+    };
+    let Some(expr) =
+        arm_wrapper::arm_wrapper_expression().and_then(|e| collected.builder.add_expr(e).ok())
+    else {
+        return confirmed;
+    };
+    let mut wrappers: Vec<(u64, u64, Rule)> = Vec::new();
+    let mut i = 0usize;
+    while let Some(rest) = bytes.get(i..) {
+        if rest.is_empty() {
+            break;
+        }
+        let at = start.wrapping_add(i as u64);
+        let isas: &[Isa] = if at.is_multiple_of(4) {
+            &[Isa::Thumb, Isa::Arm]
+        } else {
+            &[Isa::Thumb]
+        };
+        let found = isas
+            .iter()
+            .find_map(|&isa| arm_wrapper::rows(rest, at, isa, expr));
+        match found {
+            Some(rows) => {
+                let len = rows.last().map_or(2, |r| r.1.wrapping_sub(at));
+                wrappers.extend(rows);
+                stats.unwinder_wrappers = stats.unwinder_wrappers.saturating_add(1);
+                i = i.saturating_add(usize::try_from(len).unwrap_or(2));
+            }
+            None => i = i.saturating_add(2),
+        }
+    }
+    if wrappers.is_empty() {
+        return confirmed;
+    }
+    let base = confirmed.unwrap_or_else(|| vec![(start, end, *rule)]);
+    // The base rows clipped around the wrappers, then the wrappers' rows.
+    let mut rows: Vec<(u64, u64, Rule)> =
+        Vec::with_capacity(base.len().saturating_add(wrappers.len()));
+    for (s, e, r) in base {
+        let mut at = s;
+        for w in wrappers.iter().filter(|w| w.0 < e && s < w.1) {
+            if at < w.0 {
+                rows.push((at, w.0, r));
+            }
+            at = at.max(w.1);
+        }
+        if at < e {
+            rows.push((at, e, r));
+        }
+    }
+    rows.extend(wrappers);
+    rows.sort_unstable_by_key(|r| r.0);
     Some(rows)
 }
 

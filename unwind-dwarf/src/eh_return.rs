@@ -425,6 +425,239 @@ pub(crate) fn lose_return_address<R: Copy>(
     out
 }
 
+/// libgcc's ARM EHABI entry points (`_Unwind_RaiseException`, `_Unwind_Resume`,
+/// `_Unwind_Resume_or_Rethrow`, `_Unwind_ForcedUnwind`, `_Unwind_Backtrace`: `UNWIND_WRAPPER`
+/// in its `libunwind.S`) push the caller's registers as a `phase2_vrs` block, `r0`-`r12` then
+/// the entry SP, LR and PC (LR again in Thumb code), and call the `__gnu_` function with a
+/// pointer to it. They are marked `EXIDX_CANTUNWIND`, and their LR slot cannot be trusted the
+/// way a save slot is: the second phase of the unwinding steps that very block from frame to
+/// frame, so after its first step the slots hold the next frame's registers. The block is the
+/// caller's, untouched, while its SP slot still holds the CFA and its PC slot the same value
+/// as its LR slot (the `__gnu_` function's first act sets the PC slot from the LR slot; a
+/// frame step writes LR before SP, and PC from LR after): the return address is read from the
+/// LR slot only then (`arm_wrapper_expression`), else the walk stops (`ReadFailed`).
+pub mod arm_wrapper {
+    use unwind_core::arm::{CfaRule, Reg, RegRule, Rule, Source};
+    use unwind_core::expr::{Expr, Op};
+
+    use crate::Isa;
+
+    /// The wrapper's instructions in Thumb-2 code (as halfwords) and in ARM code (as words),
+    /// `None` for the `add rN, sp, #4` (N: the argument count) and the `bl`, which vary.
+    const THUMB: [Option<u16>; 17] = [
+        Some(0x46ec), // mov ip, sp
+        Some(0xb500), // push {lr}
+        Some(0xe92d),
+        Some(0x5000), // push {ip, lr}
+        Some(0xe92d),
+        Some(0x1fff), // push {r0-r12}
+        Some(0xf04f),
+        Some(0x0300), // mov.w r3, #0
+        Some(0xe92d),
+        Some(0x000c), // push {r2, r3}
+        None,         // add rN, sp, #4
+        None,
+        None, // bl __gnu_...
+        Some(0xf8dd),
+        Some(0xe040), // ldr.w lr, [sp, #64]
+        Some(0xb012), // add sp, #72
+        Some(0x4770), // bx lr
+    ];
+    const ARM: [Option<u32>; 9] = [
+        Some(0xe92d_e000), // stmfd sp!, {sp, lr, pc}
+        Some(0xe92d_1fff), // stmfd sp!, {r0-r12}
+        Some(0xe3a0_3000), // mov r3, #0
+        Some(0xe92d_000c), // stmfd sp!, {r2, r3}
+        None,              // add rN, sp, #4
+        None,              // bl __gnu_...
+        Some(0xe59d_e040), // ldr lr, [sp, #64]
+        Some(0xe28d_d048), // add sp, sp, #72
+        Some(0xe12f_ff1e), // bx lr
+    ];
+
+    /// Whether `code` starts with the wrapper in `isa`, and its length.
+    fn matches(code: &[u8], isa: Isa) -> Option<u64> {
+        match isa {
+            Isa::Thumb => {
+                let halves = code.chunks_exact(2).map(|h| {
+                    u16::from_le_bytes([
+                        h.first().copied().unwrap_or(0),
+                        h.get(1).copied().unwrap_or(0),
+                    ])
+                });
+                let n = THUMB
+                    .iter()
+                    .zip(halves)
+                    .take_while(|(want, got)| want.is_none_or(|w| w == *got))
+                    .count();
+                let &[imm, op] = code.get(20..22)? else {
+                    return None;
+                };
+                // `add rN, sp, #4` (T1: 1010 1 Rd imm8).
+                (n == THUMB.len() && op & 0xf8 == 0xa8 && imm == 1).then_some(34)
+            }
+            Isa::Arm => {
+                let words = code
+                    .chunks_exact(4)
+                    .filter_map(|w| Some(u32::from_le_bytes(w.try_into().ok()?)));
+                let n = ARM
+                    .iter()
+                    .zip(words)
+                    .take_while(|(want, got)| want.is_none_or(|w| w == *got))
+                    .count();
+                let add = u32::from_le_bytes(code.get(16..20)?.try_into().ok()?);
+                (n == ARM.len() && add & 0xffff_0fff == 0xe28d_0004).then_some(36)
+            }
+        }
+    }
+
+    /// The expression (the CFA pushed first, 32-bit words) for the address of the LR slot of
+    /// the block (`CFA - 8`) where its SP slot (`CFA - 12`) holds the CFA and its PC slot
+    /// (`CFA - 4`) holds what the LR slot holds; else address 0, which no read permits.
+    pub(crate) fn arm_wrapper_expression() -> Option<Expr> {
+        use Op::{Add, Const, Deref, Dup, Eq, Mul, Over};
+        Expr::new(&[
+            Const(-8),
+            Add, // lr slot
+            Dup,
+            Deref, // [lr slot, lr]
+            Over,
+            Const(4),
+            Add,
+            Deref, // [lr slot, lr, pc]
+            Eq,
+            Mul, // lr slot, or 0
+            Dup,
+            Const(-4),
+            Add,
+            Deref, // [lr slot, sp]
+            Over,
+            Const(8),
+            Add, // [lr slot, sp, CFA]
+            Eq,
+            Mul, // lr slot, or 0
+        ])
+        .ok()
+    }
+
+    /// The rows of the wrapper at `start` of `code` (its bytes from there) in `isa`, the
+    /// return address read through expression `expr` ([`arm_wrapper_expression`]) while the
+    /// block is pushed; `None` if the code there is not the wrapper.
+    pub(crate) fn rows(
+        code: &[u8],
+        start: u64,
+        isa: Isa,
+        expr: u16,
+    ) -> Option<Vec<(u64, u64, Rule)>> {
+        let len = matches(code, isa)?;
+        let at = |cfa: i32| Rule {
+            cfa: CfaRule::RegOffset(Reg::Sp, cfa),
+            source: Source::Instructions,
+            ..Rule::default()
+        };
+        let block = Rule {
+            pc: RegRule::Expr(expr),
+            lr: RegRule::Expr(expr),
+            ..at(72)
+        };
+        // (offset, rule) from each offset to the next; the last to `len`.
+        let steps: &[(u64, Rule)] = match isa {
+            Isa::Thumb => &[
+                (0, at(0)),
+                (4, at(4)),
+                (8, at(12)),
+                (12, at(64)),
+                (20, block),
+                (32, at(0)),
+            ],
+            Isa::Arm => &[
+                (0, at(0)),
+                (4, at(12)),
+                (8, at(64)),
+                (16, block),
+                (32, at(0)),
+            ],
+        };
+        let mut rows = Vec::with_capacity(steps.len());
+        for (i, &(offset, rule)) in steps.iter().enumerate() {
+            let next = steps.get(i.wrapping_add(1)).map_or(len, |s| s.0);
+            rows.push((start.wrapping_add(offset), start.wrapping_add(next), rule));
+        }
+        Some(rows)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use unwind_core::expr::EvalContext;
+        use unwind_core::StackImage;
+
+        /// Debian 12's armhf libgcc_s.so.1, `_Unwind_RaiseException` at 0x167c8 (Thumb-2).
+        const RAISE: [u8; 34] = [
+            0xec, 0x46, 0x00, 0xb5, 0x2d, 0xe9, 0x00, 0x50, 0x2d, 0xe9, 0xff, 0x1f, 0x4f, 0xf0,
+            0x00, 0x03, 0x2d, 0xe9, 0x0c, 0x00, 0x01, 0xa9, 0xff, 0xf7, 0x91, 0xfb, 0xdd, 0xf8,
+            0x40, 0xe0, 0x12, 0xb0, 0x70, 0x47,
+        ];
+
+        #[test]
+        fn thumb_wrapper_rows() {
+            let got = rows(&RAISE, 0x167c8, Isa::Thumb, 3).expect("the wrapper");
+            assert_eq!(got.len(), 6);
+            assert_eq!(got[4].0, 0x167c8 + 20);
+            assert_eq!(got[4].2.pc, RegRule::Expr(3));
+            assert_eq!(
+                got[5],
+                (
+                    0x167c8 + 32,
+                    0x167c8 + 34,
+                    Rule {
+                        source: Source::Instructions,
+                        ..Rule::default()
+                    }
+                )
+            );
+            assert!(rows(&RAISE, 0x167c8, Isa::Arm, 3).is_none());
+            let mut other = RAISE;
+            other[26] = 0; // not `ldr.w lr, [sp, #64]`
+            assert!(rows(&other, 0x167c8, Isa::Thumb, 3).is_none());
+        }
+
+        /// The block as pushed reads; a block whose SP slot or PC slot moved on does not.
+        #[test]
+        fn the_block_is_read_only_while_untouched() {
+            let e = arm_wrapper_expression().expect("fits");
+            let base = 0x1000u64;
+            let cfa = base + 72;
+            let word = |v: &mut Vec<u8>, at: u64, x: u32| {
+                let i = (at - base) as usize;
+                v[i..i + 4].copy_from_slice(&x.to_le_bytes());
+            };
+            let eval = |bytes: &Vec<u8>| {
+                let image = StackImage::new(base, bytes);
+                let ctx = EvalContext {
+                    regs: &[0; 16],
+                    memory: &image,
+                    word_size: 4,
+                };
+                e.eval(&ctx, Some(cfa))
+            };
+            let mut v = vec![0u8; 72];
+            word(&mut v, cfa - 12, cfa as u32);
+            word(&mut v, cfa - 8, 0x4321);
+            word(&mut v, cfa - 4, 0x4321);
+            assert_eq!(eval(&v), Ok(cfa - 8));
+            let mut moved = v.clone();
+            word(&mut moved, cfa - 12, (cfa + 16) as u32);
+            // Address 0, whose read fails as the rule reads it.
+            assert_eq!(eval(&moved), Ok(0));
+            // (Here the second check already reads below address 0, and fails.)
+            let mut half = v.clone();
+            word(&mut half, cfa - 8, 0x5555);
+            assert_eq!(eval(&half), Err(unwind_core::expr::ExprError::ReadFailed));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

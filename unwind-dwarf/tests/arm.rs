@@ -1150,7 +1150,8 @@ fn debian_armhf_libraries_load() {
         );
         assert!(!from_instructions.is_empty(), "{name}");
         // EXIDX_CANTUNWIND functions whose exits confirm their reading unwind; those that
-        // never return, or that build a register block for other code to rewrite, still stop.
+        // never return still stop. libgcc's entry points, which build a register block for
+        // the unwinder to step, read their return address from that block, checked.
         let rule_in = |function: &str| {
             let f = funcs.iter().find(|f| f.0 == function).expect(function);
             (f.1..f.2)
@@ -1169,8 +1170,14 @@ fn debian_armhf_libraries_load() {
                 assert!(s.arch.cant_unwind_from_instructions > 100, "{:?}", s.arch);
             }
             "libgcc_s.so.1" => {
-                assert!(stops(&rule_in("_Unwind_RaiseException")));
-                assert!(stops(&rule_in("_Unwind_Resume")));
+                assert_eq!(s.arch.unwinder_wrappers, 5, "{:?}", s.arch);
+                for f in ["_Unwind_RaiseException", "_Unwind_Resume"] {
+                    let rules = rule_in(f);
+                    // At the call: the block's LR slot, through the checking expression.
+                    let at_call = rules.iter().filter(|r| matches!(r.pc, RegRule::Expr(_)));
+                    assert_eq!(at_call.count(), 6, "{f}: {rules:?}");
+                    assert!(!stops(&rules), "{f}");
+                }
             }
             _ => {}
         }

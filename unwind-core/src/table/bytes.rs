@@ -298,7 +298,7 @@ const OP_PLAIN: u8 = 2;
 
 fn write_expr(e: &Expr, out: &mut Vec<u8>) {
     let ops = e.ops();
-    // `Expr` holds at most MAX_OPS (16) operations.
+    // `Expr` holds at most MAX_OPS (24) operations.
     out.push(ops.len() as u8);
     for &op in ops {
         out.push(op_tag(op));
