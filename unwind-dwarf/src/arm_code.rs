@@ -62,6 +62,11 @@ pub struct ArmCode<'a> {
     /// some targets are data read as a call: used only where the reading must be confirmed by
     /// the function's exits ([`ArmCode::analyze_with_callees`]).
     pub call_targets: Vec<u64>,
+    /// The addresses right after a function's end (a return, then at most two no-ops of
+    /// padding; not a branch, which also ends a loop entered at its test), sorted: the entries of the functions that no symbol
+    /// names and no direct call reaches (callbacks, called through pointers). Found at every
+    /// halfword, so some are not entries: used as [`ArmCode::call_targets`] are.
+    pub after_ends: Vec<u64>,
 }
 
 impl<'a> ArmCode<'a> {
@@ -131,7 +136,9 @@ impl<'a> ArmCode<'a> {
             data,
             function_starts,
             call_targets: Vec::new(),
+            after_ends: Vec::new(),
         };
+        code.after_ends = code.find_after_ends();
         code.call_targets = code.find_call_targets();
         code
     }
@@ -166,6 +173,7 @@ impl<'a> ArmCode<'a> {
         let code = self.bytes(start, end)?;
         let mut starts = inside(&self.function_starts, start, end).to_vec();
         starts.extend_from_slice(inside(&self.call_targets, start, end));
+        starts.extend_from_slice(inside(&self.after_ends, start, end));
         starts.sort_unstable();
         starts.dedup();
         Some(analyze_to_confirm(
@@ -199,18 +207,201 @@ impl<'a> ArmCode<'a> {
             .map(|t| t & !1)
             .collect();
         targets.sort_unstable();
-        // Data read as a call lands anywhere; two such reads rarely land at the same address.
-        // Internal functions called once are mostly inlined by the compiler.
-        let called_twice: Vec<u64> = targets
+        // Data read as a call lands anywhere; two such reads rarely land at the same address,
+        // nor does one land right after a function's end. (Internal functions called once are
+        // mostly inlined by the compiler; those that are not, libgcc's `search_EIT_table` say,
+        // follow another function's return.)
+        let mut starts: Vec<u64> = targets
             .windows(2)
             .filter_map(|w| match *w {
                 [a, b] if a == b => Some(a),
                 _ => None,
             })
             .collect();
-        let mut targets = called_twice;
-        targets.dedup();
-        targets
+        starts.extend(
+            targets
+                .iter()
+                .copied()
+                .filter(|t| self.after_ends.binary_search(t).is_ok()),
+        );
+        starts.sort_unstable();
+        starts.dedup();
+        starts
+    }
+
+    /// [`ArmCode::after_ends`]: in each section, read as the instruction set of the mark
+    /// before each position (Thumb if none). An address that a nearby branch (within 4 KiB)
+    /// goes to or jumps over is code of the function around it (after an early return, or
+    /// after a literal pool whose data reads as a return), not an entry.
+    fn find_after_ends(&self) -> Vec<u64> {
+        let spans = self.branch_spans();
+        let mut out = Vec::new();
+        for &(base, bytes) in &self.sections {
+            let mut marks = MarkCursor::new(&self.isa_marks);
+            let half = |i: usize| -> Option<u16> {
+                let b = bytes.get(i..i.checked_add(2)?)?;
+                Some(u16::from_le_bytes(b.try_into().ok()?))
+            };
+            let word = |i: usize| -> Option<u32> {
+                let b = bytes.get(i..i.checked_add(4)?)?;
+                Some(u32::from_le_bytes(b.try_into().ok()?))
+            };
+            let mut i = 0usize;
+            while i < bytes.len() {
+                let at = base.wrapping_add(i as u64);
+                let isa = marks.at(at);
+                // The length of the end instruction at `i`, if it is one; then the padding.
+                let (end_len, nops): (Option<usize>, [u32; 2]) = match isa {
+                    Isa::Thumb => {
+                        let h = half(i).unwrap_or(0);
+                        let next = half(i.wrapping_add(2)).unwrap_or(0);
+                        // A return in an IT block is conditional: the code after it is the
+                        // function's too (an IT is at most 3 halfwords before it).
+                        let in_it = (1..=3).any(|k| {
+                            i.checked_sub(2usize.saturating_mul(k))
+                                .and_then(half)
+                                .is_some_and(|p| p & 0xff00 == 0xbf00 && p & 0xf != 0)
+                        });
+                        let len = if in_it {
+                            None
+                        } else if h == 0x4770 || h & 0xff00 == 0xbd00 {
+                            Some(2)
+                        } else if h == 0xe8bd && next & 0x8000 != 0 {
+                            Some(4)
+                        } else {
+                            None
+                        };
+                        (len, [0xbf00, 0x46c0])
+                    }
+                    Isa::Arm => {
+                        let w = if at.is_multiple_of(4) {
+                            word(i).unwrap_or(0)
+                        } else {
+                            0
+                        };
+                        let end =
+                            w == 0xe12f_ff1e || w & 0xffff_8000 == 0xe8bd_8000 || w == 0xe49d_f004;
+                        (end.then_some(4), [0xe1a0_0000, 0xe320_f000])
+                    }
+                };
+                let step = if isa == Isa::Arm { 4 } else { 2 };
+                let Some(len) = end_len else {
+                    i = i.saturating_add(step);
+                    continue;
+                };
+                let mut next = i.saturating_add(len);
+                for _ in 0..2 {
+                    let pad = match isa {
+                        Isa::Thumb => half(next).map(u32::from),
+                        Isa::Arm => word(next),
+                    };
+                    if pad.is_some_and(|p| nops.contains(&p)) {
+                        next = next.saturating_add(step);
+                    }
+                }
+                if next < bytes.len() {
+                    out.push(base.wrapping_add(next as u64));
+                }
+                i = i.saturating_add(step);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out.retain(|&a| {
+            // The merged span starting last at or before `a`.
+            let i = spans.partition_point(|s| s.0 <= a);
+            i.checked_sub(1)
+                .and_then(|i| spans.get(i))
+                .is_none_or(|s| a > s.1)
+        });
+        out
+    }
+
+    /// The stretches `[low, high]` between the direct branches that do not link (`b`,
+    /// `b<cond>`, `cbz`, `cbnz`, `b.w`) and their targets, for branches within 4 KiB, merged
+    /// and sorted; read at every position in the instruction set of the mark before it (Thumb
+    /// if none).
+    fn branch_spans(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let sext = |v: u32, bits: u32| -> i64 {
+            let up = 32u32.wrapping_sub(bits);
+            i64::from(((v << up) as i32) >> up)
+        };
+        for &(base, bytes) in &self.sections {
+            let mut marks = MarkCursor::new(&self.isa_marks);
+            let half = |i: usize| -> Option<u32> {
+                let b = bytes.get(i..i.checked_add(2)?)?;
+                Some(u32::from(u16::from_le_bytes(b.try_into().ok()?)))
+            };
+            let mut i = 0usize;
+            while i < bytes.len() {
+                let at = base.wrapping_add(i as u64);
+                let (Some(h), isa) = (half(i), marks.at(at)) else {
+                    break;
+                };
+                // Thumb's PC reads 4 ahead, ARM's 8.
+                let target = match isa {
+                    Isa::Thumb => {
+                        let next = half(i.wrapping_add(2)).unwrap_or(0);
+                        if h & 0xf000 == 0xd000 && h & 0x0e00 != 0x0e00 {
+                            Some(sext(h & 0xff, 8).wrapping_mul(2)) // b<cond>
+                        } else if h & 0xf800 == 0xe000 {
+                            Some(sext(h & 0x7ff, 11).wrapping_mul(2)) // b
+                        } else if h & 0xf500 == 0xb100 {
+                            Some(i64::from(((h >> 9) & 1) << 6 | ((h >> 3) & 0x1f) << 1))
+                        // cbz, cbnz
+                        } else if h & 0xf800 == 0xf000 && next & 0xd000 == 0x9000 {
+                            // b.w (T4): S:I1:I2:imm10:imm11:0, I = !(J ^ S).
+                            let s = (h >> 10) & 1;
+                            let i1 = !((next >> 13) & 1 ^ s) & 1;
+                            let i2 = !((next >> 11) & 1 ^ s) & 1;
+                            let v = s << 24
+                                | i1 << 23
+                                | i2 << 22
+                                | (h & 0x3ff) << 12
+                                | (next & 0x7ff) << 1;
+                            Some(sext(v, 25))
+                        } else if h & 0xf800 == 0xf000
+                            && next & 0xd000 == 0x8000
+                            && h & 0x0380 != 0x0380
+                        {
+                            // b<cond>.w (T3): S:J2:J1:imm6:imm11:0.
+                            let v = ((h >> 10) & 1) << 20
+                                | ((next >> 11) & 1) << 19
+                                | ((next >> 13) & 1) << 18
+                                | (h & 0x3f) << 12
+                                | (next & 0x7ff) << 1;
+                            Some(sext(v, 21))
+                        } else {
+                            None
+                        }
+                        .map(|off| at.wrapping_add(4).wrapping_add_signed(off))
+                    }
+                    Isa::Arm => {
+                        let w = h | half(i.wrapping_add(2)).unwrap_or(0) << 16;
+                        // b and b<cond> (not bl, not the unconditional-space blx).
+                        (at.is_multiple_of(4) && w & 0x0f00_0000 == 0x0a00_0000 && w >> 28 != 0xf)
+                            .then(|| {
+                                at.wrapping_add(8)
+                                    .wrapping_add_signed(sext(w & 0xff_ffff, 24).wrapping_mul(4))
+                            })
+                    }
+                };
+                if let Some(t) = target.filter(|t| t.abs_diff(at) < 4096) {
+                    out.push((t.min(at), t.max(at)));
+                }
+                i = i.saturating_add(2);
+            }
+        }
+        out.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (lo, hi) in out {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        merged
     }
 
     /// The data ranges overlapping `[start, end)`.
@@ -218,6 +409,29 @@ impl<'a> ArmCode<'a> {
         let lo = self.data.partition_point(|d| d.1 <= start);
         let hi = self.data.partition_point(|d| d.0 < end);
         self.data.get(lo..hi).unwrap_or(&[])
+    }
+}
+
+/// The instruction set at addresses visited in increasing order (as [`ArmCode::isa_at`], Thumb
+/// where no mark is before), without a search at each.
+struct MarkCursor<'m> {
+    marks: &'m [(u64, Isa)],
+    next: usize,
+}
+
+impl<'m> MarkCursor<'m> {
+    fn new(marks: &'m [(u64, Isa)]) -> Self {
+        MarkCursor { marks, next: 0 }
+    }
+
+    fn at(&mut self, addr: u64) -> Isa {
+        while self.marks.get(self.next).is_some_and(|m| m.0 <= addr) {
+            self.next = self.next.saturating_add(1);
+        }
+        self.next
+            .checked_sub(1)
+            .and_then(|i| self.marks.get(i))
+            .map_or(Isa::Thumb, |m| m.1)
     }
 }
 
