@@ -206,9 +206,10 @@ pub struct ProcessInfo<'a> {
     /// CPU time of threads whose timers were never deleted, which their records do not count
     /// (seen by `record` from outside the process).
     pub unended_cpu: Duration,
-    /// The process's CPU time since sampling started and, of it, what no sampled thread's clock
-    /// counted, at `record`'s last look (see [`Counters::process_cpu`]); `None` if not known.
-    pub cpu: Option<(Duration, Duration)>,
+    /// The process's CPU time since sampling started, of it what no sampled thread's clock
+    /// counted, and its CPU time since it started, at `record`'s last look (see
+    /// [`Counters::process_cpu`], [`Counters::lifetime_cpu`]); `None` if not known.
+    pub cpu: Option<(Duration, Duration, Duration)>,
 }
 
 /// The collector of the program's own thread: a [`Collector`] of this process, which also keeps
@@ -800,9 +801,10 @@ impl Collector {
             totals,
             counters: {
                 let mut c = self.counters(records, info.record, info.unended_cpu);
-                if let Some((process, unsampled)) = info.cpu {
+                if let Some((process, unsampled, lifetime)) = info.cpu {
                     c.process_cpu = process;
                     c.unsampled_cpu = unsampled;
+                    c.lifetime_cpu = lifetime;
                 }
                 c
             },

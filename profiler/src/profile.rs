@@ -157,6 +157,13 @@ pub struct Counters {
     /// Of `process_cpu`, what the sampled threads' clocks did not count at that look: threads
     /// never sampled (no timer, no record, started before the profiler).
     pub unsampled_cpu: Duration,
+    /// The processes' CPU time from their start (their start-up before sampling included), at
+    /// `record`'s last look; zero when not known.
+    pub lifetime_cpu: Duration,
+    /// The CPU time of the program and of every process it started, joined or not, as the
+    /// kernel counted it once they had all ended (`record`'s children's resource usage); `None`
+    /// where not known (the in-process collector, a snapshot).
+    pub descendants_cpu: Option<Duration>,
     /// Times the program set its own action for a signal the profiler samples with (its handler
     /// stayed in front, and passed the program's own signals, `foreign_signals`, on to it).
     pub program_actions: u64,
@@ -303,6 +310,8 @@ impl Counters {
         add_named(&mut self.refused, &other.refused);
         self.process_cpu += other.process_cpu;
         self.unsampled_cpu += other.unsampled_cpu;
+        self.lifetime_cpu += other.lifetime_cpu;
+        self.descendants_cpu = self.descendants_cpu.max(other.descendants_cpu);
         self.program_actions += other.program_actions;
         self.reconnections += other.reconnections;
         self.timers_rearmed += other.timers_rearmed;

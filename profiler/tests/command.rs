@@ -1322,6 +1322,54 @@ fn dlopen_keeps_the_search_path_of_its_caller() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A process of the run that never joins the profile (a statically linked program: the loader
+/// ignores LD_PRELOAD for it) is said, with the CPU time it took: `record` compares what the
+/// kernel counted for all its descendants with what the joined processes used. The same run
+/// with a dynamically linked child, which joins, has no such warning.
+#[test]
+fn cpu_of_processes_that_never_join_is_said() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("never-joined");
+    let Some(exe) = build("static_child", &dir) else {
+        return;
+    };
+    let Some(static_exe) = compile(
+        "static_child.c",
+        &dir.join("static_child_static"),
+        &["-static"],
+    ) else {
+        return;
+    };
+    let warning = "processes that never joined the profile";
+    for (child, joins) in [(&static_exe, false), (&exe, true)] {
+        let out_dir = dir.join(if joins { "joined" } else { "static" });
+        let out = run(record()
+            .arg("record")
+            .arg("--output")
+            .arg(&out_dir)
+            .arg("--")
+            .arg(&exe)
+            .arg(child));
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with("processes' CPU"))
+            .unwrap_or_else(|| panic!("{summary}"));
+        println!("{}: {line}", child.display());
+        // The static child's 800 ms are in the descendants' CPU time either way.
+        let all: f64 = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(all >= 1.0, "{line}");
+        assert_eq!(stderr.contains(warning), !joins, "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The profiler's own work inside the program's calls (the tables rebuilt in `dlopen` and
 /// `dlclose`, the interposed `dlopen`'s search) is shown as the profiler's: a frame
 /// `[unwind-profiler] ...` under the program's call, never a function the program does not call

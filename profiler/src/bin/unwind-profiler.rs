@@ -198,6 +198,22 @@ fn collect_until_all_ended(
     }
 }
 
+/// The CPU time of every descendant of `record` that ended and was waited for: all of them, once
+/// [`collect_until_all_ended`] returned (orphans are reparented to `record`, which waits for
+/// them; the others were waited for by their parents).
+fn descendants_cpu() -> Duration {
+    // SAFETY: a zeroed rusage is valid; getrusage fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
 /// The line `record` ends with: the program's samples and the files, and how many other
 /// processes (those it `exec`ed or forked and that `exec`ed) wrote profiles of their own.
 fn end_line(summary: &str, dir: &Path, stem: &str) -> String {
@@ -479,7 +495,10 @@ fn main() -> ExitCode {
     let child = child.id() as libc::pid_t;
     unwind_profiler::session::raise_descriptor_limit();
     let status = collect_until_all_ended(server.as_mut(), child, &dir, &config);
-    let profile = server.as_mut().and_then(Server::finish);
+    let mut profile = server.as_mut().and_then(Server::finish);
+    if let Some(p) = profile.as_mut() {
+        p.counters.descendants_cpu = Some(descendants_cpu());
+    }
     if !config.quiet {
         // What the user must know of the profile: what was refused, what was not sampled.
         let warnings = match &profile {

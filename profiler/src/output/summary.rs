@@ -173,6 +173,14 @@ pub fn text(profile: &Profile) -> String {
             )
         ));
     }
+    if let Some(all) = c.descendants_cpu {
+        line(format_args!(
+            "processes' CPU    {:.3} s: the program and every process it started, as the kernel counted them when they ended; {:.3} s of it in the {} processes that joined the profile, from their start to record's last look",
+            all.as_secs_f64(),
+            c.lifetime_cpu.as_secs_f64(),
+            profile.processes().len()
+        ));
+    }
     if c.perf_unsignalled > 0 {
         line(format_args!(
             "unsignalled       {} perf-event periods (overflows merged into one pending signal: CPU time not sampled)",
@@ -404,6 +412,15 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
             c.process_cpu.as_secs_f64()
         ));
     }
+    if let Some(unjoined) = unjoined_cpu(profile) {
+        let all = c.descendants_cpu.unwrap_or_default();
+        out.push(format!(
+            "{:.3} s of the run's {:.3} s of CPU time ({}) was in processes that never joined the profile: statically linked or set-ID programs (the loader ignores LD_PRELOAD for them), or programs started without the profiler's environment",
+            unjoined.as_secs_f64(),
+            all.as_secs_f64(),
+            percent(unjoined.as_nanos() as u64, all.as_nanos() as u64)
+        ));
+    }
     if c.program_actions > 0 {
         out.push(format!(
             "the program set its own action for the sampling signal: the profiler's handler stayed in front and passed its {} signals on to it (--signal chooses another)",
@@ -416,6 +433,19 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The CPU time of the run's processes that never joined the profile, where it is clearly some:
+/// the descendants' CPU time less the joined processes' (each seen up to `record`'s last look,
+/// at most 100 ms before it ended), past 200 ms plus 100 ms a joined process and past a tenth
+/// of the whole.
+pub fn unjoined_cpu(profile: &Profile) -> Option<Duration> {
+    let c = &profile.counters;
+    let all = c.descendants_cpu?;
+    let unjoined = all.saturating_sub(c.lifetime_cpu);
+    let lag =
+        Duration::from_millis(100) * u32::try_from(profile.processes().len()).unwrap_or(u32::MAX);
+    (unjoined > Duration::from_millis(200) + lag && unjoined * 10 > all).then_some(unjoined)
 }
 
 /// The line that says what `record` refused or dropped (see [`crate::profile::Counters::refused`]),

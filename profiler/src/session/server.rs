@@ -152,8 +152,9 @@ struct Process {
     drained_after_end: bool,
     /// When the threads' CPU time was last read.
     cpu_looked: Option<Instant>,
-    /// At that look: the process's CPU time since sampling started, and the sampled threads'.
-    cpu_at_look: Option<(u64, u64)>,
+    /// At that look: the process's CPU time since sampling started, the sampled threads', and
+    /// the process's since it started.
+    cpu_at_look: Option<(u64, u64, u64)>,
     /// What was refused of what it sent, by what.
     refused: BTreeMap<String, u64>,
     /// A connection to drop (refused, or merged into an earlier process's as a rejoin).
@@ -583,10 +584,11 @@ impl Server {
                     duration: Duration::from_nanos(end.saturating_sub(epoch)),
                     record,
                     unended_cpu: p.unended_cpu(),
-                    cpu: p.cpu_at_look.map(|(process, sampled)| {
+                    cpu: p.cpu_at_look.map(|(process, sampled, lifetime)| {
                         (
                             Duration::from_nanos(process),
                             Duration::from_nanos(process.saturating_sub(sampled)),
+                            Duration::from_nanos(lifetime),
                         )
                     }),
                 };
@@ -814,7 +816,7 @@ impl Process {
             .map(|t| t.record.counters.cpu_ns.get())
             .fold(0, u64::saturating_add);
         let sampled = ended.saturating_add(self.unended_cpu().as_nanos() as u64);
-        self.cpu_at_look = Some((total - before, sampled));
+        self.cpu_at_look = Some((total - before, sampled, total));
     }
 }
 
