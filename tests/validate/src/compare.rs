@@ -33,6 +33,11 @@ pub enum Class {
     ExidxPrologue,
     /// The callee is a signal frame.
     SignalFrame,
+    /// The callee is libgcc's unwinder installing an exception handler's registers over its
+    /// save slots, whose CFI then names the catching function as its caller (Breakpad follows
+    /// it); ours reads libgcc's own record of the frame there, or stops
+    /// (`unwind_dwarf::eh_return`).
+    HandlerInstall,
     /// The callee is in a module for which the walker has no symbol file.
     NoSymbols,
     /// The callee is a PLT stub, whose CFA depends on the PC: dump_syms cannot write that rule
@@ -65,12 +70,13 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 15] = [
+    pub const ALL: [Class; 16] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
         Class::ExidxPrologue,
         Class::SignalFrame,
+        Class::HandlerInstall,
         Class::NoSymbols,
         Class::DumpSymsPlt,
         Class::DumpSymsPointerAuth,
@@ -91,6 +97,9 @@ impl Class {
             Class::OurFallback => "our fallback (frame pointer or link register)",
             Class::ExidxPrologue => "prologue/epilogue on EXIDX",
             Class::SignalFrame => "signal frame",
+            Class::HandlerInstall => {
+                "libgcc installing a handler's registers (its CFI names the catching function)"
+            }
             Class::NoSymbols => "no symbol file for the callee's module",
             Class::DumpSymsPlt => "PLT stub: dump_syms cannot write its PC-dependent CFA",
             Class::DumpSymsPointerAuth => {
@@ -410,6 +419,12 @@ fn classify(
     {
         return Class::SignalFrame;
     }
+    if offline
+        .and_then(|w| w.rules.get(callee))
+        .is_some_and(|r| r.handler_install)
+    {
+        return Class::HandlerInstall;
+    }
     if theirs.is_some_and(|t| !is_cfi(t.trust)) {
         return Class::BreakpadScanned;
     }
@@ -521,6 +536,7 @@ mod tests {
                     exidx: false,
                     pc_dependent_cfa: false,
                     ra_signed: false,
+                    handler_install: false,
                 })
                 .collect(),
             stop: s.stop,

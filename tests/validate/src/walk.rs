@@ -77,6 +77,10 @@ pub struct RuleFacts {
     pub pc_dependent_cfa: bool,
     /// Its return address is signed (aarch64's pointer authentication).
     pub ra_signed: bool,
+    /// It is one of the rules made where libgcc's unwinder installs an exception handler's
+    /// registers over its save slots (`unwind_dwarf::eh_return`): the return address read from
+    /// libgcc's own record of the frame, or lost.
+    pub handler_install: bool,
 }
 
 /// Our offline walk of a sample.
@@ -274,6 +278,9 @@ impl Tables {
                     _ => false,
                 },
                 ra_signed: false,
+                handler_install: rule.ra == x86_64::RegRule::Lost
+                    || (matches!(rule.ra, x86_64::RegRule::Expr(_))
+                        && rule.fp == x86_64::RegRule::Undefined),
             };
             walk_as::<X86_64>(&mut self.x86, layouts, sample, regs, &image, facts, 0)
         } else if let Some(regs) = sample.context.aarch64_regs() {
@@ -283,6 +290,9 @@ impl Tables {
                 exidx: false,
                 pc_dependent_cfa: false,
                 ra_signed: rule.ra_signed,
+                handler_install: rule.ra == aarch64::RegRule::Lost
+                    || (matches!(rule.ra, aarch64::RegRule::Expr(_))
+                        && rule.fp == aarch64::RegRule::Undefined),
             };
             walk_as::<Aarch64>(&mut self.aarch64, layouts, sample, regs, &image, facts, 0)
         } else {
@@ -293,6 +303,8 @@ impl Tables {
                 exidx: rule.source == arm::Source::Exidx,
                 pc_dependent_cfa: false,
                 ra_signed: false,
+                handler_install: matches!(rule.pc, arm::RegRule::Expr(_))
+                    && rule.source == arm::Source::Instructions,
             };
             walk_as::<Arm>(&mut self.arm, layouts, sample, regs, &image, facts, 1)
         }
