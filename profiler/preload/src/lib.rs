@@ -258,8 +258,9 @@ fn next_symbol(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void 
     p
 }
 
-/// Interposes the C library's `dlclose`: under `record`, an unload rebuilds the tables once the
-/// real call has returned.
+/// Interposes the C library's `dlclose`: under `record`, an unload marks the tables as keeping
+/// modules that may be gone, for the next load or code mapping to rebuild
+/// ([`unwind_profiler::session::modules_unloaded`]).
 ///
 /// # Safety
 /// The contract of `dlclose`.
@@ -270,7 +271,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> libc::c_int {
     };
     // SAFETY: forwarded.
     let rc = unsafe { real(handle) };
-    unwind_profiler::session::modules_may_have_changed();
+    unwind_profiler::session::modules_unloaded();
     rc
 }
 

@@ -449,6 +449,7 @@ pub fn modules_may_have_changed() {
         }
         // Memory made executable meanwhile needs /proc/self/maps read again; a load or an
         // unload alone does not (a loop of them would spend most of its time there).
+        TABLES_KEEP_UNLOADED.store(false, Relaxed);
         let refreshed = if code_mapped {
             unwind_in_process::refresh()
         } else {
@@ -460,6 +461,21 @@ pub fn modules_may_have_changed() {
         send_modules(c);
     });
 }
+
+/// After the program's `dlclose` returned: nothing is rebuilt or sent, the tables are marked
+/// as keeping modules that may be gone ([`TABLES_KEEP_UNLOADED`]). A walk cannot meet the code
+/// of an unloaded module (no frame runs there), `record`'s list keeps it for the samples taken
+/// before the unload, and the next load rebuilds the tables and sends the list (the lists are
+/// whole: the next one drops it); code mapped meanwhile where it was is seen by
+/// [`code_mapped`]. A loop of loads and unloads so pays for one rebuild a load, not two (the
+/// unload's rebuild and message were half of a `dlopen`/`dlclose` loop's overhead).
+pub fn modules_unloaded() {
+    TABLES_KEEP_UNLOADED.store(true, Relaxed);
+}
+
+/// Set by an unload ([`modules_unloaded`]) and cleared by the next rebuild after a load: the
+/// tables may still describe modules that are gone.
+static TABLES_KEEP_UNLOADED: AtomicBool = AtomicBool::new(false);
 
 /// Set when memory was made executable while a refresh was in progress (which may have read
 /// the process's mappings before): the next chance refreshes.
@@ -488,7 +504,9 @@ pub fn code_mapped(addr: usize, len: usize) {
         match unwind_in_process::covers_code(start, end) {
             None => CODE_MAPPED_UNSEEN.store(true, Relaxed),
             Some(covered) => {
-                if !covered || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
+                // Covered by a module that may have been unloaded: code mapped where it was.
+                let stale = covered && TABLES_KEEP_UNLOADED.swap(false, Relaxed);
+                if !covered || stale || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
                     match unwind_in_process::refresh_unless_busy() {
                         Ok(report) => {
                             sampler::process().table_built(&report, true);

@@ -41,7 +41,8 @@ pub mod wire;
 
 pub(crate) use client::{announce_thread, shared_thread_region};
 pub use client::{
-    code_mapped, join_after_fork, modules_may_have_changed, request_snapshot, start, MAX_REJOINS,
+    code_mapped, join_after_fork, modules_may_have_changed, modules_unloaded, request_snapshot,
+    start, MAX_REJOINS,
 };
 pub use rules_cache::lasting_rules_cache;
 pub use server::{raise_descriptor_limit, Server, MAX_MODULES, MAX_MODULE_BYTES, MAX_RING_WORDS};
