@@ -393,15 +393,7 @@ impl<'a> ArmCode<'a> {
                 i = i.saturating_add(2);
             }
         }
-        out.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (lo, hi) in out {
-            match merged.last_mut() {
-                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
-                _ => merged.push((lo, hi)),
-            }
-        }
-        merged
+        crate::plt::merged(out)
     }
 
     /// The data ranges overlapping `[start, end)`.

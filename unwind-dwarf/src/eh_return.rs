@@ -334,14 +334,7 @@ pub(crate) fn install_stretches(
     if let Some(reached) = arch.reached {
         stretches.extend(reached(function, start, hook_return, (start, end)));
     }
-    stretches.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in stretches {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
+    let merged = crate::plt::merged(stretches);
     let no_context = if arch.stores_outside_frame {
         (hook_return, end)
     } else {

@@ -66,6 +66,19 @@ pub fn plt_sections_of_file(path: &std::path::Path) -> Result<Vec<PltSection>, c
     })?
 }
 
+/// `ranges` sorted, with those that overlap or touch merged into one.
+pub(crate) fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
 /// `[start, end)` minus the sorted, possibly overlapping `covered` ranges.
 pub(crate) fn uncovered(start: u64, end: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
