@@ -27,9 +27,10 @@
 //!   and every step down to the innermost program function is an edge of the call graph;
 //! - below that function, only frames of other modules (a libc call, a PLT stub) remain.
 //!
-//! One exception is counted apart and must stay under 1%: a sample taken while the dynamic
-//! linker resolves a PLT slot (`_dl_runtime_resolve_*` defines its CFA on `rbx`, a register
-//! x86_64 rules do not track) stops there with `NoRule`.
+//! One exception is counted apart and must stay under 1%: a sample taken in the dynamic
+//! linker's lazy-binding trampoline's own instructions (`_dl_runtime_resolve_*` defines its CFA
+//! on `rbx`, a register x86_64 rules do not track) stops there with `NoRule`. (From inside
+//! `_dl_fixup`, which it calls, the walk crosses it: `unwind_dwarf`'s `lazy_binding`.)
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -98,7 +99,7 @@ fn validate(
             .collect();
         let t = tokens(&frames, own, name);
         // A documented limit: the lazy-binding trampoline's CFA is on rbx, which x86_64 rules do
-        // not track, so a sample taken while a PLT slot is being resolved stops there.
+        // not track, so a sample taken in its own instructions stops there.
         if stop == "NoRule"
             && frames
                 .last()

@@ -364,7 +364,14 @@ impl<R: TableRule> ModuleRulesBuilder<R> {
 
     /// Describes file addresses `start..end` with `rule`.
     pub fn push(&mut self, start: u64, end: u64, rule: R) -> Result<(), TableError> {
-        let i = match self.index.get(&rule) {
+        let i = self.intern(rule)?;
+        self.rows.push((start, end, i));
+        Ok(())
+    }
+
+    /// The index of `rule` in the dictionary, added if new.
+    fn intern(&mut self, rule: R) -> Result<u16, TableError> {
+        Ok(match self.index.get(&rule) {
             Some(&i) => i,
             None => {
                 let i = u16::try_from(self.dict.len()).map_err(|_| TableError::TooManyRules)?;
@@ -375,8 +382,31 @@ impl<R: TableRule> ModuleRulesBuilder<R> {
                 self.index.insert(rule, i);
                 i
             }
-        };
-        self.rows.push((start, end, i));
+        })
+    }
+
+    /// Gives the parts of the rows pushed so far that lie inside `start..end` the rule `f` makes
+    /// of theirs (a row across a bound is split there).
+    pub fn rewrite(&mut self, start: u64, end: u64, f: impl Fn(&R) -> R) -> Result<(), TableError> {
+        let mut out = Vec::with_capacity(self.rows.len());
+        for (s, e, i) in core::mem::take(&mut self.rows) {
+            if e <= start || s >= end {
+                out.push((s, e, i));
+                continue;
+            }
+            if s < start {
+                out.push((s, start, i));
+            }
+            let rule = self.dict.get(usize::from(i)).map(&f);
+            match rule {
+                Some(rule) => out.push((s.max(start), e.min(end), self.intern(rule)?)),
+                None => out.push((s.max(start), e.min(end), i)),
+            }
+            if e > end {
+                out.push((end, e, i));
+            }
+        }
+        self.rows = out;
         Ok(())
     }
 
@@ -904,6 +934,23 @@ mod tests {
         assert_eq!(m.lookup(0x30), Some(3));
         assert_eq!(m.stats().overlapping, 2);
         assert_eq!(m.stats().empty, 1);
+    }
+
+    /// A rewrite changes the rule of the rows' parts inside its range only, splitting the rows
+    /// across its bounds.
+    #[test]
+    fn rows_are_rewritten_inside_a_range() {
+        let mut b = ModuleRulesBuilder::new();
+        b.push(0x10, 0x20, 1u8).unwrap();
+        b.push(0x20, 0x30, 2).unwrap();
+        b.push(0x30, 0x40, 3).unwrap();
+        b.rewrite(0x18, 0x34, |r| r + 100).unwrap();
+        let m = b.build().unwrap();
+        let at = |a: u64| m.lookup(a);
+        assert_eq!(
+            [at(0x10), at(0x17), at(0x18), at(0x2f), at(0x33), at(0x34)],
+            [Some(1), Some(1), Some(101), Some(102), Some(103), Some(3)]
+        );
     }
 
     /// An empty row below every other (a discarded function's FDE at address 0) does not move

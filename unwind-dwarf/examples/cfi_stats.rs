@@ -40,6 +40,12 @@ fn main() {
                         s.handler_installs, s.handler_install_contexts, s.handler_installs_unrecognised
                     );
                 }
+                if s.lazy_binding_crossings > 0 {
+                    println!(
+                        "  lazy-binding trampolines crossed: {}",
+                        s.lazy_binding_crossings
+                    );
+                }
                 if s.bad_entries > 0 {
                     println!("  bad entries: {}", s.bad_entries);
                 }

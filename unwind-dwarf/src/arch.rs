@@ -129,6 +129,22 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         rule
     }
 
+    /// The DWARF register the CFA of the dynamic linker's lazy-binding trampolines is on
+    /// (x86_64: `rbx`), which the architecture's rules do not track; `None` where there is
+    /// no such trampoline to cross ([`crate::lazy_binding`]).
+    const LAZY_BINDING_REGISTER: Option<u16> = None;
+
+    /// The rule of a lazy-binding trampoline at its call's return site: the CFA read as
+    /// `[sp + slot] + cfa_offset` ([`crate::lazy_binding`]; the expression interned in
+    /// `builder`), the return address and other registers as the trampoline leaves them.
+    fn lazy_binding_rule(
+        _slot: i64,
+        _cfa_offset: i64,
+        _builder: &mut ModuleRulesBuilder<Self::Rule>,
+    ) -> Option<Self::Rule> {
+        None
+    }
+
     /// The CFA rule of `rule` as a DWARF register plus an offset, where it is one.
     fn cfa_register_offset(_rule: &Self::Rule) -> Option<(u16, i64)> {
         None

@@ -353,6 +353,9 @@ pub struct CfiStats {
     /// Such functions where that stretch was not recognised: their CFI is kept as it is, and a
     /// sample at the end of an exception's unwinding may get a wrong caller there.
     pub handler_installs_unrecognised: u64,
+    /// The dynamic linker's lazy-binding trampolines crossed at their call's return site
+    /// ([`crate::lazy_binding`]).
+    pub lazy_binding_crossings: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
 }
@@ -394,6 +397,10 @@ struct Collector<'b, A: DwarfArch> {
     bases: &'b BaseAddresses,
     code_range: Option<(u64, u64)>,
     code: &'b crate::eh_return::Code<'b>,
+    /// Functions whose CFA is on [`DwarfArch::LAZY_BINDING_REGISTER`] somewhere.
+    trampolines: Vec<crate::lazy_binding::Trampoline>,
+    /// Functions that save that register at one offset.
+    savers: Vec<crate::lazy_binding::Saver>,
 }
 
 /// Where an entry of a CFI section ends, from its length field at `at` (`at` < `data.len()`).
@@ -541,6 +548,10 @@ impl<A: DwarfArch> Collector<'_, A> {
             // Whether a row saves every register `__builtin_eh_return` passes data in.
             let data_registers = A::EH_RETURN.map_or(&[][..], |e| e.data_registers);
             let mut saves_eh_data = false;
+            // Rows with the CFA on the lazy-binding register, and where it is saved (one offset).
+            let mut trampoline_rows: Vec<(u64, u64, i64)> = Vec::new();
+            let mut saved: Option<(i64, u64)> = None;
+            let mut saved_at_one_offset = true;
             let result: Result<(), gimli::Error> = (|| {
                 let mut table = fde.rows(section, self.bases, &mut self.ctx)?;
                 while let Some(row) = table.next_row()? {
@@ -555,6 +566,20 @@ impl<A: DwarfArch> Collector<'_, A> {
                     // gimli does not bound rows by the FDE's range: clip them to it, so that
                     // the range checked against the code and the shadowing is the rows' too.
                     let (rs, re) = (row.start_address(), row.end_address());
+                    if let Some(reg) = A::LAZY_BINDING_REGISTER {
+                        if let gimli::CfaRule::RegisterAndOffset { register, offset } = row.cfa() {
+                            if register.0 == reg {
+                                trampoline_rows.push((rs.max(start), re.min(end), *offset));
+                            }
+                        }
+                        if let Some(RegisterRule::Offset(k)) = row.register(gimli::Register(reg)) {
+                            match saved {
+                                None => saved = Some((k, rs)),
+                                Some((at, _)) if at != k => saved_at_one_offset = false,
+                                Some(_) => {}
+                            }
+                        }
+                    }
                     if rs < re && (re <= start || rs >= end) {
                         if let Some(n) = self.stats.dropped.get_mut(DropReason::OutsideFde as usize)
                         {
@@ -588,6 +613,20 @@ impl<A: DwarfArch> Collector<'_, A> {
             if saves_eh_data {
                 self.lose_return_address_after_install(start, end);
             }
+            if !trampoline_rows.is_empty() {
+                self.trampolines.push(crate::lazy_binding::Trampoline {
+                    start,
+                    end,
+                    rows: trampoline_rows,
+                });
+            }
+            if let (Some((offset, saved_from)), true) = (saved, saved_at_one_offset) {
+                self.savers.push(crate::lazy_binding::Saver {
+                    start,
+                    offset,
+                    saved_from,
+                });
+            }
             // Only FDEs whose rows were kept shadow others (and lower-priority rows).
             ranges.push((start, end));
             let source = RowSource::Fde {
@@ -608,6 +647,37 @@ impl<A: DwarfArch> Collector<'_, A> {
 }
 
 impl<A: DwarfArch> Collector<'_, A> {
+    /// Gives each lazy-binding trampoline its row at its call's return site, and the rows of
+    /// its callee before that saves the register the stop ([`crate::lazy_binding`]), counted.
+    fn cross_trampolines(&mut self) -> Result<(), DwarfError> {
+        let (Some(arch), false) = (A::EH_RETURN, self.trampolines.is_empty()) else {
+            return Ok(());
+        };
+        self.savers.sort_unstable_by_key(|s| s.start);
+        for t in std::mem::take(&mut self.trampolines) {
+            let Some(c) = crate::lazy_binding::crossing(
+                &t,
+                &self.savers,
+                self.code,
+                A::return_sites,
+                arch.call_bytes,
+            ) else {
+                continue;
+            };
+            let Some(rule) = A::lazy_binding_rule(c.slot, c.cfa_offset, &mut self.builder) else {
+                continue;
+            };
+            let (s, e) = c.return_site;
+            self.builder.push(s, e, rule)?;
+            let (from, to) = c.unsaved;
+            self.builder
+                .rewrite(from, to, |r| A::return_address_lost(*r))
+                .map_err(|e| self.extremes.error(e))?;
+            count(&mut self.stats.lazy_binding_crossings);
+        }
+        Ok(())
+    }
+
     /// Makes the return address `Lost` in the rows of the function `[start, end)` (an FDE that
     /// saves the exception data registers) where its save slots may hold a handler's registers
     /// ([`crate::eh_return`]), and counts it.
@@ -717,6 +787,8 @@ fn collect_rows<A: DwarfArch>(
         bases: &bases,
         code_range: sections.code_range,
         code: sections.code,
+        trampolines: Vec::new(),
+        savers: Vec::new(),
     };
     let mut eh_ranges = Vec::new();
     if let Some(data) = sections.eh_frame {
@@ -742,6 +814,7 @@ fn collect_rows<A: DwarfArch>(
             },
         )?;
     }
+    c.cross_trampolines()?;
     let mut covered = eh_ranges;
     covered.extend(debug_ranges);
     covered.sort_unstable();

@@ -93,6 +93,7 @@ mod compile;
 pub mod eh_return;
 mod elf;
 pub mod functions;
+mod lazy_binding;
 pub mod plt;
 pub mod return_sites;
 mod x86_64;

@@ -194,6 +194,25 @@ impl DwarfArch for X86_64 {
         }
     }
 
+    /// `rbx` (glibc's `_dl_runtime_resolve_*`: `push %rbx; mov %rsp, %rbx`, then the stack is
+    /// realigned).
+    const LAZY_BINDING_REGISTER: Option<u16> = Some(gimli::X86_64::RBX.0);
+
+    /// The return address above the CFA as everywhere, `rbp` untouched.
+    fn lazy_binding_rule(
+        slot: i64,
+        cfa_offset: i64,
+        builder: &mut ModuleRulesBuilder<Rule>,
+    ) -> Option<Rule> {
+        let expr = crate::lazy_binding::cfa_expression(Reg::Sp as u8, slot, cfa_offset)?;
+        Some(Rule {
+            cfa: CfaRule::Expr(builder.add_expr(expr).ok()?),
+            ra: RegRule::Offset(-8),
+            fp: RegRule::Same,
+            signal_frame: false,
+        })
+    }
+
     fn cfa_register_offset(rule: &Rule) -> Option<(u16, i64)> {
         match rule.cfa {
             CfaRule::SpOffset(o) => Some((gimli::X86_64::RSP.0, i64::from(o))),

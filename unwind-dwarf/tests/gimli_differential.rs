@@ -168,6 +168,100 @@ fn libgcc_s_matches_gimli() {
     );
 }
 
+/// glibc's lazy-binding trampolines (`_dl_runtime_resolve_*`: CFA on `rbx`, which the rules do
+/// not track) are crossed from `_dl_fixup`, which saved `rbx` in its frame: a walk from inside
+/// `_dl_fixup` goes through the trampoline to the code that called the PLT stub. From
+/// `_dl_fixup`'s first instructions, before it saves `rbx`, the walk stops instead (the slot
+/// holds an older value): `ReturnAddressLost`, never a frame from it.
+#[test]
+fn lazy_binding_trampoline_is_crossed() {
+    use unwind_core::x86_64::{CfaRule as Cfa, RegRule};
+    use unwind_core::{Cache, StopReason};
+    let path = Path::new("/lib64/ld-linux-x86-64.so.2");
+    let loaded = unwind_dwarf::load_elf_file::<X86_64>(path).unwrap();
+    assert!(
+        loaded.stats.cfi.lazy_binding_crossings >= 3,
+        "{:?}",
+        loaded.stats.cfi
+    );
+    // A crossing: the one-byte row at a trampoline's return site, CFA by an expression.
+    let (site_end, rule) = loaded
+        .rules
+        .extents()
+        .find(|(s, e, r)| e - s == 1 && matches!(r.cfa, Cfa::Expr(_)))
+        .map(|(_, e, r)| (e, r))
+        .expect("a crossing");
+    assert_eq!((rule.ra, rule.fp), (RegRule::Offset(-8), RegRule::Same));
+    // Its callee, `_dl_fixup`: the target of the `call rel32` that ends there.
+    let data = std::fs::read(path).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let code = unwind_dwarf::return_sites::executable_segments(&elf);
+    let byte = |a: u64| {
+        code.iter()
+            .find_map(|&(at, b)| b.get(usize::try_from(a.checked_sub(at)?).ok()?).copied())
+            .unwrap()
+    };
+    assert_eq!(byte(site_end - 5), 0xe8);
+    let rel = i32::from_le_bytes([1, 2, 3, 4].map(|i| byte(site_end - 5 + i)));
+    let callee = site_end.wrapping_add_signed(i64::from(rel));
+    assert_eq!(
+        loaded.rules.lookup(callee).map(|r| r.ra),
+        Some(RegRule::Lost)
+    );
+    // Its body, where it has saved rbx: CFA = rsp + n.
+    let (body, body_rule) = (callee..callee + 64)
+        .find_map(|a| {
+            let r = loaded.rules.lookup(a)?;
+            (r.ra == RegRule::Offset(-8) && matches!(r.cfa, Cfa::SpOffset(_))).then_some((a, r))
+        })
+        .expect("the callee's body");
+    let Cfa::SpOffset(frame) = body_rule.cfa else {
+        unreachable!()
+    };
+    let mut tb = RuleTableBuilder::new(NonZeroU32::MIN);
+    tb.add(0, u64::MAX, 0, "ld.so".into(), Arc::new(loaded.rules));
+    let table = tb.build().unwrap();
+    // The stack: the callee's frame at SP, the trampoline's realigned area above it, then
+    // the trampoline's own words (saved rbx, link map, relocation index, return address).
+    let sp = SP;
+    let tramp_sp = sp + frame as u64;
+    let rbx = tramp_sp + 0x300;
+    let caller = 0x1000 + 5;
+    let mut stack = vec![0u8; (STACK_HI - STACK_LO) as usize];
+    let mut put = |at: u64, v: u64| {
+        let i = (at - STACK_LO) as usize;
+        stack[i..i + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    put(tramp_sp - 8, site_end); // the callee's return address
+                                 // `_dl_fixup` saves rbx in one of its frame's slots (CFA - 40 in glibc 2.36): each holds it.
+    for slot in (16..=64).step_by(8) {
+        put(tramp_sp - slot, rbx);
+    }
+    put(rbx + 24, caller); // the trampoline's return address: into the PLT stub's caller
+    let image = StackImage::new(STACK_LO, &stack);
+    let walk = |pc: u64| {
+        let mut cache = Cache::<X86_64>::new();
+        let mut pcs = [0u64; 8];
+        let r = unwind_core::unwind(
+            &table,
+            &mut cache,
+            Regs { pc, sp, fp: 0 },
+            &image,
+            &mut pcs,
+            None,
+        );
+        (pcs[..r.frames].to_vec(), r.stop)
+    };
+    let (pcs, _) = walk(body);
+    assert_eq!(
+        pcs.get(..3),
+        Some(&[body, site_end, caller][..]),
+        "{pcs:x?}"
+    );
+    // At the callee's first instruction: stopped, the trampoline not written.
+    assert_eq!(walk(callee), (vec![callee], StopReason::ReturnAddressLost));
+}
+
 #[test]
 fn libstdcxx_matches_gimli() {
     let s = differential(Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
