@@ -1355,7 +1355,7 @@ fn cpu_of_processes_that_never_join_is_said() {
         let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
         let line = summary
             .lines()
-            .find(|l| l.starts_with("processes' CPU"))
+            .find(|l| l.starts_with("run's CPU"))
             .unwrap_or_else(|| panic!("{summary}"));
         println!("{}: {line}", child.display());
         // The static child's 800 ms are in the descendants' CPU time either way.

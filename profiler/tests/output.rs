@@ -180,6 +180,8 @@ fn sample_profile() -> Profile {
             )],
             process_cpu: MS * 150,
             unsampled_cpu: MS * 25,
+            lifetime_cpu: MS * 160,
+            descendants_cpu: Some(MS * 170),
             program_actions: 0,
             reconnections: 0,
             timers_rearmed: 0,
@@ -592,6 +594,7 @@ fn summary_has_the_counts_and_percentages() {
         "periods           12 (samples weighted by the timer periods each stands for; 7 POSIX timer expirations merged by the kernel, which checks CPU timers once per tick)",
         "CPU time sampled  0.125 s by the threads' clocks; periods x interval = 0.120 s (96.0%)",
         "CPU not sampled   0.025 s of the processes' 0.150 s since sampling started (16.67%): threads without a timer or record (see \"threads not sampled\"), as the kernel counted it",
+        "run's CPU         0.170 s: the program and every process it started, as the kernel counted them when they ended; 0.160 s of it in the processes that joined the profile (1), from their start to record's last look",
         "dropped           3 (20.00% of signals)",
         "  no-memory              2   13.33%",
         "  busy                   1    6.67%",
@@ -654,12 +657,17 @@ fn warnings_say_what_was_refused_and_not_sampled() {
     p.counters.process_cpu = MS * 800;
     p.counters.threads_not_sampled = vec![("timer could not be created".into(), 3)];
     p.counters.foreign_signals = 4;
+    // 1.2 s of 1.5 s in processes that never joined (past 200 ms + 100 ms for the one that
+    // did, and past a tenth).
+    p.counters.descendants_cpu = Some(MS * 1500);
+    p.counters.lifetime_cpu = MS * 300;
     let w = summary::warnings(&p);
     assert_eq!(
         w,
         [
             "threads not sampled: 3 (timer could not be created)",
             "75.00% of the processes' CPU time was not sampled (0.600 s of 0.800 s): threads the profiler did not see start, or could not sample",
+            "1.200 s of the run's 1.500 s of CPU time (80.00%) was in processes that never joined the profile: statically linked or set-ID programs (the loader ignores LD_PRELOAD for them), or programs started without the profiler's environment",
             "4 signals of the sampling signal's number came from elsewhere than the profiler's timers (ignored: --signal chooses another)",
         ]
     );

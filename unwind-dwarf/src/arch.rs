@@ -131,11 +131,11 @@ pub trait DwarfArch: sealed::Sealed + Arch {
 
     /// The DWARF register the CFA of the dynamic linker's lazy-binding trampolines is on
     /// (x86_64: `rbx`), which the architecture's rules do not track; `None` where there is
-    /// no such trampoline to cross ([`crate::lazy_binding`]).
+    /// no such trampoline to cross (`lazy_binding`).
     const LAZY_BINDING_REGISTER: Option<u16> = None;
 
     /// The rule of a lazy-binding trampoline at its call's return site: the CFA read as
-    /// `[sp + slot] + cfa_offset` ([`crate::lazy_binding`]; the expression interned in
+    /// `[sp + slot] + cfa_offset` (`lazy_binding`; the expression interned in
     /// `builder`), the return address and other registers as the trampoline leaves them.
     fn lazy_binding_rule(
         _slot: i64,

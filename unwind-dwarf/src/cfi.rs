@@ -354,7 +354,7 @@ pub struct CfiStats {
     /// sample at the end of an exception's unwinding may get a wrong caller there.
     pub handler_installs_unrecognised: u64,
     /// The dynamic linker's lazy-binding trampolines crossed at their call's return site
-    /// ([`crate::lazy_binding`]).
+    /// (`lazy_binding`).
     pub lazy_binding_crossings: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
@@ -648,7 +648,7 @@ impl<A: DwarfArch> Collector<'_, A> {
 
 impl<A: DwarfArch> Collector<'_, A> {
     /// Gives each lazy-binding trampoline its row at its call's return site, and the rows of
-    /// its callee before that saves the register the stop ([`crate::lazy_binding`]), counted.
+    /// its callee before that saves the register the stop (`lazy_binding`), counted.
     fn cross_trampolines(&mut self) -> Result<(), DwarfError> {
         let (Some(arch), false) = (A::EH_RETURN, self.trampolines.is_empty()) else {
             return Ok(());

@@ -175,7 +175,7 @@ pub fn text(profile: &Profile) -> String {
     }
     if let Some(all) = c.descendants_cpu {
         line(format_args!(
-            "processes' CPU    {:.3} s: the program and every process it started, as the kernel counted them when they ended; {:.3} s of it in the {} processes that joined the profile, from their start to record's last look",
+            "run's CPU         {:.3} s: the program and every process it started, as the kernel counted them when they ended; {:.3} s of it in the processes that joined the profile ({}), from their start to record's last look",
             all.as_secs_f64(),
             c.lifetime_cpu.as_secs_f64(),
             profile.processes().len()

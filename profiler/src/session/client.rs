@@ -463,7 +463,7 @@ pub fn modules_may_have_changed() {
 }
 
 /// After the program's `dlclose` returned: nothing is rebuilt or sent, the tables are marked
-/// as keeping modules that may be gone ([`TABLES_KEEP_UNLOADED`]). A walk cannot meet the code
+/// as keeping modules that may be gone (`TABLES_KEEP_UNLOADED`). A walk cannot meet the code
 /// of an unloaded module (no frame runs there), `record`'s list keeps it for the samples taken
 /// before the unload, and the next load rebuilds the tables and sends the list (the lists are
 /// whole: the next one drops it); code mapped meanwhile where it was is seen by
