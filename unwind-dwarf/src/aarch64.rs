@@ -258,6 +258,44 @@ impl DwarfArch for Aarch64 {
         })
     }
 
+    /// glibc's lazy-binding trampoline (`_dl_runtime_resolve`) is entered from the PLT's header,
+    /// which pushed x16 and x30 (16 bytes): its CFI puts the CFA below that push, and the return
+    /// address above the CFA (`CFA + 8`), so a caller's SP taken as the CFA is 16 bytes short
+    /// and the caller's frame is read 16 bytes off (a frame written twice, then a wrong caller:
+    /// samples in the resolver, measured with `LD_BIND_NOT=1`). Such a function is recognised
+    /// by its rows: the first says the CFA is SP and the return address is in x30 (the PLT's
+    /// push already made), every later one that it is saved at `CFA + 8`, none saves x29 or
+    /// signs. In it the caller's SP is above the push in every row: CFA + 16, the return
+    /// address saved just below it.
+    fn adjust_function(rows: &mut [(u64, u64, Rule)]) {
+        let Some(((_, _, first), rest)) = rows.split_first() else {
+            return;
+        };
+        let plain = |r: &Rule| r.fp == RegRule::Same && !r.ra_signed && r.lr == r.ra;
+        let entered_from_plt = first.cfa == CfaRule::SpOffset(0)
+            && first.ra == RegRule::Same
+            && plain(first)
+            && !rest.is_empty()
+            && rest
+                .iter()
+                .all(|(_, _, r)| r.ra == RegRule::Offset(8) && plain(r));
+        if !entered_from_plt {
+            return;
+        }
+        for (_, _, r) in rows.iter_mut() {
+            if let CfaRule::SpOffset(c) = r.cfa {
+                if let Some(above) = c.checked_add(16) {
+                    r.cfa = CfaRule::SpOffset(above);
+                }
+            }
+            for reg in [&mut r.ra, &mut r.lr] {
+                if let RegRule::Offset(o) = *reg {
+                    *reg = RegRule::Offset(o.saturating_sub(16));
+                }
+            }
+        }
+    }
+
     const EH_RETURN: Option<crate::eh_return::EhReturnCode> = Some(crate::eh_return::AARCH64);
 
     fn return_address_lost(rule: Rule) -> Rule {

@@ -129,6 +129,11 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         rule
     }
 
+    /// Adjusts the rows of one function (an FDE's, in address order) where its CFI as a whole
+    /// says something a row alone does not (aarch64: a function entered from the PLT's
+    /// header). The default leaves them.
+    fn adjust_function(_rows: &mut [(u64, u64, Self::Rule)]) {}
+
     /// The DWARF register the CFA of the dynamic linker's lazy-binding trampolines is on
     /// (x86_64: `rbx`), which the architecture's rules do not track; `None` where there is
     /// no such trampoline to cross (`lazy_binding`).

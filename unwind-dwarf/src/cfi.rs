@@ -610,6 +610,7 @@ impl<A: DwarfArch> Collector<'_, A> {
                 }
                 continue;
             }
+            A::adjust_function(&mut self.rows);
             if saves_eh_data {
                 self.lose_return_address_after_install(start, end);
             }
