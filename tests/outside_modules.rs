@@ -43,10 +43,13 @@ fn call_through_library(lib_call: LibCall) -> Seen {
 /// The test library, built once for the test binary's tests (they run at once).
 fn build_library() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_library_now).clone()
+    BUILT
+        .get_or_init(|| build_library_now("libcallback.so", &[]))
+        .clone()
 }
 
-fn build_library_now() -> PathBuf {
+/// Builds tests/outside_modules/callback.c as the library `name`, with `more` arguments.
+fn build_library_now(name: &str, more: &[&str]) -> PathBuf {
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/outside_modules/callback.c"
@@ -54,11 +57,13 @@ fn build_library_now() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("outside-modules-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("libcallback.so");
+    let out = dir.join(name);
     let (cc, extra) = unwind_test_support::target_c_compiler();
     let status = std::process::Command::new(&cc)
         .args(extra)
-        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .args(more)
+        .arg("-o")
         .arg(&out)
         .arg(src)
         .status()
@@ -157,9 +162,13 @@ fn library_range(path: &std::path::Path) -> (u64, u64) {
 #[test]
 fn a_library_loaded_again_is_remembered_and_walked() {
     unwind_in_process::init().expect("init");
-    // A copy of its own: the other test keeps the library loaded.
-    let path = build_library().with_file_name("libcallback-again.so");
-    std::fs::copy(build_library(), &path).unwrap();
+    // A build of its own, with a build id of its own: the other test keeps its library loaded,
+    // and a copy of it (the same build id) would be remembered from there, whichever test ran
+    // first (CI saw this test fail so).
+    let path = build_library_now(
+        "libcallback-again.so",
+        &["-Wl,--build-id=0x5ca1ab1e0123456789abcdef0123456789abcdef"],
+    );
     let c = CString::new(path.to_str().unwrap()).unwrap();
     let name = path.to_str().unwrap().to_owned();
     let open = || {
