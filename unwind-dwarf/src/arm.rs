@@ -597,38 +597,43 @@ fn unwinder_wrappers(
     let Some(bytes) = code.bytes(start, end) else {
         return confirmed;
     };
+    // Where the wrappers are, first: the checking expression is added to the module's only
+    // where one is.
+    let mut found: Vec<(usize, Isa)> = Vec::new();
+    let mut i = 0usize;
+    while let Some(rest) = bytes.get(i..).filter(|r| !r.is_empty()) {
+        let isas: &[Isa] = if start.wrapping_add(i as u64).is_multiple_of(4) {
+            &[Isa::Thumb, Isa::Arm]
+        } else {
+            &[Isa::Thumb]
+        };
+        match isas
+            .iter()
+            .find_map(|&isa| Some((isa, arm_wrapper::length(rest, isa)?)))
+        {
+            Some((isa, len)) => {
+                found.push((i, isa));
+                i = i.saturating_add(usize::try_from(len).unwrap_or(2));
+            }
+            None => i = i.saturating_add(2),
+        }
+    }
+    if found.is_empty() {
+        return confirmed;
+    }
     let Some(expr) =
         arm_wrapper::arm_wrapper_expression().and_then(|e| collected.builder.add_expr(e).ok())
     else {
         return confirmed;
     };
     let mut wrappers: Vec<(u64, u64, Rule)> = Vec::new();
-    let mut i = 0usize;
-    while let Some(rest) = bytes.get(i..) {
-        if rest.is_empty() {
-            break;
-        }
+    for (i, isa) in found {
         let at = start.wrapping_add(i as u64);
-        let isas: &[Isa] = if at.is_multiple_of(4) {
-            &[Isa::Thumb, Isa::Arm]
-        } else {
-            &[Isa::Thumb]
-        };
-        let found = isas
-            .iter()
-            .find_map(|&isa| arm_wrapper::rows(rest, at, isa, expr));
-        match found {
-            Some(rows) => {
-                let len = rows.last().map_or(2, |r| r.1.wrapping_sub(at));
-                wrappers.extend(rows);
-                stats.unwinder_wrappers = stats.unwinder_wrappers.saturating_add(1);
-                i = i.saturating_add(usize::try_from(len).unwrap_or(2));
-            }
-            None => i = i.saturating_add(2),
-        }
-    }
-    if wrappers.is_empty() {
-        return confirmed;
+        let rows = bytes
+            .get(i..)
+            .and_then(|rest| arm_wrapper::rows(rest, at, isa, expr));
+        wrappers.extend(rows.unwrap_or_default());
+        stats.unwinder_wrappers = stats.unwinder_wrappers.saturating_add(1);
     }
     let base = confirmed.unwrap_or_else(|| vec![(start, end, *rule)]);
     // The base rows clipped around the wrappers, then the wrappers' rows.

@@ -251,13 +251,30 @@ fn a64_reached(code: &[u8], svma: u64, from: u64, (start, end): (u64, u64)) -> V
     ranges
 }
 
-/// The bytes of `code` from `svma` to `end`, if one segment holds them.
-fn bytes<'a>(code: &Code<'a>, svma: u64, end: u64) -> Option<&'a [u8]> {
-    code.iter().find_map(|&(at, bytes)| {
-        let from = usize::try_from(svma.checked_sub(at)?).ok()?;
-        let to = usize::try_from(end.checked_sub(at)?).ok()?;
-        bytes.get(from..to)
-    })
+/// A function's bytes and its direct calls, `(return address, target)` in address order.
+pub(crate) type DirectCalls<'a> = (&'a [u8], Vec<(u64, u64)>);
+
+/// The bytes of the function `[start, end)` of `code`, and its direct calls; `None` if one
+/// segment does not hold it.
+pub(crate) fn direct_calls<'a>(
+    code: &Code<'a>,
+    (start, end): (u64, u64),
+    return_sites: ReturnSites,
+) -> Option<DirectCalls<'a>> {
+    let function = crate::elf::code_bytes(code, start, end)?;
+    let mut sites = Vec::new();
+    return_sites(
+        function,
+        start,
+        &|t| crate::elf::in_code(code, t),
+        &mut sites,
+    );
+    let direct = sites
+        .into_iter()
+        .filter_map(|(ret, target)| Some((ret, target?)))
+        .filter(|&(ret, _)| ret <= end)
+        .collect();
+    Some((function, direct))
 }
 
 /// Why [`install_stretches`] found none.
@@ -295,20 +312,10 @@ pub(crate) fn install_stretches(
     (start, end): (u64, u64),
 ) -> Result<Install, NotFound> {
     let unrecognised = NotFound::Unrecognised;
-    let function = bytes(code, start, end).ok_or(unrecognised)?;
-    let is_code = |t: u64| {
-        code.iter()
-            .any(|&(at, b)| t.wrapping_sub(at) < b.len() as u64)
-    };
-    let mut sites = Vec::new();
-    return_sites(function, start, &is_code, &mut sites);
-    let direct: Vec<(u64, u64)> = sites
-        .into_iter()
-        .filter_map(|(ret, target)| Some((ret, target?)))
-        .filter(|&(ret, _)| ret <= end)
-        .collect();
+    let (function, direct) = direct_calls(code, (start, end), return_sites).ok_or(unrecognised)?;
     let only_returns = |target: u64| {
-        bytes(code, target, target.saturating_add(16)).is_some_and(|b| (arch.only_returns)(b))
+        crate::elf::code_bytes(code, target, target.saturating_add(16))
+            .is_some_and(|b| (arch.only_returns)(b))
     };
     let mut hooks = direct
         .iter()
@@ -468,8 +475,8 @@ pub mod arm_wrapper {
         Some(0xe12f_ff1e), // bx lr
     ];
 
-    /// Whether `code` starts with the wrapper in `isa`, and its length.
-    fn matches(code: &[u8], isa: Isa) -> Option<u64> {
+    /// The length of the wrapper in `isa` that `code` starts with, if it does.
+    pub(crate) fn length(code: &[u8], isa: Isa) -> Option<u64> {
         match isa {
             Isa::Thumb => {
                 let halves = code.chunks_exact(2).map(|h| {
@@ -542,7 +549,7 @@ pub mod arm_wrapper {
         isa: Isa,
         expr: u16,
     ) -> Option<Vec<(u64, u64, Rule)>> {
-        let len = matches(code, isa)?;
+        let len = length(code, isa)?;
         let at = |cfa: i32| Rule {
             cfa: CfaRule::RegOffset(Reg::Sp, cfa),
             source: Source::Instructions,

@@ -225,6 +225,13 @@ pub(crate) fn code_sections<'a>(elf: &object::File<'a>) -> Vec<(u64, &'a [u8])> 
     sections
 }
 
+/// Whether `addr` lies in one of `sections`.
+pub(crate) fn in_code(sections: &[(u64, &[u8])], addr: u64) -> bool {
+    sections
+        .iter()
+        .any(|&(svma, bytes)| addr.wrapping_sub(svma) < bytes.len() as u64)
+}
+
 /// The bytes of `[start, end)` in `sections` (sorted by address), if one section holds them
 /// all.
 pub(crate) fn code_bytes<'a>(

@@ -55,25 +55,11 @@ pub(crate) fn crossing(
     return_sites: crate::eh_return::ReturnSites,
     call_bytes: u64,
 ) -> Option<Crossing> {
-    let bytes = code.iter().find_map(|&(at, b)| {
-        let from = usize::try_from(trampoline.start.checked_sub(at)?).ok()?;
-        let to = usize::try_from(trampoline.end.checked_sub(at)?).ok()?;
-        b.get(from..to)
-    })?;
-    let is_code = |t: u64| {
-        code.iter()
-            .any(|&(at, b)| t.wrapping_sub(at) < b.len() as u64)
-    };
-    let mut sites = Vec::new();
-    return_sites(bytes, trampoline.start, &is_code, &mut sites);
-    let mut direct = sites
-        .into_iter()
-        .filter_map(|(ret, target)| Some((ret, target?)))
-        .filter(|&(ret, _)| ret <= trampoline.end);
-    let (ret, target) = direct.next()?;
-    if direct.next().is_some() {
+    let (_, direct) =
+        crate::eh_return::direct_calls(code, (trampoline.start, trampoline.end), return_sites)?;
+    let &[(ret, target)] = direct.as_slice() else {
         return None;
-    }
+    };
     let call = ret.checked_sub(call_bytes)?;
     let &(_, _, cfa_offset) = trampoline.rows.iter().find(|r| r.0 <= call && call < r.1)?;
     let i = savers.partition_point(|s| s.start < target);

@@ -57,11 +57,7 @@ pub fn executable_segments<'a>(elf: &object::File<'a>) -> Vec<(u64, &'a [u8])> {
 /// to the module's own code (not to its PLT).
 pub fn return_sites<A: DwarfArch>(code: &CallSiteSources<'_>) -> Result<ReturnSites, DwarfError> {
     let segments = &code.segments;
-    let is_code = |target: u64| {
-        segments
-            .iter()
-            .any(|&(svma, bytes)| target.wrapping_sub(svma) < bytes.len() as u64)
-    };
+    let is_code = |target: u64| crate::elf::in_code(segments, target);
     let mut sites = Vec::new();
     for &(svma, bytes) in segments {
         A::return_sites(bytes, svma, &is_code, &mut sites);
