@@ -50,6 +50,15 @@ pub trait Memory {
     fn pointer_mask(&self) -> u64 {
         0
     }
+    /// Whether a caller whose stack pointer `caller_sp` does not lie above its callee's
+    /// `callee_sp` is on another stack this memory knows the walk may switch to (a runtime's
+    /// stack switch: from the system stack to the goroutine that called into C, in a Go
+    /// program). The default (one stack): no.
+    #[inline(always)]
+    fn switches_stack(&self, callee_sp: u64, caller_sp: u64) -> bool {
+        let _ = (callee_sp, caller_sp);
+        false
+    }
 }
 
 /// The bounds of 4-byte reads at 32-bit addresses, for a range whose 4-byte reads are at

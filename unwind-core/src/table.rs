@@ -385,6 +385,13 @@ impl<R: TableRule> ModuleRulesBuilder<R> {
         })
     }
 
+    /// The rule of the last row pushed so far that describes file address `addr`, if any (a
+    /// linear search: for the few addresses a module's loader adjusts).
+    pub fn rule_at(&self, addr: u64) -> Option<R> {
+        let &(_, _, i) = self.rows.iter().rev().find(|r| r.0 <= addr && addr < r.1)?;
+        self.dict.get(usize::from(i)).copied()
+    }
+
     /// Gives the parts of the rows pushed so far that lie inside `start..end` the rule `f` makes
     /// of theirs (a row across a bound is split there).
     pub fn rewrite(&mut self, start: u64, end: u64, f: impl Fn(&R) -> R) -> Result<(), TableError> {

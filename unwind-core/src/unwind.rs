@@ -154,7 +154,8 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
             Ok(c) => c,
             Err(stop) => return failed(cache, i, stop),
         };
-        if !A::sp_increases(&caller, &regs, i) {
+        // A switch of stacks is tested only where the stack pointer does not increase.
+        if !A::sp_increases(&caller, &regs, i) && !switches_stack::<A, M>(mem, &caller, &regs) {
             return stopped(cache, i, StopReason::SpNotIncreasing);
         }
         regs = caller;
@@ -169,6 +170,19 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
             StopReason::BufferFull
         },
     }
+}
+
+/// Whether `caller` is on another stack that `mem` says the walk may switch to from `callee`'s
+/// ([`Memory::switches_stack`]). Out of line: only a stack pointer that did not increase comes
+/// here.
+#[cold]
+#[inline(never)]
+fn switches_stack<A: Arch, M: Memory + ?Sized>(
+    mem: &M,
+    caller: &A::Regs,
+    callee: &A::Regs,
+) -> bool {
+    mem.switches_stack(A::sp(callee), A::sp(caller))
 }
 
 /// The result of a walk that a step ended at frame `last`, written and looked up. Frame `last`

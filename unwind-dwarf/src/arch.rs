@@ -150,6 +150,29 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         None
     }
 
+    /// The rule at a return site of Go's `asmcgocall` ([`crate::go`]) whose CFI says the CFA
+    /// is `cfa` bytes above the stack pointer (the goroutine's, before the switch): the CFA
+    /// from the expression [`crate::go`] gives, the return address just below it, the frame
+    /// pointer unchanged. `None` where Go's switch is not crossed.
+    fn go_switch_rule(
+        _kind: crate::go::SwitchKind,
+        _cfa: i64,
+        _builder: &mut ModuleRulesBuilder<Self::Rule>,
+    ) -> Option<Self::Rule> {
+        None
+    }
+
+    /// The DWARF number of the stack pointer, where [`Self::go_switch_rule`] is given.
+    fn sp_register() -> Option<u16> {
+        None
+    }
+
+    /// `rule` with the return address undefined: the end of the stack. The default leaves it
+    /// (where the architecture's rules cannot say so).
+    fn end_of_stack(rule: &Self::Rule) -> Self::Rule {
+        *rule
+    }
+
     /// The CFA rule of `rule` as a DWARF register plus an offset, where it is one.
     fn cfa_register_offset(_rule: &Self::Rule) -> Option<(u16, i64)> {
         None

@@ -38,6 +38,8 @@ pub struct CfiSections<'a> {
     /// The module's code (its executable segments), if at hand: where the end of libgcc's
     /// exception unwinding is recognised ([`crate::eh_return`]). Empty: not looked for.
     pub code: &'a crate::eh_return::Code<'a>,
+    /// Go's cgo stack switches ([`crate::go`]): each gets its row. Empty: none.
+    pub go_switches: &'a [crate::go::StackSwitch],
 }
 
 /// Why a CFI row was not kept. Dropped rows leave a gap, where the unwinder falls back to the
@@ -356,6 +358,9 @@ pub struct CfiStats {
     /// The dynamic linker's lazy-binding trampolines crossed at their call's return site
     /// (`lazy_binding`).
     pub lazy_binding_crossings: u64,
+    /// Go's stack switches given their rows ([`crate::go`]): functions that end walks, and
+    /// cgo calls' return sites.
+    pub go_stack_switches: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
 }
@@ -816,6 +821,26 @@ fn collect_rows<A: DwarfArch>(
         )?;
     }
     c.cross_trampolines()?;
+    for switch in sections.go_switches {
+        let (start, end) = switch.at;
+        let rewritten = match switch.kind {
+            crate::go::SwitchKind::Stops => c.builder.rewrite(start, end, A::end_of_stack),
+            // Go's CFI there describes the frame on the goroutine's side of the switch: its CFA
+            // offset from the stack pointer before the switch.
+            kind => match c
+                .builder
+                .rule_at(start)
+                .and_then(|r| A::cfa_register_offset(&r))
+                .filter(|&(reg, _)| Some(reg) == A::sp_register())
+                .and_then(|(_, cfa)| A::go_switch_rule(kind, cfa, &mut c.builder))
+            {
+                Some(rule) => c.builder.rewrite(start, end, |_| rule),
+                None => continue,
+            },
+        };
+        rewritten.map_err(|e| c.extremes.error(e))?;
+        count(&mut c.stats.go_stack_switches);
+    }
     let mut covered = eh_ranges;
     covered.extend(debug_ranges);
     covered.sort_unstable();

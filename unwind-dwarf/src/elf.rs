@@ -61,7 +61,8 @@ pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, Dwarf
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
     let mut unreadable = Vec::new();
-    let cfi = CfiData::read(&elf, &mut unreadable);
+    let mut cfi = CfiData::read(&elf, &mut unreadable);
+    cfi.go_switches = crate::go::stack_switches::<A>(&elf, &cfi.code);
     let result = A::with_extra_sections(&elf, cfi.code_range, &mut unreadable, |extra| {
         rules_from_sections::<A>(&cfi.sections(&elf), extra)
     });
@@ -88,6 +89,8 @@ pub(crate) struct CfiData<'a> {
     code_range: Option<(u64, u64)>,
     /// The executable segments ([`crate::eh_return`] reads the code).
     code: Vec<(u64, &'a [u8])>,
+    /// Go's cgo stack switches ([`crate::go`]), once looked for.
+    go_switches: Vec<crate::go::StackSwitch>,
 }
 
 impl<'a> CfiData<'a> {
@@ -104,6 +107,7 @@ impl<'a> CfiData<'a> {
             plt: crate::plt::plt_sections(elf),
             code_range,
             code: crate::return_sites::executable_segments(elf),
+            go_switches: Vec::new(),
         }
     }
 
@@ -113,6 +117,7 @@ impl<'a> CfiData<'a> {
             plt: &self.plt,
             code_range: self.code_range,
             code: &self.code,
+            go_switches: &self.go_switches,
             eh_frame: self.eh_frame.as_ref().map(|(d, _)| &d[..]),
             eh_frame_svma: self.eh_frame.as_ref().map_or(0, |(_, a)| *a),
             debug_frame: self.debug_frame.as_ref().map(|(d, _)| &d[..]),
@@ -120,6 +125,16 @@ impl<'a> CfiData<'a> {
             got_svma: addr(".got"),
         }
     }
+}
+
+/// `elf`'s `.debug_frame`, decompressed: a section no segment loads, so only a module's file has
+/// it (Go's linker writes Go code's CFI there, `.eh_frame` covering only the C code). `None` if
+/// the file has none, or if it cannot be read (then recorded in `unreadable`).
+pub fn debug_frame<'a>(
+    elf: &object::File<'a>,
+    unreadable: &mut Vec<UnreadableSection>,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    section_named(elf, ".debug_frame", unreadable).map(|(data, _)| data)
 }
 
 /// The named section's (decompressed) bytes and file address; `None` if the file has no such

@@ -93,6 +93,7 @@ mod compile;
 pub mod eh_return;
 mod elf;
 pub mod functions;
+pub mod go;
 mod lazy_binding;
 pub mod plt;
 pub mod return_sites;
@@ -107,7 +108,7 @@ pub use cfi::{
     FdeOutsideCode, LoadStats, RowSource,
 };
 pub use compile::compile_expression;
-pub use elf::{load_elf_file, rules_from_elf, with_mapped_file, LoadedRules};
+pub use elf::{debug_frame, load_elf_file, rules_from_elf, with_mapped_file, LoadedRules};
 pub use return_sites::{return_sites, return_sites_from_elf, CallSiteSources};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
 pub use unwind_arm_prologue::Isa;

@@ -213,6 +213,31 @@ impl DwarfArch for X86_64 {
         })
     }
 
+    fn end_of_stack(rule: &Rule) -> Rule {
+        Rule {
+            ra: RegRule::Undefined,
+            ..*rule
+        }
+    }
+
+    fn go_switch_rule(
+        kind: crate::go::SwitchKind,
+        cfa: i64,
+        builder: &mut ModuleRulesBuilder<Rule>,
+    ) -> Option<Rule> {
+        let expr = crate::go::cfa_expression(kind, Reg::Sp as u8, 8, cfa)?;
+        Some(Rule {
+            cfa: CfaRule::Expr(builder.add_expr(expr).ok()?),
+            ra: RegRule::Offset(-8),
+            fp: RegRule::Same,
+            signal_frame: false,
+        })
+    }
+
+    fn sp_register() -> Option<u16> {
+        Some(gimli::X86_64::RSP.0)
+    }
+
     fn cfa_register_offset(rule: &Rule) -> Option<(u16, i64)> {
         match rule.cfa {
             CfaRule::SpOffset(o) => Some((gimli::X86_64::RSP.0, i64::from(o))),
