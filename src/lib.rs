@@ -45,6 +45,8 @@ compile_error!("unwind-in-process supports Linux");
 mod arch;
 mod capture;
 mod captures;
+mod go;
+pub use go::GoRuntime;
 mod huge_pages;
 pub use huge_pages::map_huge;
 mod jitdump;
@@ -386,6 +388,7 @@ fn refresh_locked(mut state: StateGuard, after_load: bool) -> Result<PreloadRepo
         .filter(|p| p.overlaps.is_none())
         .map(|p| p.module.clone())
         .collect();
+    go::detect(&state.modules);
     Ok(PreloadReport::new(
         generation.get(),
         parsed,
@@ -533,6 +536,12 @@ pub fn this_thread_cache_counts() -> Option<&'static CacheCounts> {
     threads::current().map(|s| &s.cache_counts)
 }
 
+/// What Go runtime the executable has, once the first [`init`] has looked (`None` before): in a
+/// Go program, walks read the running goroutine's stack (see [`GoRuntime`]).
+pub fn go_runtime() -> Option<GoRuntime> {
+    go::runtime()
+}
+
 /// The live stack of the calling thread that an unwind from `sp` may read: from the red zone
 /// below `sp` to the top of the registered stack; empty if `sp` is not on that stack.
 fn live_stack(slot: &threads::ThreadSlot, sp: u64) -> LiveStack {
@@ -555,9 +564,18 @@ fn unwind_live(
     trust: Option<&mut [Trust]>,
 ) -> Result<UnwindResult, SampleError> {
     with_table(|table, cache, slot| {
-        let mem = live_stack(slot, Native::sp(&regs));
+        let sp = Native::sp(&regs);
         let outside = cache.outside_modules();
-        let result = unwind_core::unwind(table, cache, regs, &mem, pcs, trust);
+        let result = if go::active() {
+            let registered = (
+                slot.stack_lo.load(Ordering::Relaxed),
+                slot.stack_hi.load(Ordering::Relaxed),
+            );
+            let mem = go::GoMemory::at(sp, registered, Native::pointer_mask());
+            unwind_core::unwind(table, cache, regs, &mem, pcs, trust)
+        } else {
+            unwind_core::unwind(table, cache, regs, &live_stack(slot, sp), pcs, trust)
+        };
         // Plain stores to this thread's own slot (no shared cache line, no read-modify-write).
         slot.cache_counts.set(cache.hits(), cache.misses());
         let now = cache.outside_modules();

@@ -700,7 +700,9 @@ fn hex(id: &[u8]) -> String {
 /// The module's file on disk, if it is the mapped image: both have the same build id. A file
 /// replaced on disk since the module was loaded (an upgrade while the program runs) would give
 /// another build's rules; then, or when that cannot be checked, the reason.
-fn matching_file(module: &LoadedModule) -> Result<(std::fs::File, memmap2::Mmap), String> {
+pub(crate) fn matching_file(
+    module: &LoadedModule,
+) -> Result<(std::fs::File, memmap2::Mmap), String> {
     if !module.name.starts_with('/') {
         return Err("no file (the vdso)".into());
     }
@@ -776,10 +778,25 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         .as_ref()
         .map(unwind_dwarf::return_sites::executable_segments)
         .unwrap_or_default();
-    let tables = image_tables(image, hdr, phdrs, (&plt, &file_code), code);
-    match Native::rules_from_image(tables, map)
-        .map(|(rules, stats)| Read::new(vdso_trampoline(module, rules), stats))
-    {
+    let go_switches = elf
+        .as_ref()
+        .map(|elf| unwind_dwarf::go::stack_switches::<Native>(elf, &file_code))
+        .unwrap_or_default();
+    let mut unreadable = Vec::new();
+    let debug_frame = elf
+        .as_ref()
+        .and_then(|elf| unwind_dwarf::debug_frame(elf, &mut unreadable));
+    let tables = image_tables(
+        image,
+        hdr,
+        phdrs,
+        (&plt, &file_code, debug_frame.as_deref(), &go_switches),
+        code,
+    );
+    match Native::rules_from_image(tables, map).map(|(rules, mut stats)| {
+        stats.cfi.unreadable_sections.append(&mut unreadable);
+        Read::new(vdso_trampoline(module, rules), stats)
+    }) {
         Ok(read) => Parsed {
             rules: {
                 if let Some(path) = &cached {
@@ -880,10 +897,7 @@ fn image_tables<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
     phdrs: &[Phdr],
-    (plt, file_code): (
-        &'a [unwind_dwarf::plt::PltSection],
-        &'a unwind_dwarf::eh_return::Code<'a>,
-    ),
+    file: FileSections<'a>,
     code: (u64, u64),
 ) -> ImageTables<'a> {
     let segments = phdrs
@@ -907,27 +921,35 @@ fn image_tables<'a>(
         })
         .collect();
     ImageTables {
-        cfi: cfi_sections(image, hdr, (plt, file_code), code),
+        cfi: cfi_sections(image, hdr, file, code),
         segments,
         code,
     }
 }
 
-/// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`), PLT sections
-/// and code range.
+/// What only a module's file has, for its CFI: its PLT sections, its code (where libgcc's
+/// unwinder is recognised), its `.debug_frame` and Go's stack switches.
+type FileSections<'a> = (
+    &'a [unwind_dwarf::plt::PltSection],
+    &'a unwind_dwarf::eh_return::Code<'a>,
+    Option<&'a [u8]>,
+    &'a [unwind_dwarf::go::StackSwitch],
+);
+
+/// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`) and code
+/// range, with what its file adds.
 fn cfi_sections<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
-    (plt, file_code): (
-        &'a [unwind_dwarf::plt::PltSection],
-        &'a unwind_dwarf::eh_return::Code<'a>,
-    ),
+    (plt, file_code, debug_frame, go_switches): FileSections<'a>,
     code: (u64, u64),
 ) -> Result<CfiSections<'a>, DwarfError> {
     let mut sections = CfiSections {
         plt,
         code_range: Some(code),
         code: file_code,
+        debug_frame,
+        go_switches,
         ..CfiSections::default()
     };
     if let Some(hdr) = hdr {

@@ -10,8 +10,11 @@
 //! function and in the C function; Go's own signals passed on to its handler; every sampled
 //! thread's CPU time covered. And a statically linked build is refused, saying why and what to do.
 //!
-//! Not yet: frames past the first on a goroutine's stack (Go's stacks are its own memory, outside
-//! the thread's stack the unwinder reads), so stacks in Go code stop there (`NoRule`).
+//! Go's frames are crossed (the walk stopped at a goroutine's first frame before): the running
+//! goroutine's stack (Go's memory, found through its `g`), Go's CFI from the executable's
+//! `.debug_frame`, the cgo call from the system stack back to the goroutine that made it, and
+//! `runtime.goexit` as the end of every goroutine's stack. Checked: each stack of the Go
+//! function and of the C function is the exact chain of callers up to `runtime.goexit`.
 //!
 //! Needs the release build of the command and the preload library, and Go (under `CI=true` a
 //! missing `go` fails the tests).
@@ -73,7 +76,73 @@ fn a_cgo_program_is_sampled_and_its_scheduler_still_preempts() {
         go * 5 > samples && c * 10 > samples,
         "{go} samples in main.goSpin and {c} in c_spin of {samples}"
     );
+    // Go's frames crossed: every stack through the two leaves is its exact chain of callers, up
+    // to the top of the goroutine's stack (what the leaves call, such as `time.Now`, may follow).
+    let chain = |through: &[&str]| {
+        folded
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f == through[through.len() - 1]))
+            .map(|(s, n)| {
+                let whole = s.len() >= through.len() && s[..through.len()] == *through;
+                (if whole { *n } else { 0 }, *n, s)
+            })
+            .fold((0, 0, Vec::new()), |(w, t, mut odd), (ok, n, s)| {
+                if ok == 0 {
+                    odd.push(s.join(";"));
+                }
+                (w + ok, t + n, odd)
+            })
+    };
+    let (whole, total, odd) = chain(&["runtime.goexit", "main.main.func1", "main.goSpin"]);
+    assert!(
+        total == go && whole * 100 >= total * 97,
+        "{whole} of {total} stacks in main.goSpin reach runtime.goexit; others: {odd:?}"
+    );
+    let through_cgo = [
+        "runtime.goexit",
+        "main.main.func2",
+        "main.cgoSpin",
+        "main.cSpin",
+        "main._Cfunc_c_spin",
+        "runtime.cgocall",
+        "runtime.asmcgocall",
+        "_cgo_",
+        "c_spin",
+    ];
+    let cgo_stacks: Vec<(Vec<String>, u64)> = folded
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "c_spin"))
+        .map(|(s, n)| {
+            // The cgo wrapper's name carries a hash of the package: its prefix only.
+            let s = s
+                .iter()
+                .map(|f| {
+                    if f.starts_with("_cgo_") {
+                        "_cgo_".into()
+                    } else {
+                        f.clone()
+                    }
+                })
+                .collect();
+            (s, *n)
+        })
+        .collect();
+    let whole: u64 = cgo_stacks
+        .iter()
+        .filter(|(s, _)| s.len() == through_cgo.len() && s.iter().eq(through_cgo.iter()))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        whole * 100 >= c * 97,
+        "{whole} of {c} stacks in c_spin cross the cgo call up to runtime.goexit: {cgo_stacks:?}"
+    );
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    let stored = summary_text::required(&summary, "samples stored");
+    let ended = summary_text::required(&summary, "EndOfStack");
+    assert!(
+        ended * 100 >= stored * 90,
+        "{ended} of {stored} walks end at the top of a stack:\n{summary}"
+    );
     let passed_on = summary
         .lines()
         .find(|l| l.starts_with("program's signal"))
