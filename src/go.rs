@@ -2,22 +2,26 @@
 //!
 //! A goroutine runs on a stack Go allocates in its heap, not on the thread's stack, so a walk
 //! from a sample in Go code could read nothing past its first frame (it stopped there). Go
-//! keeps the goroutine a thread runs, its `g`, in a thread-local word of the executable's TLS
-//! block: `runtime.tlsg` on x86_64, `runtime.tls_g` on arm64 (a Go program the preload
-//! library can enter is dynamically linked, so built with cgo, which uses that word; its
-//! symbol is in `.symtab`). A `g` starts with the goroutine's stack bounds `[lo, hi)` (its
-//! field `stack`, "offset known to runtime/cgo", the same since Go 1.0). So, where the
-//! interrupted stack pointer is on neither the thread's registered stack nor anything else the
-//! walk knows, the handler reads that word and the two words it points to, and lets the walk
-//! read the goroutine's stack from the stack pointer up if it lies there.
+//! keeps the goroutine a thread runs, its `g`, in a word at a fixed offset from the thread
+//! pointer, in the executable's TLS block (a Go program the preload library can enter is
+//! dynamically linked, so built with cgo, which keeps `g` there). The offset is read from the
+//! runtime's own code that loads or stores it, and checked against the word's symbol where the
+//! symbol table is kept ([`unwind_dwarf::go::g_thread_offset`]). A `g` starts with the
+//! goroutine's stack bounds `[lo, hi)` (its field `stack`, "offset known to runtime/cgo", the
+//! same since Go 1.0). So, where the interrupted stack pointer is not on the thread's
+//! registered stack, the handler reads that word and the two words it points to, and lets the
+//! walk read the goroutine's stack from the stack pointer up if it lies there. On the system
+//! stack (C code called through cgo, Go's runtime), it finds the goroutine the thread's M runs
+//! (`g.m.curg`, offsets read from the runtime's code: [`unwind_dwarf::go::m_curg_offsets`])
+//! and lets the walk switch to that goroutine's stack where `asmcgocall`'s frame leads there.
 //!
 //! Why those reads are safe: the executable's TLS block is static (allocated with every thread
 //! the C library creates, and every registered thread is one), and the word holds 0 (a thread
 //! that has not run Go) or the address of a `g`, which Go never frees (every `g` stays on its
-//! list of all goroutines, to be reused). Go's frames themselves are described by the
-//! executable's `.debug_frame`, which the tables read from its file.
+//! list of all goroutines, to be reused); an M lives as long as its thread. Go's frames
+//! themselves are described by the executable's `.debug_frame`, or, without it, by Go's own
+//! function table ([`unwind_dwarf::go`]).
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering};
 
 use unwind_core::{LiveStack, Memory};
@@ -48,9 +52,10 @@ pub enum GoRuntime {
     NotGo = 1,
     /// A Go program whose goroutine stacks walks read.
     Found = 2,
-    /// A Go program whose `g` word could not be found: its symbol table is stripped (`-s`), or
-    /// its file on disk is not the running one; walks stop at a goroutine's first frame.
-    NoSymbol = 3,
+    /// A Go program whose `g` word could not be found (its code is not as expected: another
+    /// Go version's; or its file on disk is not the running one): walks stop at a goroutine's
+    /// first frame.
+    Unknown = 3,
 }
 
 /// What was found of the executable's Go runtime, once [`detect`] has looked (`None` before).
@@ -58,7 +63,7 @@ pub fn runtime() -> Option<GoRuntime> {
     match LOOKED.load(Ordering::Relaxed) {
         1 => Some(GoRuntime::NotGo),
         2 => Some(GoRuntime::Found),
-        3 => Some(GoRuntime::NoSymbol),
+        3 => Some(GoRuntime::Unknown),
         _ => None,
     }
 }
@@ -83,54 +88,67 @@ pub(crate) fn detect(modules: &[LoadedModule]) {
     let Some(module) = modules.iter().find(|m| m.bias == bias) else {
         return;
     };
-    let found = match crate::modules::matching_file(module) {
-        Ok((_, map)) => {
-            let found = g_symbol(&map);
-            if let (Symbol::At(_), Some((g_m, m_curg))) = (&found, field_offsets(&map)) {
-                G_M.store(g_m, Ordering::Relaxed);
-                M_CURG.store(m_curg, Ordering::Relaxed);
-            }
-            found
-        }
-        Err(_) => Symbol::Unknown,
-    };
-    let looked = match found {
-        Symbol::At(offset) => {
-            let word = tls_block
-                .wrapping_add(offset)
-                .wrapping_sub(crate::arch::thread_pointer());
-            G_OFFSET.store(word as isize, Ordering::Relaxed);
-            GoRuntime::Found
-        }
-        Symbol::NotGo => GoRuntime::NotGo,
-        Symbol::Unknown => GoRuntime::NoSymbol,
+    let looked = match crate::modules::matching_file(module) {
+        Ok((_, map)) => examine(&map, tls_block),
+        Err(_) => GoRuntime::Unknown,
     };
     LOOKED.store(looked as u8, Ordering::Relaxed);
 }
 
-/// What an executable's file says of its `g` word.
-enum Symbol {
-    /// Its offset in the TLS block.
-    At(usize),
-    /// Not a Go program.
-    NotGo,
-    /// A Go program (it has `.gopclntab`) without the symbol.
-    Unknown,
-}
-
-/// Where `file`'s `g` word is.
-fn g_symbol(file: &[u8]) -> Symbol {
+/// Finds the `g` word of the executable whose file is `file` (its TLS block at `tls_block` in
+/// this thread), and the offsets that lead to the goroutine an M runs.
+fn examine(file: &[u8], tls_block: usize) -> GoRuntime {
     use object::{Object, ObjectSymbol, SymbolKind};
     let Ok(elf) = object::File::parse(file) else {
-        return Symbol::NotGo;
+        return GoRuntime::NotGo;
     };
     if elf.section_by_name(".gopclntab").is_none() {
-        return Symbol::NotGo;
+        return GoRuntime::NotGo;
     }
-    elf.symbols()
+    // From the code that loads or stores `g`; and, where the symbol table is kept, from the
+    // word's symbol: both must agree where both are found.
+    let from_code = unwind_dwarf::go::g_thread_offset(&elf);
+    let from_symbol = elf
+        .symbols()
         .find(|s| s.kind() == SymbolKind::Tls && s.name() == Ok(G_SYMBOL))
         .and_then(|s| usize::try_from(s.address()).ok())
-        .map_or(Symbol::Unknown, Symbol::At)
+        .map(|offset| {
+            tls_block
+                .wrapping_add(offset)
+                .wrapping_sub(crate::arch::thread_pointer()) as isize as i64
+        });
+    let offset = match (from_code, from_symbol) {
+        (Some(a), Some(b)) if a == b => a,
+        (Some(a), None) | (None, Some(a)) => a,
+        _ => return GoRuntime::Unknown,
+    };
+    // The executable's TLS block is next to the thread pointer (the first module's static
+    // block): an offset further away is not its.
+    let Ok(offset) = isize::try_from(offset).map_err(drop).and_then(|o| {
+        if o.unsigned_abs() < 1 << 20 {
+            Ok(o)
+        } else {
+            Err(())
+        }
+    }) else {
+        return GoRuntime::Unknown;
+    };
+    // From the code that switches to the M's goroutine (the test checks it against the DWARF
+    // types, which a release build may not have and which take milliseconds to read).
+    // Offsets inside the structures as every Go since 1.18 has them (`g.m` among `g`'s first
+    // words, `curg` in the first part of an `m`, which is kilobytes long): a decoding that gave
+    // more would be read past them.
+    let fields = unwind_dwarf::go::m_curg_offsets(&elf)
+        .filter(|&(g_m, m_curg)| g_m < 128 && m_curg < 1024)
+        .and_then(|(g_m, m_curg)| {
+            Some((usize::try_from(g_m).ok()?, usize::try_from(m_curg).ok()?))
+        });
+    if let Some((g_m, m_curg)) = fields {
+        G_M.store(g_m, Ordering::Relaxed);
+        M_CURG.store(m_curg, Ordering::Relaxed);
+    }
+    G_OFFSET.store(offset, Ordering::Relaxed);
+    GoRuntime::Found
 }
 
 /// The executable's load bias and the calling thread's address of its TLS block, if it has one
@@ -159,84 +177,6 @@ fn executable_tls() -> Option<(u64, usize)> {
         libc::dl_iterate_phdr(Some(callback), &mut out as *mut _ as *mut libc::c_void);
     }
     out
-}
-
-/// The offsets of `g.m` and `m.curg` in `file`'s DWARF (`runtime.g`'s member `m`,
-/// `runtime.m`'s member `curg`); `None` without DWARF (`-w`) or without both.
-fn field_offsets(file: &[u8]) -> Option<(usize, usize)> {
-    use object::{Object, ObjectSection};
-    let elf = object::File::parse(file).ok()?;
-    // Only what names and offsets are read from (decompressing the others would take most of
-    // the time).
-    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<'_, [u8]>, ()> {
-        use gimli::SectionId::{
-            DebugAbbrev, DebugAddr, DebugInfo, DebugLineStr, DebugStr, DebugStrOffsets,
-        };
-        let wanted = matches!(
-            id,
-            DebugAbbrev | DebugAddr | DebugInfo | DebugLineStr | DebugStr | DebugStrOffsets
-        );
-        Ok(elf
-            .section_by_name(id.name())
-            .filter(|_| wanted)
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(Cow::Borrowed(&[])))
-    })
-    .ok()?;
-    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
-    let mut units = dwarf.units();
-    let (mut g_m, mut m_curg) = (None, None);
-    // Units are read from their headers (a `gimli::Unit` would read each one's line program).
-    while let Ok(Some(header)) = units.next() {
-        let Ok(abbrevs) = dwarf.abbreviations(&header) else {
-            continue;
-        };
-        // Go's linker writes names inline or in `.debug_str`: no form that needs the unit.
-        let name = |e: &gimli::DebuggingInformationEntry<_>| {
-            e.attr_value(gimli::DW_AT_name)
-                .and_then(|v| dwarf.attr_line_string(v).ok())
-        };
-        // Go's linker writes the runtime's types into the runtime package's unit: the others'
-        // entries are not read.
-        let mut entries = header.entries(&abbrevs);
-        match entries.next_dfs() {
-            Ok(Some(root)) if name(root).is_some_and(|n| n.slice() == b"runtime") => {}
-            _ => continue,
-        }
-        // The structure whose members are being read, and its depth.
-        let mut inside: Option<(&str, isize)> = None;
-        while let Ok(Some(e)) = entries.next_dfs() {
-            let name = || name(e).and_then(|s| std::str::from_utf8(s.slice()).ok());
-            if inside.is_some_and(|(_, depth)| e.depth() <= depth) {
-                inside = None;
-            }
-            match (e.tag(), inside) {
-                (gimli::DW_TAG_structure_type, _) => {
-                    inside = match name() {
-                        Some(n @ ("runtime.g" | "runtime.m")) => Some((n, e.depth())),
-                        _ => None,
-                    }
-                }
-                (gimli::DW_TAG_member, Some((of, _))) => {
-                    let offset = || {
-                        e.attr_value(gimli::DW_AT_data_member_location)
-                            .and_then(|v| v.udata_value())
-                            .and_then(|v| usize::try_from(v).ok())
-                    };
-                    match (of, name()) {
-                        ("runtime.g", Some("m")) => g_m = offset(),
-                        ("runtime.m", Some("curg")) => m_curg = offset(),
-                        _ => {}
-                    }
-                }
-                _ => {}
-            }
-            if let (Some(a), Some(b)) = (g_m, m_curg) {
-                return Some((a, b));
-            }
-        }
-    }
-    None
 }
 
 /// The `g` the calling thread runs (0 for none). Async-signal-safe: one load.

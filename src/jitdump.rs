@@ -68,7 +68,7 @@ fn rules_for(eh_frame: &[u8], addr: u64, len: u64) -> Option<Described> {
             plt: &[],
             code_range: Some((addr, end)),
             code: &[],
-            go_switches: &[],
+            go: None,
         };
         let Ok((rules, _)) = unwind_dwarf::rules_from_sections::<Native>(&sections, None) else {
             continue;

@@ -778,10 +778,10 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         .as_ref()
         .map(unwind_dwarf::return_sites::executable_segments)
         .unwrap_or_default();
-    let go_switches = elf
+    let go = elf
         .as_ref()
-        .map(|elf| unwind_dwarf::go::stack_switches::<Native>(elf, &file_code))
-        .unwrap_or_default();
+        .map(|elf| unwind_dwarf::go::read::<Native>(elf, &file_code))
+        .filter(|go| !go.is_empty());
     let mut unreadable = Vec::new();
     let debug_frame = elf
         .as_ref()
@@ -790,7 +790,7 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
         image,
         hdr,
         phdrs,
-        (&plt, &file_code, debug_frame.as_deref(), &go_switches),
+        (&plt, &file_code, debug_frame.as_deref(), go.as_ref()),
         code,
     );
     match Native::rules_from_image(tables, map).map(|(rules, mut stats)| {
@@ -933,7 +933,7 @@ type FileSections<'a> = (
     &'a [unwind_dwarf::plt::PltSection],
     &'a unwind_dwarf::eh_return::Code<'a>,
     Option<&'a [u8]>,
-    &'a [unwind_dwarf::go::StackSwitch],
+    Option<&'a unwind_dwarf::go::GoTables>,
 );
 
 /// The DWARF CFI of a module's image: its `.eh_frame` (if it has `.eh_frame_hdr`) and code
@@ -941,7 +941,7 @@ type FileSections<'a> = (
 fn cfi_sections<'a>(
     image: &'a ImageCopy,
     hdr: Option<&Phdr>,
-    (plt, file_code, debug_frame, go_switches): FileSections<'a>,
+    (plt, file_code, debug_frame, go): FileSections<'a>,
     code: (u64, u64),
 ) -> Result<CfiSections<'a>, DwarfError> {
     let mut sections = CfiSections {
@@ -949,7 +949,7 @@ fn cfi_sections<'a>(
         code_range: Some(code),
         code: file_code,
         debug_frame,
-        go_switches,
+        go,
         ..CfiSections::default()
     };
     if let Some(hdr) = hdr {

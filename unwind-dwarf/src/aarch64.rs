@@ -314,6 +314,68 @@ impl DwarfArch for Aarch64 {
         }
     }
 
+    const GO_CGO_FRAME: Option<crate::go::CgoFrame> = Some(crate::go::CgoFrame {
+        sp_dwarf: 31,
+        sp: unwind_core::aarch64::Reg::Sp as u8,
+        g: 0,
+        depth: 8,
+        saved_sp: 8,
+    });
+
+    /// Go saves the link register at the bottom of its frame once the frame is made (and
+    /// restores it before the frame is freed), as Go's linker writes it.
+    fn go_frame_rule(delta: i64) -> Option<Rule> {
+        let size = i32::try_from(delta).ok()?;
+        let ra = if size > 0 {
+            RegRule::Offset(size.checked_neg()?)
+        } else {
+            RegRule::Same
+        };
+        Some(Rule {
+            cfa: CfaRule::SpOffset(size),
+            ra,
+            lr: ra,
+            ..Rule::default()
+        })
+    }
+
+    fn with_cfa_expression(rule: &Rule, expr: u16) -> Rule {
+        Rule {
+            cfa: CfaRule::Expr(expr),
+            ..*rule
+        }
+    }
+
+    /// Go's handler moved the stack pointer down 16 bytes and stored the interrupted x30 there
+    /// before entering `asyncPreempt` with x30 the interrupted PC (`sigctxt.pushCall`), which
+    /// its CFI does not describe: the CFA is 16 bytes higher, the return address where the CFI
+    /// says, the caller's x30 in the stored slot.
+    fn interrupted_caller(rule: &Rule) -> Option<Rule> {
+        let CfaRule::SpOffset(cfa) = rule.cfa else {
+            return None;
+        };
+        let ra = match rule.ra {
+            RegRule::Same => RegRule::Same,
+            RegRule::Offset(o) => RegRule::Offset(o.checked_sub(16)?),
+            _ => return None,
+        };
+        Some(Rule {
+            cfa: CfaRule::SpOffset(cfa.checked_add(16)?),
+            ra,
+            lr: RegRule::Offset(-16),
+            signal_frame: true,
+            ..*rule
+        })
+    }
+
+    fn end_of_stack(rule: &Rule) -> Rule {
+        Rule {
+            ra: RegRule::Undefined,
+            lr: RegRule::Undefined,
+            ..*rule
+        }
+    }
+
     fn return_address_at(rule: Rule, expr: u16) -> Rule {
         Rule {
             ra: RegRule::Expr(expr),

@@ -150,20 +150,28 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         None
     }
 
-    /// The rule at a return site of Go's `asmcgocall` ([`crate::go`]) whose CFI says the CFA
-    /// is `cfa` bytes above the stack pointer (the goroutine's, before the switch): the CFA
-    /// from the expression [`crate::go`] gives, the return address just below it, the frame
-    /// pointer unchanged. `None` where Go's switch is not crossed.
-    fn go_switch_rule(
-        _kind: crate::go::SwitchKind,
-        _cfa: i64,
-        _builder: &mut ModuleRulesBuilder<Self::Rule>,
-    ) -> Option<Self::Rule> {
+    /// The rule of a Go function's row whose stack pointer is `delta` bytes below its value at
+    /// the function's entry (the return address a call pushed not included), as Go's linker
+    /// writes it into `.debug_frame` ([`crate::go`]); `None` where Go is not supported.
+    fn go_frame_rule(_delta: i64) -> Option<Self::Rule> {
         None
     }
 
-    /// The DWARF number of the stack pointer, where [`Self::go_switch_rule`] is given.
-    fn sp_register() -> Option<u16> {
+    /// How Go's `asmcgocall` keeps the goroutine's stack pointer in its frame on the system
+    /// stack on this architecture ([`crate::go`]); `None` where that switch is not crossed.
+    const GO_CGO_FRAME: Option<crate::go::CgoFrame> = None;
+
+    /// `rule` with its CFA the value of expression `expr` (the rest as it says: where Go's
+    /// `asmcgocall` returns, [`crate::go`]). The default leaves it.
+    fn with_cfa_expression(rule: &Self::Rule, _expr: u16) -> Self::Rule {
+        *rule
+    }
+
+    /// `rule` of Go's `asyncPreempt`, which Go's signal handler makes the interrupted function
+    /// seem to call ([`crate::go`]): its caller's PC is the interrupted instruction, exact,
+    /// and on a machine with a link register the frame holds the interrupted one 16 bytes
+    /// above the entry's stack pointer. `None` where not described: the walk ends there.
+    fn interrupted_caller(_rule: &Self::Rule) -> Option<Self::Rule> {
         None
     }
 

@@ -38,8 +38,8 @@ pub struct CfiSections<'a> {
     /// The module's code (its executable segments), if at hand: where the end of libgcc's
     /// exception unwinding is recognised ([`crate::eh_return`]). Empty: not looked for.
     pub code: &'a crate::eh_return::Code<'a>,
-    /// Go's cgo stack switches ([`crate::go`]): each gets its row. Empty: none.
-    pub go_switches: &'a [crate::go::StackSwitch],
+    /// What a Go executable's function table adds ([`crate::go`]); `None`: not Go.
+    pub go: Option<&'a crate::go::GoTables>,
 }
 
 /// Why a CFI row was not kept. Dropped rows leave a gap, where the unwinder falls back to the
@@ -243,6 +243,13 @@ pub enum RowSource {
         /// Its size.
         size: u64,
     },
+    /// A row of a Go function `[start, end)` from Go's function table ([`crate::go`]).
+    GoFunctionTable {
+        /// The row's first address.
+        start: u64,
+        /// One past its last.
+        end: u64,
+    },
     /// The row `[start, end)` of the `.ARM.exidx` entry for the function at `start`.
     Exidx {
         /// The row's first address (the entry's function start).
@@ -278,6 +285,9 @@ impl fmt::Display for RowSource {
             }
             RowSource::Exidx { start, end } => {
                 write!(f, ".ARM.exidx row {start:#x}..{end:#x}")
+            }
+            RowSource::GoFunctionTable { start, end } => {
+                write!(f, ".gopclntab row {start:#x}..{end:#x}")
             }
             RowSource::Instructions { start, end } => {
                 write!(f, "instructions of the function {start:#x}..{end:#x}")
@@ -361,6 +371,8 @@ pub struct CfiStats {
     /// Go's stack switches given their rows ([`crate::go`]): functions that end walks, and
     /// cgo calls' return sites.
     pub go_stack_switches: u64,
+    /// Rows from Go's function table where no CFI describes a Go function ([`crate::go`]).
+    pub go_rows: u64,
     /// Extents kept, merged and overlapping, from the table builder.
     pub table: BuildStats,
 }
@@ -460,6 +472,53 @@ fn count(n: &mut u64) {
 }
 
 impl<A: DwarfArch> Collector<'_, A> {
+    /// Gives Go's stack switches their rows ([`crate::go`]), counted. The rows at `asmcgocall`'s
+    /// return sites are made from Go's CFI there, as read before any switch's rows are set.
+    fn switch_go_stacks(&mut self, switches: &[crate::go::StackSwitch]) -> Result<(), DwarfError> {
+        use crate::go::SwitchKind;
+        let mut rules = Vec::with_capacity(switches.len());
+        for switch in switches {
+            let rule = match (switch.kind, A::GO_CGO_FRAME) {
+                (SwitchKind::FromGoroutine | SwitchKind::OnSystemStack, Some(frame)) => {
+                    // Go's CFI there describes the frame on the goroutine's side of the switch:
+                    // its CFA offset from the stack pointer before the switch, its return
+                    // address.
+                    let row = self.builder.rule_at(switch.at.0);
+                    let expr = row
+                        .and_then(|row| A::cfa_register_offset(&row))
+                        .filter(|&(reg, _)| reg == frame.sp_dwarf)
+                        .and_then(|(_, cfa)| crate::go::cfa_expression(switch.kind, &frame, cfa));
+                    match (row, expr) {
+                        (Some(row), Some(expr)) => {
+                            let expr = self
+                                .builder
+                                .add_expr(expr)
+                                .map_err(|e| self.extremes.error(e))?;
+                            Some(A::with_cfa_expression(&row, expr))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            rules.push(rule);
+        }
+        for (switch, rule) in switches.iter().zip(rules) {
+            let (start, end) = switch.at;
+            let rewritten = match (switch.kind, rule) {
+                (SwitchKind::Stops, _) => self.builder.rewrite(start, end, A::end_of_stack),
+                (SwitchKind::Preempted, _) => self.builder.rewrite(start, end, |r| {
+                    A::interrupted_caller(r).unwrap_or_else(|| A::end_of_stack(r))
+                }),
+                (_, Some(rule)) => self.builder.rewrite(start, end, |_| rule),
+                (_, None) => continue,
+            };
+            rewritten.map_err(|e| self.extremes.error(e))?;
+            count(&mut self.stats.go_stack_switches);
+        }
+        Ok(())
+    }
+
     /// Counts a bad entry and keeps it if it is among the first.
     fn bad(&mut self, section: CfiSection, offset: usize, kind: BadEntryKind, error: gimli::Error) {
         count(&mut self.stats.bad_entries);
@@ -821,29 +880,27 @@ fn collect_rows<A: DwarfArch>(
         )?;
     }
     c.cross_trampolines()?;
-    for switch in sections.go_switches {
-        let (start, end) = switch.at;
-        let rewritten = match switch.kind {
-            crate::go::SwitchKind::Stops => c.builder.rewrite(start, end, A::end_of_stack),
-            // Go's CFI there describes the frame on the goroutine's side of the switch: its CFA
-            // offset from the stack pointer before the switch.
-            kind => match c
-                .builder
-                .rule_at(start)
-                .and_then(|r| A::cfa_register_offset(&r))
-                .filter(|&(reg, _)| Some(reg) == A::sp_register())
-                .and_then(|(_, cfa)| A::go_switch_rule(kind, cfa, &mut c.builder))
-            {
-                Some(rule) => c.builder.rewrite(start, end, |_| rule),
-                None => continue,
-            },
-        };
-        rewritten.map_err(|e| c.extremes.error(e))?;
-        count(&mut c.stats.go_stack_switches);
-    }
     let mut covered = eh_ranges;
     covered.extend(debug_ranges);
     covered.sort_unstable();
+    if let Some(go) = sections.go {
+        let mut go_ranges = Vec::new();
+        for &(start, end, delta) in &go.sp_deltas {
+            let Some(rule) = A::go_frame_rule(delta) else {
+                continue;
+            };
+            for (s, e) in uncovered(start, end, &covered) {
+                c.builder.push(s, e, rule)?;
+                c.extremes
+                    .note(s, e, RowSource::GoFunctionTable { start, end });
+                count(&mut c.stats.go_rows);
+                go_ranges.push((s, e));
+            }
+        }
+        covered.extend(go_ranges);
+        covered.sort_unstable();
+        c.switch_go_stacks(&go.switches)?;
+    }
     let mut plt_ranges = Vec::new();
     for plt in sections.plt {
         for (start, end, rule) in A::plt_rows(plt, &mut c.builder)? {

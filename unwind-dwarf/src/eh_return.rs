@@ -258,9 +258,24 @@ pub(crate) type DirectCalls<'a> = (&'a [u8], Vec<(u64, u64)>);
 /// segment does not hold it.
 pub(crate) fn direct_calls<'a>(
     code: &Code<'a>,
-    (start, end): (u64, u64),
+    range: (u64, u64),
     return_sites: ReturnSites,
 ) -> Option<DirectCalls<'a>> {
+    let function = crate::elf::code_bytes(code, range.0, range.1)?;
+    let direct = calls(code, range, return_sites)?
+        .into_iter()
+        .filter_map(|(ret, target)| Some((ret, target?)))
+        .collect();
+    Some((function, direct))
+}
+
+/// The calls of the function `[start, end)` of `code`, `(return address, target if direct)` in
+/// address order; `None` if one segment does not hold it.
+pub(crate) fn calls(
+    code: &Code<'_>,
+    (start, end): (u64, u64),
+    return_sites: ReturnSites,
+) -> Option<Vec<(u64, Option<u64>)>> {
     let function = crate::elf::code_bytes(code, start, end)?;
     let mut sites = Vec::new();
     return_sites(
@@ -269,12 +284,8 @@ pub(crate) fn direct_calls<'a>(
         &|t| crate::elf::in_code(code, t),
         &mut sites,
     );
-    let direct = sites
-        .into_iter()
-        .filter_map(|(ret, target)| Some((ret, target?)))
-        .filter(|&(ret, _)| ret <= end)
-        .collect();
-    Some((function, direct))
+    sites.retain(|&(ret, _)| ret <= end);
+    Some(sites)
 }
 
 /// Why [`install_stretches`] found none.

@@ -62,7 +62,7 @@ pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, Dwarf
     }
     let mut unreadable = Vec::new();
     let mut cfi = CfiData::read(&elf, &mut unreadable);
-    cfi.go_switches = crate::go::stack_switches::<A>(&elf, &cfi.code);
+    cfi.go = crate::go::read::<A>(&elf, &cfi.code);
     let result = A::with_extra_sections(&elf, cfi.code_range, &mut unreadable, |extra| {
         rules_from_sections::<A>(&cfi.sections(&elf), extra)
     });
@@ -89,8 +89,8 @@ pub(crate) struct CfiData<'a> {
     code_range: Option<(u64, u64)>,
     /// The executable segments ([`crate::eh_return`] reads the code).
     code: Vec<(u64, &'a [u8])>,
-    /// Go's cgo stack switches ([`crate::go`]), once looked for.
-    go_switches: Vec<crate::go::StackSwitch>,
+    /// What a Go executable's function table adds ([`crate::go`]), once looked for.
+    go: crate::go::GoTables,
 }
 
 impl<'a> CfiData<'a> {
@@ -107,7 +107,7 @@ impl<'a> CfiData<'a> {
             plt: crate::plt::plt_sections(elf),
             code_range,
             code: crate::return_sites::executable_segments(elf),
-            go_switches: Vec::new(),
+            go: crate::go::GoTables::default(),
         }
     }
 
@@ -117,7 +117,7 @@ impl<'a> CfiData<'a> {
             plt: &self.plt,
             code_range: self.code_range,
             code: &self.code,
-            go_switches: &self.go_switches,
+            go: Some(&self.go).filter(|g| !g.is_empty()),
             eh_frame: self.eh_frame.as_ref().map(|(d, _)| &d[..]),
             eh_frame_svma: self.eh_frame.as_ref().map_or(0, |(_, a)| *a),
             debug_frame: self.debug_frame.as_ref().map(|(d, _)| &d[..]),

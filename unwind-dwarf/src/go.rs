@@ -1,30 +1,38 @@
-//! Go's cgo calls: where a walk from C code crosses from the system stack back to the
-//! goroutine that called it.
+//! Go executables: what their unwind tables do not say, from Go's own function table
+//! ([`pclntab`], which every Go binary has, stripped or not).
 //!
-//! `runtime.asmcgocall` (Go's assembly) switches from the goroutine's stack to the thread's
-//! system stack (`g0`'s) and calls the C function there, through
-//! `runtime.asmcgocall_landingpad`, which tail-calls it: a C function's return address is the
-//! return site of one of `asmcgocall`'s two calls of the landing pad. Its CFI describes none of
-//! the switch. At the first call's return site (the call from a goroutine) the frame holds,
-//! just above the return address, the depth of the goroutine's stack pointer below its stack's
-//! top, then the goroutine's `g` (whose second word is that top): the goroutine's stack pointer
-//! before the switch is `[[sp + 8] + 8] - [sp]`, and the CFA is where the function's CFI puts
-//! it from there. At the second (already on the system stack) the frame holds that stack
-//! pointer itself, `[sp]`. The rows at the two return sites say so. The runtime lets the
-//! first's reads reach the goroutine's stack and `g` only where they are the running M's
-//! goroutine's (`unwind-in-process`).
-//!
-//! Go's other assembly functions that move the stack pointer to another stack, or start one,
-//! have CFI that describes none of it either: a walk through `runtime.morestack` on the system
-//! stack read a stale word there as its caller (`runtime.newproc` called by nothing). Their
-//! rows end the walk instead ([`SwitchKind::Stops`]), as Go's own traceback stops at them, and
-//! `runtime.goexit`, the return address at the top of every goroutine's stack, ends it as the
-//! end of the stack.
+//! - **Where stacks switch or start.** Go's assembly functions that move the stack pointer to
+//!   another stack (`SPWRITE` in Go's table: `morestack`, `systemstack`, `mcall`, `gogo`,
+//!   `asmcgocall`, ...) have CFI that describes none of it: a walk through `runtime.morestack`
+//!   on the system stack read a stale word there as its caller (`runtime.newproc`, called by
+//!   nothing). Their rows end the walk ([`SwitchKind::Stops`]), as Go's own traceback stops at
+//!   them, and so do those of the tops of stacks (`TOPFRAME`: `runtime.goexit`, the return
+//!   address at the top of every goroutine's stack, `runtime.mstart`).
+//! - **cgo calls.** `runtime.asmcgocall` switches from the goroutine's stack to the thread's
+//!   system stack (`g0`'s) and calls the C function there: directly on arm64, through
+//!   `runtime.asmcgocall_landingpad` (which tail-calls it) on amd64, so a C function's return
+//!   address is the return site of one of `asmcgocall`'s two calls of it. At the first (the
+//!   call from a goroutine) the frame holds the goroutine's `g` (whose second word is its
+//!   stack's top) and the depth of the goroutine's stack pointer below that top: the stack
+//!   pointer before the switch is `[[sp + g] + 8] - [sp + depth]` ([`CgoFrame`]), and the CFA
+//!   is where the function's CFI puts it from there. At the second (already on the system
+//!   stack) the frame holds that stack pointer itself. The rows at the two return sites say
+//!   so; the runtime lets the first's reads reach the goroutine's stack and `g` only where
+//!   they are the running M's goroutine's (`unwind-in-process`).
+//! - **Preemption.** `runtime.asyncPreempt`, which Go's own signal handler makes a goroutine
+//!   seem to call when it preempts it, has a caller whose PC is the interrupted instruction:
+//!   its rows say so ([`SwitchKind::Preempted`]; on arm64 the handler's push of the link
+//!   register too).
+//! - **Binaries without DWARF** (`-ldflags=-w`, or `-s`, which implies it): no `.debug_frame`,
+//!   so each function's rows come from its stack-pointer deltas ([`GoTables::sp_deltas`]), as
+//!   Go's linker writes them into `.debug_frame`.
 
-use object::{Object, ObjectSymbol};
+use object::Object;
 
 use crate::eh_return::Code;
 use crate::DwarfArch;
+
+pub mod pclntab;
 
 /// How `asmcgocall` left the stack at one of its return sites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,70 +44,126 @@ pub enum SwitchKind {
     /// A function that switches stacks without saying where to, or the top of a goroutine's
     /// stack: the walk ends there.
     Stops,
+    /// `runtime.asyncPreempt`: its caller was interrupted there.
+    Preempted,
 }
 
-/// Go's assembly functions whose frames end a walk: those that switch stacks (Go's own
-/// traceback marks them `SPWRITE`), and the tops of goroutines' and threads' stacks.
-const STOPS: &[&str] = &[
-    "runtime.goexit.abi0",
-    "runtime.morestack.abi0",
-    "runtime.morestack_noctxt.abi0",
-    "runtime.systemstack.abi0",
-    "runtime.systemstack_switch.abi0",
-    "runtime.mcall.abi0",
-    "runtime.gogo.abi0",
-    "runtime.asmcgocall.abi0",
-    "runtime.asmcgocall_no_g.abi0",
-    "runtime.cgocallback.abi0",
-    "runtime.rt0_go.abi0",
-];
+/// Where `asmcgocall`'s frame on the system stack keeps the goroutine's stack pointer, as
+/// offsets from the stack pointer at its return sites, and the stack pointer's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgoFrame {
+    /// The stack pointer's DWARF register number.
+    pub sp_dwarf: u16,
+    /// The stack pointer's tracked register number in expressions.
+    pub sp: u8,
+    /// The goroutine's `g`, after a call from a goroutine.
+    pub g: i64,
+    /// The depth of the goroutine's stack pointer below its stack's top, after a call from a
+    /// goroutine.
+    pub depth: i64,
+    /// The stack pointer itself, after a call on the system stack.
+    pub saved_sp: i64,
+}
+
+/// The function Go's preemption makes a goroutine seem to call.
+const PREEMPTED: &str = "runtime.asyncPreempt";
+/// The function that switches to the system stack for a cgo call.
+const ASMCGOCALL: &str = "runtime.asmcgocall";
+/// The function `asmcgocall` calls the C function through on amd64.
+const LANDING_PAD: &str = "runtime.asmcgocall_landingpad";
 
 /// Addresses whose rows a Go stack switch sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackSwitch {
-    /// The file addresses `[start, end)`: a function ([`SwitchKind::Stops`]), or the last byte
-    /// of a call of the landing pad (where its return address is looked up).
+    /// The file addresses `[start, end)`: a function ([`SwitchKind::Stops`],
+    /// [`SwitchKind::Preempted`]), or the last byte of a call of the C function (where its
+    /// return address is looked up).
     pub at: (u64, u64),
     /// What the frame holds there.
     pub kind: SwitchKind,
 }
 
-/// The stack switches of a Go executable (from its symbol table and code): the functions that
-/// end walks first, then the two return sites of `asmcgocall` (rows set later win); no return
-/// site if it has not exactly two calls of the landing pad (another version's `asmcgocall`).
-/// Empty if not Go or stripped.
-pub fn stack_switches<A: DwarfArch>(elf: &object::File<'_>, code: &Code<'_>) -> Vec<StackSwitch> {
-    let mut functions: Vec<(&str, (u64, u64))> = elf
-        .symbols()
-        .filter_map(|s| {
-            let name = s.name().ok()?;
-            let wanted = STOPS.contains(&name) || name == "runtime.asmcgocall_landingpad.abi0";
-            (wanted && s.size() > 0)
-                .then(|| (name, (s.address(), s.address().saturating_add(s.size()))))
-        })
-        .collect();
-    functions.sort_unstable();
-    let function = |name: &str| functions.iter().find(|f| f.0 == name).map(|f| f.1);
+/// What the tables take from a Go executable's function table ([`pclntab`]).
+#[derive(Clone, Debug, Default)]
+pub struct GoTables {
+    /// The stack switches: the functions that end walks (Go's `TOPFRAME` and `SPWRITE`
+    /// functions, where Go's own traceback stops) and `asyncPreempt` first, then the two return
+    /// sites of `asmcgocall` (rows set later win).
+    pub switches: Vec<StackSwitch>,
+    /// Where the file has no `.debug_frame` (built with `-ldflags=-w`): each function's rows
+    /// from its stack-pointer deltas, `(start, end, delta)`, as Go's linker would have written
+    /// its `.debug_frame` ([`crate::DwarfArch::go_frame_rule`]).
+    pub sp_deltas: Vec<(u64, u64, i64)>,
+    /// Why the table could not be read, if it could not.
+    pub error: Option<pclntab::PclntabError>,
+}
+
+impl GoTables {
+    /// Whether there is nothing to add.
+    pub fn is_empty(&self) -> bool {
+        self.switches.is_empty() && self.sp_deltas.is_empty()
+    }
+}
+
+/// What the tables take from `elf`'s `.gopclntab` (empty if it has none: not Go), its code at
+/// hand in `code`. No return site of `asmcgocall` if it has not exactly two calls of the
+/// landing pad or, without one, two indirect calls (another version's `asmcgocall`).
+pub fn read<A: DwarfArch>(elf: &object::File<'_>, code: &Code<'_>) -> GoTables {
+    let table = match pclntab::of_elf(elf) {
+        None => return GoTables::default(),
+        Some(Err(e)) => {
+            return GoTables {
+                error: Some(e),
+                ..GoTables::default()
+            }
+        }
+        Some(Ok(t)) => t,
+    };
+    let functions: Vec<pclntab::GoFunction<'_>> = table.functions().collect();
+    let function = |name: &str| {
+        functions
+            .iter()
+            .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)
+            .map(|f| (f.start, f.end))
+    };
     let mut switches: Vec<StackSwitch> = functions
         .iter()
-        .filter(|f| STOPS.contains(&f.0))
-        .map(|&(_, at)| StackSwitch {
-            at,
-            kind: SwitchKind::Stops,
+        .filter_map(|f| {
+            let kind = if f.name == PREEMPTED {
+                SwitchKind::Preempted
+            } else if f.flags & (pclntab::FLAG_TOP_FRAME | pclntab::FLAG_SP_WRITE) != 0 {
+                SwitchKind::Stops
+            } else {
+                return None;
+            };
+            Some(StackSwitch {
+                at: (f.start, f.end),
+                kind,
+            })
         })
         .collect();
-    let (Some(asmcgocall), Some((landing_pad, _))) = (
-        function("runtime.asmcgocall.abi0"),
-        function("runtime.asmcgocall_landingpad.abi0"),
-    ) else {
-        return switches;
+    let sp_deltas = if elf.section_by_name(".debug_frame").is_some() {
+        Vec::new()
+    } else {
+        functions.iter().flat_map(|f| table.sp_deltas(f)).collect()
     };
-    let Some((_, calls)) = crate::eh_return::direct_calls(code, asmcgocall, A::return_sites) else {
-        return switches;
+    let tables = |switches| GoTables {
+        switches,
+        sp_deltas,
+        error: None,
     };
+    let Some(asmcgocall) = function(ASMCGOCALL) else {
+        return tables(switches);
+    };
+    let Some(calls) = crate::eh_return::calls(code, asmcgocall, A::return_sites) else {
+        return tables(switches);
+    };
+    // The C function is called through the landing pad where there is one, else directly
+    // (an indirect call).
+    let through = function(LANDING_PAD).map(|(start, _)| start);
     let sites: Vec<u64> = calls
         .iter()
-        .filter(|&&(_, target)| target == landing_pad)
+        .filter(|&&(_, target)| target == through)
         .map(|&(ret, _)| ret)
         .collect();
     if let [from_goroutine, on_system_stack] = sites[..] {
@@ -113,38 +177,189 @@ pub fn stack_switches<A: DwarfArch>(elf: &object::File<'_>, code: &Code<'_>) -> 
             });
         }
     }
-    switches
+    tables(switches)
 }
 
-/// The CFA expression at a return site of `kind`, the stack pointer being tracked register `sp`,
-/// words `word` bytes and the CFA `cfa` bytes above the stack pointer before the switch (Go's
-/// assembler gives `asmcgocall` a frame-pointer prologue on amd64).
+/// Where the running goroutine's `g` is kept, as an offset from the thread pointer, read from
+/// the instructions that store or load it (so it is right however the executable was linked,
+/// and found without a symbol table): on amd64 `runtime.asmcgocall`'s first load of `g`
+/// (`mov %fs:OFFSET, reg`), on arm64 `runtime.save_g`'s store (`mrs xN, tpidr_el0`, `mov x27,
+/// #OFFSET`, `str x28, [xN, x27]`). `None` if `elf` is not a Go program of either, or the code
+/// is not as expected.
+pub fn g_thread_offset(elf: &object::File<'_>) -> Option<i64> {
+    let table = pclntab::of_elf(elf)?.ok()?;
+    type Decode = fn(&[u8]) -> Option<i64>;
+    let (name, decode): (&str, Decode) = match elf.architecture() {
+        object::Architecture::X86_64 => (ASMCGOCALL, g_load_x86_64),
+        object::Architecture::Aarch64 => ("runtime.save_g", g_store_aarch64),
+        _ => return None,
+    };
+    let f = table
+        .functions()
+        .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)?;
+    let code = crate::return_sites::executable_segments(elf);
+    decode(crate::elf::code_bytes(&code, f.start, f.end)?)
+}
+
+/// The offsets of `g.m` and `m.curg` (the goroutine an M runs), read from
+/// `runtime.cgocallback`'s code, for an executable without DWARF types: on amd64 its load of
+/// `g`'s M (`mov %fs:G, %rbx; mov M(%rbx), %rbx`) and its switch to the M's goroutine (`mov
+/// CURG(%rbx), %rsi; mov %rsi, %fs:G`); on arm64 its load of the M (`ldr xN, [x28, #M]`, x28
+/// being `g`) and its switch (`ldr x28, [xN, #CURG]; bl runtime.save_g`). `None` elsewhere, or
+/// if the code is not as expected.
+pub fn m_curg_offsets(elf: &object::File<'_>) -> Option<(u64, u64)> {
+    let table = pclntab::of_elf(elf)?.ok()?;
+    let asm = |name: &str| {
+        table
+            .functions()
+            .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)
+    };
+    let f = asm("runtime.cgocallback")?;
+    let segments = crate::return_sites::executable_segments(elf);
+    let code = crate::elf::code_bytes(&segments, f.start, f.end)?;
+    match elf.architecture() {
+        object::Architecture::X86_64 => m_curg_x86_64(code),
+        object::Architecture::Aarch64 => {
+            m_curg_aarch64(code, f.start, asm("runtime.save_g")?.start)
+        }
+        _ => None,
+    }
+}
+
+/// [`m_curg_offsets`] on amd64, in `runtime.cgocallback`'s `code`.
+fn m_curg_x86_64(code: &[u8]) -> Option<(u64, u64)> {
+    let [g0, g1, g2, g3] = i32::try_from(g_load_x86_64(code)?).ok()?.to_le_bytes();
+    // mov %fs:G, %rbx; mov disp8(%rbx), %rbx
+    let g_m = code.windows(13).find_map(|w| match *w {
+        [0x64, 0x48, 0x8b, 0x1c, 0x25, a, b, c, d, 0x48, 0x8b, 0x5b, m]
+            if [a, b, c, d] == [g0, g1, g2, g3] =>
+        {
+            Some(u64::from(m))
+        }
+        _ => None,
+    })?;
+    // mov disp(%rbx), %rsi; mov %rsi, %fs:G
+    let stores_g = |w: &[u8]| w == [0x64, 0x48, 0x89, 0x34, 0x25, g0, g1, g2, g3];
+    let m_curg = code.windows(16).find_map(|w| match *w {
+        [0x48, 0x8b, 0xb3, a, b, c, d, ref rest @ ..] if stores_g(rest) => {
+            u32::try_from(i32::from_le_bytes([a, b, c, d]))
+                .ok()
+                .map(u64::from)
+        }
+        [0x48, 0x8b, 0x73, m, ref rest @ ..] if rest.get(..9).is_some_and(stores_g) => {
+            Some(u64::from(m))
+        }
+        _ => None,
+    })?;
+    Some((g_m, m_curg))
+}
+
+/// The little-endian 32-bit words of `code`.
+fn words(code: &[u8]) -> Vec<u32> {
+    code.chunks_exact(4)
+        .filter_map(|c| c.try_into().ok().map(u32::from_le_bytes))
+        .collect()
+}
+
+/// [`m_curg_offsets`] on arm64, in `runtime.cgocallback`'s `code` at `start`, `runtime.save_g`
+/// being at `save_g`.
+fn m_curg_aarch64(code: &[u8], start: u64, save_g: u64) -> Option<(u64, u64)> {
+    let words = words(code);
+    // ldr xT, [xN, #imm] (unsigned offset, scaled by 8): (T, N, imm).
+    let ldr = |w: u32| {
+        (w & 0xffc0_0000 == 0xf940_0000)
+            .then(|| (w & 0x1f, (w >> 5) & 0x1f, u64::from((w >> 10) & 0xfff) << 3))
+    };
+    // bl to: the target of a `bl` at word `i`.
+    let bl_to = |i: usize, w: u32| {
+        (w & 0xfc00_0000 == 0x9400_0000).then(|| {
+            let at = start.wrapping_add((i as u64).wrapping_mul(4));
+            at.wrapping_add_signed(i64::from(((w << 6) as i32) >> 6).wrapping_mul(4))
+        })
+    };
+    let (m, m_curg) = words.windows(2).enumerate().find_map(|(i, w)| {
+        let [load, call] = *w else {
+            return None;
+        };
+        let (t, n, imm) = ldr(load)?;
+        let switches = t == 28 && n != 28 && imm != 0;
+        (switches && bl_to(i.wrapping_add(1), call) == Some(save_g)).then_some((n, imm))
+    })?;
+    let g_m = words.iter().find_map(|&w| {
+        let (t, n, imm) = ldr(w)?;
+        (t == m && n == 28).then_some(imm)
+    })?;
+    Some((g_m, m_curg))
+}
+
+/// The displacement of the first `mov %fs:disp32, r64` in `code` (`64 REX.W 8b ModRM SIB
+/// disp32`, ModRM naming a SIB byte without base or index).
+fn g_load_x86_64(code: &[u8]) -> Option<i64> {
+    code.windows(9).find_map(|w| match *w {
+        [0x64, rex, 0x8b, modrm, 0x25, a, b, c, d]
+            if rex & 0xf8 == 0x48 && modrm & 0xc7 == 0x04 =>
+        {
+            Some(i64::from(i32::from_le_bytes([a, b, c, d])))
+        }
+        _ => None,
+    })
+}
+
+/// The offset in `mrs xN, tpidr_el0; movz x27, #imm{, lsl #s}; str x28, [xN, x27]` in `code`.
+fn g_store_aarch64(code: &[u8]) -> Option<i64> {
+    words(code).windows(3).find_map(|w| {
+        let [mrs, movz, str] = *w else {
+            return None;
+        };
+        let tp = mrs & 0x1f;
+        let found = mrs & !0x1f == 0xd53b_d040
+            // movz x27, #imm16, lsl #(16 * hw)
+            && movz & 0xff80_001f == 0xd280_001b
+            // str x28, [xN, x27] (register offset, no shift)
+            && str == 0xf83b_681c | (tp << 5);
+        let shift = ((movz >> 21) & 3).wrapping_mul(16);
+        found.then(|| i64::from((movz >> 5) & 0xffff).wrapping_shl(shift))
+    })
+}
+
+/// The CFA expression at a return site of `kind` in a frame laid out as `frame` says, the CFA
+/// `cfa` bytes above the stack pointer before the switch (Go's assembler gives `asmcgocall` a
+/// frame-pointer prologue).
 pub(crate) fn cfa_expression(
     kind: SwitchKind,
-    sp: u8,
-    word: i64,
+    frame: &CgoFrame,
     cfa: i64,
 ) -> Option<unwind_core::expr::Expr> {
     use unwind_core::expr::Op::{Add, Const, Deref, Reg, Sub};
+    let sp = frame.sp;
     match kind {
+        // [[sp + g] + 8] - [sp + depth] + cfa: `g`'s second word is its stack's top.
         SwitchKind::FromGoroutine => unwind_core::expr::Expr::new(&[
             Reg(sp),
-            Const(word),
+            Const(frame.g),
             Add,
             Deref,
-            Const(word),
+            Const(8),
             Add,
             Deref,
             Reg(sp),
+            Const(frame.depth),
+            Add,
             Deref,
             Sub,
             Const(cfa),
             Add,
         ])
         .ok(),
-        SwitchKind::OnSystemStack => {
-            unwind_core::expr::Expr::new(&[Reg(sp), Deref, Const(cfa), Add]).ok()
-        }
-        SwitchKind::Stops => None,
+        SwitchKind::OnSystemStack => unwind_core::expr::Expr::new(&[
+            Reg(sp),
+            Const(frame.saved_sp),
+            Add,
+            Deref,
+            Const(cfa),
+            Add,
+        ])
+        .ok(),
+        SwitchKind::Stops | SwitchKind::Preempted => None,
     }
 }

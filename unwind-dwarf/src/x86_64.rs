@@ -220,22 +220,34 @@ impl DwarfArch for X86_64 {
         }
     }
 
-    fn go_switch_rule(
-        kind: crate::go::SwitchKind,
-        cfa: i64,
-        builder: &mut ModuleRulesBuilder<Rule>,
-    ) -> Option<Rule> {
-        let expr = crate::go::cfa_expression(kind, Reg::Sp as u8, 8, cfa)?;
+    const GO_CGO_FRAME: Option<crate::go::CgoFrame> = Some(crate::go::CgoFrame {
+        sp_dwarf: gimli::X86_64::RSP.0,
+        sp: Reg::Sp as u8,
+        g: 8,
+        depth: 0,
+        saved_sp: 0,
+    });
+
+    fn go_frame_rule(delta: i64) -> Option<Rule> {
         Some(Rule {
-            cfa: CfaRule::Expr(builder.add_expr(expr).ok()?),
-            ra: RegRule::Offset(-8),
-            fp: RegRule::Same,
-            signal_frame: false,
+            cfa: CfaRule::SpOffset(i32::try_from(delta.checked_add(8)?).ok()?),
+            ..Rule::default()
         })
     }
 
-    fn sp_register() -> Option<u16> {
-        Some(gimli::X86_64::RSP.0)
+    fn with_cfa_expression(rule: &Rule, expr: u16) -> Rule {
+        Rule {
+            cfa: CfaRule::Expr(expr),
+            ..*rule
+        }
+    }
+
+    /// Go pushes the interrupted PC as a return address: only its lookup differs.
+    fn interrupted_caller(rule: &Rule) -> Option<Rule> {
+        Some(Rule {
+            signal_frame: true,
+            ..*rule
+        })
     }
 
     fn cfa_register_offset(rule: &Rule) -> Option<(u16, i64)> {

@@ -65,6 +65,17 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
         .collect();
     // PLT stubs, which no symbol table lists (`NAME@plt`).
     out.extend(crate::plt_names::plt_symbols(&file));
+    // A Go program without its symbol table (`-ldflags=-s`): Go's own function table names its
+    // functions as Go's tracebacks do.
+    if file.section_by_name(".symtab").is_none() {
+        if let Some(Ok(table)) = unwind_dwarf::go::pclntab::of_elf(&file) {
+            out.extend(
+                table
+                    .functions()
+                    .map(|f| (f.start, f.end.saturating_sub(f.start), f.name.to_string())),
+            );
+        }
+    }
     out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     out.dedup_by_key(|s| s.0);
     out
