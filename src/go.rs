@@ -339,6 +339,7 @@ impl Memory for GoMemory {
 
     /// From the system stack to the stack of the goroutine that called into C: the one switch
     /// a walk may make where the stack pointer does not increase.
+    #[inline(always)]
     fn switches_stack(&self, callee_sp: u64, caller_sp: u64) -> bool {
         self.stack.contains(callee_sp, callee_sp.saturating_add(1))
             && self

@@ -631,8 +631,21 @@ extern "C" fn on_signal_chained(
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
     match unsafe { our_slot(signal, &*info) } {
-        // SAFETY: as above.
-        Some((s, overrun)) => unsafe { sample(s, overrun, uc) },
+        Some((s, overrun)) => {
+            // SAFETY: as above.
+            unsafe { sample(s, overrun, uc) };
+            // A standard signal the program sent while one of the timers' was pending merged
+            // into it: the program's is lost. For `SIGURG` that hung Go programs (its
+            // preemption signal, which Go sends again only once one is acknowledged: a
+            // goroutine in a loop without calls kept its thread, 1 run in 25). `SIGURG`'s
+            // users take a spurious one as nothing (Go: a preemption request it did not make
+            // is acknowledged and ignored; out-of-band data is looked for, not assumed), so
+            // the timers' go on to the program too.
+            if signal == libc::SIGURG {
+                // SAFETY: the arguments of this running handler of `signal`.
+                unsafe { signals::pass_on_to_program(signal, info, uc) };
+            }
+        }
         None => {
             process().foreign.fetch_add(1, Relaxed);
             // SAFETY: the arguments of this running handler of `signal`.
