@@ -537,7 +537,8 @@ pub fn this_thread_cache_counts() -> Option<&'static CacheCounts> {
 }
 
 /// What Go runtime the executable has, once the first [`init`] has looked (`None` before): in a
-/// Go program, walks read the running goroutine's stack (see [`GoRuntime`]).
+/// Go program, walks read the running goroutine's stack (see [`GoRuntime`]). Async-signal-safe
+/// (an atomic load).
 pub fn go_runtime() -> Option<GoRuntime> {
     go::runtime()
 }
