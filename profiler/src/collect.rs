@@ -889,6 +889,11 @@ impl Collector {
             .collect();
         c.foreign_signals = unsampled.foreign_signals;
         c.program_actions = process.program_actions.load(Relaxed);
+        c.go_programs = match process.go_runtime.load(Relaxed) {
+            1 => (1, 0),
+            2 => (0, 1),
+            _ => (0, 0),
+        };
         c.reconnections = process.rejoins.load(Relaxed);
         c.timers_rearmed = process.timers_rearmed.load(Relaxed);
         c.threads_not_sampled = vec![

@@ -383,6 +383,9 @@ pub struct ProcessRecord {
     /// The process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`, ns) when sampling started: what
     /// no thread's timer could count (the loader, the table build at start).
     pub cpu_before_sampling: AtomicU64,
+    /// A Go program's runtime as the tables found it: 0 not Go (or not looked at yet), 1 its
+    /// goroutines' stacks read, 2 its `g` not found (walks stop at a goroutine's first frame).
+    pub go_runtime: AtomicU64,
 }
 
 impl ProcessRecord {
@@ -408,6 +411,7 @@ impl ProcessRecord {
             timers_rearmed: AtomicU64::new(0),
             not_announced: AtomicU64::new(0),
             cpu_before_sampling: AtomicU64::new(0),
+            go_runtime: AtomicU64::new(0),
         }
     }
 
@@ -420,6 +424,13 @@ impl ProcessRecord {
         if refresh {
             self.refreshes.fetch_add(1, Relaxed);
         }
+        use unwind_in_process::GoRuntime;
+        let go = match unwind_in_process::go_runtime() {
+            Some(GoRuntime::Found) => 1,
+            Some(GoRuntime::Unknown) => 2,
+            _ => 0,
+        };
+        self.go_runtime.store(go, Relaxed);
     }
 
     /// Copies what sampling and the tables set in `parent`'s record into this one, for a child
@@ -433,6 +444,7 @@ impl ProcessRecord {
             (&self.preloaded, &parent.preloaded),
             (&self.table_bytes, &parent.table_bytes),
             (&self.table_rows, &parent.table_rows),
+            (&self.go_runtime, &parent.go_runtime),
         ] {
             to.store(from.load(Relaxed), Relaxed);
         }

@@ -140,6 +140,10 @@ fn check_go_frames_crossed(out: &Path, stripped: Option<u64>) -> (u64, u64) {
         "{whole} of {c} stacks in c_spin cross the cgo call up to runtime.goexit; others: {odd:?}"
     );
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    assert!(
+        summary.contains("go runtime        1 process: goroutines' stacks read"),
+        "the summary says what it found of Go's runtime:\n{summary}"
+    );
     let stored = summary_text::required(&summary, "samples stored");
     let ended = summary_text::required(&summary, "EndOfStack");
     assert!(

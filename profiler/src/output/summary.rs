@@ -187,6 +187,19 @@ pub fn text(profile: &Profile) -> String {
             c.perf_unsignalled
         ));
     }
+    let (go, go_unknown) = c.go_programs;
+    if go > 0 {
+        line(format_args!(
+            "go runtime        {go} process{}: goroutines' stacks read",
+            if go == 1 { "" } else { "es" }
+        ));
+    }
+    if go_unknown > 0 {
+        line(format_args!(
+            "go runtime        {go_unknown} process{}: its goroutine (g) not found (Go before 1.18, or an unknown runtime): walks stop at a goroutine's first frame",
+            if go_unknown == 1 { "" } else { "es" }
+        ));
+    }
     if c.program_actions > 0 {
         line(format_args!(
             "program's signal  the program set its own action for the sampling signal {} times: the profiler's handler stayed in front and passed the program's own {} signals on to it",
@@ -419,6 +432,12 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
             unjoined.as_secs_f64(),
             all.as_secs_f64(),
             percent(unjoined.as_nanos() as u64, all.as_nanos() as u64)
+        ));
+    }
+    if c.go_programs.1 > 0 {
+        out.push(format!(
+            "{} Go process(es): the runtime's goroutine (g) was not found: their stacks in Go code stop at the first frame",
+            c.go_programs.1
         ));
     }
     if c.program_actions > 0 {
