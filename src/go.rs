@@ -6,13 +6,13 @@
 //! pointer, in the executable's TLS block (a Go program the preload library can enter is
 //! dynamically linked, so built with cgo, which keeps `g` there). The offset is read from the
 //! runtime's own code that loads or stores it, and checked against the word's symbol where the
-//! symbol table is kept ([`unwind_dwarf::go::g_thread_offset`]). A `g` starts with the
+//! symbol table is kept ([`unwind_dwarf::go::runtime_layout`]). A `g` starts with the
 //! goroutine's stack bounds `[lo, hi)` (its field `stack`, "offset known to runtime/cgo", the
 //! same since Go 1.0). So, where the interrupted stack pointer is not on the thread's
 //! registered stack, the handler reads that word and the two words it points to, and lets the
 //! walk read the goroutine's stack from the stack pointer up if it lies there. On the system
 //! stack (C code called through cgo, Go's runtime), it finds the goroutine the thread's M runs
-//! (`g.m.curg`, offsets read from the runtime's code: [`unwind_dwarf::go::m_curg_offsets`])
+//! (`g.m.curg`, offsets read from the runtime's code: [`unwind_dwarf::go::RuntimeLayout`])
 //! and lets the walk switch to that goroutine's stack where `asmcgocall`'s frame leads there.
 //!
 //! Why those reads are safe: the executable's TLS block is static (allocated with every thread
@@ -36,6 +36,9 @@ static G_OFFSET: AtomicIsize = AtomicIsize::new(0);
 /// system stack reaches through a cgo call), from the executable's DWARF types (0: not known).
 static G_M: AtomicUsize = AtomicUsize::new(0);
 static M_CURG: AtomicUsize = AtomicUsize::new(0);
+
+/// The bytes of a `g`'s first two words (its stack's bounds), which walks may read.
+const G_WORDS: u64 = 2 * std::mem::size_of::<usize>() as u64;
 
 /// Whether the executable was looked at ([`Found`] as a byte, 0 before).
 static LOOKED: AtomicU8 = AtomicU8::new(0);
@@ -107,7 +110,8 @@ fn examine(file: &[u8], tls_block: usize) -> GoRuntime {
     }
     // From the code that loads or stores `g`; and, where the symbol table is kept, from the
     // word's symbol: both must agree where both are found.
-    let from_code = unwind_dwarf::go::g_thread_offset(&elf);
+    let layout = unwind_dwarf::go::runtime_layout(&elf).unwrap_or_default();
+    let from_code = layout.g_offset;
     let from_symbol = elf
         .symbols()
         .find(|s| s.kind() == SymbolKind::Tls && s.name() == Ok(G_SYMBOL))
@@ -138,7 +142,8 @@ fn examine(file: &[u8], tls_block: usize) -> GoRuntime {
     // Offsets inside the structures as every Go since 1.18 has them (`g.m` among `g`'s first
     // words, `curg` in the first part of an `m`, which is kilobytes long): a decoding that gave
     // more would be read past them.
-    let fields = unwind_dwarf::go::m_curg_offsets(&elf)
+    let fields = layout
+        .m_curg
         .filter(|&(g_m, m_curg)| g_m < 128 && m_curg < 1024)
         .and_then(|(g_m, m_curg)| {
             Some((usize::try_from(g_m).ok()?, usize::try_from(m_curg).ok()?))
@@ -223,11 +228,11 @@ fn current_goroutine(g: usize) -> Option<usize> {
     // SAFETY: `g` is a `g` (see `current_g`), whose `m` word is 0 or its M, which lives as
     // long as its thread runs (this one); an M's `curg` is 0 or a `g`.
     let curg = unsafe {
-        let m = ((g + g_m) as *const usize).read();
+        let m = (g.wrapping_add(g_m) as *const usize).read();
         if m == 0 || !m.is_multiple_of(std::mem::align_of::<usize>()) {
             return None;
         }
-        ((m + m_curg) as *const usize).read()
+        (m.wrapping_add(m_curg) as *const usize).read()
     };
     (curg != 0 && curg != g && curg.is_multiple_of(std::mem::align_of::<usize>())).then_some(curg)
 }
@@ -277,7 +282,7 @@ impl GoMemory {
                 Some(bounds) => (
                     live(bounds),
                     // SAFETY: a `g`'s first two words (never freed).
-                    unsafe { LiveStack::new(curg as u64, curg as u64 + 16) },
+                    unsafe { LiveStack::new(curg as u64, (curg as u64).wrapping_add(G_WORDS)) },
                 ),
                 None => (empty, empty),
             },

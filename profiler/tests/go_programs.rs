@@ -391,12 +391,9 @@ fn go_s_function_table_gives_the_rules_of_its_debug_frame() {
         );
         let types = field_offsets(&a);
         assert!(types.is_some(), "{arch}: no runtime.g and runtime.m types");
-        assert_eq!(unwind_dwarf::go::m_curg_offsets(&a), types, "{arch}");
-        assert_eq!(
-            unwind_dwarf::go::m_curg_offsets(&b),
-            types,
-            "{arch}, stripped"
-        );
+        let m_curg = |elf| unwind_dwarf::go::runtime_layout(elf).and_then(|l| l.m_curg);
+        assert_eq!(m_curg(&a), types, "{arch}");
+        assert_eq!(m_curg(&b), types, "{arch}, stripped");
         println!("{arch}: g.m and m.curg at {types:?}, as the DWARF types say");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -120,12 +120,7 @@ pub fn read<A: DwarfArch>(elf: &object::File<'_>, code: &Code<'_>) -> GoTables {
         Some(Ok(t)) => t,
     };
     let functions: Vec<pclntab::GoFunction<'_>> = table.functions().collect();
-    let function = |name: &str| {
-        functions
-            .iter()
-            .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)
-            .map(|f| (f.start, f.end))
-    };
+    let function = |name: &str| asm_function(&table, name).map(|f| (f.start, f.end));
     let mut switches: Vec<StackSwitch> = functions
         .iter()
         .filter_map(|f| {
@@ -180,53 +175,59 @@ pub fn read<A: DwarfArch>(elf: &object::File<'_>, code: &Code<'_>) -> GoTables {
     tables(switches)
 }
 
-/// Where the running goroutine's `g` is kept, as an offset from the thread pointer, read from
-/// the instructions that store or load it (so it is right however the executable was linked,
-/// and found without a symbol table): on amd64 `runtime.asmcgocall`'s first load of `g`
-/// (`mov %fs:OFFSET, reg`), on arm64 `runtime.save_g`'s store (`mrs xN, tpidr_el0`, `mov x27,
-/// #OFFSET`, `str x28, [xN, x27]`). `None` if `elf` is not a Go program of either, or the code
-/// is not as expected.
-pub fn g_thread_offset(elf: &object::File<'_>) -> Option<i64> {
-    let table = pclntab::of_elf(elf)?.ok()?;
-    type Decode = fn(&[u8]) -> Option<i64>;
-    let (name, decode): (&str, Decode) = match elf.architecture() {
-        object::Architecture::X86_64 => (ASMCGOCALL, g_load_x86_64),
-        object::Architecture::Aarch64 => ("runtime.save_g", g_store_aarch64),
-        _ => return None,
-    };
-    let f = table
-        .functions()
-        .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)?;
-    let code = crate::return_sites::executable_segments(elf);
-    decode(crate::elf::code_bytes(&code, f.start, f.end)?)
+/// Where a Go executable's runtime keeps what a walk needs, read from the runtime's own code
+/// (so it is right however the executable was linked, and found without a symbol table).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeLayout {
+    /// The offset of the running goroutine's `g` from the thread pointer: on amd64 from
+    /// `runtime.asmcgocall`'s first load of `g` (`mov %fs:OFFSET, reg`), on arm64 from
+    /// `runtime.save_g`'s store (`mrs xN, tpidr_el0`, `mov x27, #OFFSET`, `str x28, [xN,
+    /// x27]`).
+    pub g_offset: Option<i64>,
+    /// The offsets of `g.m` and `m.curg` (the goroutine an M runs), from
+    /// `runtime.cgocallback`'s code: on amd64 its load of `g`'s M (`mov %fs:G, %rbx; mov
+    /// M(%rbx), %rbx`) and its switch to the M's goroutine (`mov CURG(%rbx), %rsi; mov %rsi,
+    /// %fs:G`); on arm64 its load of the M (`ldr xN, [x28, #M]`, x28 being `g`) and its switch
+    /// (`ldr x28, [xN, #CURG]; bl runtime.save_g`).
+    pub m_curg: Option<(u64, u64)>,
 }
 
-/// The offsets of `g.m` and `m.curg` (the goroutine an M runs), read from
-/// `runtime.cgocallback`'s code, for an executable without DWARF types: on amd64 its load of
-/// `g`'s M (`mov %fs:G, %rbx; mov M(%rbx), %rbx`) and its switch to the M's goroutine (`mov
-/// CURG(%rbx), %rsi; mov %rsi, %fs:G`); on arm64 its load of the M (`ldr xN, [x28, #M]`, x28
-/// being `g`) and its switch (`ldr x28, [xN, #CURG]; bl runtime.save_g`). `None` elsewhere, or
-/// if the code is not as expected.
-pub fn m_curg_offsets(elf: &object::File<'_>) -> Option<(u64, u64)> {
+/// The [`RuntimeLayout`] of `elf`; `None` if it is not a Go program of amd64 or arm64. A part
+/// whose code is not as expected is `None`.
+pub fn runtime_layout(elf: &object::File<'_>) -> Option<RuntimeLayout> {
     let table = pclntab::of_elf(elf)?.ok()?;
-    let asm = |name: &str| {
-        table
-            .functions()
-            .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)
-    };
-    let f = asm("runtime.cgocallback")?;
     let segments = crate::return_sites::executable_segments(elf);
-    let code = crate::elf::code_bytes(&segments, f.start, f.end)?;
-    match elf.architecture() {
-        object::Architecture::X86_64 => m_curg_x86_64(code),
+    let code_of = |name: &str| {
+        let f = asm_function(&table, name)?;
+        Some((f.start, crate::elf::code_bytes(&segments, f.start, f.end)?))
+    };
+    let callback = code_of("runtime.cgocallback");
+    Some(match elf.architecture() {
+        object::Architecture::X86_64 => RuntimeLayout {
+            g_offset: code_of(ASMCGOCALL).and_then(|(_, code)| g_load_x86_64(code)),
+            m_curg: callback.and_then(|(_, code)| m_curg_x86_64(code)),
+        },
         object::Architecture::Aarch64 => {
-            m_curg_aarch64(code, f.start, asm("runtime.save_g")?.start)
+            let save_g = code_of("runtime.save_g");
+            RuntimeLayout {
+                g_offset: save_g.and_then(|(_, code)| g_store_aarch64(code)),
+                m_curg: callback
+                    .zip(save_g)
+                    .and_then(|((at, code), (save_g, _))| m_curg_aarch64(code, at, save_g)),
+            }
         }
-        _ => None,
-    }
+        _ => return None,
+    })
 }
 
-/// [`m_curg_offsets`] on amd64, in `runtime.cgocallback`'s `code`.
+/// The hand-written function `name` of `table`.
+fn asm_function<'a>(table: &pclntab::Pclntab<'a>, name: &str) -> Option<pclntab::GoFunction<'a>> {
+    table
+        .functions()
+        .find(|f| f.name == name && f.flags & pclntab::FLAG_ASM != 0)
+}
+
+/// [`RuntimeLayout::m_curg`] on amd64, in `runtime.cgocallback`'s `code`.
 fn m_curg_x86_64(code: &[u8]) -> Option<(u64, u64)> {
     let [g0, g1, g2, g3] = i32::try_from(g_load_x86_64(code)?).ok()?.to_le_bytes();
     // mov %fs:G, %rbx; mov disp8(%rbx), %rbx
@@ -261,7 +262,7 @@ fn words(code: &[u8]) -> Vec<u32> {
         .collect()
 }
 
-/// [`m_curg_offsets`] on arm64, in `runtime.cgocallback`'s `code` at `start`, `runtime.save_g`
+/// [`RuntimeLayout::m_curg`] on arm64, in `runtime.cgocallback`'s `code` at `start`, `runtime.save_g`
 /// being at `save_g`.
 fn m_curg_aarch64(code: &[u8], start: u64, save_g: u64) -> Option<(u64, u64)> {
     let words = words(code);
