@@ -145,7 +145,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         flag: "--max-frames",
         value: "N",
         env: "UNWIND_PROFILER_MAX_FRAMES",
-        help: "deepest stack recorded, 1 to 256 (default 256; deeper walks stop and are counted as BufferFull)",
+        help: "deepest stack recorded, 1 to 1024 (default 1024; deeper walks stop and are counted as BufferFull)",
     },
     OptionSpec {
         flag: "--stack-scanning",
@@ -355,7 +355,7 @@ impl Config {
                         .parse()
                         .ok()
                         .filter(|n| (1..=crate::sampler::MAX_FRAMES).contains(n))
-                        .ok_or_else(|| err(o.env, &v, "a depth from 1 to 256"))?
+                        .ok_or_else(|| err(o.env, &v, "a depth from 1 to 1024"))?
                 }
                 "UNWIND_PROFILER_CAPTURE_SAMPLES" => {
                     c.capture_samples = v
@@ -484,7 +484,7 @@ mod tests {
             ("UNWIND_PROFILER_CLOCK", "cpu-time"),
             ("UNWIND_PROFILER_TIMER", "hpet"),
             ("UNWIND_PROFILER_SIGNAL", "NOPE"),
-            ("UNWIND_PROFILER_MAX_FRAMES", "1000"),
+            ("UNWIND_PROFILER_MAX_FRAMES", "1025"),
             ("UNWIND_PROFILER_STEM", "a/b"),
             ("UNWIND_PROFILER_OUTPUT_MODE", "0755"),
             ("UNWIND_PROFILER_SIGNAL", "KILL"),

@@ -13,6 +13,7 @@
 //! the collector is a thread of the program, or memory shared with `record` (see
 //! [`crate::session`]), which then reads it even after the program was killed.
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::Mutex;
@@ -24,8 +25,10 @@ use unwind_in_process::{SampleError, StopReason, Trust};
 
 /// The most threads sampled at once (records are reused after a thread exits).
 pub const MAX_THREADS: usize = 4096;
-/// The deepest stack a sample holds; deeper walks stop with `BufferFull`.
-pub const MAX_FRAMES: usize = 256;
+/// The deepest stack a sample holds; deeper walks stop with `BufferFull`. Deep enough for a
+/// Python 3.12 service under `-X perf` (three native frames a Python call) at a Python depth of
+/// 300; each thread's record keeps room for one walk of this depth.
+pub const MAX_FRAMES: usize = 1024;
 /// The longest ring record the handler writes: the header (time, stop reason, weight) and
 /// [`MAX_FRAMES`] PCs.
 pub const MAX_RECORD_WORDS: usize = 3 + MAX_FRAMES;
@@ -330,6 +333,61 @@ pub struct Slot {
     /// the handler has already added to the record's counters.
     cache: AtomicPtr<unwind_in_process::CacheCounts>,
     cache_seen: [AtomicU64; 2],
+    /// Where the owner's handler writes a walk.
+    scratch: Scratch,
+}
+
+/// Room for one walk of the owner's handler: its PCs and how each was found. Kept with the
+/// thread's record rather than on the signal's stack, which may be a program's small
+/// alternate stack (`SA_ONSTACK` is taken on from the program's action).
+struct Scratch {
+    /// Set while a handler holds the buffers: a handler that interrupts it finds them taken.
+    busy: AtomicBool,
+    pcs: UnsafeCell<[u64; MAX_FRAMES]>,
+    trust: UnsafeCell<[Trust; MAX_FRAMES]>,
+}
+
+// SAFETY: the buffers are reached only through `Scratch::take`, which gives them to one holder
+// at a time (`busy`).
+unsafe impl Sync for Scratch {}
+
+/// The buffers of a [`Scratch`], released when dropped.
+struct ScratchBuffers<'a> {
+    busy: &'a AtomicBool,
+    pcs: &'a mut [u64; MAX_FRAMES],
+    trust: &'a mut [Trust; MAX_FRAMES],
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            busy: AtomicBool::new(false),
+            pcs: UnsafeCell::new([0; MAX_FRAMES]),
+            trust: UnsafeCell::new([Trust::Context; MAX_FRAMES]),
+        }
+    }
+
+    /// The buffers, or `None` while another holder (a handler this signal interrupted) has
+    /// them. Async-signal-safe.
+    fn take(&self) -> Option<ScratchBuffers<'_>> {
+        if self.busy.swap(true, Acquire) {
+            return None;
+        }
+        // SAFETY: `busy` was clear and is now set, so no other reference to the buffers exists
+        // until the returned value clears it.
+        let (pcs, trust) = unsafe { (&mut *self.pcs.get(), &mut *self.trust.get()) };
+        Some(ScratchBuffers {
+            busy: &self.busy,
+            pcs,
+            trust,
+        })
+    }
+}
+
+impl Drop for ScratchBuffers<'_> {
+    fn drop(&mut self) {
+        self.busy.store(false, Release);
+    }
 }
 
 /// Marks an initialized [`ProcessRecord`].
@@ -889,6 +947,7 @@ fn claim_record(ring_words: usize) -> Option<usize> {
         signals_at_start: AtomicU64::new(0),
         cache: AtomicPtr::new(std::ptr::null_mut()),
         cache_seen: [AtomicU64::new(0), AtomicU64::new(0)],
+        scratch: Scratch::new(),
     }));
     RECORDS[i].store(s, Release);
     Some(i)
@@ -1126,23 +1185,26 @@ unsafe fn sample(s: &Slot, overrun: i32, uc: *mut libc::c_void) {
         c.drop(DropReason::AfterStop);
         return;
     }
-    let mut buf = [0u64; MAX_FRAMES];
+    let Some(scratch) = s.scratch.take() else {
+        c.drop(DropReason::Busy);
+        return;
+    };
     let max = MAX_FRAMES_NOW.load(Relaxed);
     // `get_mut` rather than slicing: no panic path in the handler.
-    let pcs = match buf.get_mut(..max) {
+    let pcs = match scratch.pcs.get_mut(..max) {
         Some(p) => p,
-        None => &mut buf[..],
+        None => &mut scratch.pcs[..],
     };
     // Frames found by a stack scan; how each frame was found is asked for only with scanning on
     // (the walk without it keeps fewer values, and the array is not filled).
     let mut scanned = 0;
     let t0 = now_ns();
     let result = if SCANNING.load(Relaxed) {
-        let mut trust = [Trust::Context; MAX_FRAMES];
+        let trust = &mut *scratch.trust;
         // SAFETY: `uc` is this handler's context, on the interrupted thread.
-        let result = unsafe { unwind_in_process::unwind_signal(uc, pcs, Some(&mut trust)) };
+        let result = unsafe { unwind_in_process::unwind_signal(uc, pcs, Some(&mut *trust)) };
         if let Ok(r) = &result {
-            let found = trust.get(..r.frames).unwrap_or(&trust);
+            let found = trust.get(..r.frames).unwrap_or(trust);
             scanned = found.iter().filter(|&&t| t == Trust::Scan).count() as u64;
         }
         result

@@ -1432,3 +1432,42 @@ fn the_profilers_own_work_is_shown_as_its_own() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program that spends its time 700 calls deep is sampled whole: each stack reaches `main`
+/// (no `BufferFull`), and `--max-frames` still cuts walks where asked, counted.
+#[test]
+fn deep_stacks_are_recorded_whole() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((out_dir, out)) = record_program("deep_recursion", &[]) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines = folded(&out_dir);
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    let deep: u64 = lines
+        .iter()
+        .filter(|(s, _)| {
+            s.iter().position(|f| f == "main").is_some()
+                && s.iter().filter(|f| *f == "descend").count() == 701
+        })
+        .map(|(_, n)| n)
+        .sum();
+    println!("{deep} of {total} samples 701 calls deep under main");
+    assert!(total >= 100, "{total} samples");
+    assert!(deep * 10 >= total * 9, "{deep} of {total} reach main");
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+
+    let Some((out_dir, out)) = record_program("deep_recursion", &["--max-frames", "100"]) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary = std::fs::read_to_string(Outputs::paths(&out_dir, "profile").summary).unwrap();
+    let cut = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("BufferFull"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(cut >= 100, "BufferFull {cut}:\n{summary}");
+    let _ = std::fs::remove_dir_all(out_dir.parent().unwrap());
+}
