@@ -664,17 +664,26 @@ impl Arch for Aarch64 {
         })
     }
 
-    /// A frame 0 without a rule is first assumed to be a leaf whose return address is still in
-    /// x30 ([`Trust::LinkRegister`]) if x30, stripped, returns into code; else it is unwound by
-    /// its frame record.
+    /// An interrupted frame (frame 0, a signal frame's caller) without a rule is first
+    /// assumed to be a leaf whose return address is still in x30 ([`Trust::LinkRegister`]) if
+    /// x30, stripped, returns into code, unless x29's frame record holds that same return
+    /// address: then the function has saved its own record, whose chain leads on (the leaf
+    /// step would keep x29 at it, and the next frame would read the same return address
+    /// again). Otherwise it is unwound by its frame record.
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         regs: &Regs,
-        frame: usize,
+        exact: bool,
         mem: &M,
     ) -> Result<Step, StopReason> {
         let ra = strip(mem, regs.lr);
-        if frame == 0 && ra != 0 && ra != regs.pc {
+        let own_record = || {
+            regs.fp
+                .checked_add(8)
+                .and_then(|at| mem.read_u64(at))
+                .is_some_and(|saved| strip(mem, saved) == ra)
+        };
+        if exact && ra != 0 && ra != regs.pc && !own_record() {
             let caller = Regs { pc: ra, ..*regs };
             if returns_into_code::<Self>(table, &caller) {
                 return Ok(Step {
@@ -699,10 +708,20 @@ impl Arch for Aarch64 {
         }
     }
 
-    /// SP must not decrease, and must increase after frame 0 (a leaf's caller has the same SP).
+    /// SP must not decrease, and must increase after any frame but an interrupted one (a
+    /// leaf's caller has the same SP).
     #[inline(always)]
-    fn sp_increases(caller: &Regs, callee: &Regs, frame: usize) -> bool {
-        caller.sp > callee.sp || (caller.sp == callee.sp && frame == 0)
+    fn sp_increases(caller: &Regs, callee: &Regs, exact: bool) -> bool {
+        caller.sp > callee.sp || (caller.sp == callee.sp && exact)
+    }
+
+    /// The PC stripped as return addresses are ([`Memory::pointer_mask`]).
+    #[inline(always)]
+    fn first_frame<M: Memory + ?Sized>(regs: Regs, mem: &M) -> Regs {
+        Regs {
+            pc: strip(mem, regs.pc),
+            ..regs
+        }
     }
 }
 

@@ -90,17 +90,29 @@ pub trait Arch:
         mem: &M,
     ) -> Result<Step<Self::Regs>, StopReason>;
 
-    /// The fallbacks for a frame that no rule describes (`frame` is its index, 0 for the
-    /// interrupted one): the link register of a leaf, the frame-pointer chain. Each validates
-    /// its candidate before returning it; [`StopReason::NoRule`] if none applies. The loop then
-    /// refuses, as `NoRule` too, a candidate that does not return into one of `table`'s
-    /// modules; an architecture with several fallbacks checks that itself to choose among them.
+    /// The fallbacks for a frame that no rule describes (`exact`: its PC is the interrupted
+    /// instruction, at frame 0 or a signal frame's caller, not a return address): the return
+    /// address a call just left (the link register of a leaf; on x86_64 the word at SP where
+    /// the PC is in the null page, a call through a null pointer), the frame-pointer chain.
+    /// Each validates its candidate before returning it; [`StopReason::NoRule`] if none
+    /// applies. The loop then refuses, as `NoRule` too, a candidate that does not return into
+    /// one of `table`'s modules; an architecture with several fallbacks checks that itself to
+    /// choose among them.
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Self::Rule>,
         regs: &Self::Regs,
-        frame: usize,
+        exact: bool,
         mem: &M,
     ) -> Result<Step<Self::Regs>, StopReason>;
+
+    /// Frame 0's registers as the walk takes them (aarch64: the PC stripped of a
+    /// pointer-authentication code, as every return address is; a context recorded by other
+    /// tools may hold it signed).
+    #[inline(always)]
+    fn first_frame<M: Memory + ?Sized>(regs: Self::Regs, mem: &M) -> Self::Regs {
+        let _ = mem;
+        regs
+    }
 
     /// The caller implied by a return address `ret` that a stack scan ([`crate::scan`]) found
     /// in the word just below `sp`: its PC is `ret`, its stack pointer `sp`, and the other
@@ -118,8 +130,9 @@ pub trait Arch:
     }
 
     /// True if the caller's stack pointer is acceptable after the callee's: it must increase
-    /// (architectures whose frame 0 may be a leaf that has not moved SP allow equality there).
-    fn sp_increases(caller: &Self::Regs, callee: &Self::Regs, frame: usize) -> bool;
+    /// (architectures whose interrupted frame, `exact`, may be a leaf that has not moved SP
+    /// allow equality there: frame 0 and a signal frame's caller).
+    fn sp_increases(caller: &Self::Regs, callee: &Self::Regs, exact: bool) -> bool;
 }
 
 /// True if `caller`'s PC, as a return address, is in the code of one of `table`'s modules, or

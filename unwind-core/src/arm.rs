@@ -652,10 +652,10 @@ impl Arch for Arm {
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         regs: &Regs,
-        frame: usize,
+        exact: bool,
         mem: &M,
     ) -> Result<Step, StopReason> {
-        if frame == 0 && regs.lr != 0 && regs.lr != regs.pc {
+        if exact && regs.lr != 0 && regs.lr != regs.pc {
             let caller = Regs {
                 pc: regs.lr,
                 ..*regs
@@ -684,11 +684,11 @@ impl Arch for Arm {
         }
     }
 
-    /// SP must not decrease, and must increase after frame 0 (a leaf's caller can have the
-    /// same SP).
+    /// SP must not decrease, and must increase after any frame but an interrupted one (frame
+    /// 0, a signal frame's caller: a leaf's caller can have the same SP).
     #[inline(always)]
-    fn sp_increases(caller: &Regs, callee: &Regs, frame: usize) -> bool {
-        caller.sp > callee.sp || (caller.sp == callee.sp && frame == 0)
+    fn sp_increases(caller: &Regs, callee: &Regs, exact: bool) -> bool {
+        caller.sp > callee.sp || (caller.sp == callee.sp && exact)
     }
 }
 

@@ -926,7 +926,7 @@ mod tests {
         fn step_without_rule<M: crate::Memory + ?Sized>(
             _: &RuleTable<u8>,
             _: &u64,
-            _: usize,
+            _: bool,
             _: &M,
         ) -> Result<crate::Step<u64>, StopReason> {
             Err(StopReason::NoRule)
@@ -934,7 +934,7 @@ mod tests {
         fn scanned_caller(_: &u64, ret: u64, _: u64) -> u64 {
             ret
         }
-        fn sp_increases(_: &u64, _: &u64, _: usize) -> bool {
+        fn sp_increases(_: &u64, _: &u64, _: bool) -> bool {
             false
         }
     }

@@ -85,7 +85,9 @@ pub enum Trust {
     Cfi,
     /// From the callee's frame pointer, because no rule described the callee.
     FramePointer,
-    /// From the link register: frame 0 had no rule and was assumed to be a leaf (ARM).
+    /// From the return address a call just left: an interrupted frame (frame 0, a signal
+    /// frame's caller) had no rule and was assumed not to have saved it yet (the link register
+    /// on ARM; on x86_64 the word at SP, where the PC is in the null page).
     LinkRegister,
     /// From a stack scan ([`crate::scan`]): a word above the callee's stack pointer that is
     /// the address just after a call instruction. Only a table built to scan gives it.

@@ -26,7 +26,8 @@ pub struct UnwindResult {
 /// to the architecture's fallbacks ([`Arch::step_without_rule`]), then, if the table was built
 /// to scan ([`crate::RuleTableBuilder::scan_stack`]), to a stack scan ([`crate::scan`]). A
 /// caller whose return address is 0, whose stack pointer does not increase
-/// ([`Arch::sp_increases`]) or whose return address is in no module's code ([`StopReason::OutsideModules`]; checked the same way whichever rule
+/// ([`Arch::sp_increases`]; not asked of a signal frame's caller, the kernel's record of the
+/// interrupted thread, whose stack may be another) or whose return address is in no module's code ([`StopReason::OutsideModules`]; checked the same way whichever rule
 /// or fallback found it) ends the walk, and only the first is counted as a frame. A PC from
 /// registers (frame 0, or the one a signal interrupted) is a frame wherever it is. Every memory
 /// read goes through `mem`. If `trust` is given, its element `i` receives how frame `i` was
@@ -57,7 +58,6 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
     table: &RuleTable<A::Rule>,
     cached: Cached<A::Simple>,
     regs: A::Regs,
-    frame: usize,
     exact: bool,
     mem: &M,
 ) -> Result<Step<A::Regs>, StopReason> {
@@ -85,7 +85,7 @@ fn step_slow<A: Arch, M: Memory + ?Sized>(
             }
             // A fallback's guess that returns into no module's code: the fallback failed. Then
             // the stack is scanned, if the table asks for it.
-            match A::step_without_rule(table, &regs, frame, mem) {
+            match A::step_without_rule(table, &regs, exact, mem) {
                 Ok(step) if returns_into_code::<A>(table, &step.caller) => Ok(step),
                 _ if table.scans() => crate::scan::scan::<A, M>(table, &regs, exact, mem),
                 Ok(_) => Err(StopReason::NoRule),
@@ -111,7 +111,7 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
     pcs: &mut [u64],
     trust: &mut [Trust],
 ) -> UnwindResult {
-    let mut regs = regs;
+    let mut regs = A::first_frame(regs, mem);
     // Where the frame's rule is looked up: the PC itself for frame 0.
     let mut at = A::lookup_address(&regs, true);
     let mut how = Trust::Context;
@@ -144,7 +144,7 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
             // the registers it saves, about 25 instructions a walk less.
             return failed(cache, i, stop);
         } else {
-            step_slow::<A, M>(table, *cached, regs, i, exact, mem).map(|s| {
+            step_slow::<A, M>(table, *cached, regs, exact, mem).map(|s| {
                 at = A::lookup_address(&s.caller, s.exact);
                 how = s.trust;
                 s.caller
@@ -156,9 +156,14 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
         };
         // A switch of stacks is asked only where the stack pointer does not increase (inlined:
         // a memory of one stack answers `false` where it is compiled, an out-of-line call here
-        // cost the loop 4 instructions a frame in registers kept across it).
+        // cost the loop 4 instructions a frame in registers kept across it). A signal frame's
+        // caller (looked up at its exact PC) is the interrupted thread as the kernel saved it:
+        // its stack may be another (a handler run on an alternate signal stack).
         let (callee_sp, caller_sp) = (A::sp(&regs), A::sp(&caller));
-        if !A::sp_increases(&caller, &regs, i) && !mem.switches_stack(callee_sp, caller_sp) {
+        if !A::sp_increases(&caller, &regs, exact)
+            && !mem.switches_stack(callee_sp, caller_sp)
+            && at != A::lookup_address(&caller, true)
+        {
             return stopped(cache, i, StopReason::SpNotIncreasing);
         }
         regs = caller;

@@ -10,6 +10,10 @@ use crate::memory::Memory;
 use crate::stop::{StopReason, Trust};
 use crate::table::RuleTable;
 
+/// PCs below this are in the null page, which nothing maps: a PC there was reached by calling
+/// a null function pointer (or one a small offset from null).
+const NULL_PAGE: u64 = 4096;
+
 /// Tracked registers, numbered as [`crate::expr::Op::Reg`] refers to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -505,12 +509,29 @@ impl Arch for X86_64 {
         })
     }
 
+    /// An interrupted PC in the null page (a call through a null function pointer, or a
+    /// null object's method table: the call faulted before its target ran) returns to the
+    /// address the call pushed, at SP ([`Trust::LinkRegister`]); any other frame without a
+    /// rule is unwound by its frame pointer.
     fn step_without_rule<M: Memory + ?Sized>(
         _table: &RuleTable<Rule>,
         regs: &Regs,
-        _frame: usize,
+        exact: bool,
         mem: &M,
     ) -> Result<Step, StopReason> {
+        if exact && regs.pc < NULL_PAGE {
+            let pc = mem.read_u64(regs.sp).ok_or(StopReason::ReadFailed)?;
+            let caller = Regs {
+                pc,
+                sp: regs.sp.checked_add(8).ok_or(StopReason::ReadFailed)?,
+                fp: regs.fp,
+            };
+            return Ok(Step {
+                caller,
+                trust: Trust::LinkRegister,
+                exact: false,
+            });
+        }
         step_frame_pointer(*regs, mem)
     }
 
@@ -525,7 +546,7 @@ impl Arch for X86_64 {
 
     /// Strictly: a call pushes the return address, so even a leaf's CFA is above its SP.
     #[inline(always)]
-    fn sp_increases(caller: &Regs, callee: &Regs, _frame: usize) -> bool {
+    fn sp_increases(caller: &Regs, callee: &Regs, _exact: bool) -> bool {
         caller.sp > callee.sp
     }
 }

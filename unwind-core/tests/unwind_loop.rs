@@ -1088,3 +1088,30 @@ fn scanned_frames_are_return_sites() {
     }
     assert!(scanned > 100, "only {scanned} frames found by scanning");
 }
+
+/// A PC of 0 at frame 0 (a call through a null function pointer: the call pushed its return
+/// address and faulted at its target) returns to the word at SP, not by the frame pointer,
+/// whose frame is the caller's own (libunwindstack's `signal_fde_x86_64`, before: the caller
+/// skipped and every frame after it off by one). A PC of 0 that a return address gave still
+/// ends the walk.
+#[test]
+fn a_call_through_a_null_pointer_returns_to_the_word_at_sp() {
+    let t = three_functions();
+    let (regs, mut w) = three_frame_stack();
+    // `mid` called null from BIAS + 0x2040: the return address at SP.
+    let sp = STACK + 0x1f0;
+    put(&mut w, sp, BIAS + 0x2040);
+    let null = Regs { pc: 0, sp, ..regs };
+    let (r, pcs, trust) = run(&t, null, &image_bytes(&w), 8);
+    assert_eq!(pcs, [0, BIAS + 0x2040, BIAS + 0x3010], "{r:?}");
+    assert_eq!(trust[1], Trust::LinkRegister);
+    assert_eq!(r.stop, StopReason::EndOfStack);
+    // Not in the null page: the frame pointer, as before.
+    let elsewhere = Regs {
+        pc: 0x10_0000,
+        ..null
+    };
+    let (_, pcs, trust) = run(&t, elsewhere, &image_bytes(&w), 8);
+    assert_eq!(pcs[..2], [0x10_0000, BIAS + 0x3010]);
+    assert_eq!(trust[1], Trust::FramePointer);
+}
