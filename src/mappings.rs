@@ -181,13 +181,16 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
 pub(crate) const SIGRETURN: &str = "[sigreturn]";
 
 /// The rules of the architecture's signal return trampoline
-/// ([`SignalTrampoline`](crate::arch::SignalTrampoline)) if mapping `m` starts with it, as the
+/// ([`unwind_dwarf::sigreturn::SignalTrampoline`]) if mapping `m` starts with it, as the
 /// page qemu-user maps for it does.
 fn signal_trampoline(m: &Mapping) -> Option<ModuleRules<Rule>> {
-    let t = Native::SIGNAL_TRAMPOLINE.as_ref()?;
-    let code = read_own(m.start, t.code.len())?;
+    let forms = <Native as unwind_dwarf::DwarfArch>::SIGNAL_TRAMPOLINES;
+    let len = forms.iter().map(|t| t.code.len()).max()?;
+    let code = read_own(m.start, len)?;
     let mut rules = ModuleRulesBuilder::new();
-    (t.rows_in(&code, m.start, &mut rules).ok()? == 1).then_some(())?;
+    let copies =
+        unwind_dwarf::sigreturn::SignalTrampoline::rows_of_any(forms, &code, m.start, &mut rules);
+    (copies.ok()? == 1).then_some(())?;
     rules.build().ok()
 }
 

@@ -819,13 +819,13 @@ fn parse(module: &LoadedModule, phdrs: &[Phdr], image: &ImageCopy, scan: bool) -
 }
 
 /// `rules` of `module`, with the rows of the architecture's signal return trampoline
-/// ([`SignalTrampoline`](crate::arch::SignalTrampoline)) where the module is the vdso and holds
+/// ([`unwind_dwarf::sigreturn::SignalTrampoline`]) where the module is the vdso and holds
 /// it (aarch64's `__kernel_rt_sigreturn`): they replace the vdso's own CFI there.
 fn vdso_trampoline(module: &LoadedModule, rules: ModuleRules<Rule>) -> ModuleRules<Rule> {
-    use object::{Object, ObjectSegment, SegmentFlags};
-    let Some(t) = Native::SIGNAL_TRAMPOLINE.as_ref() else {
+    let forms = <Native as unwind_dwarf::DwarfArch>::SIGNAL_TRAMPOLINES;
+    if forms.is_empty() {
         return rules;
-    };
+    }
     if module.name.starts_with('/') {
         return rules;
     }
@@ -835,17 +835,7 @@ fn vdso_trampoline(module: &LoadedModule, rules: ModuleRules<Rule>) -> ModuleRul
     let Ok(elf) = object::File::parse(&*image) else {
         return rules;
     };
-    let mut rules = rules;
-    for seg in elf.segments() {
-        let exec = matches!(seg.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X));
-        if let (true, Ok(code)) = (exec, seg.data()) {
-            match t.replacing(rules.clone(), code, seg.address()) {
-                Ok(replaced) => rules = replaced,
-                Err(_) => return rules,
-            }
-        }
-    }
-    rules
+    unwind_dwarf::sigreturn::SignalTrampoline::replacing_in_elf(forms, rules, &elf)
 }
 
 /// Leaves out of the table every module whose code overlaps one before it (by start address),

@@ -5,22 +5,16 @@
 
 use std::ffi::c_void;
 
-use unwind_core::aarch64::{CfaRule, Reg, RegRule, Regs, Rule};
-use unwind_core::expr::{Expr, Op};
-use unwind_core::table::{ModuleRules, ModuleRulesBuilder, TableError};
+use unwind_core::aarch64::{Regs, Rule};
+use unwind_core::table::ModuleRules;
 use unwind_core::Aarch64;
 use unwind_dwarf::{DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::Context;
 
-use super::{ucontext_word, CopiedCode, ImageTables, RuntimeArch, SignalTrampoline};
+use super::{ucontext_word, CopiedCode, ImageTables, RuntimeArch};
 
-/// Where `uc_mcontext` starts in the kernel's (and glibc's) `ucontext_t`: after `uc_flags`,
-/// `uc_link`, the 24-byte `stack_t`, the 8-byte signal mask and 120 bytes of padding (the
-/// kernel's room for a larger `sigset_t`), 16-aligned. Its `struct sigcontext` holds
-/// `fault_address`, then `regs[31]`, `sp`, `pc` and `pstate`.
-const MCONTEXT: usize = 176;
-/// Where `regs[0]` is in the `ucontext_t`: after `fault_address`.
-const REGS: usize = MCONTEXT + 8;
+/// Where `regs[0]` is in the `ucontext_t` (its layout: [`unwind_dwarf::sigreturn`]).
+const REGS: usize = unwind_dwarf::sigreturn::AARCH64_UCONTEXT_REGS;
 /// Indices of the `sigcontext` words after `regs[0]` (`regs[i]` is word `i`).
 const SP: usize = 31;
 const PC: usize = 32;
@@ -46,14 +40,6 @@ impl RuntimeArch for Aarch64 {
 
     /// None yet (CPython's aarch64 perf trampoline is a candidate).
     const COPIED_CODE: &'static [CopiedCode<Rule>] = &[];
-
-    /// The kernel's `rt_sigreturn` call, as the vdso's `__kernel_rt_sigreturn` and qemu-user's
-    /// own trampoline page hold it (`mov x8, #139; svc #0`), recognised by its instructions as
-    /// libgcc recognises it.
-    const SIGNAL_TRAMPOLINE: Option<SignalTrampoline<Rule>> = Some(SignalTrampoline {
-        code: &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4],
-        rows: sigreturn_rows,
-    });
 
     #[inline(always)]
     unsafe fn regs_from_ucontext(ucontext: *const c_void) -> Regs {
@@ -115,42 +101,6 @@ impl RuntimeArch for Aarch64 {
     fn from_instructions(rule: &Rule) -> bool {
         rule.from_instructions
     }
-}
-
-/// Bytes from the trampoline's SP (the kernel's `struct rt_sigframe`: a 128-byte `siginfo_t`,
-/// then the `ucontext_t`) to the interrupted registers' `sigcontext` words.
-const FRAME_REGS: i64 = 128 + REGS as i64;
-
-/// Pushes the rows of the signal trampoline whose first instruction is at `at` into `rules`,
-/// from `from` (at or before `at`: the vdso's trampoline follows a `nop` that a return address
-/// minus one falls in) to its end: the interrupted thread's registers are in the `rt_sigframe`
-/// at SP, its PC exact.
-fn sigreturn_rows(
-    rules: &mut ModuleRulesBuilder<Rule>,
-    from: u64,
-    at: u64,
-) -> Result<(), TableError> {
-    let slot = |i: usize| FRAME_REGS + 8 * i as i64;
-    let at_sp = |i| Expr::new(&[Op::Reg(Reg::Sp as u8), Op::Const(slot(i)), Op::Add]);
-    let cfa = Expr::new(&[
-        Op::Reg(Reg::Sp as u8),
-        Op::Const(slot(SP)),
-        Op::Add,
-        Op::Deref,
-    ]);
-    let (Ok(cfa), Ok(pc), Ok(lr), Ok(fp)) = (cfa, at_sp(PC), at_sp(30), at_sp(29)) else {
-        return Err(TableError::TooManyRules);
-    };
-    let rule = Rule {
-        cfa: CfaRule::Expr(rules.add_expr(cfa)?),
-        ra: RegRule::Expr(rules.add_expr(pc)?),
-        lr: RegRule::Expr(rules.add_expr(lr)?),
-        fp: RegRule::Expr(rules.add_expr(fp)?),
-        ra_signed: false,
-        signal_frame: true,
-        from_instructions: false,
-    };
-    rules.push(from, at + 8, rule)
 }
 
 /// The bits of an instruction address that are not address in this process: the pointer

@@ -9,7 +9,7 @@
 
 use std::ffi::{c_void, CStr};
 
-use unwind_core::table::{ModuleRules, ModuleRulesBuilder, TableError};
+use unwind_core::table::ModuleRules;
 use unwind_core::Arch;
 use unwind_dwarf::{CfiSections, DwarfArch, DwarfError, ExidxError, ExidxStats, LoadStats};
 use unwind_samples::{Context, ContextArch};
@@ -87,66 +87,6 @@ pub(crate) struct CopiedCode<R: 'static> {
     pub rows: &'static [(u8, u8, R)],
 }
 
-/// The kernel's signal return trampoline of an architecture whose trampoline has no unwind
-/// table that describes it (aarch64: the vdso's `__kernel_rt_sigreturn`, whose CFI since Linux
-/// 5.x describes a frame record that skips the interrupted function, and qemu-user's trampoline
-/// page, which has none), found by its instructions.
-pub(crate) struct SignalTrampoline<R: 'static> {
-    /// Its instructions, from the first: a copy of them is the trampoline.
-    pub code: &'static [u8],
-    /// Pushes the rows of the trampoline whose first instruction is at `at` (an SVMA of the
-    /// module being built), from `from` (at or before `at`) to its end.
-    pub rows: fn(&mut ModuleRulesBuilder<R>, u64, u64) -> Result<(), TableError>,
-}
-
-impl<R: unwind_core::table::TableRule> SignalTrampoline<R> {
-    /// Pushes the rows of every copy of the trampoline in `code` (bytes at SVMA `svma`, copies
-    /// at 4-aligned SVMAs) into `rules`, each from up to 4 bytes before it (never below
-    /// `svma`). Returns how many copies there are.
-    pub fn rows_in(
-        &self,
-        code: &[u8],
-        svma: u64,
-        rules: &mut ModuleRulesBuilder<R>,
-    ) -> Result<usize, TableError> {
-        let n = self.code.len();
-        let mut copies = 0;
-        let first = usize::try_from(svma.wrapping_neg() & 3).unwrap_or(0);
-        for i in (first..code.len().saturating_sub(n - 1)).step_by(4) {
-            if code.get(i..i + n) == Some(self.code) {
-                let at = svma + i as u64;
-                (self.rows)(rules, at.saturating_sub(4).max(svma), at)?;
-                copies += 1;
-            }
-        }
-        Ok(copies)
-    }
-
-    /// `rules` with the rows of every copy of the trampoline in `code` (at SVMA `svma`) in
-    /// place of what `rules` say there (the vdso's CFI of its trampoline describes a frame
-    /// record, which skips the interrupted function); `rules` unchanged if there is none.
-    pub fn replacing(
-        &self,
-        rules: ModuleRules<R>,
-        code: &[u8],
-        svma: u64,
-    ) -> Result<ModuleRules<R>, TableError> {
-        let mut b = ModuleRulesBuilder::new();
-        // The module's expressions first, so that its rules' indices still name them.
-        for e in rules.exprs() {
-            b.add_expr(*e)?;
-        }
-        if self.rows_in(code, svma, &mut b)? == 0 {
-            return Ok(rules);
-        }
-        // The builder keeps the first row at an address: the trampoline's.
-        for (from, to, rule) in rules.extents() {
-            b.push(from, to, rule)?;
-        }
-        b.build()
-    }
-}
-
 /// A program header of a module's image, as an architecture's
 /// [`RuntimeArch::rules_from_image`] reads it.
 #[derive(Clone, Copy, Debug)]
@@ -189,9 +129,6 @@ pub(crate) trait RuntimeArch: DwarfArch + ContextArch {
     /// The functions run-time code generators copy as they are, with their rules (see
     /// [`crate::mappings`]).
     const COPIED_CODE: &'static [CopiedCode<Self::Rule>];
-
-    /// The kernel's signal return trampoline, where no unwind table describes it right.
-    const SIGNAL_TRAMPOLINE: Option<SignalTrampoline<Self::Rule>> = None;
 
     /// The interrupted thread's registers, from the `ucontext_t` a signal handler gets (the
     /// kernel's layout for this architecture). Async-signal-safe: reads memory only.
@@ -273,58 +210,6 @@ mod tests {
         }
         #[cfg(not(target_arch = "aarch64"))]
         assert_eq!(mask, 0);
-    }
-
-    /// The vdso's aarch64 trampoline: a `nop`, then `mov x8, #139; svc #0`, which its own CFI
-    /// describes as a frame record at x29 (Linux 5.x); the trampoline's rows replace that CFI
-    /// from the `nop` on (a handler's return address minus one falls in it), the rest of the
-    /// module's rules kept, expressions included.
-    #[test]
-    fn the_vdso_trampoline_replaces_its_cfi() {
-        use unwind_core::aarch64::{CfaRule, RegRule, Rule};
-        let t = <unwind_core::Aarch64 as RuntimeArch>::SIGNAL_TRAMPOLINE.unwrap();
-        let record = Rule {
-            cfa: CfaRule::FpOffset(0),
-            ra: RegRule::Offset(8),
-            lr: RegRule::Offset(8),
-            fp: RegRule::Offset(0),
-            ra_signed: false,
-            signal_frame: true,
-            from_instructions: false,
-        };
-        let mut b = ModuleRulesBuilder::new();
-        let e = b
-            .add_expr(unwind_core::expr::Expr::new(&[unwind_core::expr::Op::Const(1)]).unwrap())
-            .unwrap();
-        b.push(0x500, 0x50c, record).unwrap();
-        let other = Rule {
-            cfa: CfaRule::Expr(e),
-            ..Rule::default()
-        };
-        b.push(0x600, 0x610, other).unwrap();
-        let rules = b.build().unwrap();
-        let mut code = vec![0u8; 0x20];
-        code[0x04..0x08].copy_from_slice(&0xd503_201fu32.to_le_bytes()); // nop
-        code[0x08..0x10].copy_from_slice(t.code);
-        let replaced = t.replacing(rules, &code, 0x4f8).unwrap();
-        let tramp = replaced.lookup(0x500).unwrap();
-        assert!(tramp.signal_frame && matches!(tramp.cfa, CfaRule::Expr(_)));
-        assert_eq!(replaced.lookup(0x4fc), Some(tramp), "the nop before it");
-        assert_eq!(replaced.lookup(0x4fb), None);
-        assert_eq!(replaced.lookup(0x507), Some(tramp));
-        assert_eq!(
-            replaced.lookup(0x508),
-            Some(record),
-            "after the trampoline: the CFI"
-        );
-        assert_eq!(replaced.lookup(0x600), Some(other));
-        assert_eq!(
-            replaced.expr(e),
-            Some(&unwind_core::expr::Expr::new(&[unwind_core::expr::Op::Const(1)]).unwrap())
-        );
-        // No trampoline in the code: the rules as they were.
-        let again = t.replacing(replaced.clone(), &[0; 16], 0x4f8).unwrap();
-        assert_eq!(again.lookup(0x500), Some(tramp));
     }
 
     /// The native module reads each register where the target's `libc` puts it (the other

@@ -78,6 +78,8 @@ impl DwarfArch for Aarch64 {
     const ELF_MACHINE: object::elf::Machine = object::elf::EM_AARCH64;
     const ADDRESS_SIZE: u8 = 8;
     const VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
+    const SIGNAL_TRAMPOLINES: &'static [crate::sigreturn::SignalTrampoline<Rule>] =
+        crate::sigreturn::AARCH64;
 
     fn return_sites(
         code: &[u8],

@@ -70,6 +70,10 @@ pub trait DwarfArch: sealed::Sealed + Arch {
         signal_frame: bool,
     ) -> Result<Self::Rule, DropReason>;
 
+    /// The forms of the kernel's signal return trampoline, where no unwind table describes
+    /// them right: their rows replace the module's wherever their instructions are.
+    const SIGNAL_TRAMPOLINES: &'static [crate::sigreturn::SignalTrampoline<Self::Rule>] = &[];
+
     /// The PLT sections it synthesizes rows for, by name, and the shape of their stubs.
     const PLT_SECTIONS: &'static [(&'static str, PltKind)];
 

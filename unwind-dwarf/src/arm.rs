@@ -106,6 +106,8 @@ impl DwarfArch for Arm {
     const ARCHITECTURE: Architecture = Architecture::Arm;
     const ELF_MACHINE: object::elf::Machine = object::elf::EM_ARM;
     const ADDRESS_SIZE: u8 = 4;
+    const SIGNAL_TRAMPOLINES: &'static [crate::sigreturn::SignalTrampoline<Rule>] =
+        crate::sigreturn::ARM;
 
     fn return_sites(
         code: &[u8],

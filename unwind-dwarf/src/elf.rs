@@ -73,6 +73,13 @@ pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, Dwarf
         (result, _) => result,
     }?;
     stats.cfi.unreadable_sections = unreadable;
+    // The signal return trampoline's rows wherever its instructions are (the aarch64 vdso's
+    // CFI of it skips the interrupted function).
+    let rules = if A::SIGNAL_TRAMPOLINES.is_empty() {
+        rules
+    } else {
+        crate::sigreturn::SignalTrampoline::replacing_in_elf(A::SIGNAL_TRAMPOLINES, rules, &elf)
+    };
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(LoadedRules {
         rules,

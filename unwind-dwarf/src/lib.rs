@@ -97,6 +97,7 @@ pub mod go;
 mod lazy_binding;
 pub mod plt;
 pub mod return_sites;
+pub mod sigreturn;
 mod x86_64;
 
 pub use aarch64::{A64Code, Aarch64Stats};

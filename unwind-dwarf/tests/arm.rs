@@ -1279,3 +1279,66 @@ fn corrupted_arm_files_never_panic() {
     }
     println!("corrupted ARM files: {ok} loaded, {err} refused");
 }
+
+/// glibc's restorers (`__default_sa_restorer`, `__default_rt_sa_restorer`: Thumb-2
+/// `mov.w r7, #N; svc #0`) get the signal trampoline's rows, whatever their EHABI entries say:
+/// the interrupted registers from the `ucontext_t` at SP, the caller's PC exact. A walk from
+/// a handler's return into `__default_rt_sa_restorer` reads the interrupted PC, SP and LR there.
+#[test]
+fn debian_armhf_signal_restorers_are_signal_frames() {
+    let path = Path::new(armv7().libdir).join("libc.so.6");
+    if !path.exists() {
+        missing(&format!("{} (libc6-armhf-cross)", path.display()));
+        return;
+    }
+    let data = std::fs::read(&path).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let loaded = unwind_dwarf::rules_from_elf::<Arm>(&data).unwrap();
+    let at = |name: &str| {
+        elf.dynamic_symbols()
+            .find(|s| s.name() == Ok(name))
+            .map(|s| s.address() & !1)
+            .unwrap_or_else(|| panic!("{name} in {}", path.display()))
+    };
+    for (name, rt) in [
+        ("__default_sa_restorer", false),
+        ("__default_rt_sa_restorer", true),
+    ] {
+        let start = at(name);
+        let rule = loaded.rules.lookup(start).expect(name);
+        assert!(rule.signal_frame, "{name}: {rule:?}");
+        // A stack with the interrupted registers where the kernel puts them.
+        let r0 = if rt { 128 + 20 + 12 } else { 20 + 12 };
+        let mut words = vec![0u32; 128];
+        let (sp, pc, lr) = (0x7000_0400u32, 0x1234_5679u32, 0x2345_6789u32);
+        words[(r0 + 13 * 4) / 4] = sp;
+        words[(r0 + 15 * 4) / 4] = pc;
+        words[(r0 + 14 * 4) / 4] = lr;
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let base = 0x7000_0000u32;
+        let mem = StackImage::new(u64::from(base), &bytes);
+        let mut b = RuleTableBuilder::new(NonZeroU32::MIN);
+        b.add(
+            0,
+            0x1000_0000,
+            0,
+            "libc".into(),
+            Arc::new(loaded.rules.clone()),
+        );
+        let table = b.build().unwrap();
+        let regs = Regs {
+            pc: start as u32 | 1,
+            lr: 0,
+            sp: base,
+            r12: 0,
+            r11: 0,
+            r7: 0,
+        };
+        let step = Arm::step_rule(&table, 0, &rule, &regs, true, &mem).unwrap();
+        assert_eq!(
+            (step.caller.pc, step.caller.sp, step.caller.lr, step.exact),
+            (pc, sp, lr, true),
+            "{name}"
+        );
+    }
+}
