@@ -778,3 +778,104 @@ fn walk<A: Arch>(
         stop: r.stop,
     }
 }
+
+/// The vendored corpus's directory.
+pub fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cases")
+}
+
+/// The cases under `root`: each case's name and directory, and each `pc_N` of a case made of
+/// several (`bluetooth_arm64/pc_1`), sorted by name; only those of our architectures.
+pub fn cases(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !path.is_dir() || CaseArch::of_name(&name).is_none() {
+            continue;
+        }
+        if path.join("maps.txt").exists() {
+            out.push((name, path));
+        } else {
+            for sub in std::fs::read_dir(&path)? {
+                let sub = sub?.path();
+                let s = sub
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                out.push((format!("{name}/{s}"), sub));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Loads case `name` from `dir` with the set-up libunwindstack's test
+/// (`UnwindOfflineTest.cpp`) gives it by hand.
+pub fn load_case(name: &str, dir: &Path) -> Result<Case, LoadError> {
+    let case = Case::load(dir, name.split('/').next().unwrap_or(name))?;
+    Ok(match name {
+        // The APK cannot be read, its mapped image can.
+        "apk_rorx_unreadable_arm64" => case
+            .with_file_as_memory("fake.apk", 0x74_26d2_d000)?
+            .with_file_as_memory("fake.apk", 0x74_26d2_e000)?,
+        "apk_rx_unreadable_arm64" => case.with_file_as_memory("fake.apk", 0x7c_b0e6_2000)?,
+        "pauth_pc_arm64" => case.with_pointer_mask(0x007f_ff80_0000_0000),
+        "jit_map_arm" => case
+            .with_jit_image(0xd025_c788, 0xd025_c9f0, "jit_map0.so")
+            .with_jit_image(0xd025_cd98, 0xd025_cff4, "jit_map1.so"),
+        _ => case,
+    })
+}
+
+/// One case's outcome.
+pub struct Outcome {
+    /// The case's name.
+    pub name: String,
+    /// The case as read.
+    pub case: Case,
+    /// Our walk.
+    pub walk: Walk,
+    /// Its comparison with libunwindstack's frames.
+    pub comparison: Comparison,
+}
+
+/// Walks and compares every case under `root`.
+pub fn run_all(root: &Path) -> Result<Vec<Outcome>, LoadError> {
+    let cases = cases(root).map_err(|e| LoadError(format!("{}: {e}", root.display())))?;
+    cases
+        .into_iter()
+        .map(|(name, dir)| {
+            let case = load_case(&name, &dir)?;
+            let walk = case.walk()?;
+            let comparison = case.compare(&walk);
+            Ok(Outcome {
+                name,
+                case,
+                walk,
+                comparison,
+            })
+        })
+        .collect()
+}
+
+/// The corpus's line for `VALIDATION.md`: `libunwindstack corpus: N of M cases frame for
+/// frame, W wrong`.
+pub fn summary_line(outcomes: &[Outcome]) -> String {
+    let same = outcomes
+        .iter()
+        .filter(|o| o.comparison.verdict == Verdict::Same)
+        .count();
+    let wrong = outcomes
+        .iter()
+        .filter(|o| matches!(o.comparison.verdict, Verdict::Wrong { .. }))
+        .count();
+    format!(
+        "libunwindstack corpus: {same} of {} cases frame for frame, {wrong} wrong",
+        outcomes.len()
+    )
+}

@@ -1,51 +1,7 @@
 //! Every vendored case of libunwindstack's corpus (`cases/`), unwound and compared with the
 //! frames libunwindstack gives (see `cases/NOTICE` for where the cases come from).
 
-use std::path::{Path, PathBuf};
-
-use unwind_corpus::{Case, CaseArch, LoadError, Verdict};
-
-/// The cases' directories: each case, and each `pc_N` of a case made of several.
-fn cases() -> Vec<(String, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !path.is_dir() || CaseArch::of_name(&name).is_none() {
-            continue;
-        }
-        if path.join("maps.txt").exists() {
-            out.push((name, path));
-        } else {
-            for sub in std::fs::read_dir(&path).unwrap() {
-                let sub = sub.unwrap().path();
-                let s = sub.file_name().unwrap().to_string_lossy().into_owned();
-                out.push((format!("{name}/{s}"), sub));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Loads a case with the set-up libunwindstack's test (`UnwindOfflineTest.cpp`) gives it by
-/// hand.
-fn load(name: &str, dir: &Path) -> Result<Case, LoadError> {
-    let case = Case::load(dir, name.split('/').next().unwrap())?;
-    Ok(match name {
-        // The APK cannot be read, its mapped image can.
-        "apk_rorx_unreadable_arm64" => case
-            .with_file_as_memory("fake.apk", 0x74_26d2_d000)?
-            .with_file_as_memory("fake.apk", 0x74_26d2_e000)?,
-        "apk_rx_unreadable_arm64" => case.with_file_as_memory("fake.apk", 0x7c_b0e6_2000)?,
-        "pauth_pc_arm64" => case.with_pointer_mask(0x007f_ff80_0000_0000),
-        "jit_map_arm" => case
-            .with_jit_image(0xd025_c788, 0xd025_c9f0, "jit_map0.so")
-            .with_jit_image(0xd025_cd98, 0xd025_cff4, "jit_map1.so"),
-        _ => case,
-    })
-}
+use unwind_corpus::{corpus_dir, run_all, summary_line, Verdict};
 
 /// The cases that do not match yet, each with why. The list only shrinks: a listed case that
 /// matches fails the test until it is taken off.
@@ -82,41 +38,38 @@ const NOT_YET: &[(&str, &str)] = &[
     ),
 ];
 
+/// 0 wrong frames; every case not in [`NOT_YET`] frame for frame.
 #[test]
 fn corpus() {
+    let outcomes = run_all(&corpus_dir()).unwrap_or_else(|e| panic!("{e}"));
     let mut report = Vec::new();
-    let (mut same, mut wrong, mut total) = (0, 0, 0);
-    for (name, dir) in cases() {
-        total += 1;
-        let case = load(&name, &dir).unwrap_or_else(|e| panic!("{e}"));
-        let walk = case.walk().unwrap_or_else(|e| panic!("{e}"));
-        let c = case.compare(&walk);
+    for o in &outcomes {
+        let c = &o.comparison;
         let line = format!(
-            "{name}: {:?}, {} of {} frames (ours {}, {:?})",
+            "{}: {:?}, {} of {} frames (ours {}, {:?})",
+            o.name,
             c.verdict,
             c.matched,
-            case.expected.len(),
-            walk.frames.len(),
-            walk.stop
+            o.case.expected.len(),
+            o.walk.frames.len(),
+            o.walk.stop
         );
         println!("{line}");
         if c.verdict != Verdict::Same {
-            print!("{}", case.describe(&walk));
+            print!("{}", o.case.describe(&o.walk));
         }
-        let listed = NOT_YET.iter().find(|(n, _)| *n == name);
+        let listed = NOT_YET.iter().any(|(n, _)| *n == o.name);
         match (&c.verdict, listed) {
-            (Verdict::Same, None) => same += 1,
-            (Verdict::Same, Some(_)) => {
+            (Verdict::Same, false) => {}
+            (Verdict::Same, true) => {
                 report.push(format!("{line}: matches now; take it off NOT_YET"))
             }
-            (Verdict::Wrong { .. }, _) => {
-                wrong += 1;
-                report.push(format!("{line}: a wrong frame"));
-            }
-            (_, Some(_)) => {}
-            (_, None) => report.push(format!("{line}: not listed in NOT_YET")),
+            (Verdict::Wrong { .. }, _) => report.push(format!("{line}: a wrong frame")),
+            (_, true) => {}
+            (_, false) => report.push(format!("{line}: not listed in NOT_YET")),
         }
     }
-    println!("libunwindstack corpus: {same} of {total} cases frame for frame, {wrong} wrong");
+    println!("{}", summary_line(&outcomes));
+    assert!(outcomes.len() >= 31, "{} cases", outcomes.len());
     assert!(report.is_empty(), "{}", report.join("\n"));
 }

@@ -92,6 +92,11 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
     for r in archs {
         let _ = writeln!(o, "{}  ", agreement_line(r));
     }
+    // A peer's recorded unwinds (`tests/unwindstack-corpus`), judged by its own frames.
+    let _ = match unwind_corpus::run_all(&unwind_corpus::corpus_dir()) {
+        Ok(outcomes) => writeln!(o, "{}  ", unwind_corpus::summary_line(&outcomes)),
+        Err(e) => writeln!(o, "libunwindstack corpus: not read ({e})  "),
+    };
     let _ = writeln!(o);
     for r in archs {
         let t = r.total(Symbols::Ours);
@@ -142,6 +147,16 @@ pub fn render(archs: &[ArchResult], tables: &[TableComparison], command: &str) -
          class of the stack's first difference. Where the walks differ, the program's known call \
          graph (`unwind_test_support::call_graph`: the C, C++ and Rust workloads') says which walk \
          has a step that is not a call the program makes.\n"
+    );
+    let _ = writeln!(
+        o,
+        "libunwindstack corpus: Android libunwindstack's recorded unwinds of real processes (its \
+         offline tests, the AOSP-built arm, arm64 and x86_64 cases vendored in \
+         `tests/unwindstack-corpus`), each walked by our offline unwinder from the recorded \
+         registers and stack over rules read from the recorded files, and compared frame for \
+         frame with the frames libunwindstack gives (`output.txt`); a case is wrong if a frame \
+         differs where both walks have one. The cases that do not match yet are listed with why \
+         in `tests/unwindstack-corpus/tests/corpus.rs`.\n"
     );
     let _ = writeln!(o, "## Programs and samples\n");
     let _ = writeln!(
