@@ -666,10 +666,7 @@ impl Arch for Aarch64 {
 
     /// An interrupted frame (frame 0, a signal frame's caller) without a rule is first
     /// assumed to be a leaf whose return address is still in x30 ([`Trust::LinkRegister`]) if
-    /// x30, stripped, returns into code, unless x29's frame record holds that same return
-    /// address: then the function has saved its own record, whose chain leads on (the leaf
-    /// step would keep x29 at it, and the next frame would read the same return address
-    /// again). Otherwise it is unwound by its frame record.
+    /// x30, stripped, returns into code; else it is unwound by its frame record.
     fn step_without_rule<M: Memory + ?Sized>(
         table: &RuleTable<Rule>,
         regs: &Regs,
@@ -677,13 +674,7 @@ impl Arch for Aarch64 {
         mem: &M,
     ) -> Result<Step, StopReason> {
         let ra = strip(mem, regs.lr);
-        let own_record = || {
-            regs.fp
-                .checked_add(8)
-                .and_then(|at| mem.read_u64(at))
-                .is_some_and(|saved| strip(mem, saved) == ra)
-        };
-        if exact && ra != 0 && ra != regs.pc && !own_record() {
+        if exact && ra != 0 && ra != regs.pc {
             let caller = Regs { pc: ra, ..*regs };
             if returns_into_code::<Self>(table, &caller) {
                 return Ok(Step {

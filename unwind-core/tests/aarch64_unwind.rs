@@ -283,37 +283,6 @@ fn a_callers_x30_is_not_frame_0s() {
     }
 }
 
-/// Frame 0 in a function without a rule that has saved its own frame record (x29 points to it,
-/// its saved x30 equal to x30): the record is followed, not x30 as a leaf's, which would keep
-/// x29 at frame 0's record and give frame 1's caller as frame 1 again (libunwindstack's
-/// `apk_rx_unreadable_arm64`, before: `#01 0x6c4, #02 0x6c4`). A true leaf, whose x29 still
-/// points to its caller's record, is still stepped by x30.
-#[test]
-fn frame_0s_own_record_is_not_taken_for_its_callers() {
-    // No rule anywhere in the module: every step is a fallback.
-    let table = one_module(ModuleRulesBuilder::new());
-    let (f1, f2) = (CODE + 0x2024, CODE + 0x3024);
-    // Frame 0's record at STACK + 16: [caller's x29, return into frame 1]; frame 1's record at
-    // STACK + 48: [0, return into frame 2].
-    let words = [0, 0, STACK + 48, f1, 0, 0, 0, f2];
-    let regs = Regs {
-        pc: CODE + 0x1010,
-        sp: STACK,
-        fp: STACK + 16,
-        lr: f1,
-    };
-    let (_, pcs, trust) = walk(&table, (regs, 0), &words);
-    assert_eq!(pcs[..3], [CODE + 0x1010, f1, f2], "{trust:?}");
-    // A leaf: x29 is its caller's record, x30 the return into that caller.
-    let leaf = Regs {
-        fp: STACK + 48,
-        ..regs
-    };
-    let (_, pcs, trust) = walk(&table, (leaf, 0), &words);
-    assert_eq!(pcs[..3], [CODE + 0x1010, f1, f2], "{trust:?}");
-    assert_eq!(trust[1], Trust::LinkRegister);
-}
-
 /// Frame 0's PC is stripped of a pointer-authentication code as return addresses are (a
 /// context recorded by another tool may hold it signed: libunwindstack's `pauth_pc_arm64`).
 #[test]

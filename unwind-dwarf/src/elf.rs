@@ -11,6 +11,60 @@ use crate::cfi::{rules_from_sections, CfiSections, LoadStats};
 use crate::plt::PltSection;
 use crate::{DwarfError, UnreadableSection};
 
+/// `data` with its section header table's offset, count and string-table index set to 0, so
+/// that it parses by its program headers; `None` if it is not a little-endian ELF header.
+fn without_section_headers(data: &[u8]) -> Option<Vec<u8>> {
+    const EI_CLASS: usize = 4;
+    const EI_DATA: usize = 5;
+    if data.get(..4)? != b"\x7fELF" || *data.get(EI_DATA)? != object::elf::ELFDATA2LSB.0 {
+        return None;
+    }
+    // e_shoff, then e_shnum and e_shstrndx (the last two fields of the header).
+    let (shoff, shoff_len, shnum) = match *data.get(EI_CLASS)? {
+        c if c == object::elf::ELFCLASS32.0 => (0x20usize, 4usize, 0x30usize),
+        c if c == object::elf::ELFCLASS64.0 => (0x28, 8, 0x3c),
+        _ => return None,
+    };
+    let mut copy = data.to_vec();
+    copy.get_mut(shoff..shoff.checked_add(shoff_len)?)?.fill(0);
+    // e_shnum and e_shstrndx.
+    copy.get_mut(shnum..shnum.checked_add(4)?)?.fill(0);
+    Some(copy)
+}
+
+/// `.eh_frame` of an image without section headers, through `PT_GNU_EH_FRAME`: from the
+/// address `.eh_frame_hdr` gives to the end of its loadable segment's file bytes.
+fn eh_frame_by_program_headers<'a, Elf>(
+    f: &object::read::elf::ElfFile<'a, Elf>,
+) -> Option<SectionData<'a>>
+where
+    Elf: object::read::elf::FileHeader<Endian = object::Endianness>,
+{
+    use object::read::elf::ProgramHeader as _;
+    let endian = f.endian();
+    let phdrs = f.elf_program_headers();
+    let hdr = phdrs
+        .iter()
+        .find(|p| p.p_type(endian) == object::elf::PT_GNU_EH_FRAME)?;
+    let hdr_bytes = hdr.data(endian, f.data()).ok()?;
+    let hdr_svma: u64 = hdr.p_vaddr(endian).into();
+    let address_size = if f.is_64() { 8 } else { 4 };
+    let eh = crate::eh_frame_address_from_hdr(hdr_bytes, hdr_svma, address_size).ok()?;
+    phdrs.iter().find_map(|p| {
+        let vaddr: u64 = p.p_vaddr(endian).into();
+        let filesz: u64 = p.p_filesz(endian).into();
+        if p.p_type(endian) != object::elf::PT_LOAD
+            || eh < vaddr
+            || eh >= vaddr.saturating_add(filesz)
+        {
+            return None;
+        }
+        let bytes = p.data(endian, f.data()).ok()?;
+        let at = usize::try_from(eh.checked_sub(vaddr)?).ok()?;
+        Some((std::borrow::Cow::Borrowed(bytes.get(at..)?), eh))
+    })
+}
+
 /// A section's (possibly decompressed) bytes and its file address.
 pub(crate) type SectionData<'a> = (std::borrow::Cow<'a, [u8]>, u64);
 
@@ -56,7 +110,17 @@ pub fn with_mapped_file<T>(path: &Path, read: impl FnOnce(&[u8]) -> T) -> Result
 /// PLT rows ([`crate::ArmStats::exidx_error`]). The first unreadable section, or the EXIDX
 /// error, is the error only when nothing else is left.
 pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, DwarfError> {
-    let elf = object::File::parse(data).map_err(DwarfError::Elf)?;
+    // An image whose section headers are not in it (an ELF file mapped from an APK, read back
+    // from a process's memory: they are at the file's end, never loaded) is read by its
+    // program headers.
+    let headerless;
+    let elf = match object::File::parse(data) {
+        Ok(elf) => elf,
+        Err(e) => {
+            headerless = without_section_headers(data).ok_or(DwarfError::Elf(e))?;
+            object::File::parse(&*headerless).map_err(|_| DwarfError::Elf(e))?
+        }
+    };
     if !A::accepts_elf(&elf) {
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
@@ -101,15 +165,35 @@ pub(crate) struct CfiData<'a> {
 }
 
 impl<'a> CfiData<'a> {
-    /// Reads them; those that cannot be read are left out and recorded in `unreadable`.
+    /// Reads them; those that cannot be read are left out and recorded in `unreadable`. An
+    /// image without section headers gives `.eh_frame` through `PT_GNU_EH_FRAME` and its code
+    /// range by its executable segments, as a process's loaded image does.
     pub(crate) fn read(elf: &object::File<'a>, unreadable: &mut Vec<UnreadableSection>) -> Self {
+        use object::ObjectSegment;
+        let exec = |s: &object::Segment<'_, '_>| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X));
         let code_range = elf
             .sections()
             .filter(|s| s.kind() == object::SectionKind::Text && s.size() > 0)
             .map(|s| (s.address(), s.address().saturating_add(s.size())))
-            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+            .or_else(|| {
+                elf.segments()
+                    .filter(exec)
+                    .map(|s| (s.address(), s.address().saturating_add(s.size())))
+                    .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+            });
+        let eh_frame = section_named(elf, ".eh_frame", unreadable).or_else(|| {
+            if elf.sections().next().is_some() {
+                return None;
+            }
+            match elf {
+                object::File::Elf32(f) => eh_frame_by_program_headers(f),
+                object::File::Elf64(f) => eh_frame_by_program_headers(f),
+                _ => None,
+            }
+        });
         CfiData {
-            eh_frame: section_named(elf, ".eh_frame", unreadable),
+            eh_frame,
             debug_frame: section_named(elf, ".debug_frame", unreadable),
             plt: crate::plt::plt_sections(elf),
             code_range,

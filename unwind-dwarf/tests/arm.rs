@@ -1125,13 +1125,15 @@ fn debian_armhf_libraries_load() {
             source: Source::Instructions,
             ..Rule::default()
         };
+        // (The signal restorers' rows, also read from their instructions, are their own:
+        // `debian_armhf_signal_restorers_are_signal_frames`.)
         let from_instructions: Vec<_> = funcs
             .iter()
             .filter(|f| {
                 loaded
                     .rules
                     .lookup(f.1)
-                    .is_some_and(|r| r.source == Source::Instructions)
+                    .is_some_and(|r| r.source == Source::Instructions && !r.signal_frame)
             })
             .collect();
         for f in &from_instructions {

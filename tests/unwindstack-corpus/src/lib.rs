@@ -15,7 +15,6 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::{Object, ObjectSegment};
 use unwind_core::table::{RuleTable, RuleTableBuilder};
 use unwind_core::{Arch, Cache, Memory, StopReason, Trust};
 
@@ -579,16 +578,6 @@ fn elf_in_file(
     Some((Arc::new(bytes.to_vec()), at))
 }
 
-/// `n` bytes of `elf`'s loaded contents at file address `svma`.
-fn code_at(elf: &[u8], svma: u64, n: usize) -> Option<Vec<u8>> {
-    let file = object::File::parse(elf).ok()?;
-    file.segments().find_map(|s| {
-        let data = s.data().ok()?;
-        let at = usize::try_from(svma.checked_sub(s.address())?).ok()?;
-        Some(data.get(at..at.checked_add(n)?)?.to_vec())
-    })
-}
-
 /// Parses `start-end perms offset dev inode name`.
 fn parse_map(line: &str) -> Option<Map> {
     let mut f = line.split_whitespace();
@@ -625,24 +614,64 @@ fn parse_frame(line: &str) -> Option<ExpectedFrame> {
 
 /// Runtime address minus file address for an ELF image mapped at `start` from its offset
 /// `offset` (page-aligned): by the loadable segment mapped there, the segment whose pages hold
-/// that offset (an executable one first: a read-only segment may end in the same page).
+/// that offset (an executable one first: a read-only segment may end in the same page). Read
+/// from the program headers alone: an image read back from memory has no section headers.
 fn bias(elf: &[u8], offset: u64, start: u64) -> Option<u64> {
-    let file = object::File::parse(elf).ok()?;
-    let holds = |s: &object::Segment<'_, '_>| {
-        let (at, size) = s.file_range();
-        (at & !0xfff..at.saturating_add(size.max(1))).contains(&offset)
+    let segments = load_segments(elf)?;
+    let holds = |s: &&Segment| {
+        (s.offset & !0xfff..s.offset.saturating_add(s.size.max(1))).contains(&offset)
     };
-    let executable = |s: &object::Segment<'_, '_>| match s.flags() {
-        object::SegmentFlags::Elf { p_flags, .. } => p_flags.0 & object::elf::PF_X.0 != 0,
-        _ => false,
-    };
-    let segment = file
-        .segments()
-        .find(|s| holds(s) && executable(s))
-        .or_else(|| file.segments().find(holds))?;
-    let (at, _) = segment.file_range();
-    // The map's first byte is `at - offset` bytes before the segment's.
-    Some(start.wrapping_sub(segment.address().wrapping_sub(at.wrapping_sub(offset))))
+    let s = segments
+        .iter()
+        .filter(holds)
+        .find(|s| s.executable)
+        .or_else(|| segments.iter().find(holds))?;
+    // The map's first byte is `s.offset - offset` bytes before the segment's.
+    Some(start.wrapping_sub(s.vaddr.wrapping_sub(s.offset.wrapping_sub(offset))))
+}
+
+/// A loadable segment, from its program header.
+struct Segment {
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+    executable: bool,
+}
+
+/// `elf`'s loadable segments, by its program headers only.
+fn load_segments(elf: &[u8]) -> Option<Vec<Segment>> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    fn of<H: FileHeader<Endian = object::Endianness>>(elf: &[u8]) -> Option<Vec<Segment>> {
+        let header = H::parse(elf).ok()?;
+        let endian = header.endian().ok()?;
+        let phdrs = header.program_headers(endian, elf).ok()?;
+        Some(
+            phdrs
+                .iter()
+                .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+                .map(|p| Segment {
+                    offset: p.p_offset(endian).into(),
+                    size: p.p_filesz(endian).into(),
+                    vaddr: p.p_vaddr(endian).into(),
+                    executable: p.p_flags(endian).contains(object::elf::PF_X),
+                })
+                .collect(),
+        )
+    }
+    match elf.get(4) {
+        Some(1) => of::<object::elf::FileHeader32<object::Endianness>>(elf),
+        Some(2) => of::<object::elf::FileHeader64<object::Endianness>>(elf),
+        _ => None,
+    }
+}
+
+/// `n` bytes of `elf`'s loaded contents at file address `svma` (by its program headers).
+fn code_at(elf: &[u8], svma: u64, n: usize) -> Option<Vec<u8>> {
+    load_segments(elf)?.iter().find_map(|s| {
+        let within = svma.checked_sub(s.vaddr).filter(|o| *o < s.size)?;
+        let from = usize::try_from(s.offset.checked_add(within)?).ok()?;
+        Some(elf.get(from..from.checked_add(n)?)?.to_vec())
+    })
 }
 
 /// A frame of our walk.

@@ -7,16 +7,6 @@ use unwind_corpus::{corpus_dir, run_all, summary_line, Verdict};
 /// matches fails the test until it is taken off.
 const NOT_YET: &[(&str, &str)] = &[
     (
-        "apk_rorx_unreadable_arm64",
-        "the library's ELF image is only in memory, its section headers not mapped: its \
-         .eh_frame is not found through PT_GNU_EH_FRAME offline",
-    ),
-    (
-        "shared_lib_in_apk_memory_only_arm64",
-        "the library's ELF image is only in memory (lib_mem.data), its section headers not \
-         mapped: its .eh_frame is not found through PT_GNU_EH_FRAME offline",
-    ),
-    (
         "art_quick_osr_stub_arm",
         "JIT code that ART describes through the GDB JIT interface (__jit_debug_descriptor) \
          is not read",
