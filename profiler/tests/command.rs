@@ -446,8 +446,8 @@ fn a_bad_command_line_exits_2_naming_the_problem_and_runs_nothing() {
             &["--output-mode", "\"0755\"", "octal file mode"],
         ),
         (
-            with_program(&["--max-frames", "1000"]),
-            &["--max-frames", "\"1000\""],
+            with_program(&["--max-frames", "1025"]),
+            &["--max-frames", "\"1025\""],
         ),
         (with_program(&["--stem", "a/b"]), &["--stem", "\"a/b\""]),
         (
