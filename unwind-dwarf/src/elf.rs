@@ -110,25 +110,36 @@ pub fn with_mapped_file<T>(path: &Path, read: impl FnOnce(&[u8]) -> T) -> Result
 /// PLT rows ([`crate::ArmStats::exidx_error`]). The first unreadable section, or the EXIDX
 /// error, is the error only when nothing else is left.
 pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, DwarfError> {
-    // An image whose section headers are not in it (an ELF file mapped from an APK, read back
-    // from a process's memory: they are at the file's end, never loaded) is read by its
-    // program headers.
-    let headerless;
-    let elf = match object::File::parse(data) {
-        Ok(elf) => elf,
+    let elf = object::File::parse(data).map_err(DwarfError::Elf)?;
+    rules_from_parsed::<A>(&elf)
+}
+
+/// [`rules_from_elf`] for an ELF image read back from a process's memory (a minidump's, a
+/// recorded process's): its section header table, at the file's end, was never loaded, so an
+/// image whose headers point past its bytes is read by its program headers (`.eh_frame`
+/// through `PT_GNU_EH_FRAME`). A file on disk is read by [`rules_from_elf`], where such
+/// headers mean a damaged file and are an error.
+pub fn rules_from_memory_image<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, DwarfError> {
+    match object::File::parse(data) {
+        Ok(elf) => rules_from_parsed::<A>(&elf),
         Err(e) => {
-            headerless = without_section_headers(data).ok_or(DwarfError::Elf(e))?;
-            object::File::parse(&*headerless).map_err(|_| DwarfError::Elf(e))?
+            let headerless = without_section_headers(data).ok_or(DwarfError::Elf(e))?;
+            let elf = object::File::parse(&*headerless).map_err(|_| DwarfError::Elf(e))?;
+            rules_from_parsed::<A>(&elf)
         }
-    };
-    if !A::accepts_elf(&elf) {
+    }
+}
+
+/// [`rules_from_elf`] of a parsed file.
+fn rules_from_parsed<A: DwarfArch>(elf: &object::File<'_>) -> Result<LoadedRules<A>, DwarfError> {
+    if !A::accepts_elf(elf) {
         return Err(DwarfError::UnsupportedArchitecture(elf.architecture()));
     }
     let mut unreadable = Vec::new();
-    let mut cfi = CfiData::read(&elf, &mut unreadable);
-    cfi.go = crate::go::read::<A>(&elf, &cfi.code);
-    let result = A::with_extra_sections(&elf, cfi.code_range, &mut unreadable, |extra| {
-        rules_from_sections::<A>(&cfi.sections(&elf), extra)
+    let mut cfi = CfiData::read(elf, &mut unreadable);
+    cfi.go = crate::go::read::<A>(elf, &cfi.code);
+    let result = A::with_extra_sections(elf, cfi.code_range, &mut unreadable, |extra| {
+        rules_from_sections::<A>(&cfi.sections(elf), extra)
     });
     // A module left without unwind information only because sections could not be read gets
     // the first of them as its error.
@@ -142,7 +153,7 @@ pub fn rules_from_elf<A: DwarfArch>(data: &[u8]) -> Result<LoadedRules<A>, Dwarf
     let rules = if A::SIGNAL_TRAMPOLINES.is_empty() {
         rules
     } else {
-        crate::sigreturn::SignalTrampoline::replacing_in_elf(A::SIGNAL_TRAMPOLINES, rules, &elf)
+        crate::sigreturn::SignalTrampoline::replacing_in_elf(A::SIGNAL_TRAMPOLINES, rules, elf)
     };
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(LoadedRules {

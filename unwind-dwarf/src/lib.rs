@@ -109,7 +109,10 @@ pub use cfi::{
     FdeOutsideCode, LoadStats, RowSource,
 };
 pub use compile::compile_expression;
-pub use elf::{debug_frame, load_elf_file, rules_from_elf, with_mapped_file, LoadedRules};
+pub use elf::{
+    debug_frame, load_elf_file, rules_from_elf, rules_from_memory_image, with_mapped_file,
+    LoadedRules,
+};
 pub use return_sites::{return_sites, return_sites_from_elf, CallSiteSources};
 pub use unwind_arm_exidx::{DroppedEntry, ExidxDropReason, ExidxError, ExidxSections, ExidxStats};
 pub use unwind_arm_prologue::Isa;

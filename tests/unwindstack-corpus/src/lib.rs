@@ -88,6 +88,9 @@ pub struct ExpectedFrame {
 
 /// A module of the case: a map of code and the ELF image behind it, if the case has it.
 struct Module {
+    /// The image was read from the recorded memory (not a file): its section headers may be
+    /// missing ([`unwind_dwarf::rules_from_memory_image`]).
+    from_memory: bool,
     map: usize,
     /// Runtime address minus file address (without an image: as if the file were mapped at
     /// its addresses).
@@ -293,11 +296,12 @@ impl Case {
                 .checked_sub(1)
                 .and_then(|p| self.maps.get(p))
                 .filter(|p| p.name == m.name && p.end == m.start);
-            let found = match files
+            let file = files
                 .entry(&m.name)
                 .or_insert_with(|| self.file(&m.name).map(Arc::new))
-                .clone()
-            {
+                .clone();
+            let from_memory = file.is_none();
+            let found = match file {
                 Some(file) => elf_in_file(&file, m.offset, previous.map(|p| p.offset))
                     .map(|(elf, at)| (elf, m.offset.wrapping_sub(at))),
                 None => {
@@ -319,11 +323,13 @@ impl Case {
             });
             out.push(match placed {
                 Some((elf, bias)) => Module {
+                    from_memory,
                     map: i,
                     bias,
                     elf: Some(elf),
                 },
                 None => Module {
+                    from_memory,
                     map: i,
                     bias: m.start.wrapping_sub(m.offset),
                     elf: None,
@@ -341,7 +347,13 @@ impl Case {
             let rules = m
                 .elf
                 .as_ref()
-                .and_then(|elf| unwind_dwarf::rules_from_elf::<A>(elf).ok())
+                .and_then(|elf| {
+                    if m.from_memory {
+                        unwind_dwarf::rules_from_memory_image::<A>(elf).ok()
+                    } else {
+                        unwind_dwarf::rules_from_elf::<A>(elf).ok()
+                    }
+                })
                 .map_or_else(unwind_core::table::ModuleRules::empty, |l| l.rules);
             b.add(
                 map.start,
