@@ -68,19 +68,10 @@ impl<R: TableRule> SignalTrampoline<R> {
         Ok(copies)
     }
 
-    /// `rules` with the rows of every copy of any of `forms` in `code` (at SVMA `svma`) in
-    /// place of what `rules` say there (the vdso's CFI of its trampoline describes a frame
-    /// record, which skips the interrupted function); `rules` unchanged if there is none.
-    pub fn replacing(
-        forms: &[SignalTrampoline<R>],
-        rules: ModuleRules<R>,
-        code: &[u8],
-        svma: u64,
-    ) -> Result<ModuleRules<R>, TableError> {
-        Self::replacing_in(forms, rules, &[(svma, code)])
-    }
-
-    /// [`replacing`](Self::replacing) over several pieces of code, `(svma, bytes)`.
+    /// `rules` with the rows of every copy of any of `forms` in the pieces of code `code`
+    /// (`(svma, bytes)`) in place of what `rules` say there (the vdso's CFI of its trampoline
+    /// describes a frame record, which skips the interrupted function); `rules` unchanged if
+    /// there is none.
     fn replacing_in(
         forms: &[SignalTrampoline<R>],
         rules: ModuleRules<R>,
@@ -293,7 +284,7 @@ mod tests {
         let mut code = vec![0u8; 0x20];
         code[0x04..0x08].copy_from_slice(&0xd503_201fu32.to_le_bytes()); // nop
         code[0x08..0x10].copy_from_slice(t[0].code);
-        let replaced = SignalTrampoline::replacing(t, rules, &code, 0x4f8).unwrap();
+        let replaced = SignalTrampoline::replacing_in(t, rules, &[(0x4f8, &code)]).unwrap();
         let tramp = replaced.lookup(0x500).unwrap();
         assert!(tramp.signal_frame && matches!(tramp.cfa, CfaRule::Expr(_)));
         assert_eq!(replaced.lookup(0x4fc), Some(tramp), "the nop before it");
@@ -307,7 +298,8 @@ mod tests {
         assert_eq!(replaced.lookup(0x600), Some(other));
         assert_eq!(replaced.expr(e), Some(&Expr::new(&[Op::Const(1)]).unwrap()));
         // No trampoline in the code: the rules as they were.
-        let again = SignalTrampoline::replacing(t, replaced.clone(), &[0; 16], 0x4f8).unwrap();
+        let again =
+            SignalTrampoline::replacing_in(t, replaced.clone(), &[(0x4f8, &[0; 16])]).unwrap();
         assert_eq!(again.lookup(0x500), Some(tramp));
     }
 }

@@ -492,20 +492,21 @@ impl Case {
         else {
             return false;
         };
-        let starts = |seq: &[u8]| code.starts_with(seq);
-        match self.arch {
-            // mov r7, #119 (sigreturn) or #173 (rt_sigreturn); svc #0: ARM, then Thumb.
-            CaseArch::Arm => {
-                starts(&[0x77, 0x70, 0xa0, 0xe3, 0x00, 0x00, 0x00, 0xef])
-                    || starts(&[0xad, 0x70, 0xa0, 0xe3, 0x00, 0x00, 0x00, 0xef])
-                    || starts(&[0x77, 0x27, 0x00, 0xdf])
-                    || starts(&[0xad, 0x27, 0x00, 0xdf])
-            }
-            // mov x8, #139; svc #0.
-            CaseArch::Arm64 => starts(&[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4]),
-            // mov $15, %rax; syscall.
-            CaseArch::X86_64 => starts(&[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05]),
-        }
+        // The ARM and AArch64 forms are the unwinder's own (a superset of libunwindstack's);
+        // x86_64's, which our unwinder leaves to the C library's CFI, is libunwindstack's
+        // `mov $15, %rax; syscall`.
+        let forms: Vec<&[u8]> = match self.arch {
+            CaseArch::Arm => unwind_dwarf::sigreturn::ARM
+                .iter()
+                .map(|t| t.code)
+                .collect(),
+            CaseArch::Arm64 => unwind_dwarf::sigreturn::AARCH64
+                .iter()
+                .map(|t| t.code)
+                .collect(),
+            CaseArch::X86_64 => vec![&[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05]],
+        };
+        forms.iter().any(|form| code.starts_with(form))
     }
 
     /// Compares `walk` with libunwindstack's frames.
