@@ -193,7 +193,7 @@ impl<'a> CfiData<'a> {
                     .map(|s| (s.address(), s.address().saturating_add(s.size())))
                     .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
             });
-        let eh_frame = section_named(elf, ".eh_frame", unreadable).or_else(|| {
+        let mut eh_frame = section_named(elf, ".eh_frame", unreadable).or_else(|| {
             if elf.sections().next().is_some() {
                 return None;
             }
@@ -203,9 +203,13 @@ impl<'a> CfiData<'a> {
                 _ => None,
             }
         });
+        let mut debug_frame = section_named(elf, ".debug_frame", unreadable);
+        if eh_frame.is_none() && debug_frame.is_none() {
+            (eh_frame, debug_frame) = mini_debug_info_cfi(elf, unreadable);
+        }
         CfiData {
             eh_frame,
-            debug_frame: section_named(elf, ".debug_frame", unreadable),
+            debug_frame,
             plt: crate::plt::plt_sections(elf),
             code_range,
             code: crate::return_sites::executable_segments(elf),
@@ -227,6 +231,41 @@ impl<'a> CfiData<'a> {
             got_svma: addr(".got"),
         }
     }
+}
+
+/// `.eh_frame` and `.debug_frame` of `elf`'s MiniDebugInfo ([`crate::mini_debug_info`]), where
+/// ART keeps the CFI of compiled Java code. Read only for a file with neither section itself:
+/// distributions' MiniDebugInfo holds symbols only, and decompressing it for every library
+/// loaded would cost more than reading its rules.
+fn mini_debug_info_cfi<'a>(
+    elf: &object::File<'_>,
+    unreadable: &mut Vec<UnreadableSection>,
+) -> (Option<SectionData<'a>>, Option<SectionData<'a>>) {
+    let inner = match crate::mini_debug_info::of_elf(elf) {
+        None => return (None, None),
+        Some(Ok(inner)) => inner,
+        Some(Err(error)) => {
+            let s = elf.section_by_name(".gnu_debugdata");
+            unreadable.push(UnreadableSection {
+                name: ".gnu_debugdata",
+                address: s.as_ref().map_or(0, |s| s.address()),
+                file_range: s.and_then(|s| s.file_range()),
+                error: crate::SectionError::MiniDebugInfo(error),
+            });
+            return (None, None);
+        }
+    };
+    let Ok(inner_elf) = object::File::parse(&*inner) else {
+        return (None, None);
+    };
+    // Sections the inner file only lists (`SHT_NOBITS`: their bytes are the module's) are
+    // empty here.
+    let mut owned = |name| {
+        section_named(&inner_elf, name, unreadable)
+            .filter(|(data, _)| !data.is_empty())
+            .map(|(data, address)| (std::borrow::Cow::Owned(data.into_owned()), address))
+    };
+    (owned(".eh_frame"), owned(".debug_frame"))
 }
 
 /// `elf`'s `.debug_frame`, decompressed: a section no segment loads, so only a module's file has
@@ -263,7 +302,7 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
                 name,
                 address: s.address(),
                 file_range: s.file_range(),
-                error,
+                error: crate::SectionError::Object(error),
             });
             None
         }

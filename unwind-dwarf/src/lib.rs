@@ -95,6 +95,7 @@ mod elf;
 pub mod functions;
 pub mod go;
 mod lazy_binding;
+pub mod mini_debug_info;
 pub mod plt;
 pub mod return_sites;
 pub mod sigreturn;
@@ -134,7 +135,25 @@ pub struct UnreadableSection {
     /// without file contents).
     pub file_range: Option<(u64, u64)>,
     /// What was wrong.
-    pub error: object::Error,
+    pub error: SectionError,
+}
+
+/// Why a section's contents could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectionError {
+    /// Its header points outside the file, or its zlib/zstd-compressed contents are corrupt.
+    Object(object::Error),
+    /// It is in the module's MiniDebugInfo (`.gnu_debugdata`), which could not be read.
+    MiniDebugInfo(mini_debug_info::MiniDebugInfoError),
+}
+
+impl fmt::Display for SectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SectionError::Object(e) => e.fmt(f),
+            SectionError::MiniDebugInfo(e) => e.fmt(f),
+        }
+    }
 }
 
 impl fmt::Display for UnreadableSection {

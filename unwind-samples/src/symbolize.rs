@@ -34,10 +34,27 @@ pub struct Symbolizer {
     modules: Vec<SymModule>,
 }
 
+/// The functions `data`'s symbol tables name (`.symtab`, `.dynsym`, those of its MiniDebugInfo,
+/// its PLT stubs), sorted by address, one per address.
 fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
     let Ok(file) = object::File::parse(data) else {
         return Vec::new();
     };
+    let mut out = symbols_of(&file);
+    // MiniDebugInfo: Fedora's holds the functions `.dynsym` does not list, ART's those of
+    // compiled Java code.
+    if let Some(Ok(inner)) = unwind_dwarf::mini_debug_info::of_elf(&file) {
+        if let Ok(inner) = object::File::parse(&*inner) {
+            out.extend(symbols_of(&inner));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    out.dedup_by_key(|s| s.0);
+    out
+}
+
+/// The functions of `file`'s own symbol tables and PLT, unsorted.
+fn symbols_of(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     let mut out: Vec<(u64, u64, String)> = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -64,11 +81,11 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
         })
         .collect();
     // PLT stubs, which no symbol table lists (`NAME@plt`).
-    out.extend(crate::plt_names::plt_symbols(&file));
+    out.extend(crate::plt_names::plt_symbols(file));
     // A Go program without its symbol table (`-ldflags=-s`): Go's own function table names its
     // functions as Go's tracebacks do.
     if file.section_by_name(".symtab").is_none() {
-        if let Some(Ok(table)) = unwind_dwarf::go::pclntab::of_elf(&file) {
+        if let Some(Ok(table)) = unwind_dwarf::go::pclntab::of_elf(file) {
             out.extend(
                 table
                     .functions()
@@ -76,8 +93,6 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
             );
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    out.dedup_by_key(|s| s.0);
     out
 }
 
