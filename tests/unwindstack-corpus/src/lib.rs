@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use unwind_core::table::{RuleTable, RuleTableBuilder};
 use unwind_core::{Arch, Cache, Memory, StopReason, Trust};
+use unwind_gdb_jit::Memory as _;
 
 /// The architectures of the corpus this project unwinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,11 +88,18 @@ pub struct ExpectedFrame {
 }
 
 /// A module of the case: a map of code and the ELF image behind it, if the case has it.
+#[derive(Clone)]
 struct Module {
     /// The image was read from the recorded memory (not a file): its section headers may be
     /// missing ([`unwind_dwarf::rules_from_memory_image`]).
     from_memory: bool,
     map: usize,
+    /// The addresses it covers: its map's, or for a JIT's symbol file the code it describes
+    /// (inside an anonymous map, which is split around it).
+    start: u64,
+    end: u64,
+    /// A JIT's symbol file (GDB JIT interface): its frames are printed relative to its map.
+    symfile: bool,
     /// Runtime address minus file address (without an image: as if the file were mapped at
     /// its addresses).
     bias: u64,
@@ -325,17 +333,144 @@ impl Case {
                 Some((elf, bias)) => Module {
                     from_memory,
                     map: i,
+                    start: m.start,
+                    end: m.end,
+                    symfile: false,
                     bias,
                     elf: Some(elf),
                 },
                 None => Module {
                     from_memory,
                     map: i,
+                    start: m.start,
+                    end: m.end,
+                    symfile: false,
                     bias: m.start.wrapping_sub(m.offset),
                     elf: None,
                 },
             });
         }
+        self.with_gdb_jit(out)
+    }
+
+    /// The GDB JIT interface's descriptor, found as libunwindstack finds it: the
+    /// `__jit_debug_descriptor` of a file whose first map (offset 0) is followed by a
+    /// read-write map of it holding the variable; the first whose list has entries.
+    fn jit_descriptor(&self) -> Option<u64> {
+        let mut first: Option<&Map> = None;
+        for m in &self.maps {
+            if m.perms.starts_with("rw") {
+                let Some(zero) = first.filter(|z| z.name == m.name && !m.name.is_empty()) else {
+                    continue;
+                };
+                let Some(elf) = self.file(&zero.name) else {
+                    continue;
+                };
+                let Some(vaddr) = unwind_gdb_jit::descriptor_address(&elf) else {
+                    continue;
+                };
+                // The variable's file offset, by the segment that loads it.
+                let Some(offset) = file_offset(&elf, vaddr) else {
+                    continue;
+                };
+                if offset < m.offset || offset - m.offset >= m.end - m.start {
+                    continue;
+                }
+                let address = m.start + (offset - m.offset);
+                let mut first_entry = [0u8; 4];
+                let pointer_size = if self.arch == CaseArch::Arm { 4 } else { 8 };
+                // `first_entry` is after version, action_flag and relevant_entry.
+                if Pieces(&self.memory).read(address + 8 + pointer_size, &mut first_entry)
+                    && first_entry != [0; 4]
+                {
+                    return Some(address);
+                }
+            } else if m.offset == 0 && !m.name.is_empty() {
+                first = Some(m);
+            }
+        }
+        None
+    }
+
+    /// `modules` with a module for each code range a JIT described through the GDB JIT
+    /// interface (rules from its symbol file, at its addresses), the anonymous maps the code
+    /// is in split around them; libunwindstack prints their frames relative to those maps.
+    fn with_gdb_jit(&self, modules: Vec<Module>) -> Vec<Module> {
+        let Some(descriptor) = self.jit_descriptor() else {
+            return modules;
+        };
+        let layout = match self.arch {
+            CaseArch::Arm => unwind_gdb_jit::Layout::ARM,
+            CaseArch::Arm64 => unwind_gdb_jit::Layout::AARCH64,
+            CaseArch::X86_64 => unwind_gdb_jit::Layout::X86_64,
+        };
+        let Ok(list) = unwind_gdb_jit::read_symfiles(
+            &Pieces(&self.memory),
+            descriptor,
+            layout,
+            &unwind_gdb_jit::Limits::default(),
+        ) else {
+            return modules;
+        };
+        let mut jit: Vec<Module> = Vec::new();
+        for symfile in list.symfiles {
+            let Some((start, end)) = symfile.code_range() else {
+                continue;
+            };
+            // In a map without an image of its own, not overlapping another's (the list is
+            // newest first: an older file for the same code is left out).
+            let Some(host) = modules
+                .iter()
+                .find(|m| m.elf.is_none() && m.start <= start && end <= m.end)
+            else {
+                continue;
+            };
+            if jit.iter().any(|j| j.start < end && start < j.end) {
+                continue;
+            }
+            jit.push(Module {
+                from_memory: true,
+                map: host.map,
+                start,
+                end,
+                bias: 0,
+                elf: Some(Arc::new(symfile.bytes)),
+                symfile: true,
+            });
+        }
+        jit.sort_by_key(|j| j.start);
+        let mut out = Vec::new();
+        for m in modules {
+            let inside: Vec<&Module> = jit
+                .iter()
+                .filter(|j| m.elf.is_none() && m.start <= j.start && j.end <= m.end)
+                .collect();
+            if inside.is_empty() {
+                out.push(m);
+                continue;
+            }
+            let mut at = m.start;
+            for j in inside {
+                if at < j.start {
+                    out.push(Module {
+                        start: at,
+                        end: j.start,
+                        elf: None,
+                        ..m.clone()
+                    });
+                }
+                at = j.end;
+            }
+            if at < m.end {
+                out.push(Module {
+                    start: at,
+                    elf: None,
+                    ..m
+                });
+            }
+        }
+        out.extend(jit);
+        out.sort_by_key(|m| m.start);
         out
     }
 
@@ -355,13 +490,7 @@ impl Case {
                     }
                 })
                 .map_or_else(unwind_core::table::ModuleRules::empty, |l| l.rules);
-            b.add(
-                map.start,
-                map.end,
-                m.bias,
-                map.name.clone(),
-                Arc::new(rules),
-            );
+            b.add(m.start, m.end, m.bias, map.name.clone(), Arc::new(rules));
         }
         b.build().expect("a table of a few modules")
     }
@@ -436,10 +565,10 @@ impl Case {
     fn relative(&self, modules: &[Module], pc: u64) -> (u64, Option<&str>, bool) {
         for m in modules {
             let map = &self.maps[m.map];
-            if (map.start..map.end).contains(&pc) {
+            if (m.start..m.end).contains(&pc) {
                 // libunwindstack prints a PC in a JIT's image or in a map without a valid ELF
                 // image relative to the map.
-                let base = if map.jit || m.elf.is_none() {
+                let base = if map.jit || m.symfile || m.elf.is_none() {
                     map.start
                 } else {
                     m.bias
@@ -479,10 +608,7 @@ impl Case {
     /// libunwindstack's `StepIfSignalHandler` recognises: a signal frame, which it prints
     /// without adjusting its PC, whatever the module's tables say of it).
     fn at_sigreturn(&self, modules: &[Module], pc: u64) -> bool {
-        let Some(m) = modules.iter().find(|m| {
-            let map = &self.maps[m.map];
-            (map.start..map.end).contains(&pc)
-        }) else {
+        let Some(m) = modules.iter().find(|m| (m.start..m.end).contains(&pc)) else {
             return false;
         };
         let Some(code) = m
@@ -513,7 +639,13 @@ impl Case {
     pub fn compare(&self, walk: &Walk) -> Comparison {
         let modules = self.modules();
         let mut matched = 0;
-        for (i, (frame, expected)) in walk.frames.iter().zip(&self.expected).enumerate() {
+        // Their frames for ART's interpreted methods (a DEX pc, in no map), which we do not give.
+        let mut interpreted = 0;
+        let mut theirs = self.expected.iter().peekable();
+        for (i, frame) in walk.frames.iter().enumerate() {
+            let Some(mut expected) = theirs.next() else {
+                break;
+            };
             let (rel, map, image) = self.relative(&modules, frame.pc);
             // libunwindstack adjusts every frame but frame 0 and a signal frame itself (a
             // signal frame's caller too, whose PC is exact), and none whose PC is too small
@@ -524,9 +656,16 @@ impl Case {
                 } else {
                     self.arch.adjustments()
                 };
-            let same_pc = adjustments
-                .iter()
-                .any(|a| rel.wrapping_sub(*a) == expected.rel_pc);
+            let same_as =
+                |e: &ExpectedFrame| adjustments.iter().any(|a| rel.wrapping_sub(*a) == e.rel_pc);
+            if !same_as(expected)
+                && expected.map == "<unknown>"
+                && theirs.peek().is_some_and(|next| same_as(next))
+            {
+                interpreted += 1;
+                expected = theirs.next().expect("peeked");
+            }
+            let same_pc = same_as(expected);
             // The printed name is the map's, or for an ELF inside an APK `APK!SONAME`.
             let same_map = match map {
                 Some("") => expected.map.starts_with('<'),
@@ -557,7 +696,10 @@ impl Case {
             }
             matched += 1;
         }
-        let verdict = match walk.frames.len().cmp(&self.expected.len()) {
+        let verdict = match (walk.frames.len() + interpreted).cmp(&self.expected.len()) {
+            std::cmp::Ordering::Equal if interpreted > 0 => Verdict::WithoutInterpretedFrames {
+                missing: interpreted,
+            },
             std::cmp::Ordering::Equal => Verdict::Same,
             std::cmp::Ordering::Less => Verdict::Short { stop: walk.stop },
             std::cmp::Ordering::Greater => Verdict::Longer,
@@ -589,6 +731,39 @@ fn elf_in_file(
         .find(|&at| is_elf(at))?;
     let bytes = file.get(usize::try_from(at).ok()?..)?;
     Some((Arc::new(bytes.to_vec()), at))
+}
+
+/// The file offset of the file address `vaddr` in `elf`, by the `PT_LOAD` segment holding it.
+fn file_offset(elf: &[u8], vaddr: u64) -> Option<u64> {
+    use object::{Object, ObjectSegment};
+    let file = object::File::parse(elf).ok()?;
+    file.segments().find_map(|s| {
+        let (offset, size) = s.file_range();
+        (s.address() <= vaddr && vaddr - s.address() < size).then(|| offset + (vaddr - s.address()))
+    })
+}
+
+/// The recorded memory, for the GDB JIT interface's reader.
+struct Pieces<'a>(&'a [(u64, Vec<u8>)]);
+
+impl unwind_gdb_jit::Memory for Pieces<'_> {
+    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
+        self.0.iter().any(|(at, bytes)| {
+            let Some(from) = address
+                .checked_sub(*at)
+                .and_then(|f| usize::try_from(f).ok())
+            else {
+                return false;
+            };
+            match bytes.get(from..from.saturating_add(buf.len())) {
+                Some(part) if part.len() == buf.len() => {
+                    buf.copy_from_slice(part);
+                    true
+                }
+                _ => false,
+            }
+        })
+    }
 }
 
 /// Parses `start-end perms offset dev inode name`.
@@ -722,6 +897,14 @@ pub enum Verdict {
     },
     /// Every frame of theirs equal, and more of ours (libunwindstack stopped earlier).
     Longer,
+    /// Every frame of ours equal to one of theirs, in order, but theirs has `missing` more: the
+    /// frames libunwindstack adds for methods ART's interpreter runs (the DEX pc that the
+    /// interpreter's CFI gives through an expression marked `DW_OP_const4u 'DEX1'`, printed
+    /// in no map), which our unwinder does not give.
+    WithoutInterpretedFrames {
+        /// Their frames we do not give.
+        missing: usize,
+    },
     /// Frame `frame` is in a map whose image the case does not have (neither its file nor its
     /// memory): not compared, nor anything after it.
     Unjudged {

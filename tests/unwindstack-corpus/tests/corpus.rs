@@ -8,13 +8,9 @@ use unwind_corpus::{corpus_dir, run_all, summary_line, Verdict};
 const NOT_YET: &[(&str, &str)] = &[
     (
         "art_quick_osr_stub_arm",
-        "JIT code that ART describes through the GDB JIT interface (__jit_debug_descriptor) \
-         is not read",
-    ),
-    (
-        "jit_debug_arm",
-        "JIT code that ART describes through the GDB JIT interface (__jit_debug_descriptor) \
-         is not read",
+        "every frame of ours is theirs, in order, but ART's two interpreted methods are not \
+         given (a DEX pc that ExecuteMterpImpl's CFI gives through a `DW_OP_const4u 'DEX1'` \
+         expression, which libunwindstack shows as a frame of its own)",
     ),
     (
         "load_bias_ro_rx_x86_64",
