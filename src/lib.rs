@@ -45,6 +45,7 @@ compile_error!("unwind-in-process supports Linux");
 mod arch;
 mod capture;
 mod captures;
+mod gdb_jit;
 mod go;
 pub use go::GoRuntime;
 mod huge_pages;
@@ -395,6 +396,40 @@ fn refresh_locked(mut state: StateGuard, after_load: bool) -> Result<PreloadRepo
         started.elapsed(),
         discovered.loader_lock,
     ))
+}
+
+/// Whether a JIT compiler registered or removed code through the GDB JIT interface
+/// (`__jit_debug_descriptor`) since the last call: a few reads of its descriptors' state, cheap
+/// enough for a hook that runs often (an interposed `mprotect`) or a periodic check. A
+/// [`refresh`] then reads the code's rules from the symbol files the JIT lists (their CFI, at
+/// the code's addresses), as it does at every refresh.
+pub fn jit_code_changed() -> bool {
+    gdb_jit::changed()
+}
+
+/// A function a JIT compiler named through the GDB JIT interface: `[start, end)` and its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitFunction {
+    /// Its first byte's address.
+    pub start: u64,
+    /// One past its last byte.
+    pub end: u64,
+    /// Its name as the JIT gave it (ART: `boolean Main.bar(boolean)`; LLVM: the IR name).
+    pub name: String,
+}
+
+/// The functions the symbol files of the process's JIT compilers (GDB JIT interface) named at
+/// the last [`init`] or [`refresh`], sorted by start: the names of code that no module file
+/// holds, for a profiler's report.
+pub fn jit_functions() -> Vec<JitFunction> {
+    gdb_jit::functions()
+        .into_iter()
+        .map(|f| JitFunction {
+            start: f.start,
+            end: f.end,
+            name: f.name,
+        })
+        .collect()
 }
 
 /// Turns stack scanning on or off for the tables built from now on (by the next [`init`] or

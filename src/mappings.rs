@@ -6,10 +6,11 @@
 //!   file's load bias for that place and, where the loader lists the same file with the same
 //!   build id, that module's rules (no parse); symbols come from the file as for any module.
 //! - **Anonymous executable memory** ([`ModuleKind::Anonymous`]): code generated at run time
-//!   (JIT compilers, interpreters' trampolines, a deleted or `memfd` file). It has no rules: a
-//!   frame there is crossed by the frame-pointer fallback, whose return address must in turn be
-//!   in a module's code (here, any of these), and named after the run from the process's perf
-//!   map. Except for copies of a function some code generators copy rather than generate
+//!   (JIT compilers, interpreters' trampolines, a deleted or `memfd` file). Where its JIT
+//!   describes it (a jitdump file's unwinding records, the GDB JIT interface's symbol files:
+//!   [`crate::gdb_jit`]), it gets those rules. Elsewhere a frame there is crossed by the
+//!   frame-pointer fallback, whose return address must in turn be in a module's code (here,
+//!   any of these), and named after the run from the process's perf map. Except for copies of a function some code generators copy rather than generate
 //!   ([`CopiedCode`](crate::arch::CopiedCode): CPython's perf trampolines, which keep no frame
 //!   pointer): found in the memory when the table is built, each copy gets the function's
 //!   rules.
@@ -107,13 +108,16 @@ pub(crate) fn unlisted_code(
         }
         joins
     });
-    // The unwind tables of the process's jitdump file, if it maps one.
-    let described: Vec<Described> = unlisted
+    // The unwind tables of the process's jitdump file, if it maps one, and the symbol files of
+    // its JIT compilers' GDB JIT interface.
+    let mut described: Vec<Described> = unlisted
         .iter()
         .filter(|m| crate::jitdump::is_own(&m.path))
         .filter_map(|m| std::fs::read(&m.path).ok())
         .flat_map(|dump| crate::jitdump::described(&dump))
         .collect();
+    let jit = crate::gdb_jit::read(listed.first().map(|p| p.module.bias));
+    described.extend(jit.described);
     unlisted
         .iter()
         .map(|m| {
@@ -150,7 +154,8 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
                 rules,
                 format!(
                     "executable memory no file describes, {n} pieces of its code described by \
-                     the process's jitdump file: their rules, elsewhere frame pointers"
+                     the process's jitdump file or its JIT's GDB interface: their rules, \
+                     elsewhere frame pointers"
                 ),
             ),
             None => (
@@ -283,6 +288,13 @@ fn copies_in(start: u64, end: u64) -> Option<(ModuleRules<Rule>, &'static CStr)>
 /// readable.
 fn read_own(addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut out = vec![0u8; len];
+    read_own_into(addr, &mut out).then_some(out)
+}
+
+/// Fills `out` with this process's memory at `addr` (see [`read_own`]); `false` if any of it
+/// cannot be read.
+pub(crate) fn read_own_into(addr: u64, out: &mut [u8]) -> bool {
+    let len = out.len();
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
         iov_len: len,
@@ -294,14 +306,13 @@ fn read_own(addr: u64, len: usize) -> Option<Vec<u8>> {
     // SAFETY: `local` is `out`, writable for `len` bytes; the kernel checks `remote`.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     if n == len as isize {
-        return Some(out);
+        return true;
     }
     // qemu-user does not implement `process_vm_readv`: there the memory goes through a pipe,
     // whose `write` fails (EFAULT), rather than faults, on memory that is not readable.
-    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-        return read_own_through_pipe(addr, &mut out).then_some(out);
-    }
-    None
+    n < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS)
+        && read_own_through_pipe(addr, out)
 }
 
 /// Fills `out` with this process's memory at `addr` through a pipe, a page at a time (see

@@ -55,8 +55,10 @@ pub enum ModuleKind {
     /// builtins from its own file so): `bias` places the file there, its symbols name it.
     Remapped,
     /// Executable memory no file describes: code generated at run time (a JIT compiler's, an
-    /// interpreter's trampolines). It has no rules; its frames are crossed by frame pointers and
-    /// named after the run from the process's perf map (`/tmp/perf-PID.map`).
+    /// interpreter's trampolines). Its rules are those its JIT describes (a jitdump file's
+    /// unwinding records; the GDB JIT interface's symbol files, [`crate::jit_functions`]);
+    /// elsewhere its frames are crossed by frame pointers, and named after the run from the
+    /// process's perf map (`/tmp/perf-PID.map`).
     Anonymous,
 }
 
