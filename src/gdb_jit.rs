@@ -139,6 +139,13 @@ fn program_descriptor() -> Option<u64> {
     })
 }
 
+/// Whether the process has a GDB JIT interface's descriptor (a JIT compiler linked in or
+/// loaded), as of the last [`read`].
+pub(crate) fn present() -> bool {
+    let bias = Some(PROGRAM_BIAS.load(Ordering::Relaxed)).filter(|&b| b != NO_BIAS);
+    !descriptors(bias).is_empty()
+}
+
 /// The descriptors' state words at the last [`changed`]: whether the JIT registered or
 /// removed code since.
 static LAST_STATE: Mutex<Vec<(u64, [u8; 24])>> = Mutex::new(Vec::new());

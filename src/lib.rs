@@ -407,6 +407,13 @@ pub fn jit_code_changed() -> bool {
     gdb_jit::changed()
 }
 
+/// Whether the process has a GDB JIT interface (a `__jit_debug_descriptor`, exported or in the
+/// executable's symbol table): a JIT compiler that may register code, whose registrations a
+/// profiler without a hook on them looks for with [`jit_code_changed`].
+pub fn jit_interface_present() -> bool {
+    gdb_jit::present()
+}
+
 /// A function a JIT compiler named through the GDB JIT interface: `[start, end)` and its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JitFunction {

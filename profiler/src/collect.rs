@@ -136,6 +136,9 @@ pub fn work_frame(work: Work) -> String {
 }
 
 /// What the collector has gathered so far.
+/// The most JIT functions' names a process keeps (an ART process names tens of thousands).
+pub const JIT_FUNCTIONS_KEPT: usize = 1 << 20;
+
 pub struct Collector {
     /// Every module seen, in order of first sight.
     modules: Vec<Module>,
@@ -172,6 +175,11 @@ pub struct Collector {
     /// the timeline (a program that starts threads all along names far more threads than it
     /// has samples of).
     names: HashMap<i32, String>,
+    /// The functions the process's JIT compilers named through the GDB JIT interface, by
+    /// start (a later name for the same start wins: code freed and reused), at most
+    /// [`JIT_FUNCTIONS_KEPT`]; those past it are counted in `jit_functions_dropped`.
+    jit_functions: BTreeMap<u64, (u64, String)>,
+    jit_functions_dropped: u64,
     /// CPU time spent draining (and, in the program, refreshing), by the draining threads'
     /// clocks.
     busy: Duration,
@@ -281,6 +289,7 @@ impl InProcess {
     pub fn new(interval: Duration, wall_clock: bool) -> InProcess {
         let mut collector = Collector::new(interval, wall_clock, SystemTime::now());
         collector.set_modules(modules_now());
+        collector.add_jit_functions(unwind_in_process::jit_functions());
         // The preload library used alone: its work in the program's threads is its own.
         let record = sampler::process();
         if record.preloaded.load(std::sync::atomic::Ordering::Relaxed) != 0 {
@@ -296,14 +305,16 @@ impl InProcess {
         }
     }
 
-    /// Rebuilds the table if modules were loaded or unloaded since the last look.
+    /// Rebuilds the table if modules were loaded or unloaded since the last look, or a JIT
+    /// compiler registered or removed code through the GDB JIT interface.
     fn refresh_if_modules_changed(&mut self) {
         let counts = loader_counts();
         let outside = unwind_in_process::outside_modules().count;
         let now = Instant::now();
         let loader_changed = counts != self.loader_counts;
         let outside_grew = outside != self.outside_seen && now >= self.next_outside_refresh;
-        if !loader_changed && !outside_grew {
+        let jit_changed = unwind_in_process::jit_code_changed();
+        if !loader_changed && !outside_grew && !jit_changed {
             return;
         }
         self.loader_counts = counts;
@@ -312,6 +323,8 @@ impl InProcess {
         if let Ok(report) = unwind_in_process::refresh() {
             sampler::process().table_built(&report, true);
             self.collector.set_modules(modules_now());
+            self.collector
+                .add_jit_functions(unwind_in_process::jit_functions());
         }
         // PCs outside every module that a refresh does not explain (run-time generated code):
         // wait longer before the next try, up to a second.
@@ -368,6 +381,8 @@ impl Collector {
             exited_by_name: HashMap::new(),
             threads_seen: 0,
             names: HashMap::new(),
+            jit_functions: BTreeMap::new(),
+            jit_functions_dropped: 0,
             busy: Duration::ZERO,
             start_time,
             interval,
@@ -652,6 +667,25 @@ impl Collector {
         usize::try_from(self.timeline.offered).unwrap_or(usize::MAX)
     }
 
+    /// Notes functions the process's JIT compilers named through the GDB JIT interface
+    /// ([`unwind_in_process::jit_functions`]), for the names of its generated code.
+    pub fn add_jit_functions(&mut self, functions: Vec<unwind_in_process::JitFunction>) {
+        for f in functions {
+            if self.jit_functions.len() >= JIT_FUNCTIONS_KEPT
+                && !self.jit_functions.contains_key(&f.start)
+            {
+                self.jit_functions_dropped += 1;
+                continue;
+            }
+            self.jit_functions.insert(f.start, (f.end, f.name));
+        }
+    }
+
+    /// JIT functions' names not kept: past [`JIT_FUNCTIONS_KEPT`].
+    pub fn jit_functions_dropped(&self) -> u64 {
+        self.jit_functions_dropped
+    }
+
     /// Samples in the timeline now (at most [`TIMELINE_SAMPLES`]).
     pub fn timeline_samples(&self) -> usize {
         self.timeline.samples.len()
@@ -692,6 +726,7 @@ impl Collector {
             ours.0 <= at && at < ours.1
         };
         symbolizer.note_process(info.pid, self.start_time, &self.modules);
+        symbolizer.note_jit_functions(info.pid, &self.jit_functions);
         // Locations: one per (address, module, leaf or return address).
         let mut location_ids: HashMap<(u64, Option<usize>, bool), usize> = HashMap::new();
         let mut locations = Vec::new();

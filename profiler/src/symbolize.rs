@@ -63,6 +63,9 @@ pub struct Symbolizer {
     /// When each process's sampling started: a perf map or jitdump last written before is
     /// another process's (an earlier one with the same pid).
     started: HashMap<u32, std::time::SystemTime>,
+    /// The functions each process's JIT compilers named through the GDB JIT interface, by
+    /// start: the end and the name.
+    jit_functions: HashMap<u32, std::collections::BTreeMap<u64, (u64, String)>>,
 }
 
 /// The code a JIT compiler described in `/tmp/perf-PID.map` (node `--perf-basic-prof`, the JVM's
@@ -194,6 +197,20 @@ impl Symbolizer {
             perf_maps: HashMap::new(),
             jitdumps: HashMap::new(),
             started: HashMap::new(),
+            jit_functions: HashMap::new(),
+        }
+    }
+
+    /// Notes the functions process `pid`'s JIT compilers named through the GDB JIT interface
+    /// (their symbol files), by start: they name its generated code where its perf map does
+    /// not.
+    pub fn note_jit_functions(
+        &mut self,
+        pid: u32,
+        functions: &std::collections::BTreeMap<u64, (u64, String)>,
+    ) {
+        if !functions.is_empty() {
+            self.jit_functions.insert(pid, functions.clone());
         }
     }
 
@@ -264,10 +281,22 @@ impl Symbolizer {
         let Some(m) = module.filter(|m| !m.generated) else {
             let dumps = self.jitdumps.get(&pid).map_or(&[][..], Vec::as_slice);
             let started = self.started.get(&pid).copied();
-            let map = self
-                .perf_maps
-                .entry(pid)
-                .or_insert_with(|| PerfMap::of_process(pid, dumps, started));
+            let jit = self.jit_functions.get(&pid);
+            let map = self.perf_maps.entry(pid).or_insert_with(|| {
+                let map = PerfMap::of_process(pid, dumps, started);
+                match jit {
+                    Some(functions) => {
+                        let mut map = map.unwrap_or_default();
+                        for (&start, (end, name)) in functions {
+                            map.entries
+                                .entry(start)
+                                .or_insert_with(|| (*end, name.clone()));
+                        }
+                        Some(map)
+                    }
+                    None => map,
+                }
+            });
             let name = map
                 .as_ref()
                 .and_then(|map| map.lookup(code_address(address, leaf)));

@@ -190,6 +190,91 @@ fn a_jit_of_our_own_with_and_without_frame_pointers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A JIT that describes its code through the GDB JIT interface (`behaviour/jit_gdb.c`, x86_64):
+/// gcc-built code without frame pointers placed in anonymous memory, registered after it was
+/// made executable, as LLVM's ORC JIT does. Every sample in the host's callback crosses both
+/// generated functions to `main`, named by the symbol file (the thread that watches the
+/// interface sees the registration, which no hook does); none has another caller.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_jit_describing_its_code_through_the_gdb_interface() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !have(&[("cc", &["--version"]), ("go", &["version"])]) {
+        return;
+    }
+    let dir = scratch("jit-gdb");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/behaviour");
+    let exe = dir.join("jit_gdb");
+    unwind_test_support::run(
+        Command::new("cc")
+            .args(["-O2", "-I"])
+            .arg(&src)
+            .arg(src.join("jit_gdb.c"))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let jitted = dir.join("jitted.so");
+    unwind_test_support::run(
+        Command::new("cc")
+            .args([
+                "-O2",
+                "-fomit-frame-pointer",
+                "-fno-stack-protector",
+                "-fPIC",
+                "-shared",
+                "-nostdlib",
+            ])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gdb_jit/jitted.c"))
+            .arg("-o")
+            .arg(&jitted),
+    );
+    let expected = [
+        "__libc_start_call_main",
+        "main",
+        "via_jit",
+        "jitted_call",
+        "jitted_inner",
+        "burn_in_host",
+    ]
+    .map(String::from);
+    let out = dir.join("out");
+    let mut cmd = record(
+        &out,
+        &["--frequency", "5000"],
+        &[exe.to_str().unwrap(), jitted.to_str().unwrap()],
+    );
+    let (status, stderr) = run(&mut cmd, None);
+    assert!(status.success(), "{stderr}");
+    check_outputs("jit_gdb", &out);
+    let lines = folded(&out);
+    let (mut crossed, mut other) = (0, 0);
+    for (stack, n) in &lines {
+        if stack.last().map(String::as_str) != Some("burn_in_host") {
+            continue;
+        }
+        if from(stack, "__libc_start_call_main") == Some(&expected[..]) {
+            crossed += n;
+        } else {
+            // Before the registration was seen (the watcher looks every 20 ms): the walk stops
+            // at the generated code, never through a caller that is not its own.
+            assert!(
+                stack.len() <= 3 && !stack.iter().any(|f| f == "main"),
+                "a caller that is not the generated code's: {stack:?}"
+            );
+            other += n;
+        }
+    }
+    println!("jit_gdb: burn_in_host {crossed} samples crossed to main, {other} stopped");
+    // 600 ms of CPU at 5 kHz: about 3,000 samples.
+    assert!(crossed >= 1000, "{crossed} samples crossed: {lines:?}");
+    assert!(
+        other * 20 <= crossed + other,
+        "{other} of {} stopped",
+        crossed + other
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A CPU-bound script: a recursive function, and sorts through V8's builtins.
 const SPIN_JS: &str = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
     let a = []; for (let i = 0; i < 200000; i++) a.push((i * 7919) % 10007);\n\

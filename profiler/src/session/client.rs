@@ -11,7 +11,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicPtr};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -215,6 +215,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
     sampler::process().table_built(&report, false);
     send_modules(c);
+    watch_jit_interface();
     sampler::install(config.timing()).map_err(StartError::Signal)?;
     sampler::start_thread();
     Ok(())
@@ -414,6 +415,46 @@ fn send_modules(c: &'static Client) {
     send_module_list(c);
 }
 
+/// The process whose JIT watcher runs (0: none yet): a forked child, which has no such thread,
+/// starts its own.
+static JIT_WATCHER: AtomicU32 = AtomicU32::new(0);
+
+/// How often the JIT watcher looks at the GDB JIT interface's descriptors.
+pub const JIT_WATCH_PERIOD: Duration = Duration::from_millis(20);
+
+/// In a process with a GDB JIT interface ([`unwind_in_process::jit_interface_present`]),
+/// starts a thread of ours (once per process) that looks at its descriptors every
+/// [`JIT_WATCH_PERIOD`] and, when the JIT registered or removed code, rebuilds the tables and
+/// tells `record`. A JIT registers its code after it made it executable (LLVM's ORC, ART),
+/// where the `mmap`/`mprotect` hooks have already passed; without it, that code would have
+/// rules only from the next code mapped. Processes without the interface get no thread.
+/// Called where the dynamic loader's lock is not held (at the start, after `dlopen`):
+/// starting a thread allocates its TLS, which may wait for it.
+fn watch_jit_interface() {
+    let pid = std::process::id();
+    if JIT_WATCHER.load(Relaxed) == pid || !unwind_in_process::jit_interface_present() {
+        return;
+    }
+    if JIT_WATCHER.swap(pid, Relaxed) == pid {
+        return;
+    }
+    let _ = crate::threads::spawn_unsampled("unwind-jit-watch", move || loop {
+        std::thread::sleep(JIT_WATCH_PERIOD);
+        if std::process::id() != pid {
+            return;
+        }
+        if unwind_in_process::jit_code_changed() {
+            sampler::profiler_work(Work::TableRebuild, || {
+                let Some(c) = client() else { return };
+                if let Ok(report) = unwind_in_process::refresh() {
+                    sampler::process().table_built(&report, true);
+                }
+                send_modules(c);
+            });
+        }
+    });
+}
+
 /// Sends the modules of the published table on `c`, keeping the loader's counts as they were
 /// sent (a forked child's, from its parent: asking the loader is what a child of a
 /// multi-threaded process should not do).
@@ -429,7 +470,8 @@ fn send_module_list(c: &'static Client) {
         return;
     };
     let modules = collect::modules_now();
-    for m in wire::pack_modules(modules) {
+    let jit = wire::pack_jit_functions(unwind_in_process::jit_functions());
+    for m in wire::pack_modules(modules).into_iter().chain(jit) {
         if wire::send(socket, &m, None).is_err() {
             return;
         }
@@ -441,7 +483,9 @@ fn send_module_list(c: &'static Client) {
 pub fn modules_may_have_changed() {
     sampler::profiler_work(Work::TableRebuild, || {
         let Some(c) = client() else { return };
-        let code_mapped = CODE_MAPPED_UNSEEN.swap(false, Relaxed);
+        // Code a JIT registered (GDB JIT interface) is read with the executable mappings.
+        let code_mapped =
+            CODE_MAPPED_UNSEEN.swap(false, Relaxed) | unwind_in_process::jit_code_changed();
         if *c.sent.lock().unwrap_or_else(|e| e.into_inner()) == collect::loader_counts()
             && !code_mapped
         {
@@ -459,6 +503,7 @@ pub fn modules_may_have_changed() {
             sampler::process().table_built(&report, true);
         }
         send_modules(c);
+        watch_jit_interface();
     });
 }
 
@@ -506,7 +551,10 @@ pub fn code_mapped(addr: usize, len: usize) {
             Some(covered) => {
                 // Covered by a module that may have been unloaded: code mapped where it was.
                 let stale = covered && TABLES_KEEP_UNLOADED.swap(false, Relaxed);
-                if !covered || stale || CODE_MAPPED_UNSEEN.swap(false, Relaxed) {
+                // A JIT's registration through the GDB JIT interface is seen here too (the
+                // next time code is mapped), as no thread of ours could notice it later.
+                let jit = unwind_in_process::jit_code_changed();
+                if !covered || stale || CODE_MAPPED_UNSEEN.swap(false, Relaxed) || jit {
                     match unwind_in_process::refresh_unless_busy() {
                         Ok(report) => {
                             sampler::process().table_built(&report, true);

@@ -433,6 +433,7 @@ impl Server {
                     }
                 }
                 Message::Snapshot => self.snapshot = true,
+                Message::JitFunctions(functions) => p.collector.add_jit_functions(functions),
             }
         }
     }

@@ -48,6 +48,10 @@ pub enum Message {
     Module(Vec<Module>),
     /// The snapshot signal arrived: write the profile so far.
     Snapshot,
+    /// Functions the process's JIT compilers named through the GDB JIT interface
+    /// ([`unwind_in_process::jit_functions`]), as many as fit in one message
+    /// ([`pack_jit_functions`]).
+    JitFunctions(Vec<unwind_in_process::JitFunction>),
 }
 
 const HELLO: u64 = 1;
@@ -55,6 +59,10 @@ const THREAD: u64 = 2;
 const MODULES: u64 = 3;
 const MODULE: u64 = 4;
 pub(super) const SNAPSHOT: u64 = 5;
+const JIT_FUNCTIONS: u64 = 6;
+
+/// The longest JIT function name sent (longer ones are cut, at a character boundary).
+pub const MAX_JIT_NAME: usize = 512;
 
 impl Message {
     /// The message as bytes.
@@ -86,6 +94,12 @@ impl Message {
                 }
             }
             Message::Snapshot => word(SNAPSHOT),
+            Message::JitFunctions(functions) => {
+                word(JIT_FUNCTIONS);
+                for f in functions {
+                    out.extend_from_slice(&encode_jit_function(f));
+                }
+            }
             Message::Module(modules) => {
                 word(MODULE);
                 for m in modules {
@@ -125,6 +139,16 @@ impl Message {
             MODULE => {
                 let modules = decode_modules(bytes.get(8..)?)?;
                 (!modules.is_empty()).then_some(Message::Module(modules))
+            }
+            JIT_FUNCTIONS => {
+                let mut rest = bytes.get(8..)?;
+                let mut functions = Vec::new();
+                while !rest.is_empty() {
+                    let (f, used) = decode_jit_function(rest)?;
+                    functions.push(f);
+                    rest = rest.get(used..)?;
+                }
+                (!functions.is_empty()).then_some(Message::JitFunctions(functions))
             }
             _ => None,
         }
@@ -208,6 +232,61 @@ pub fn pack_modules(modules: Vec<Module>) -> Vec<Message> {
     std::iter::once(Message::Modules { count, first })
         .chain(batches.map(Message::Module))
         .collect()
+}
+
+/// One JIT function's record in a [`Message::JitFunctions`]: its start, end and the length of
+/// its name (little-endian words), then the name (at most [`MAX_JIT_NAME`] bytes).
+fn encode_jit_function(f: &unwind_in_process::JitFunction) -> Vec<u8> {
+    let mut cut = f.name.len().min(MAX_JIT_NAME);
+    while !f.name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let name = &f.name.as_bytes()[..cut];
+    let mut out = Vec::with_capacity(24 + name.len());
+    for w in [f.start, f.end, name.len() as u64] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.extend_from_slice(name);
+    out
+}
+
+/// The JIT function record at the start of `bytes`, and its length; `None` if it is not one.
+fn decode_jit_function(bytes: &[u8]) -> Option<(unwind_in_process::JitFunction, usize)> {
+    let word = |i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
+    };
+    let len = usize::try_from(word(2)?)
+        .ok()
+        .filter(|&n| n <= MAX_JIT_NAME)?;
+    let end = 24usize.checked_add(len)?;
+    let f = unwind_in_process::JitFunction {
+        start: word(0)?,
+        end: word(1)?,
+        name: String::from_utf8_lossy(bytes.get(24..end)?).into_owned(),
+    };
+    (f.start < f.end).then_some((f, end))
+}
+
+/// `functions` as [`Message::JitFunctions`], each of at most [`MAX_MESSAGE`] bytes.
+pub fn pack_jit_functions(functions: Vec<unwind_in_process::JitFunction>) -> Vec<Message> {
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 8;
+    for f in functions {
+        let len = 24 + f.name.len().min(MAX_JIT_NAME);
+        if bytes + len > MAX_MESSAGE && !batch.is_empty() {
+            out.push(Message::JitFunctions(std::mem::take(&mut batch)));
+            bytes = 8;
+        }
+        bytes += len;
+        batch.push(f);
+    }
+    if !batch.is_empty() {
+        out.push(Message::JitFunctions(batch));
+    }
+    out
 }
 
 /// The socket address of the abstract name `name`, and its length.
@@ -459,6 +538,48 @@ mod tests {
             }
         }
         assert_eq!(Message::decode(&messages[0].encode()[..39]), None);
+    }
+
+    /// JIT functions' names travel in batches within the limit, long names cut at a character
+    /// boundary; a record whose name runs past the message, or is empty of code, is refused.
+    #[test]
+    fn jit_functions_travel_in_batches() {
+        let long = "é".repeat(400);
+        let functions: Vec<unwind_in_process::JitFunction> = (0..300u64)
+            .map(|i| unwind_in_process::JitFunction {
+                start: 0x1000 * (i + 1),
+                end: 0x1000 * (i + 1) + 0x80,
+                name: if i == 7 {
+                    long.clone()
+                } else {
+                    format!("int Main.f{i}(int)")
+                },
+            })
+            .collect();
+        let messages = pack_jit_functions(functions.clone());
+        assert!(messages.len() > 1);
+        let mut back = Vec::new();
+        for m in &messages {
+            let bytes = m.encode();
+            assert!(bytes.len() <= MAX_MESSAGE);
+            match Message::decode(&bytes) {
+                Some(Message::JitFunctions(f)) => back.extend(f),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(back.len(), functions.len());
+        assert_eq!(back[3], functions[3]);
+        assert!(back[7].name.len() <= MAX_JIT_NAME && long.starts_with(&back[7].name));
+        let one = pack_jit_functions(functions[..1].to_vec())
+            .remove(0)
+            .encode();
+        let mut bad = one.clone();
+        bad[24..32].copy_from_slice(&100u64.to_le_bytes());
+        assert_eq!(Message::decode(&bad), None);
+        let mut empty = one.clone();
+        empty.copy_within(8..16, 16);
+        assert_eq!(Message::decode(&empty), None);
+        assert_eq!(Message::decode(&one[..one.len() - 1]), None);
     }
 
     /// Modules are packed into as few messages as fit, in order, each within the limit.
