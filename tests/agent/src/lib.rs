@@ -15,6 +15,11 @@
 //!
 //! A function is `?+0xOFFSET` when the module has no symbol for the address. Frame 0 is named
 //! at its PC, callers by `Symbolizer::lookup_return_address`.
+//!
+//! [`crash`]: a crash handler (`agent_install_crash_handler`) that unwinds the crashed thread and
+//! writes a minidump of the crash with those frames.
+
+pub mod crash;
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::fmt::Write as _;

@@ -177,7 +177,7 @@ pub fn validate_runs(
 /// `(module file name, function)` of each frame (frame 0 at its PC, callers at their call
 /// site), as the programs test names the frames of the agent's reports: `?+0x...` for an
 /// address in a module without a symbol there, `?!0x...` for one in no module.
-fn frame_names(
+pub fn frame_names(
     s: &Sample,
     sym: &unwind_samples::symbolize::Symbolizer,
     pcs: &[u64],

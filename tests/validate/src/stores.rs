@@ -1,6 +1,8 @@
 //! Breakpad symbol stores (`<store>/<name>/<DEBUG_ID>/<name>.sym`) for the modules of the
 //! samples: one written by our exporter (`unwind_dwarf::breakpad`), one by Mozilla's
-//! `dump_syms`, and the supplier that hands their files to rust-minidump's walker.
+//! `dump_syms`, on demand one of our `STACK CFI` with dump_syms's names
+//! ([`Stores::named_ours_supplier`]), and the supplier that hands their files to rust-minidump's
+//! walker.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -171,6 +173,50 @@ impl Stores {
             };
             if let Some(f) = file {
                 files.insert(key.clone(), f);
+            }
+        }
+        Supplier { files }
+    }
+
+    /// A third store under `root`: per module, our exported file's `STACK` records with every
+    /// other record of dump_syms's file (`FILE`, `FUNC` and its lines, `INLINE`, `PUBLIC`: the
+    /// names), as a symbol server would hold them for crashes unwound with our CFI; our file
+    /// alone where dump_syms's is missing. The supplier giving the walker those files.
+    ///
+    /// The names matter to the walker beyond naming frames: rust-minidump's stack scan
+    /// (`instruction_seems_valid_by_symbols`) accepts a candidate return address in a module with
+    /// a symbol file only where that file names a function, so with our files alone, which hold
+    /// only `STACK CFI`, it accepts none.
+    pub fn named_ours_supplier(&self, root: &Path) -> Supplier {
+        let mut files = BTreeMap::new();
+        for (key, m) in &self.modules {
+            let Some(ours) = &m.ours else { continue };
+            let Ok(cfi) = std::fs::read_to_string(ours) else {
+                continue;
+            };
+            let names = m
+                .dump_syms
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            let text = match names {
+                Some(names) => {
+                    let mut text = String::with_capacity(names.len() + cfi.len());
+                    for line in names.lines().filter(|l| !l.starts_with("STACK ")) {
+                        text.push_str(line);
+                        text.push('\n');
+                    }
+                    for line in cfi.lines().filter(|l| l.starts_with("STACK ")) {
+                        text.push_str(line);
+                        text.push('\n');
+                    }
+                    text
+                }
+                None => cfi,
+            };
+            let dir = root.join(&key.0).join(&key.1);
+            let path = dir.join(format!("{}.sym", key.0));
+            if std::fs::create_dir_all(&dir).is_ok() && std::fs::write(&path, text).is_ok() {
+                files.insert(key.clone(), (path, SymbolSource::Ours));
             }
         }
         Supplier { files }
