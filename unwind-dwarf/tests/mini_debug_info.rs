@@ -5,79 +5,10 @@
 //! libunwindstack's recorded libraries (`gnu_debugdata_arm`, built by AOSP) gives its FDEs; a
 //! corrupt `.gnu_debugdata` is named as what could not be read.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use unwind_dwarf::{SectionError, UnreadableSection};
-
-fn run(cmd: &mut Command) -> bool {
-    match cmd.output() {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => panic!("{cmd:?}: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => {
-            unwind_test_support::missing(&format!("{cmd:?}: {e}"));
-            false
-        }
-    }
-}
-
-/// Builds, in a fresh directory, `lib.so` (`.debug_frame` and `.symtab`, no `.eh_frame`, as
-/// ART's compiled code is), `stripped.so` (the same stripped of both) and `mini.so`
-/// (`stripped.so` with both in its `.gnu_debugdata`). `None` if a tool is missing (outside CI).
-fn libraries() -> Option<(PathBuf, PathBuf, PathBuf)> {
-    let dir = std::env::temp_dir().join(format!("mini-debug-info-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let at = |name: &str| dir.join(name);
-    std::fs::write(
-        at("lib.c"),
-        "static int __attribute__((noinline)) leaf(int x) {\n\
-         \x20   volatile int a[8];\n\
-         \x20   for (int i = 0; i < 8; i++) a[i] = x + i;\n\
-         \x20   return a[3] * 3 + 1;\n\
-         }\n\
-         int __attribute__((noinline)) mid(int x) { return leaf(x) + 2; }\n\
-         int top(int x) { return mid(x) * 2; }\n",
-    )
-    .unwrap();
-    let ok = run(Command::new("gcc").current_dir(&dir).args([
-        "-shared",
-        "-fPIC",
-        "-nostartfiles",
-        "-g",
-        "-O2",
-        "-fno-asynchronous-unwind-tables",
-        "-fno-unwind-tables",
-        "-Wl,--no-ld-generated-unwind-info",
-        "lib.c",
-        "-o",
-        "lib.so",
-    ])) && run(Command::new("objcopy").current_dir(&dir).args([
-        "--only-keep-debug",
-        "lib.so",
-        "debug",
-    ])) && run(Command::new("objcopy").current_dir(&dir).args([
-        "--strip-debug",
-        "--keep-section=.debug_frame",
-        "-R",
-        ".comment",
-        "debug",
-        "mini",
-    ])) && run(Command::new("xz").current_dir(&dir).args(["-kf", "mini"]))
-        && {
-            std::fs::copy(at("lib.so"), at("stripped.so")).unwrap();
-            run(Command::new("strip")
-                .current_dir(&dir)
-                .args(["--strip-all", "stripped.so"]))
-        }
-        && run(Command::new("objcopy").current_dir(&dir).args([
-            "--add-section",
-            ".gnu_debugdata=mini.xz",
-            "stripped.so",
-            "mini.so",
-        ]));
-    ok.then(|| (at("lib.so"), at("stripped.so"), at("mini.so")))
-}
+use unwind_test_support::{mini_debug_info_library, MiniDebugInfoLibrary};
 
 fn section_offset(path: &Path, name: &str) -> (usize, usize) {
     use object::{Object, ObjectSection};
@@ -92,7 +23,13 @@ fn section_offset(path: &Path, name: &str) -> (usize, usize) {
 #[test]
 fn debug_frame_in_mini_debug_info_gives_the_original_rules() {
     use unwind_core::X86_64;
-    let Some((lib, stripped, mini)) = libraries() else {
+    let dir = std::env::temp_dir().join(format!("mini-debug-info-{}", std::process::id()));
+    let Some(MiniDebugInfoLibrary {
+        original: lib,
+        stripped,
+        mini,
+    }) = mini_debug_info_library(&dir)
+    else {
         return;
     };
     let original = unwind_dwarf::load_elf_file::<X86_64>(&lib).unwrap();

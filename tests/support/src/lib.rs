@@ -20,7 +20,10 @@
 //! [`target`] the architectures the tests build for and run (`targets.tsv`).
 
 pub mod call_graph;
+pub mod mini_debug_info;
 pub mod target;
+
+pub use mini_debug_info::{mini_debug_info_library, MiniDebugInfoLibrary};
 
 use std::io::Write;
 use std::process::Command;
