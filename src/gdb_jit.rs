@@ -65,7 +65,7 @@ pub(crate) fn read(program_bias: Option<u64>) -> JitCode {
         };
         code.unusable += list.unreadable + list.too_large;
         for symfile in &list.symfiles {
-            let rules = unwind_dwarf::rules_from_memory_image::<Native>(&symfile.bytes);
+            let rules = unwind_dwarf::rules_from_memory_image::<Native>(&symfile.relocated());
             match (symfile.code_range(), rules) {
                 (Some((start, end)), Ok(loaded)) if start < end => {
                     code.described.push(Described {

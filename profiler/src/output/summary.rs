@@ -260,7 +260,7 @@ pub fn text(profile: &Profile) -> String {
     let (generated, named) = generated_leaves(profile);
     if generated > 0 {
         line(format_args!(
-            "generated code    {generated} samples with the leaf in code generated at run time ({} of the samples), {named} of them named by a perf map or jitdump",
+            "generated code    {generated} samples with the leaf in code generated at run time ({} of the samples), {named} of them named by a perf map, a jitdump or the GDB JIT interface",
             percent(generated, profile.sample_count())
         ));
     }

@@ -434,7 +434,7 @@ impl Case {
                 start,
                 end,
                 bias: 0,
-                elf: Some(Arc::new(symfile.bytes)),
+                elf: Some(Arc::new(symfile.relocated().into_owned())),
                 symfile: true,
             });
         }
