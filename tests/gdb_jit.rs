@@ -55,28 +55,12 @@ pub extern "C" fn __jit_debug_register_code() {
 
 /// Builds `gdb_jit/jitted.c` as a shared object without relocations.
 fn build_jitted() -> Vec<u8> {
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gdb_jit/jitted.c");
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gdb-jit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("jitted.so");
     let (cc, extra) = unwind_test_support::target_c_compiler();
-    let status = std::process::Command::new(&cc)
-        .args(extra)
-        .args([
-            "-O2",
-            "-fomit-frame-pointer",
-            "-fno-stack-protector",
-            "-fPIC",
-            "-shared",
-            "-nostdlib",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(src)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(status.success(), "{cc} failed on {src}");
+    unwind_test_support::build_jitted_object(&cc, extra, &out);
     std::fs::read(&out).unwrap()
 }
 

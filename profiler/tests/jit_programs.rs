@@ -214,20 +214,7 @@ fn a_jit_describing_its_code_through_the_gdb_interface() {
             .arg(&exe),
     );
     let jitted = dir.join("jitted.so");
-    unwind_test_support::run(
-        Command::new("cc")
-            .args([
-                "-O2",
-                "-fomit-frame-pointer",
-                "-fno-stack-protector",
-                "-fPIC",
-                "-shared",
-                "-nostdlib",
-            ])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gdb_jit/jitted.c"))
-            .arg("-o")
-            .arg(&jitted),
-    );
+    unwind_test_support::build_jitted_object("cc", &[], &jitted);
     let expected = [
         "__libc_start_call_main",
         "main",

@@ -18,6 +18,7 @@ pub mod elf;
 pub mod exidx;
 pub mod expr;
 mod gen;
+pub mod gdb_jit;
 pub mod stack_cfi;
 pub mod unwind;
 
@@ -25,12 +26,13 @@ pub mod unwind;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its `fuzz/fuzz_targets/` file and corpus directory.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("arm_code", arm_code::run),
     ("cfi", cfi::run),
     ("elf", elf::run),
     ("exidx", exidx::run),
     ("expr", expr::run),
+    ("gdb_jit", gdb_jit::run),
     ("stack_cfi", stack_cfi::run),
     ("unwind", unwind::run),
 ];

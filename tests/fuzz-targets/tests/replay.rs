@@ -43,7 +43,7 @@ macro_rules! targets {
     )*};
 }
 
-targets!(arm_code, cfi, elf, exidx, expr, stack_cfi, unwind);
+targets!(arm_code, cfi, elf, exidx, expr, gdb_jit, stack_cfi, unwind);
 
 #[test]
 fn every_target_is_replayed() {
@@ -56,6 +56,7 @@ fn every_target_is_replayed() {
             "elf",
             "exidx",
             "expr",
+            "gdb_jit",
             "stack_cfi",
             "unwind"
         ]

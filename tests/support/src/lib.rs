@@ -20,9 +20,11 @@
 //! [`target`] the architectures the tests build for and run (`targets.tsv`).
 
 pub mod call_graph;
+pub mod gdb_jit;
 pub mod mini_debug_info;
 pub mod target;
 
+pub use gdb_jit::build_jitted_object;
 pub use mini_debug_info::{mini_debug_info_library, MiniDebugInfoLibrary};
 
 use std::io::Write;
