@@ -17,8 +17,8 @@ mod check;
 pub mod elf;
 pub mod exidx;
 pub mod expr;
-mod gen;
 pub mod gdb_jit;
+mod gen;
 pub mod stack_cfi;
 pub mod unwind;
 
