@@ -6,10 +6,14 @@ use crate::{Symfile, DESCRIPTOR_SYMBOL};
 
 /// The file address of `__jit_debug_descriptor` in the ELF file `elf` (its `.dynsym` or
 /// `.symtab`), if it defines it: the module's load bias plus this is the descriptor's address.
+/// Only data symbols of the descriptor's size (16 or 24 bytes, more with ART's fields) have
+/// their names read: a large executable's symbol tables (node's: 185,000 symbols) are scanned
+/// in a few milliseconds, not tens.
 pub fn descriptor_address(elf: &[u8]) -> Option<u64> {
     let file = object::File::parse(elf).ok()?;
     file.dynamic_symbols()
         .chain(file.symbols())
+        .filter(|s| s.kind() == SymbolKind::Data && (16..=64).contains(&s.size()))
         .find(|s| s.is_definition() && s.name() == Ok(DESCRIPTOR_SYMBOL))
         .map(|s| s.address())
 }
