@@ -269,13 +269,21 @@ fn mini_debug_info_cfi<'a>(
 }
 
 /// `elf`'s `.debug_frame`, decompressed: a section no segment loads, so only a module's file has
-/// it (Go's linker writes Go code's CFI there, `.eh_frame` covering only the C code). `None` if
-/// the file has none, or if it cannot be read (then recorded in `unreadable`).
+/// it (Go's linker writes Go code's CFI there, `.eh_frame` covering only the C code); for a file
+/// with neither section, its MiniDebugInfo's (ART's compiled code). `None` if the file has
+/// none, or if it cannot be read (then recorded in `unreadable`).
 pub fn debug_frame<'a>(
     elf: &object::File<'a>,
     unreadable: &mut Vec<UnreadableSection>,
 ) -> Option<std::borrow::Cow<'a, [u8]>> {
-    section_named(elf, ".debug_frame", unreadable).map(|(data, _)| data)
+    section_named(elf, ".debug_frame", unreadable)
+        .or_else(|| {
+            elf.section_by_name(".eh_frame")
+                .is_none()
+                .then(|| mini_debug_info_cfi(elf, unreadable).1)
+                .flatten()
+        })
+        .map(|(data, _)| data)
 }
 
 /// The named section's (decompressed) bytes and file address; `None` if the file has no such
