@@ -8,7 +8,7 @@
 //! The descriptor is found where gdb finds it: by its symbol, exported (`dlsym`) or in the
 //! executable's own symbol table (a JIT linked into the program without `-rdynamic`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::arch::Native;
@@ -94,7 +94,21 @@ pub(crate) fn read(program_bias: Option<u64>) -> JitCode {
     if let Ok(mut f) = FUNCTIONS.lock() {
         f.clone_from(&code.functions);
     }
+    USED.store(code.described.len(), Ordering::Relaxed);
+    UNUSABLE.store(code.unusable, Ordering::Relaxed);
     code
+}
+
+/// Symbol files used and left out at the last [`read`].
+static USED: AtomicUsize = AtomicUsize::new(0);
+static UNUSABLE: AtomicUsize = AtomicUsize::new(0);
+
+/// The symbol files whose rules the last [`read`] gave, and those it left out.
+pub(crate) fn counts() -> (usize, usize) {
+    (
+        USED.load(Ordering::Relaxed),
+        UNUSABLE.load(Ordering::Relaxed),
+    )
 }
 
 /// The functions the symbol files named at the last [`read`].

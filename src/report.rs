@@ -67,6 +67,12 @@ pub struct PreloadReport {
     /// exception unwinding wait for it): module discovery and copies of new modules' unwind
     /// sections, not their parsing.
     pub loader_lock: Duration,
+    /// Symbol files the process's JIT compilers listed through the GDB JIT interface whose rules
+    /// the table has, as of the last read of its executable mappings.
+    pub jit_symbol_files: usize,
+    /// Those left out: unreadable, too large, without rules or code range, or describing code
+    /// a newer one describes.
+    pub jit_symbol_files_unusable: usize,
 }
 
 impl PreloadReport {
@@ -104,11 +110,14 @@ impl PreloadReport {
             })
             .collect();
         modules.sort_by(|a, b| a.name.cmp(&b.name));
+        let (jit_symbol_files, jit_symbol_files_unusable) = crate::gdb_jit::counts();
         PreloadReport {
             generation,
             modules,
             build_time,
             loader_lock,
+            jit_symbol_files,
+            jit_symbol_files_unusable,
         }
     }
 
@@ -258,6 +267,13 @@ impl fmt::Display for PreloadReport {
             self.loader_lock.as_secs_f64() * 1e3,
             self.generation
         )?;
+        if self.jit_symbol_files + self.jit_symbol_files_unusable > 0 {
+            writeln!(
+                f,
+                "  GDB JIT interface: {} symbol files' rules, {} left out",
+                self.jit_symbol_files, self.jit_symbol_files_unusable
+            )?;
+        }
         for m in &self.modules {
             writeln!(f, "  {m}")?;
         }

@@ -338,7 +338,12 @@ fn jit_code_registered_through_the_gdb_interface_is_unwound_and_named() {
     register(&mut entry, true);
     assert!(unwind_in_process::jit_code_changed());
     assert!(!unwind_in_process::jit_code_changed());
-    unwind_in_process::refresh().expect("refresh");
+    let report = unwind_in_process::refresh().expect("refresh");
+    assert_eq!(
+        (report.jit_symbol_files, report.jit_symbol_files_unusable),
+        (1, 0),
+        "{report}"
+    );
     let (after, here) = call_through_jit(call);
     println!("after: {:x?}\nhere: {:x?}", after.pcs, here);
     assert!(
