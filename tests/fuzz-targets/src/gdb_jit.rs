@@ -34,7 +34,7 @@ impl Memory for Region<'_> {
     }
 }
 
-/// Input: a layout selector byte, then the memory at [`BASE`] (the descriptor first).
+/// Input: a layout selector byte, then the memory at 0x1000 (the descriptor first).
 pub fn run(data: &[u8]) {
     let _ = unwind_dwarf::mini_debug_info::decompress(data)
         .map(|d| assert!(d.len() <= unwind_dwarf::mini_debug_info::MAX_DECOMPRESSED));
