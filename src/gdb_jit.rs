@@ -5,8 +5,9 @@
 //! `process_vm_readv` (which fails, rather than faults, on memory freed meanwhile), by
 //! [`unwind_gdb_jit`], which reads a list the JIT changes meanwhile again.
 //!
-//! The descriptor is found where gdb finds it: by its symbol, exported (`dlsym`) or in the
-//! executable's own symbol table (a JIT linked into the program without `-rdynamic`).
+//! The descriptor is found where gdb finds it: by its symbol, exported by any loaded module
+//! ([`crate::exported`]) or in the executable's own symbol table (a JIT linked into the program
+//! without `-rdynamic`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -124,14 +125,11 @@ pub(crate) fn functions() -> Vec<Function> {
 static PROGRAM_BIAS: AtomicU64 = AtomicU64::new(NO_BIAS);
 const NO_BIAS: u64 = u64::MAX;
 
-/// The descriptors' addresses: the exported one, and the executable's own.
+/// The descriptors' addresses: those the loaded modules export (found without `dlsym`, which
+/// would leave its error for the program's `dlerror`), and the executable's own.
 fn descriptors(program_bias: Option<u64>) -> Vec<u64> {
-    let mut out = Vec::new();
-    // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the global scope.
-    let exported = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__jit_debug_descriptor".as_ptr()) };
-    if !exported.is_null() {
-        out.push(exported as u64);
-    }
+    let mut out = crate::exported::exported(c"__jit_debug_descriptor");
+    out.dedup();
     if let (Some(vaddr), Some(bias)) = (program_descriptor(), program_bias) {
         let at = bias.wrapping_add(vaddr);
         if !out.contains(&at) {

@@ -45,6 +45,7 @@ compile_error!("unwind-in-process supports Linux");
 mod arch;
 mod capture;
 mod captures;
+mod exported;
 mod gdb_jit;
 mod go;
 pub use go::GoRuntime;

@@ -252,9 +252,11 @@ fn copies_in(start: u64, end: u64) -> Option<(ModuleRules<Rule>, &'static CStr)>
     }
     let region = std::cell::OnceCell::new();
     for copied in Native::COPIED_CODE {
-        // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the global scope.
-        let at = unsafe { libc::dlsym(libc::RTLD_DEFAULT, copied.symbol.as_ptr()) } as u64;
-        if at == 0 || read_own(at, copied.bytes.len()).as_deref() != Some(copied.bytes) {
+        // Not through dlsym, whose failure the program's next dlerror would report.
+        let Some(&at) = crate::exported::exported(copied.symbol).first() else {
+            continue;
+        };
+        if read_own(at, copied.bytes.len()).as_deref() != Some(copied.bytes) {
             continue;
         }
         let Some(bytes) = region.get_or_init(|| read_own(start, (end - start) as usize)) else {
