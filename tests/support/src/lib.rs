@@ -20,6 +20,7 @@
 //! [`target`] the architectures the tests build for and run (`targets.tsv`).
 
 pub mod call_graph;
+pub mod collector;
 pub mod gdb_jit;
 pub mod mini_debug_info;
 pub mod target;
