@@ -55,6 +55,16 @@ pub struct Config {
     /// Samples whose registers and stack copy are also kept, from the first, and written to
     /// `STEM.sequence` at exit (0: none): the benchmarks' input (`bench-sequence`).
     pub capture_samples: usize,
+    /// Where to export the profile as OTLP profiles (`--export`: a URL, or `otlp` for the
+    /// `OTEL_EXPORTER_OTLP_*` variables' endpoint); `None`: no export unless
+    /// `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` names one (see [`crate::export`]).
+    pub export: Option<String>,
+    /// The exported profile's `service.name` (else `OTEL_SERVICE_NAME`, else the program's
+    /// name).
+    pub service: Option<String>,
+    /// Resource attributes added to the exported profile (`--label k=v`, repeatable), after
+    /// those of `OTEL_RESOURCE_ATTRIBUTES`.
+    pub labels: Vec<(String, String)>,
 }
 
 impl Default for Config {
@@ -75,6 +85,9 @@ impl Default for Config {
             verbose: false,
             stack_scanning: false,
             capture_samples: 0,
+            export: None,
+            service: None,
+            labels: Vec::new(),
         }
     }
 }
@@ -158,6 +171,24 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "N",
         env: "UNWIND_PROFILER_CAPTURE_SAMPLES",
         help: "also keep the registers and a copy of the stack (up to 512 KiB) of the first N samples, 1 to 100000, and write them to STEM.sequence at exit, for replaying them in order elsewhere (benches: bench-sequence); N x 512 KiB of address space is reserved at start, and used as far as the stacks reach (default 0: none)",
+    },
+    OptionSpec {
+        flag: "--export",
+        value: "URL|otlp",
+        env: "UNWIND_PROFILER_EXPORT",
+        help: "also send the profile, as OTLP profiles over HTTP (protobuf), to an OpenTelemetry Collector: URL is the collector's OTLP/HTTP endpoint (http://HOST:4318, to which /v1development/profiles is added if it has no path), otlp takes it from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318); OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT alone also turns it on; a profile the collector did not take is a warning and exit status 73",
+    },
+    OptionSpec {
+        flag: "--service",
+        value: "NAME",
+        env: "UNWIND_PROFILER_SERVICE",
+        help: "the exported profile's service.name (default OTEL_SERVICE_NAME, else the program's name)",
+    },
+    OptionSpec {
+        flag: "--label",
+        value: "KEY=VALUE",
+        env: "UNWIND_PROFILER_LABELS",
+        help: "a resource attribute of the exported profile (service.version=1.2, deployment.environment.name=prod, ...), repeatable; after those of OTEL_RESOURCE_ATTRIBUTES, which it overrides",
     },
     OptionSpec {
         flag: "--quiet",
@@ -364,6 +395,16 @@ impl Config {
                         .ok()
                         .filter(|n| (0..=100_000).contains(n))
                         .ok_or_else(|| err(o.env, &v, "a count from 0 to 100000"))?
+                }
+                "UNWIND_PROFILER_EXPORT" => {
+                    c.export = Some(v.trim().to_owned()).filter(|v| !v.is_empty())
+                }
+                "UNWIND_PROFILER_SERVICE" => {
+                    c.service = Some(v.trim().to_owned()).filter(|v| !v.is_empty())
+                }
+                "UNWIND_PROFILER_LABELS" => {
+                    c.labels = crate::export::parse_attributes(&v)
+                        .ok_or_else(|| err(o.env, &v, "KEY=VALUE pairs, separated by commas"))?
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_VERBOSE" => c.verbose = !matches!(v.trim(), "" | "0"),

@@ -24,6 +24,7 @@
 
 pub mod collect;
 pub mod config;
+pub mod export;
 pub mod output;
 pub mod profile;
 pub mod ring;

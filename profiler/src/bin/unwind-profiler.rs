@@ -112,7 +112,14 @@ fn parse(args: Vec<OsString>) -> Result<Option<Request>, String> {
                             .ok_or_else(|| format!("{} needs a value ({})", o.flag, o.value))?,
                     }
                 };
-                r.vars.push((o.env.to_string(), value));
+                // --label is repeatable: its values accumulate.
+                match r.vars.iter_mut().find(|(k, _)| k == o.env) {
+                    Some((_, v)) if o.flag == "--label" => {
+                        v.push(',');
+                        v.push_str(&value);
+                    }
+                    _ => r.vars.push((o.env.to_string(), value)),
+                }
             }
         }
     }
@@ -515,6 +522,25 @@ fn main() -> ExitCode {
     }
     // Whether the profile the run was for is missing, in part or whole.
     let mut not_written = false;
+    if let (Some(profile), Some(export)) = (
+        &profile,
+        unwind_profiler::export::Export::configured(&config, |name| std::env::var(name).ok()),
+    ) {
+        match export.send(profile) {
+            Ok(bytes) if !config.quiet => eprintln!(
+                "unwind-profiler: profile exported to {} ({bytes} bytes of OTLP)",
+                export.url
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!(
+                    "unwind-profiler: warning: the profile was not exported to {}: {e}",
+                    export.url
+                );
+                not_written = true;
+            }
+        }
+    }
     match profile {
         Some(profile) => match unwind_profiler::output::write_all_with_mode(
             &profile,

@@ -24,6 +24,7 @@
 pub mod firefox;
 pub mod flamegraph;
 pub mod folded;
+pub mod otlp;
 pub mod pprof;
 pub mod summary;
 

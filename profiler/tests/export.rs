@@ -1,0 +1,277 @@
+//! `record --export`: the profile sent as OTLP profiles to a real OpenTelemetry Collector
+//! (built by `scripts/otelcol`, started here on loopback ports, writing what it receives with
+//! its file exporter), and what the collector wrote read back:
+//!
+//! - the bundled demo workload for 3 s: one export, whose resource attributes are the ones asked
+//!   for (`--service`, `--label`, `OTEL_RESOURCE_ATTRIBUTES`) and the process's own; its total
+//!   CPU time equals the local profile's samples times the period, exactly, and each leaf
+//!   function's share equals the folded stacks' (the same profile, by another path); function
+//!   names, thread names and the workload's GNU build id present;
+//! - a collector that is not there: the outputs are written, the warning names the URL, and the
+//!   run fails with 73 although the program succeeded.
+//!
+//! Needs the release build of the command, the preload library and the demo workload, and the
+//! collector (a missing one fails under `CI=true`): `cargo build --release -p unwind-profiler
+//! -p unwind-profiler-preload -p unwind-demo-workload && cargo test --release -p unwind-profiler
+//! --test export`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use unwind_profiler::output::Outputs;
+use unwind_test_support::collector::{otelcol_path, Collector};
+
+/// The release artifacts' directory: this test runs from `target/release/deps/`.
+fn release_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("unwind-export-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `record` on the demo workload for 3 s with `args`, outputs in `out`.
+fn record(out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let dir = release_dir();
+    Command::new(dir.join("unwind-profiler"))
+        .arg("record")
+        .args(args)
+        .arg("--output")
+        .arg(out)
+        .arg("--")
+        .arg(dir.join("demo-workload"))
+        .args(["--seconds", "3"])
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment.name=test,team=a%20b",
+        )
+        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME")
+        .output()
+        .unwrap()
+}
+
+/// What the collector wrote: the request, its dictionary's tables resolved by index.
+struct Written<'a> {
+    request: &'a Value,
+    dictionary: &'a Value,
+}
+
+impl Written<'_> {
+    fn table(&self, name: &str) -> &[Value] {
+        self.dictionary[name].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    fn string(&self, index: &Value) -> &str {
+        let i = index.as_u64().unwrap_or(0) as usize;
+        self.table("stringTable")
+            .get(i)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// An attribute's value as text: its string (inline or by index) or its integer.
+    fn value(&self, v: &Value) -> String {
+        if let Some(s) = v["stringValue"].as_str() {
+            return s.to_owned();
+        }
+        if !v["stringValueStrindex"].is_null() {
+            return self.string(&v["stringValueStrindex"]).to_owned();
+        }
+        match &v["intValue"] {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// A key-value list (a resource's attributes), keys by index or inline.
+    fn attributes(&self, list: &Value) -> HashMap<String, String> {
+        list.as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|kv| {
+                let key = kv["key"]
+                    .as_str()
+                    .map_or_else(|| self.string(&kv["keyStrindex"]).to_owned(), str::to_owned);
+                (key, self.value(&kv["value"]))
+            })
+            .collect()
+    }
+
+    /// An entry of the attribute table.
+    fn table_attribute(&self, index: &Value) -> (String, String) {
+        let a = &self.table("attributeTable")[index.as_u64().unwrap_or(0) as usize];
+        (
+            self.string(&a["keyStrindex"]).to_owned(),
+            self.value(&a["value"]),
+        )
+    }
+
+    /// The leaf function of a stack.
+    fn leaf(&self, stack: &Value) -> String {
+        let s = &self.table("stackTable")[stack.as_u64().unwrap_or(0) as usize];
+        let location = &s["locationIndices"][0];
+        let l = &self.table("locationTable")[location.as_u64().unwrap_or(0) as usize];
+        let f = &self.table("functionTable")
+            [l["lines"][0]["functionIndex"].as_u64().unwrap_or(0) as usize];
+        self.string(&f["nameStrindex"]).to_owned()
+    }
+}
+
+fn number(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        v => v.as_u64().unwrap_or(0),
+    }
+}
+
+#[test]
+fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
+    if otelcol_path().is_none() {
+        unwind_test_support::missing("the OpenTelemetry Collector, built by scripts/otelcol");
+        return;
+    }
+    let dir = scratch("collector");
+    let mut collector = Collector::start(&dir.join("collector")).expect("collector");
+    let out = dir.join("out");
+    let run = record(
+        &out,
+        &[
+            "--export",
+            &collector.http_endpoint(),
+            "--service",
+            "demo-service",
+            "--label",
+            "service.version=1.2.3",
+            "--label",
+            "team=override",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("profile exported to"), "{stderr}");
+    let text = collector
+        .wait_written("resourceProfiles", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("nothing written; collector log:\n{}", collector.log()));
+    collector.stop();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one export: {text}");
+    let request: Value = serde_json::from_str(lines[0]).unwrap();
+    let w = Written {
+        request: &request,
+        dictionary: &request["dictionary"],
+    };
+
+    // One process: its resource.
+    let resources = w.request["resourceProfiles"].as_array().unwrap();
+    assert_eq!(resources.len(), 1);
+    let attributes = w.attributes(&resources[0]["resource"]["attributes"]);
+    println!("resource: {attributes:?}");
+    assert_eq!(attributes["service.name"], "demo-service");
+    assert_eq!(attributes["service.version"], "1.2.3");
+    assert_eq!(
+        attributes["team"], "override",
+        "--label overrides OTEL_RESOURCE_ATTRIBUTES"
+    );
+    assert_eq!(attributes["deployment.environment.name"], "test");
+    assert_eq!(attributes["process.executable.name"], "demo-workload");
+    assert!(attributes["process.pid"]
+        .parse::<u32>()
+        .is_ok_and(|p| p > 0));
+    assert!(!attributes["host.name"].is_empty());
+
+    // Totals: the local profile's periods times the period, exactly; leaf shares the same.
+    let profile = &resources[0]["scopeProfiles"][0]["profiles"][0];
+    let kind = &profile["sampleType"];
+    assert_eq!(w.string(&kind["typeStrindex"]), "cpu");
+    assert_eq!(w.string(&kind["unitStrindex"]), "nanoseconds");
+    let period = number(&profile["period"]);
+    assert_eq!(period, 1_000_000, "1000 Hz");
+    let mut by_leaf: HashMap<String, u64> = HashMap::new();
+    let mut threads = std::collections::HashSet::new();
+    let mut total = 0;
+    for s in profile["samples"].as_array().unwrap() {
+        let v = number(&s["values"][0]);
+        total += v;
+        *by_leaf.entry(w.leaf(&s["stackIndex"])).or_default() += v;
+        for a in s["attributeIndices"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+        {
+            let (k, v) = w.table_attribute(a);
+            if k == "thread.name" {
+                threads.insert(v);
+            }
+        }
+    }
+    let folded = unwind_profiler::output::folded::parse(
+        &std::fs::read_to_string(Outputs::paths(&out, "profile").folded).unwrap(),
+    );
+    let local: u64 = folded.iter().map(|(_, n)| n).sum();
+    println!(
+        "exported {total} ns in {} leaves; local {local} periods",
+        by_leaf.len()
+    );
+    assert!(local >= 1000, "{local} samples");
+    assert_eq!(total, local * period);
+    let mut local_by_leaf: HashMap<String, u64> = HashMap::new();
+    for (stack, n) in &folded {
+        *local_by_leaf
+            .entry(stack.last().unwrap().clone())
+            .or_default() += n * period;
+    }
+    assert_eq!(by_leaf, local_by_leaf, "leaf totals differ");
+    assert!(threads.len() >= 2, "thread names: {threads:?}");
+
+    // The workload's mapping carries its build id.
+    let build_ids: Vec<(String, String)> = w
+        .table("mappingTable")
+        .iter()
+        .filter_map(|m| {
+            let file = w.string(&m["filenameStrindex"]).to_owned();
+            m["attributeIndices"]
+                .as_array()?
+                .iter()
+                .map(|a| w.table_attribute(a))
+                .find(|(k, _)| k == "process.executable.build_id.gnu")
+                .map(|(_, id)| (file, id))
+        })
+        .collect();
+    assert!(
+        build_ids
+            .iter()
+            .any(|(file, id)| file.ends_with("demo-workload") && id.len() >= 16),
+        "{build_ids:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_collector_that_is_not_there_fails_the_run_with_the_outputs_written() {
+    let dir = scratch("absent");
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = dir.join("out");
+    let run = record(&out, &["--export", &url]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(73), "{stderr}");
+    assert!(
+        stderr.contains(&format!("not exported to {url}/v1development/profiles")),
+        "{stderr}"
+    );
+    assert!(Outputs::paths(&out, "profile").pprof.is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
