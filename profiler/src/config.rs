@@ -176,7 +176,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         flag: "--export",
         value: "URL|otlp",
         env: "UNWIND_PROFILER_EXPORT",
-        help: "also send the profile, as OTLP profiles over HTTP (protobuf), to an OpenTelemetry Collector: URL is the collector's OTLP/HTTP endpoint (http://HOST:4318, to which /v1development/profiles is added if it has no path), otlp takes it from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318); OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT alone also turns it on; a profile the collector did not take is a warning and exit status 73",
+        help: "also send the profile, as OTLP profiles over HTTP (protobuf), to an OpenTelemetry Collector: URL is the collector's OTLP/HTTP endpoint (http://HOST:4318, to which /v1development/profiles is added if it has no path), otlp takes it from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318); OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT alone also turns it on; under record a profile the collector did not take is a warning and exit status 73 (the preload library used alone exports at exit, a failure being a warning)",
     },
     OptionSpec {
         flag: "--service",

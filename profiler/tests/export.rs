@@ -8,7 +8,9 @@
 //!   function's share equals the folded stacks' (the same profile, by another path); function
 //!   names, thread names and the workload's GNU build id present;
 //! - a collector that is not there: the outputs are written, the warning names the URL, and the
-//!   run fails with 73 although the program succeeded.
+//!   run fails with 73 although the program succeeded;
+//! - the preload library used alone (`LD_PRELOAD`, its variables): the process exports its
+//!   profile at exit, its totals those of the files it wrote.
 //!
 //! Needs the release build of the command, the preload library and the demo workload, and the
 //! collector (a missing one fails under `CI=true`): `cargo build --release -p unwind-profiler
@@ -251,6 +253,59 @@ fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
             .any(|(file, id)| file.ends_with("demo-workload") && id.len() >= 16),
         "{build_ids:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_preload_library_alone_exports_at_exit() {
+    if otelcol_path().is_none() {
+        unwind_test_support::missing("the OpenTelemetry Collector, built by scripts/otelcol");
+        return;
+    }
+    let dir = scratch("alone");
+    let mut collector = Collector::start(&dir.join("collector")).expect("collector");
+    let out = dir.join("out");
+    let release = release_dir();
+    let run = Command::new(release.join("demo-workload"))
+        .args(["--seconds", "2"])
+        .env("LD_PRELOAD", release.join("libunwind_profiler_preload.so"))
+        .env("UNWIND_PROFILER_OUTPUT", &out)
+        .env("UNWIND_PROFILER_EXPORT", collector.http_endpoint())
+        .env("UNWIND_PROFILER_SERVICE", "alone")
+        .env_remove("UNWIND_PROFILER_RECORD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("profile exported to"), "{stderr}");
+    let text = collector
+        .wait_written("resourceProfiles", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("nothing written; collector log:\n{}", collector.log()));
+    collector.stop();
+    let request: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let w = Written {
+        request: &request,
+        dictionary: &request["dictionary"],
+    };
+    let resource = &w.request["resourceProfiles"][0];
+    assert_eq!(
+        w.attributes(&resource["resource"]["attributes"])["service.name"],
+        "alone"
+    );
+    let profile = &resource["scopeProfiles"][0]["profiles"][0];
+    let total: u64 = profile["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| number(&s["values"][0]))
+        .sum();
+    let folded = unwind_profiler::output::folded::parse(
+        &std::fs::read_to_string(Outputs::paths(&out, "profile").folded).unwrap(),
+    );
+    let local: u64 = folded.iter().map(|(_, n)| n).sum();
+    println!("alone: exported {total} ns; local {local} periods");
+    assert!(local >= 500, "{local} samples");
+    assert_eq!(total, local * number(&profile["period"]));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

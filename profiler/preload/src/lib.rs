@@ -175,6 +175,9 @@ extern "C" fn at_exit() {
         .unwrap_or_else(|| ".".into());
     let stem = profiler.config().stem.clone();
     let mode = profiler.config().output_mode;
+    let export = unwind_profiler::export::Export::configured(profiler.config(), |name| {
+        std::env::var(name).ok()
+    });
     let profile = profiler.stop();
     for warning in unwind_profiler::output::summary::warnings(&profile) {
         if !quiet {
@@ -193,6 +196,19 @@ extern "C" fn at_exit() {
             }
         }
         Err(e) => eprintln!("unwind-profiler: {e}"),
+    }
+    if let Some(export) = export {
+        match export.send(&profile) {
+            Ok(bytes) if !quiet => eprintln!(
+                "unwind-profiler: profile exported to {} ({bytes} bytes of OTLP)",
+                export.url
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "unwind-profiler: warning: the profile was not exported to {}: {e}",
+                export.url
+            ),
+        }
     }
     let sequence = dir.join(format!("{stem}.sequence"));
     let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
