@@ -211,6 +211,11 @@ fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
             let (k, v) = w.table_attribute(a);
             if k == "thread.name" {
                 threads.insert(v);
+            } else if k == "thread.id" {
+                // An integer, as the semantic conventions type it.
+                let raw = &w.table("attributeTable")[a.as_u64().unwrap() as usize]["value"];
+                assert!(!raw["intValue"].is_null(), "{raw}");
+                assert!(v.parse::<u32>().is_ok_and(|t| t > 0), "{v}");
             }
         }
     }

@@ -44,7 +44,14 @@ struct Tables {
     dictionary: otlp::ProfilesDictionary,
     strings: HashMap<String, i32>,
     functions: HashMap<(i32, i32), i32>,
-    attributes: HashMap<(i32, String), i32>,
+    attributes: HashMap<(i32, Attribute), i32>,
+}
+
+/// An attribute's value, as the table keys it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Attribute {
+    Text(String),
+    Int(i64),
 }
 
 impl Tables {
@@ -88,15 +95,29 @@ impl Tables {
 
     /// An attribute of string value.
     fn attribute(&mut self, key: &str, value: &str) -> i32 {
+        self.attribute_of(key, Attribute::Text(value.to_owned()))
+    }
+
+    /// An attribute of integer value (`thread.id`, as the semantic conventions type it).
+    fn int_attribute(&mut self, key: &str, value: i64) -> i32 {
+        self.attribute_of(key, Attribute::Int(value))
+    }
+
+    fn attribute_of(&mut self, key: &str, value: Attribute) -> i32 {
         let key = self.string(key);
         let table = &mut self.dictionary.attribute_table;
         *self
             .attributes
-            .entry((key, value.to_owned()))
+            .entry((key, value.clone()))
             .or_insert_with(|| {
                 table.push(otlp::KeyValueAndUnit {
                     key_strindex: key,
-                    value: Some(string_value(value)),
+                    value: Some(match value {
+                        Attribute::Text(s) => string_value(&s),
+                        Attribute::Int(i) => AnyValue {
+                            value: Some(any_value::Value::IntValue(i)),
+                        },
+                    }),
                     unit_strindex: 0,
                 });
                 (table.len() - 1) as i32
@@ -178,7 +199,7 @@ pub fn request(profile: &Profile, resource: &Resource) -> ExportProfilesServiceR
         let thread = &profile.threads[total.thread];
         let attributes = vec![
             t.attribute("thread.name", &thread.name),
-            t.attribute("thread.id", &thread.tid.to_string()),
+            t.int_attribute("thread.id", i64::from(thread.tid)),
         ];
         let sample = otlp::Sample {
             stack_index: total.stack as i32 + 1,
