@@ -136,8 +136,9 @@ pub fn work_frame(work: Work) -> String {
 }
 
 /// What the collector has gathered so far.
-/// The most JIT functions' names a process keeps (an ART process names tens of thousands).
-pub const JIT_FUNCTIONS_KEPT: usize = 1 << 20;
+/// The most JIT functions' names a process keeps (an ART process names tens of thousands):
+/// with names of at most 512 bytes, what a process can make `record` hold is bounded (64 MiB).
+pub const JIT_FUNCTIONS_KEPT: usize = 1 << 17;
 
 pub struct Collector {
     /// Every module seen, in order of first sight.
@@ -681,11 +682,6 @@ impl Collector {
         }
     }
 
-    /// JIT functions' names not kept: past [`JIT_FUNCTIONS_KEPT`].
-    pub fn jit_functions_dropped(&self) -> u64 {
-        self.jit_functions_dropped
-    }
-
     /// Samples in the timeline now (at most [`TIMELINE_SAMPLES`]).
     pub fn timeline_samples(&self) -> usize {
         self.timeline.samples.len()
@@ -924,6 +920,7 @@ impl Collector {
             .collect();
         c.foreign_signals = unsampled.foreign_signals;
         c.program_actions = process.program_actions.load(Relaxed);
+        c.jit_names_dropped = self.jit_functions_dropped;
         c.go_programs = match process.go_runtime.load(Relaxed) {
             1 => (1, 0),
             2 => (0, 1),
@@ -986,6 +983,24 @@ mod tests {
             stack: 0,
             represents: 0,
         }
+    }
+
+    /// A process naming more JIT functions than are kept: the rest counted, the kept names
+    /// bounded, a later name for a kept start still taken.
+    #[test]
+    fn jit_names_past_the_bound_are_counted() {
+        let mut c = Collector::new(Duration::from_millis(1), false, SystemTime::now());
+        let f = |i: usize, name: &str| unwind_in_process::JitFunction {
+            start: 16 * i as u64,
+            end: 16 * i as u64 + 8,
+            name: name.into(),
+        };
+        c.add_jit_functions((0..JIT_FUNCTIONS_KEPT + 3).map(|i| f(i, "f")).collect());
+        assert_eq!(c.jit_functions.len(), JIT_FUNCTIONS_KEPT);
+        assert_eq!(c.jit_functions_dropped, 3);
+        c.add_jit_functions(vec![f(5, "reused")]);
+        assert_eq!(c.jit_functions[&80].1, "reused");
+        assert_eq!(c.jit_functions_dropped, 3);
     }
 
     fn module(path: &str, start: u64, end: u64) -> Module {

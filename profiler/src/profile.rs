@@ -167,6 +167,9 @@ pub struct Counters {
     /// Times the program set its own action for a signal the profiler samples with (its handler
     /// stayed in front, and passed the program's own signals, `foreign_signals`, on to it).
     pub program_actions: u64,
+    /// Names of JIT functions (GDB JIT interface) not kept: past
+    /// [`JIT_FUNCTIONS_KEPT`](crate::collect::JIT_FUNCTIONS_KEPT) per process.
+    pub jit_names_dropped: u64,
     /// Go programs whose goroutines' stacks the walks read, and Go programs whose runtime's `g`
     /// was not found (their walks stop at a goroutine's first frame).
     pub go_programs: (u64, u64),
@@ -316,6 +319,7 @@ impl Counters {
         self.lifetime_cpu += other.lifetime_cpu;
         self.descendants_cpu = self.descendants_cpu.max(other.descendants_cpu);
         self.program_actions += other.program_actions;
+        self.jit_names_dropped += other.jit_names_dropped;
         self.go_programs.0 += other.go_programs.0;
         self.go_programs.1 += other.go_programs.1;
         self.reconnections += other.reconnections;

@@ -183,6 +183,7 @@ fn sample_profile() -> Profile {
             lifetime_cpu: MS * 160,
             descendants_cpu: Some(MS * 170),
             program_actions: 0,
+            jit_names_dropped: 0,
             go_programs: (0, 0),
             reconnections: 0,
             timers_rearmed: 0,

@@ -200,6 +200,13 @@ pub fn text(profile: &Profile) -> String {
             if go_unknown == 1 { "" } else { "es" }
         ));
     }
+    if c.jit_names_dropped > 0 {
+        line(format_args!(
+            "jit names         {} names of JIT functions (GDB JIT interface) past the {} kept per process",
+            c.jit_names_dropped,
+            crate::collect::JIT_FUNCTIONS_KEPT
+        ));
+    }
     if c.program_actions > 0 {
         line(format_args!(
             "program's signal  the program set its own action for the sampling signal {} times: the profiler's handler stayed in front and passed the program's own {} signals on to it",
