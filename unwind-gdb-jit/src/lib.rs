@@ -8,28 +8,13 @@
 //! `.symtab` names the code ([`Symfile::code_range`], [`Symfile::functions`]).
 //!
 //! ```
-//! use unwind_gdb_jit::{read_symfiles, Layout, Limits, Memory};
+//! use unwind_gdb_jit::{read_symfiles, Layout, Limits, Pieces};
 //!
-//! // A process's memory, as (address, bytes) pieces.
-//! struct Pieces(Vec<(u64, Vec<u8>)>);
-//! impl Memory for Pieces {
-//!     fn read(&self, address: u64, buf: &mut [u8]) -> bool {
-//!         self.0.iter().any(|(at, bytes)| {
-//!             let Some(from) = address.checked_sub(*at) else { return false };
-//!             let Some(part) = bytes.get(from as usize..from as usize + buf.len()) else {
-//!                 return false;
-//!             };
-//!             buf.copy_from_slice(part);
-//!             true
-//!         })
-//!     }
-//! }
-//!
-//! // A 64-bit descriptor at 0x1000 (version 1, no entries yet).
+//! // A 64-bit descriptor at 0x1000 (version 1, no entries yet), in a process's memory.
 //! let mut descriptor = vec![0u8; 24];
 //! descriptor[0] = 1;
-//! let memory = Pieces(vec![(0x1000, descriptor)]);
-//! let list = read_symfiles(&memory, 0x1000, Layout::X86_64, &Limits::default()).unwrap();
+//! let memory = [(0x1000, descriptor)];
+//! let list = read_symfiles(&Pieces(&memory), 0x1000, Layout::X86_64, &Limits::default()).unwrap();
 //! assert!(list.symfiles.is_empty());
 //! ```
 
@@ -51,4 +36,31 @@ pub trait Memory {
     /// Fills `buf` with the bytes at `address`; `false` (and `buf` unspecified) if any of them
     /// cannot be read.
     fn read(&self, address: u64, buf: &mut [u8]) -> bool;
+}
+
+/// A process's memory as pieces, each its start address and bytes (a recorded process's, a
+/// fuzzer's): a read is served from one piece.
+pub struct Pieces<'a, B>(pub &'a [(u64, B)]);
+
+impl<B: AsRef<[u8]>> Memory for Pieces<'_, B> {
+    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
+        self.0.iter().any(|(at, bytes)| {
+            let Some(from) = address
+                .checked_sub(*at)
+                .and_then(|f| usize::try_from(f).ok())
+            else {
+                return false;
+            };
+            match from
+                .checked_add(buf.len())
+                .and_then(|to| bytes.as_ref().get(from..to))
+            {
+                Some(part) => {
+                    buf.copy_from_slice(part);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
 }

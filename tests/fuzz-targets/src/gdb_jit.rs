@@ -5,34 +5,10 @@
 //! (`unwind_dwarf::mini_debug_info`) on the same bytes: a module's file is as untrusted.
 
 use unwind_dwarf::{ArchVisitor, Architecture, DwarfArch};
-use unwind_gdb_jit::{Layout, Limits, Memory};
+use unwind_gdb_jit::{Layout, Limits, Pieces};
 
-/// The fuzzed memory: one region at [`BASE`].
-struct Region<'a>(&'a [u8]);
-
-/// Where the region (and the descriptor, at its start) is.
+/// Where the fuzzed memory (and the descriptor, at its start) is.
 const BASE: u64 = 0x1000;
-
-impl Memory for Region<'_> {
-    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
-        let Some(from) = address
-            .checked_sub(BASE)
-            .and_then(|f| usize::try_from(f).ok())
-        else {
-            return false;
-        };
-        match from
-            .checked_add(buf.len())
-            .and_then(|to| self.0.get(from..to))
-        {
-            Some(part) => {
-                buf.copy_from_slice(part);
-                true
-            }
-            None => false,
-        }
-    }
-}
 
 /// Input: a layout selector byte, then the memory at 0x1000 (the descriptor first).
 pub fn run(data: &[u8]) {
@@ -49,7 +25,8 @@ pub fn run(data: &[u8]) {
         total_bytes: 1 << 18,
         tries: 2,
     };
-    let Ok(list) = unwind_gdb_jit::read_symfiles(&Region(memory), BASE, layout, &limits) else {
+    let Ok(list) = unwind_gdb_jit::read_symfiles(&Pieces(&[(BASE, memory)]), BASE, layout, &limits)
+    else {
         return;
     };
     assert!(list.symfiles.len() + list.too_large + list.unreadable <= limits.entries);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use unwind_core::table::{RuleTable, RuleTableBuilder};
 use unwind_core::{Arch, Cache, Memory, StopReason, Trust};
-use unwind_gdb_jit::Memory as _;
+use unwind_gdb_jit::{Memory as _, Pieces};
 
 /// The architectures of the corpus this project unwinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -741,29 +741,6 @@ fn file_offset(elf: &[u8], vaddr: u64) -> Option<u64> {
         let (offset, size) = s.file_range();
         (s.address() <= vaddr && vaddr - s.address() < size).then(|| offset + (vaddr - s.address()))
     })
-}
-
-/// The recorded memory, for the GDB JIT interface's reader.
-struct Pieces<'a>(&'a [(u64, Vec<u8>)]);
-
-impl unwind_gdb_jit::Memory for Pieces<'_> {
-    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
-        self.0.iter().any(|(at, bytes)| {
-            let Some(from) = address
-                .checked_sub(*at)
-                .and_then(|f| usize::try_from(f).ok())
-            else {
-                return false;
-            };
-            match bytes.get(from..from.saturating_add(buf.len())) {
-                Some(part) if part.len() == buf.len() => {
-                    buf.copy_from_slice(part);
-                    true
-                }
-                _ => false,
-            }
-        })
-    }
 }
 
 /// Parses `start-end perms offset dev inode name`.
