@@ -125,6 +125,11 @@ pub(crate) fn functions() -> Vec<Function> {
 static PROGRAM_BIAS: AtomicU64 = AtomicU64::new(NO_BIAS);
 const NO_BIAS: u64 = u64::MAX;
 
+/// The executable's load bias at the last [`read`], if known.
+fn program_bias() -> Option<u64> {
+    Some(PROGRAM_BIAS.load(Ordering::Relaxed)).filter(|&b| b != NO_BIAS)
+}
+
 /// The descriptors' addresses: those the loaded modules export (found without `dlsym`, which
 /// would leave its error for the program's `dlerror`), and the executable's own.
 fn descriptors(program_bias: Option<u64>) -> Vec<u64> {
@@ -154,8 +159,7 @@ fn program_descriptor() -> Option<u64> {
 /// Whether the process has a GDB JIT interface's descriptor (a JIT compiler linked in or
 /// loaded), as of the last [`read`].
 pub(crate) fn present() -> bool {
-    let bias = Some(PROGRAM_BIAS.load(Ordering::Relaxed)).filter(|&b| b != NO_BIAS);
-    !descriptors(bias).is_empty()
+    !descriptors(program_bias()).is_empty()
 }
 
 /// The descriptors' state words at the last [`changed`]: whether the JIT registered or
@@ -166,8 +170,7 @@ static LAST_STATE: Mutex<Vec<(u64, [u8; 24])>> = Mutex::new(Vec::new());
 /// `action_flag`, `relevant_entry`, `first_entry`): a few reads, for a caller deciding whether
 /// to [`crate::refresh`].
 pub(crate) fn changed() -> bool {
-    let bias = Some(PROGRAM_BIAS.load(Ordering::Relaxed)).filter(|&b| b != NO_BIAS);
-    let now: Vec<(u64, [u8; 24])> = descriptors(bias)
+    let now: Vec<(u64, [u8; 24])> = descriptors(program_bias())
         .into_iter()
         .map(|d| {
             // version, action_flag, relevant_entry and first_entry: no more (the next bytes
