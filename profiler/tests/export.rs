@@ -39,6 +39,36 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A collector started for test `name`, and the test's scratch directory; `None` (failing
+/// under `CI=true`) if the collector is not built.
+fn collector(name: &str) -> Option<(PathBuf, Collector)> {
+    if otelcol_path().is_none() {
+        unwind_test_support::missing("the OpenTelemetry Collector, built by scripts/otelcol");
+        return None;
+    }
+    let dir = scratch(name);
+    let collector = Collector::start(&dir.join("collector")).expect("collector");
+    Some((dir, collector))
+}
+
+/// The one export the collector received, as it wrote it; the collector stopped.
+fn the_export(collector: &mut Collector) -> Value {
+    let text = collector
+        .wait_written("resourceProfiles", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("nothing written; collector log:\n{}", collector.log()));
+    collector.stop();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one export: {text}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+/// The local profile's folded stacks in `out`.
+fn folded(out: &std::path::Path) -> Vec<(Vec<String>, u64)> {
+    unwind_profiler::output::folded::parse(
+        &std::fs::read_to_string(Outputs::paths(out, "profile").folded).unwrap(),
+    )
+}
+
 /// `record` on the demo workload for 3 s with `args`, outputs in `out`.
 fn record(out: &std::path::Path, args: &[&str]) -> std::process::Output {
     let dir = release_dir();
@@ -137,12 +167,9 @@ fn number(v: &Value) -> u64 {
 
 #[test]
 fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
-    if otelcol_path().is_none() {
-        unwind_test_support::missing("the OpenTelemetry Collector, built by scripts/otelcol");
+    let Some((dir, mut collector)) = collector("collector") else {
         return;
-    }
-    let dir = scratch("collector");
-    let mut collector = Collector::start(&dir.join("collector")).expect("collector");
+    };
     let out = dir.join("out");
     let run = record(
         &out,
@@ -160,13 +187,7 @@ fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(stderr.contains("profile exported to"), "{stderr}");
-    let text = collector
-        .wait_written("resourceProfiles", Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("nothing written; collector log:\n{}", collector.log()));
-    collector.stop();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one export: {text}");
-    let request: Value = serde_json::from_str(lines[0]).unwrap();
+    let request = the_export(&mut collector);
     let w = Written {
         request: &request,
         dictionary: &request["dictionary"],
@@ -219,9 +240,7 @@ fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
             }
         }
     }
-    let folded = unwind_profiler::output::folded::parse(
-        &std::fs::read_to_string(Outputs::paths(&out, "profile").folded).unwrap(),
-    );
+    let folded = folded(&out);
     let local: u64 = folded.iter().map(|(_, n)| n).sum();
     println!(
         "exported {total} ns in {} leaves; local {local} periods",
@@ -263,12 +282,9 @@ fn the_profile_reaches_a_collector_with_its_attributes_names_and_totals() {
 
 #[test]
 fn the_preload_library_alone_exports_at_exit() {
-    if otelcol_path().is_none() {
-        unwind_test_support::missing("the OpenTelemetry Collector, built by scripts/otelcol");
+    let Some((dir, mut collector)) = collector("alone") else {
         return;
-    }
-    let dir = scratch("alone");
-    let mut collector = Collector::start(&dir.join("collector")).expect("collector");
+    };
     let out = dir.join("out");
     let release = release_dir();
     let run = Command::new(release.join("demo-workload"))
@@ -283,11 +299,7 @@ fn the_preload_library_alone_exports_at_exit() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(stderr.contains("profile exported to"), "{stderr}");
-    let text = collector
-        .wait_written("resourceProfiles", Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("nothing written; collector log:\n{}", collector.log()));
-    collector.stop();
-    let request: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let request = the_export(&mut collector);
     let w = Written {
         request: &request,
         dictionary: &request["dictionary"],
@@ -304,9 +316,7 @@ fn the_preload_library_alone_exports_at_exit() {
         .iter()
         .map(|s| number(&s["values"][0]))
         .sum();
-    let folded = unwind_profiler::output::folded::parse(
-        &std::fs::read_to_string(Outputs::paths(&out, "profile").folded).unwrap(),
-    );
+    let folded = folded(&out);
     let local: u64 = folded.iter().map(|(_, n)| n).sum();
     println!("alone: exported {total} ns; local {local} periods");
     assert!(local >= 500, "{local} samples");
