@@ -200,6 +200,8 @@ pub struct Collector {
     own_code: Option<u64>,
     /// Samples of the profiler's work, by kind (in the order of [`Work::ALL`]).
     work_samples: [u64; Work::ALL.len()],
+    /// When the current period started, once the first was cut ([`Collector::cut_period`]).
+    period_start: Option<SystemTime>,
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
@@ -393,7 +395,47 @@ impl Collector {
             refused: BTreeMap::new(),
             own_code: None,
             work_samples: [0; Work::ALL.len()],
+            period_start: None,
         }
+    }
+
+    /// Makes this a collector of periods ([`Collector::cut_period`]): its timeline keeps no
+    /// samples (a period's profile is its totals).
+    pub fn set_periodic(&mut self) {
+        self.timeline = Timeline::new(0);
+    }
+
+    /// The profile of the current period (since the last cut, or since sampling started): what
+    /// was drained since, symbolized; then starts the next period, with no stacks, totals or
+    /// names kept, so that the collector's memory is that of one period's distinct stacks
+    /// (at most [`MAX_STACK_FRAMES`] frames) however long the run. Its counters are the run's
+    /// so far. `info.duration` is the period's.
+    pub fn cut_period<'r>(
+        &mut self,
+        records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
+        info: &ProcessInfo<'_>,
+        symbolizer: &mut Symbolizer,
+        now: SystemTime,
+    ) -> Profile {
+        let mut profile = self.finish(records, info, symbolizer);
+        profile.start = self.period_start.unwrap_or(self.start_time);
+        self.period_start = Some(now);
+        self.stack_ids.clear();
+        self.stacks.clear();
+        self.resolved_ids.clear();
+        self.unresolved.clear();
+        self.stack_frames = 0;
+        self.live.clear();
+        self.exited.clear();
+        self.exited_by_name.clear();
+        self.names.clear();
+        self.timeline = Timeline::new(self.timeline.cap.min(TIMELINE_SAMPLES));
+        profile
+    }
+
+    /// When the current period started: sampling's start before the first cut.
+    pub fn period_start(&self) -> SystemTime {
+        self.period_start.unwrap_or(self.start_time)
     }
 
     /// Says that the profiler runs in the process as a library of its own, at `address` (the

@@ -65,6 +65,12 @@ pub struct Config {
     /// Resource attributes added to the exported profile (`--label k=v`, repeatable), after
     /// those of `OTEL_RESOURCE_ATTRIBUTES`.
     pub labels: Vec<(String, String)>,
+    /// With a value, continuous profiling (`--period`): a profile of each window this long,
+    /// written to `STEM-periods/` in the output directory and exported, instead of one profile
+    /// of the whole run (see [`crate::periods`]).
+    pub profile_period: Option<Duration>,
+    /// How many period profiles `STEM-periods/` keeps (the oldest removed first).
+    pub keep_periods: usize,
 }
 
 impl Default for Config {
@@ -88,6 +94,8 @@ impl Default for Config {
             export: None,
             service: None,
             labels: Vec::new(),
+            profile_period: None,
+            keep_periods: 100,
         }
     }
 }
@@ -189,6 +197,18 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "KEY=VALUE",
         env: "UNWIND_PROFILER_LABELS",
         help: "a resource attribute of the exported profile (service.version=1.2, deployment.environment.name=prod, ...), repeatable; after those of OTEL_RESOURCE_ATTRIBUTES, which it overrides",
+    },
+    OptionSpec {
+        flag: "--period",
+        value: "DURATION",
+        env: "UNWIND_PROFILER_PERIOD",
+        help: "continuous profiling: cut a profile every DURATION (such as 10s, 500ms or 1m; 100ms to 1h), of that window's samples only, written as a pprof file to STEM-periods/ in the output directory and exported with --export as it is cut (delivery retried with backoff, up to 5 minutes of periods queued); memory stays flat however long the run; the summary is then of the run's counters and the last period (default: one profile of the whole run)",
+    },
+    OptionSpec {
+        flag: "--keep-periods",
+        value: "N",
+        env: "UNWIND_PROFILER_KEEP_PERIODS",
+        help: "with --period, how many period files STEM-periods/ keeps, the oldest removed first, 1 to 100000 (default 100)",
     },
     OptionSpec {
         flag: "--quiet",
@@ -305,6 +325,22 @@ fn unownable(signal: libc::c_int, trap_allowed: bool) -> Option<&'static str> {
 }
 
 /// A file mode in octal (`0644`, `644`, `0o644`) with read and write bits only.
+/// A duration as `10s`, `500ms`, `2m`, `1h` or a number of seconds.
+fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let millis = match unit.trim() {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    Some(Duration::from_millis(n.checked_mul(millis)?))
+}
+
 fn parse_mode(s: &str) -> Option<u32> {
     let digits = s.trim();
     let digits = digits.strip_prefix("0o").unwrap_or(digits);
@@ -406,6 +442,26 @@ impl Config {
                     c.labels = crate::export::parse_attributes(&v)
                         .ok_or_else(|| err(o.env, &v, "KEY=VALUE pairs, separated by commas"))?
                 }
+                "UNWIND_PROFILER_PERIOD" => {
+                    c.profile_period = Some(
+                        parse_duration(&v)
+                            .filter(|d| {
+                                (Duration::from_millis(100)..=Duration::from_secs(3600))
+                                    .contains(d)
+                            })
+                            .ok_or_else(|| {
+                                err(o.env, &v, "a duration from 100ms to 1h, such as 10s")
+                            })?,
+                    )
+                }
+                "UNWIND_PROFILER_KEEP_PERIODS" => {
+                    c.keep_periods = v
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=100_000).contains(n))
+                        .ok_or_else(|| err(o.env, &v, "a count from 1 to 100000"))?
+                }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_VERBOSE" => c.verbose = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_STACK_SCANNING" => {
@@ -435,7 +491,7 @@ impl Config {
     }
 
     /// The sampling period.
-    pub fn period(&self) -> Duration {
+    pub fn sample_interval(&self) -> Duration {
         Duration::from_nanos(1_000_000_000 / u64::from(self.frequency.max(1)))
     }
 
@@ -448,7 +504,7 @@ impl Config {
                     Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
                     Clock::Wall => libc::CLOCK_MONOTONIC,
                 },
-                period: self.period(),
+                period: self.sample_interval(),
                 signal: self.signal,
             },
             max_frames: self.max_frames,
@@ -473,6 +529,35 @@ mod tests {
     }
 
     #[test]
+    fn periods_are_durations_within_bounds() {
+        let period = |v: &str| {
+            Config::from_vars(vars(&[("UNWIND_PROFILER_PERIOD", v)])).map(|c| c.profile_period)
+        };
+        assert_eq!(period("10s").unwrap(), Some(Duration::from_secs(10)));
+        assert_eq!(period("250ms").unwrap(), Some(Duration::from_millis(250)));
+        assert_eq!(period("2m").unwrap(), Some(Duration::from_secs(120)));
+        assert_eq!(period(" 1h ").unwrap(), Some(Duration::from_secs(3600)));
+        assert_eq!(period("5").unwrap(), Some(Duration::from_secs(5)));
+        for bad in [
+            "",
+            "10ms",
+            "2h",
+            "s",
+            "-1s",
+            "1.5s",
+            "99999999999999999999h",
+        ] {
+            assert!(period(bad).is_err(), "{bad:?}");
+        }
+        let keep = |v: &str| {
+            Config::from_vars(vars(&[("UNWIND_PROFILER_KEEP_PERIODS", v)])).map(|c| c.keep_periods)
+        };
+        assert_eq!(keep("3").unwrap(), 3);
+        assert!(keep("0").is_err());
+        assert_eq!(Config::default().keep_periods, 100);
+    }
+
+    #[test]
     fn defaults_and_every_variable() {
         let c = Config::from_vars(vars(&[])).unwrap();
         assert_eq!(
@@ -494,7 +579,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.frequency, 10000);
-        assert_eq!(c.period(), Duration::from_micros(100));
+        assert_eq!(c.sample_interval(), Duration::from_micros(100));
         assert_eq!(c.clock, Clock::Wall);
         assert_eq!(c.timer, TimerChoice::Posix);
         assert_eq!(c.output, Some(PathBuf::from("/tmp/x")));

@@ -4,8 +4,12 @@
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`). The HTTP client is ureq (plain HTTP: a
 //! collector is most often a sidecar or agent on the same host).
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
 
 use crate::config::Config;
@@ -56,6 +60,17 @@ impl std::fmt::Display for ExportError {
 }
 
 impl std::error::Error for ExportError {}
+
+impl ExportError {
+    /// Whether sending again later may succeed: the collector unreachable, or one of the
+    /// statuses OTLP/HTTP says to retry (429, 502, 503, 504).
+    pub fn retryable(&self) -> bool {
+        match self {
+            ExportError::Unreachable(_) => true,
+            ExportError::Refused { status, .. } => matches!(status, 429 | 502 | 503 | 504),
+        }
+    }
+}
 
 /// `k=v,k2=v2` (`OTEL_RESOURCE_ATTRIBUTES`'s format: values percent-encoded, spaces around
 /// keys and values trimmed) as pairs; `None` if an entry has no `=` or an empty key.
@@ -150,7 +165,15 @@ impl Export {
 
     /// Sends `profile`; returns the bytes sent.
     pub fn send(&self, profile: &Profile) -> Result<usize, ExportError> {
-        let body = request(profile, &self.resource).encode_to_vec();
+        self.send_request(&request(profile, &self.resource))
+    }
+
+    /// Sends a request made of profiles; returns the bytes sent.
+    pub fn send_request(
+        &self,
+        request: &ExportProfilesServiceRequest,
+    ) -> Result<usize, ExportError> {
+        let body = request.encode_to_vec();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(TIMEOUT))
             .http_status_as_error(false)
@@ -171,6 +194,216 @@ impl Export {
     }
 }
 
+/// The attribute a delivered profile carries when periods before it were dropped: how many,
+/// since the last one delivered.
+pub const PERIODS_DROPPED_ATTRIBUTE: &str = "unwind_profiler.periods_dropped";
+
+/// The first wait before sending a period again, doubled at each failure up to
+/// [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// The longest wait between two tries.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What a [`Delivery`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryCounts {
+    /// Periods the collector took.
+    pub delivered: u64,
+    /// Their bytes of OTLP.
+    pub bytes: u64,
+    /// Tries that failed and were tried again.
+    pub retries: u64,
+    /// Periods dropped because the queue was full (the oldest go first).
+    pub dropped: u64,
+    /// Periods the collector refused for good (a status not worth retrying).
+    pub refused: u64,
+    /// Periods still queued when the delivery had to end.
+    pub undelivered: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+/// The queue between the periods cut and the collector.
+struct Queue {
+    pending: VecDeque<ExportProfilesServiceRequest>,
+    capacity: usize,
+    counts: DeliveryCounts,
+    /// Periods dropped since the last one delivered: the next one delivered says so.
+    dropped_unsaid: u64,
+    /// When set, deliver what is queued until then, then end.
+    deadline: Option<Instant>,
+}
+
+/// Delivers profiles to a collector from a thread of its own, so that whoever cuts them never
+/// waits on the network: a bounded queue (the oldest period dropped and counted when it is
+/// full), each failure tried again after a backoff ([`FIRST_BACKOFF`] doubling up to
+/// [`MAX_BACKOFF`]) as long as the failure is one worth retrying ([`ExportError::retryable`]),
+/// the count of dropped periods carried by the next one delivered
+/// ([`PERIODS_DROPPED_ATTRIBUTE`]).
+pub struct Delivery {
+    shared: Arc<(Mutex<Queue>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+    export: Export,
+}
+
+impl Delivery {
+    /// Starts delivering to `export`'s collector, at most `capacity` periods queued.
+    pub fn start(export: Export, capacity: usize) -> std::io::Result<Delivery> {
+        let shared = Arc::new((
+            Mutex::new(Queue {
+                pending: VecDeque::new(),
+                capacity: capacity.max(1),
+                counts: DeliveryCounts::default(),
+                dropped_unsaid: 0,
+                deadline: None,
+            }),
+            Condvar::new(),
+        ));
+        let (s, e) = (shared.clone(), export.clone());
+        let thread = std::thread::Builder::new()
+            .name("unwind-export".into())
+            .spawn(move || deliver_until_done(&s, &e))?;
+        Ok(Delivery {
+            shared,
+            thread: Some(thread),
+            export,
+        })
+    }
+
+    /// Where it delivers.
+    pub fn export(&self) -> &Export {
+        &self.export
+    }
+
+    /// Queues `profile` (made into a request here, off the delivering thread).
+    pub fn deliver(&self, profile: &Profile) {
+        let request = request(profile, &self.export.resource);
+        let (lock, wake) = &*self.shared;
+        let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if q.pending.len() >= q.capacity {
+            q.pending.pop_front();
+            q.counts.dropped += 1;
+            q.dropped_unsaid += 1;
+        }
+        q.pending.push_back(request);
+        wake.notify_all();
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> DeliveryCounts {
+        let (lock, _) = &*self.shared;
+        let q = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = q.counts.clone();
+        counts.undelivered = q.pending.len() as u64;
+        counts
+    }
+
+    /// Delivers what is queued, trying for at most `within`, then ends; what it did.
+    pub fn finish(mut self, within: Duration) -> DeliveryCounts {
+        {
+            let (lock, wake) = &*self.shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).deadline = Some(Instant::now() + within);
+            wake.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.counts()
+    }
+}
+
+/// The delivering thread: sends the oldest period queued until the queue is empty at the
+/// deadline, or the deadline passed.
+fn deliver_until_done(shared: &(Mutex<Queue>, Condvar), export: &Export) {
+    let (lock, wake) = shared;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let (mut request, said) = {
+            let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                let past = q.deadline.is_some_and(|d| Instant::now() >= d);
+                if past || (q.pending.is_empty() && q.deadline.is_some()) {
+                    return;
+                }
+                if let Some(r) = q.pending.pop_front() {
+                    break (r, q.dropped_unsaid);
+                }
+                q = wake.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let original = (said > 0).then(|| request.clone());
+        if said > 0 {
+            say_dropped(&mut request, said);
+        }
+        let sent = export.send_request(&request);
+        let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+        match sent {
+            Ok(bytes) => {
+                q.counts.delivered += 1;
+                q.counts.bytes += bytes as u64;
+                q.dropped_unsaid -= said;
+                backoff = FIRST_BACKOFF;
+            }
+            Err(e) if e.retryable() => {
+                q.counts.retries += 1;
+                q.counts.last_error = Some(e.to_string());
+                // Back at the front, as it was (a full queue drops it first).
+                q.pending.push_front(original.unwrap_or(request));
+                if q.pending.len() > q.capacity {
+                    q.pending.pop_front();
+                    q.counts.dropped += 1;
+                    q.dropped_unsaid += 1;
+                }
+                let until = Instant::now() + backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                // Wait out the backoff (new periods queued meanwhile do not cut it short).
+                loop {
+                    let now = Instant::now();
+                    let end = q.deadline.map_or(until, |d| d.min(until));
+                    if now >= end {
+                        break;
+                    }
+                    q = wake
+                        .wait_timeout(q, end - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            Err(e) => {
+                q.counts.refused += 1;
+                q.counts.last_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// Adds [`PERIODS_DROPPED_ATTRIBUTE`] (`n`) to every profile of `request`.
+fn say_dropped(request: &mut ExportProfilesServiceRequest, n: u64) {
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+    use opentelemetry_proto::tonic::profiles::v1development::KeyValueAndUnit;
+    let Some(d) = request.dictionary.as_mut() else {
+        return;
+    };
+    let key = d.string_table.len() as i32;
+    d.string_table.push(PERIODS_DROPPED_ATTRIBUTE.to_owned());
+    let index = d.attribute_table.len() as i32;
+    d.attribute_table.push(KeyValueAndUnit {
+        key_strindex: key,
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(n as i64)),
+        }),
+        unit_strindex: 0,
+    });
+    for r in &mut request.resource_profiles {
+        for s in &mut r.scope_profiles {
+            for p in &mut s.profiles {
+                p.attribute_indices.push(index);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +414,139 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    /// A profile with nothing in it but its period number as its pid.
+    fn period(n: u32) -> Profile {
+        Profile {
+            program: "p".into(),
+            pid: n,
+            start: std::time::UNIX_EPOCH,
+            duration: Duration::from_secs(1),
+            interval: Duration::from_millis(1),
+            wall_clock: false,
+            modules: Vec::new(),
+            locations: Vec::new(),
+            stacks: vec![Vec::new()],
+            threads: vec![crate::profile::Thread {
+                tid: 1,
+                name: "t".into(),
+                pid: n,
+                process: "p".into(),
+            }],
+            samples: Vec::new(),
+            totals: vec![crate::profile::Total {
+                thread: 0,
+                stack: 0,
+                samples: 1,
+                periods: 1,
+            }],
+            counters: Default::default(),
+        }
+    }
+
+    /// An HTTP server on loopback answering 503 while `down`, else 200; the requests it took
+    /// (with 200), decoded.
+    fn server(
+        down: Arc<std::sync::atomic::AtomicBool>,
+    ) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/p", listener.local_addr().unwrap());
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let t = taken.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let status = if down.load(std::sync::atomic::Ordering::SeqCst) {
+                    "503 Service Unavailable"
+                } else {
+                    t.lock()
+                        .unwrap()
+                        .push(ExportProfilesServiceRequest::decode(&body[..]).unwrap());
+                    "200 OK"
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+            }
+        });
+        (url, taken)
+    }
+
+    #[test]
+    fn periods_are_retried_and_those_past_the_queue_dropped_and_said() {
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (url, taken) = server(down.clone());
+        let export = Export {
+            url,
+            resource: Resource::default(),
+        };
+        let delivery = Delivery::start(export, 2).unwrap();
+        for n in 1..=4 {
+            delivery.deliver(&period(n));
+        }
+        // While the collector answers 503: tries again, and the queue of 2 dropped 2 periods.
+        std::thread::sleep(Duration::from_millis(1200));
+        let counts = delivery.counts();
+        assert!(counts.retries >= 2, "{counts:?}");
+        assert_eq!((counts.delivered, counts.dropped), (0, 2), "{counts:?}");
+        down.store(false, std::sync::atomic::Ordering::SeqCst);
+        let counts = delivery.finish(Duration::from_secs(20));
+        assert_eq!(
+            (counts.delivered, counts.dropped, counts.undelivered),
+            (2, 2, 0),
+            "{counts:?}"
+        );
+        let taken = taken.lock().unwrap();
+        let pids: Vec<String> = taken
+            .iter()
+            .map(|r| {
+                let d = r.dictionary.as_ref().unwrap();
+                let p = &r.resource_profiles[0].scope_profiles[0].profiles[0];
+                let dropped: Vec<String> = p
+                    .attribute_indices
+                    .iter()
+                    .map(|&i| &d.attribute_table[i as usize])
+                    .filter(|a| {
+                        d.string_table[a.key_strindex as usize] == PERIODS_DROPPED_ATTRIBUTE
+                    })
+                    .map(|a| format!("{:?}", a.value.as_ref().unwrap().value))
+                    .collect();
+                let pid = r.resource_profiles[0]
+                    .resource
+                    .as_ref()
+                    .unwrap()
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "process.pid")
+                    .map(|kv| format!("{:?}", kv.value.as_ref().unwrap().value))
+                    .unwrap();
+                format!("{pid} {dropped:?}")
+            })
+            .collect();
+        // The newest two, in order; the first delivered says 2 were dropped, the next nothing.
+        assert_eq!(
+            pids,
+            [
+                "Some(IntValue(3)) [\"Some(IntValue(2))\"]",
+                "Some(IntValue(4)) []"
+            ]
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod collect;
 pub mod config;
 pub mod export;
 pub mod output;
+pub mod periods;
 pub mod profile;
 pub mod ring;
 pub mod sampler;
@@ -109,7 +110,7 @@ impl Profiler {
         sampler::install(config.timing()).map_err(StartError::Signal)?;
         let shared = Arc::new(Shared {
             collector: Mutex::new(collect::InProcess::new(
-                config.period(),
+                config.sample_interval(),
                 config.clock == Clock::Wall,
             )),
             stop: Mutex::new(false),

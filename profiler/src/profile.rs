@@ -182,6 +182,8 @@ pub struct Counters {
     /// [`crate::sampler::Work`]), each shown as one frame `[unwind-profiler] KIND` under the
     /// program's call that led to it.
     pub profiler_work: Vec<(String, u64)>,
+    /// A continuous run's periods (`--period`): how many were cut, written and exported.
+    pub periods: Option<crate::periods::PeriodCounts>,
 }
 
 /// One process of a profile, as its threads name it, with its samples (see

@@ -66,7 +66,17 @@ pub struct Symbolizer {
     /// The functions each process's JIT compilers named through the GDB JIT interface, by
     /// start: the end and the name.
     jit_functions: HashMap<u32, std::collections::BTreeMap<u64, (u64, String)>>,
+    /// Addresses whose frames are cached, in every file (see [`FRAMES_CACHED`]).
+    cached: usize,
+    /// Times the caches were emptied for holding [`FRAMES_CACHED`] addresses.
+    cache_resets: u64,
 }
+
+/// The most addresses whose frames a symbolizer keeps (with inlined frames and names, about
+/// 200 bytes each: 100 MiB at most). Past it, at the next [`Symbolizer::start_period`], every
+/// cache is emptied and counted ([`Symbolizer::cache_resets`]): a run of many periods pays to
+/// name again the addresses it still samples, and its memory stays bounded.
+pub const FRAMES_CACHED: usize = 1 << 19;
 
 /// The code a JIT compiler described in `/tmp/perf-PID.map` (node `--perf-basic-prof`, the JVM's
 /// perf map agents, python `-X perf`): lines `START SIZE NAME`, START and SIZE in hexadecimal;
@@ -198,7 +208,33 @@ impl Symbolizer {
             jitdumps: HashMap::new(),
             started: HashMap::new(),
             jit_functions: HashMap::new(),
+            cached: 0,
+            cache_resets: 0,
         }
+    }
+
+    /// Between two periods of a continuous run: perf maps and jitdump files are read again
+    /// when next needed (a JIT names more code as it runs), and the caches are emptied if they
+    /// hold [`FRAMES_CACHED`] addresses or more. Each module's file stays open and read.
+    pub fn start_period(&mut self) {
+        self.perf_maps.clear();
+        if self.cached >= FRAMES_CACHED {
+            for file in self.files.values_mut() {
+                file.frames = HashMap::new();
+            }
+            self.cached = 0;
+            self.cache_resets += 1;
+        }
+    }
+
+    /// Addresses whose frames are cached now.
+    pub fn cached_addresses(&self) -> usize {
+        self.cached
+    }
+
+    /// How many times [`Symbolizer::start_period`] emptied the caches for holding too many.
+    pub fn cache_resets(&self) -> u64 {
+        self.cache_resets
     }
 
     /// Notes the functions process `pid`'s JIT compilers named through the GDB JIT interface
@@ -314,7 +350,9 @@ impl Symbolizer {
         let file = self.file(m);
         let (loaders, cell, whole_file) = (&file.loaders, &file.symbols, &file.whole_file);
         let symbols = || symbols_of(cell, whole_file, vdso.as_deref());
-        file.frames
+        let before = file.frames.len();
+        let frames = file
+            .frames
             .entry((probe, leaf))
             .or_insert_with(|| {
                 name_in_file(loaders, symbols, probe).unwrap_or_else(|| {
@@ -329,7 +367,11 @@ impl Symbolizer {
                     }]
                 })
             })
-            .clone()
+            .clone();
+        if file.frames.len() > before {
+            self.cached += 1;
+        }
+        frames
     }
 
     /// The run-time bounds `(start, end)` of the function containing `address`, in `module`,

@@ -310,6 +310,8 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--snapshot-signal" => "USR2",
             "--max-frames" => "64",
             "--capture-samples" => "10",
+            "--period" => "1s",
+            "--keep-periods" => "5",
             "--quiet" | "--stack-scanning" | "--verbose" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };

@@ -10,7 +10,12 @@
 //! - a collector that is not there: the outputs are written, the warning names the URL, and the
 //!   run fails with 73 although the program succeeded;
 //! - the preload library used alone (`LD_PRELOAD`, its variables): the process exports its
-//!   profile at exit, its totals those of the files it wrote.
+//!   profile at exit, its totals those of the files it wrote;
+//! - continuous profiling (`--period 5s`) of the demo workload for 60 s, the collector stopped
+//!   for 15 s in the middle: every period arrives (at least 11), none lost, the retries
+//!   counted; their samples are `record`'s own count within 1 %, each hot function's share
+//!   that of the local period files within 2 points; names, thread names, resource attributes
+//!   and build ids in what the collector wrote.
 //!
 //! Needs the release build of the command, the preload library and the demo workload, and the
 //! collector (a missing one fails under `CI=true`): `cargo build --release -p unwind-profiler
@@ -343,5 +348,205 @@ fn a_collector_that_is_not_there_fails_the_run_with_the_outputs_written() {
         "{stderr}"
     );
     assert!(Outputs::paths(&out, "profile").pprof.is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pprof file's samples by leaf function (values of its first sample type).
+fn pprof_leaves(path: &std::path::Path) -> HashMap<String, u64> {
+    use prost::Message;
+    use unwind_profiler::output::pprof::proto;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
+        &mut bytes,
+    )
+    .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).unwrap();
+    let mut out = HashMap::new();
+    for s in &p.sample {
+        let Some(location) = p
+            .location
+            .iter()
+            .find(|l| Some(&l.id) == s.location_id.first())
+        else {
+            continue;
+        };
+        let Some(line) = location.line.first() else {
+            continue;
+        };
+        let f = p
+            .function
+            .iter()
+            .find(|f| f.id == line.function_id)
+            .unwrap();
+        *out.entry(p.string_table[f.name as usize].clone())
+            .or_default() += s.value[0] as u64;
+    }
+    out
+}
+
+/// Each name's share of the whole, in percent.
+fn shares(counts: &HashMap<String, u64>) -> HashMap<String, f64> {
+    let total: u64 = counts.values().sum();
+    counts
+        .iter()
+        .map(|(k, &v)| (k.clone(), 100.0 * v as f64 / total.max(1) as f64))
+        .collect()
+}
+
+#[test]
+fn continuous_periods_reach_the_collector_through_an_outage() {
+    let Some((dir, mut collector)) = collector("periods") else {
+        return;
+    };
+    let out = dir.join("out");
+    let release = release_dir();
+    let run = Command::new(release.join("unwind-profiler"))
+        .args([
+            "record",
+            "--period",
+            "5s",
+            "--verbose",
+            "--service",
+            "periodic",
+        ])
+        .args(["--label", "service.version=9", "--export"])
+        .arg(collector.http_endpoint())
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .arg(release.join("demo-workload"))
+        .args(["--seconds", "60"])
+        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The collector away from 20 s to 35 s: three periods fall in the gap.
+    std::thread::sleep(Duration::from_secs(20));
+    let before = collector.written().lines().count();
+    collector.stop();
+    std::thread::sleep(Duration::from_secs(15));
+    collector.restart().expect("collector restarted");
+    let output = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    collector.stop();
+    let written = collector.written();
+    let requests: Vec<Value> = written
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    println!(
+        "{} periods received, {before} before the collector stopped",
+        requests.len()
+    );
+    assert!(before >= 2, "periods arrived before the outage: {before}");
+
+    // record's own figures: its count of samples, and its periods.
+    let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
+    let field = |line: &str, word: usize| -> u64 {
+        summary
+            .lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.split_whitespace().nth(word))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no {line:?} in the summary:\n{summary}"))
+    };
+    let stored = field("samples stored", 2);
+    let cut = field("period profiles", 2);
+    let export_line = summary
+        .lines()
+        .find(|l| l.starts_with("export "))
+        .unwrap_or_else(|| panic!("no export line:\n{summary}"));
+    println!("{export_line}");
+    let delivered = field("export ", 1);
+    let retries = field("export ", 8);
+    assert!(cut >= 12, "{cut} periods cut");
+    assert_eq!(requests.len() as u64, cut, "every period delivered");
+    assert_eq!(delivered, cut);
+    assert!(retries >= 1, "{export_line}");
+    assert!(
+        export_line.contains(" 0 dropped") && export_line.contains(" 0 undelivered"),
+        "{export_line}"
+    );
+
+    // Totals, names, threads, attributes and build ids, over every period.
+    let mut exported: HashMap<String, u64> = HashMap::new();
+    let mut samples = 0u64;
+    let mut threads = std::collections::HashSet::new();
+    let mut build_id = false;
+    let mut starts = Vec::new();
+    for request in &requests {
+        let w = Written {
+            request,
+            dictionary: &request["dictionary"],
+        };
+        let resource = &w.request["resourceProfiles"][0];
+        let attributes = w.attributes(&resource["resource"]["attributes"]);
+        assert_eq!(attributes["service.name"], "periodic");
+        assert_eq!(attributes["service.version"], "9");
+        assert_eq!(attributes["process.executable.name"], "demo-workload");
+        let profile = &resource["scopeProfiles"][0]["profiles"][0];
+        starts.push(number(&profile["timeUnixNano"]));
+        let duration = number(&profile["durationNano"]);
+        assert!(duration <= 6_000_000_000, "a period of {duration} ns");
+        let period = number(&profile["period"]);
+        for s in profile["samples"].as_array().unwrap() {
+            let v = number(&s["values"][0]);
+            samples += v / period;
+            *exported.entry(w.leaf(&s["stackIndex"])).or_default() += v / period;
+            for a in s["attributeIndices"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+            {
+                let (k, v) = w.table_attribute(a);
+                if k == "thread.name" {
+                    threads.insert(v);
+                }
+            }
+        }
+        build_id |= w.table("mappingTable").iter().any(|m| {
+            w.string(&m["filenameStrindex"]).ends_with("demo-workload")
+                && m["attributeIndices"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+        });
+    }
+    let mut sorted = starts.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), starts.len(), "each period its own start");
+    println!("exported {samples} samples; record stored {stored}; threads {threads:?}");
+    assert!(
+        samples.abs_diff(stored) * 100 <= stored,
+        "exported {samples} vs stored {stored}"
+    );
+    assert!(threads.len() >= 2, "{threads:?}");
+    assert!(build_id, "the workload's mapping has no build id");
+
+    // The local period files: the same periods, the same shares.
+    let mut local: HashMap<String, u64> = HashMap::new();
+    let files: Vec<_> = std::fs::read_dir(out.join("profile-periods"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len() as u64, cut);
+    for f in &files {
+        for (k, v) in pprof_leaves(f) {
+            *local.entry(k).or_default() += v;
+        }
+    }
+    let (exported, local) = (shares(&exported), shares(&local));
+    for hot in [
+        "plugin_mandelbrot",
+        "unwind_demo_workload::sort::sort_leaf",
+        "c_checksum",
+    ] {
+        let (e, l) = (exported.get(hot).copied().unwrap_or(0.0), local[hot]);
+        println!("{hot}: exported {e:.1}%, local {l:.1}%");
+        assert!(l >= 10.0 && (e - l).abs() <= 2.0, "{hot}: {e} vs {l}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

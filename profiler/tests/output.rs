@@ -188,6 +188,7 @@ fn sample_profile() -> Profile {
             reconnections: 0,
             timers_rearmed: 0,
             profiler_work: Vec::new(),
+            periods: None,
         },
     }
 }

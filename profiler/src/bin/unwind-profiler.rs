@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use unwind_profiler::config::{Config, OPTIONS};
+use unwind_profiler::periods::Periods;
 use unwind_profiler::session::{Server, KEY_VAR, RULES_CACHE_VAR, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
@@ -18,6 +19,10 @@ const LIBRARY: &str = "libunwind_profiler_preload.so";
 /// The exit status of a run whose profile could not be written (sysexits.h: an output file
 /// cannot be created).
 const EX_CANTCREAT: u8 = 73;
+
+/// How long a continuous run, once the program has ended, keeps trying to deliver the periods
+/// still queued.
+const EXPORT_AT_EXIT: Duration = Duration::from_secs(30);
 
 fn usage() -> String {
     let mut s = String::from(
@@ -156,7 +161,7 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 /// Writes the profile so far (the snapshot signal reached a process).
-fn write_snapshot(server: &Server, dir: &Path, stem: &str, mode: u32) {
+fn write_snapshot(server: &mut Server, dir: &Path, stem: &str, mode: u32) {
     let Some(profile) = server.profile() else {
         return;
     };
@@ -173,6 +178,7 @@ fn collect_until_all_ended(
     child: libc::pid_t,
     dir: &Path,
     config: &Config,
+    mut periods: Option<&mut Periods>,
 ) -> Option<libc::c_int> {
     let mut child_status = None;
     loop {
@@ -181,6 +187,9 @@ fn collect_until_all_ended(
                 s.collect(Duration::from_millis(10));
                 if s.snapshot_requested() {
                     write_snapshot(s, dir, &config.stem, config.output_mode);
+                }
+                if let Some(p) = periods.as_deref_mut().filter(|p| p.due()) {
+                    p.take(s.cut_period().as_ref());
                 }
             }
             None => std::thread::sleep(Duration::from_millis(10)),
@@ -415,6 +424,23 @@ fn main() -> ExitCode {
         eprintln!("unwind-profiler: {e}");
         return ExitCode::from(2);
     }
+    let mut periods = match config.profile_period {
+        Some(every) => match Periods::start(
+            every,
+            &dir,
+            &config.stem,
+            config.keep_periods,
+            config.output_mode,
+            unwind_profiler::export::Export::configured(&config, |name| std::env::var(name).ok()),
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("unwind-profiler: cannot start continuous profiling: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(p) if !p.is_empty() => {
             let mut s = library.clone().into_os_string();
@@ -501,10 +527,26 @@ fn main() -> ExitCode {
     };
     let child = child.id() as libc::pid_t;
     unwind_profiler::session::raise_descriptor_limit();
-    let status = collect_until_all_ended(server.as_mut(), child, &dir, &config);
-    let mut profile = server.as_mut().and_then(Server::finish);
+    let status = collect_until_all_ended(server.as_mut(), child, &dir, &config, periods.as_mut());
+    // A continuous run ends with its last, partial period; its summary is of that period with
+    // the run's counters.
+    let mut profile = match periods.as_mut() {
+        Some(periods) => server.as_mut().and_then(|s| {
+            let last = s.cut_period();
+            periods.take(last.as_ref());
+            last
+        }),
+        None => server.as_mut().and_then(Server::finish),
+    };
+    let period_counts = periods.map(|p| {
+        p.finish(
+            EXPORT_AT_EXIT,
+            server.as_ref().map_or(0, Server::symbol_cache_resets),
+        )
+    });
     if let Some(p) = profile.as_mut() {
         p.counters.descendants_cpu = Some(descendants_cpu());
+        p.counters.periods = period_counts.clone();
     }
     if !config.quiet {
         // What the user must know of the profile: what was refused, what was not sampled.
@@ -522,9 +564,38 @@ fn main() -> ExitCode {
     }
     // Whether the profile the run was for is missing, in part or whole.
     let mut not_written = false;
-    if let (Some(profile), Some(export)) = (
+    if let Some(counts) = &period_counts {
+        if let Some(e) = &counts.export {
+            let lost = e.dropped + e.refused + e.undelivered;
+            if lost > 0 {
+                eprintln!(
+                    "unwind-profiler: warning: {lost} of {} periods were not exported ({} dropped, the queue full; {} refused; {} undelivered at the end){}",
+                    counts.cut,
+                    e.dropped,
+                    e.refused,
+                    e.undelivered,
+                    e.last_error.as_ref().map_or(String::new(), |e| format!("; last failure: {e}"))
+                );
+                not_written = true;
+            } else if !config.quiet {
+                eprintln!(
+                    "unwind-profiler: {} periods exported ({} bytes of OTLP, {} tries retried)",
+                    e.delivered, e.bytes, e.retries
+                );
+            }
+        }
+        if let Some(e) = &counts.file_error {
+            eprintln!(
+                "unwind-profiler: {} period files were not written: {e}",
+                counts.not_written
+            );
+            not_written = true;
+        }
+    }
+    if let (Some(profile), Some(export), None) = (
         &profile,
         unwind_profiler::export::Export::configured(&config, |name| std::env::var(name).ok()),
+        &period_counts,
     ) {
         match export.send(profile) {
             Ok(bytes) if !config.quiet => eprintln!(
@@ -542,6 +613,34 @@ fn main() -> ExitCode {
         }
     }
     match profile {
+        Some(profile) if period_counts.is_some() => {
+            match unwind_profiler::output::summary::write_file(
+                &profile,
+                &dir,
+                &config.stem,
+                config.output_mode,
+            ) {
+                Ok(summary) if !config.quiet => {
+                    if config.verbose {
+                        if let Ok(text) = std::fs::read_to_string(&summary) {
+                            eprintln!("{text}");
+                        }
+                    }
+                    let counts = period_counts.as_ref().map(|c| (c.cut, c.directory.clone()));
+                    let (cut, periods_dir) = counts.unwrap_or_default();
+                    eprintln!(
+                        "unwind-profiler: {} samples in {cut} periods; profiles in {periods_dir}/, summary in {}",
+                        profile.counters.stored,
+                        summary.display()
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("unwind-profiler: the summary was not written: {e}");
+                    not_written = true;
+                }
+            }
+        }
         Some(profile) => match unwind_profiler::output::write_all_with_mode(
             &profile,
             &dir,

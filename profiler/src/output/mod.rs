@@ -159,6 +159,28 @@ pub fn write_all_with_mode(
     Err(io::Error::new(kind, list.join("; ")))
 }
 
+/// Writes one file, `dir/name`, with `body` and exactly `mode`, in the same safe way as
+/// [`write_all_with_mode`] (the directory checked, a temporary file renamed over the name).
+pub(crate) fn write_one(
+    dir: &Path,
+    name: &str,
+    mode: u32,
+    body: &dyn Fn(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let out = OutputDir::open(dir)
+        .map_err(|(kind, reason)| io::Error::new(kind, format!("{}: {reason}", dir.display())))?;
+    out.write_file(name.as_bytes(), mode, body)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.join(name).display())))
+}
+
+/// Removes `dir/name` (never through a link: a link is removed, not what it names).
+pub(crate) fn remove_one(dir: &Path, name: &str) -> io::Result<()> {
+    let out = OutputDir::open(dir)
+        .map_err(|(kind, reason)| io::Error::new(kind, format!("{}: {reason}", dir.display())))?;
+    let name = CString::new(name).map_err(|_| nul_in_name())?;
+    out.unlink(&name)
+}
+
 /// Checks that the output directory `dir` is one [`write_all`] will write in: creates it, with
 /// its parents, if it does not exist; opens it; refuses it unless it belongs to this process's
 /// effective user and no other user can write in it (writable by others: never; by its group:

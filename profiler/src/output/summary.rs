@@ -132,7 +132,7 @@ pub fn text(profile: &Profile) -> String {
         percent(c.stored, c.signals),
         profile.sample_count()
     ));
-    if profile.samples.len() as u64 != profile.sample_count() {
+    if profile.samples.len() as u64 != profile.sample_count() && c.periods.is_none() {
         line(format_args!(
             "timeline          {} of the samples kept, evenly spread (the Firefox profile); every count is exact",
             profile.samples.len()
@@ -305,6 +305,40 @@ pub fn text(profile: &Profile) -> String {
         millis(c.collector_cpu),
         nanos_per(c.collector_cpu, c.stored)
     ));
+    if let Some(p) = &c.periods {
+        line(format_args!(
+            "period profiles   {} of {} s cut (samples, threads and functions here are the last period's: {} s from {} UTC); {} written to {}{}",
+            p.cut,
+            p.every.as_secs_f64(),
+            profile.duration.as_secs_f64().round(),
+            crate::periods::utc_stamp(profile.start),
+            p.written,
+            p.directory,
+            match (&p.file_error, p.not_written) {
+                (Some(e), n) => format!(", {n} not written ({e})"),
+                _ => String::new(),
+            }
+        ));
+        if let Some(e) = &p.export {
+            line(format_args!(
+                "export            {} periods delivered ({} bytes of OTLP), {} tries failed and retried, {} dropped (the queue full), {} refused by the collector, {} undelivered at the end{}",
+                e.delivered,
+                e.bytes,
+                e.retries,
+                e.dropped,
+                e.refused,
+                e.undelivered,
+                e.last_error.as_ref().map_or(String::new(), |e| format!("; last failure: {e}"))
+            ));
+        }
+        if p.symbol_cache_resets > 0 {
+            line(format_args!(
+                "symbol cache      emptied {} times for holding {} addresses",
+                p.symbol_cache_resets,
+                crate::symbolize::FRAMES_CACHED
+            ));
+        }
+    }
     let work: u64 = c.profiler_work.iter().map(|(_, n)| n).sum();
     if work > 0 {
         let kinds: Vec<String> = c
@@ -483,6 +517,20 @@ pub fn refused_line(refused: &[(String, u64)]) -> Option<String> {
         .map(|(w, n)| format!("{n} {w}"))
         .collect();
     (!what.is_empty()).then(|| format!("refused or dropped: {}", what.join("; ")))
+}
+
+/// Writes the summary alone as `dir/STEM.summary.txt` (as [`super::write_all_with_mode`]
+/// writes its files); returns its path.
+pub fn write_file(
+    profile: &Profile,
+    dir: &std::path::Path,
+    stem: &str,
+    mode: u32,
+) -> io::Result<std::path::PathBuf> {
+    let path = super::Outputs::paths(dir, stem).summary;
+    let name = format!("{stem}.summary.txt");
+    super::write_one(dir, &name, mode, &|w| write(profile, w))?;
+    Ok(path)
 }
 
 /// Writes the summary's text.

@@ -33,6 +33,7 @@ use crate::collect::{self, Collector, ProcessInfo};
 use crate::profile::{Module, Profile};
 use crate::ring::Ring;
 use crate::sampler::{self, ProcessRecord, ThreadRecord};
+use crate::symbolize::Symbolizer;
 use crate::Config;
 
 /// The most distinct modules one process may announce over its life (a JIT's regions and
@@ -150,6 +151,8 @@ struct Process {
     ended_ns: Option<u64>,
     /// Drained once more after its end.
     drained_after_end: bool,
+    /// Its last period was cut, after that drain: it is in no later period.
+    cut_after_end: bool,
     /// When the threads' CPU time was last read.
     cpu_looked: Option<Instant>,
     /// At that look: the process's CPU time since sampling started, the sampled threads', and
@@ -185,6 +188,12 @@ pub struct Server {
     /// `record`'s effective user and its pid.
     uid: u32,
     me: u32,
+    /// Kept from one profile (or period) to the next: each address is named once.
+    symbolizer: Option<Symbolizer>,
+    /// Whether the run is cut into periods (`--period`).
+    periodic: bool,
+    /// When the current period started (CLOCK_MONOTONIC ns).
+    period_start_ns: u64,
 }
 
 impl Drop for Server {
@@ -237,7 +246,7 @@ impl Server {
             name: name.clone(),
             key,
             processes: Vec::new(),
-            interval: config.period(),
+            interval: config.sample_interval(),
             wall_clock: config.clock == crate::Clock::Wall,
             refused: BTreeMap::new(),
             snapshot: false,
@@ -249,6 +258,9 @@ impl Server {
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
             me: std::process::id(),
+            symbolizer: None,
+            periodic: config.profile_period.is_some(),
+            period_start_ns: sampler::now_ns(),
         })
     }
 
@@ -357,9 +369,16 @@ impl Server {
                 thread_indices: HashSet::new(),
                 modules: Vec::new(),
                 modules_due: 0,
-                collector: Collector::new(self.interval, self.wall_clock, self.clocks.1),
+                collector: {
+                    let mut c = Collector::new(self.interval, self.wall_clock, self.clocks.1);
+                    if self.periodic {
+                        c.set_periodic();
+                    }
+                    c
+                },
                 ended_ns: None,
                 drained_after_end: false,
+                cut_after_end: false,
                 cpu_looked: None,
                 cpu_at_look: None,
                 refused: BTreeMap::new(),
@@ -558,68 +577,104 @@ impl Server {
 
     /// Every process's profile so far, symbolized, merged into one (`None` if no process
     /// connected or none had a record).
-    pub fn profile(&self) -> Option<Profile> {
+    pub fn profile(&mut self) -> Option<Profile> {
+        self.profiles(false)
+    }
+
+    /// The profile of the period since the last cut (or since sampling started), of every
+    /// process that ran in it, merged into one; then starts the next (see
+    /// [`Collector::cut_period`]). `None` if no process had a record.
+    pub fn cut_period(&mut self) -> Option<Profile> {
+        self.take_everything();
+        self.drain();
+        self.profiles(true)
+    }
+
+    /// How many times the symbolizer emptied its cache for holding too many addresses.
+    pub fn symbol_cache_resets(&self) -> u64 {
+        self.symbolizer.as_ref().map_or(0, Symbolizer::cache_resets)
+    }
+
+    /// The processes' profiles merged: of everything so far, or (`cut`) of the current period,
+    /// which then ends.
+    fn profiles(&mut self, cut: bool) -> Option<Profile> {
         // The vdso is the same image in every process of one kernel: ours names theirs.
-        let vdso = unwind_in_process::vdso_image();
-        let mut symbolizer = crate::symbolize::Symbolizer::new(vdso.as_deref());
+        let symbolizer = self
+            .symbolizer
+            .get_or_insert_with(|| Symbolizer::new(unwind_in_process::vdso_image().as_deref()));
+        if cut {
+            symbolizer.start_period();
+        }
         let now = sampler::now_ns();
         let (mono, wall) = self.clocks;
+        let wall_at = |ns: u64| {
+            if ns >= mono {
+                wall + Duration::from_nanos(ns - mono)
+            } else {
+                wall - Duration::from_nanos(mono - ns)
+            }
+        };
+        let since = self.period_start_ns;
+        if cut {
+            self.period_start_ns = now;
+        }
         let mut unprofiled: Vec<(String, u64)> = Vec::new();
-        let profiles: Vec<Profile> = self
-            .processes
-            .iter()
-            .filter_map(|p| {
-                let mark = |(what, n): (&String, &u64)| (p.said_of(what), *n);
-                if p.record.is_none_or(|r| r.epoch_ns.load(Relaxed) == 0) {
-                    unprofiled.extend(p.refused.iter().map(mark));
-                }
-                let record = p.record?;
-                let epoch = record.epoch_ns.load(Relaxed);
-                if epoch == 0 {
-                    return None; // never sampled
-                }
-                let end = p.ended_ns.unwrap_or(now);
-                let info = ProcessInfo {
-                    pid: p.pid,
-                    program: p.program.clone(),
-                    duration: Duration::from_nanos(end.saturating_sub(epoch)),
-                    record,
-                    unended_cpu: p.unended_cpu(),
-                    cpu: p.cpu_at_look.map(|(process, sampled, lifetime)| {
-                        (
-                            Duration::from_nanos(process),
-                            Duration::from_nanos(process.saturating_sub(sampled)),
-                            Duration::from_nanos(lifetime),
-                        )
-                    }),
-                };
-                let mut profile = p.collector.finish(
-                    p.threads.iter().map(|t| (t.record, &t.ring)),
-                    &info,
-                    &mut symbolizer,
-                );
-                // What was refused is said of the process it came from.
-                let refused = std::mem::take(&mut profile.counters.refused);
-                profile.counters.refused = refused
-                    .iter()
-                    .map(|(what, n)| (what, n))
-                    .chain(&p.refused)
-                    .map(mark)
-                    .collect();
-                profile.start = if epoch >= mono {
-                    wall + Duration::from_nanos(epoch - mono)
-                } else {
-                    wall - Duration::from_nanos(mono - epoch)
-                };
-                Some(profile)
-            })
-            .collect();
+        let mut profiles: Vec<Profile> = Vec::new();
+        for p in &mut self.processes {
+            let said: Vec<(String, u64)> =
+                p.refused.iter().map(|(w, &n)| (p.said_of(w), n)).collect();
+            if p.record.is_none_or(|r| r.epoch_ns.load(Relaxed) == 0) {
+                unprofiled.extend(said.iter().cloned());
+            }
+            let Some(record) = p.record else { continue };
+            let epoch = record.epoch_ns.load(Relaxed);
+            if epoch == 0 || (cut && p.cut_after_end) {
+                continue; // never sampled, or its last period was cut
+            }
+            let end = p.ended_ns.unwrap_or(now);
+            let start = if cut { epoch.max(since) } else { epoch };
+            let info = ProcessInfo {
+                pid: p.pid,
+                program: p.program.clone(),
+                duration: Duration::from_nanos(end.saturating_sub(start)),
+                record,
+                unended_cpu: p.unended_cpu(),
+                cpu: p.cpu_at_look.map(|(process, sampled, lifetime)| {
+                    (
+                        Duration::from_nanos(process),
+                        Duration::from_nanos(process.saturating_sub(sampled)),
+                        Duration::from_nanos(lifetime),
+                    )
+                }),
+            };
+            let records = p.threads.iter().map(|t| (t.record, &t.ring));
+            let mut profile = if cut {
+                p.cut_after_end = p.drained_after_end;
+                p.collector
+                    .cut_period(records, &info, symbolizer, wall_at(now))
+            } else {
+                p.collector.finish(records, &info, symbolizer)
+            };
+            // What was refused is said of the process it came from.
+            let refused = std::mem::take(&mut profile.counters.refused);
+            profile.counters.refused = refused
+                .into_iter()
+                .map(|(what, n)| (p.said_of(&what), n))
+                .chain(said)
+                .collect();
+            profile.start = wall_at(start);
+            profiles.push(profile);
+        }
         let mut merged = Profile::merge(profiles)?;
         merged.counters.refused.extend(unprofiled);
         merged
             .counters
             .refused
             .extend(self.refused.iter().map(|(k, &n)| (k.clone(), n)));
+        if cut {
+            merged.start = wall_at(since);
+            merged.duration = Duration::from_nanos(now.saturating_sub(since));
+        }
         Some(merged)
     }
 
