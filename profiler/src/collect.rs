@@ -202,6 +202,9 @@ pub struct Collector {
     work_samples: [u64; Work::ALL.len()],
     /// When the current period started, once the first was cut ([`Collector::cut_period`]).
     period_start: Option<SystemTime>,
+    /// A window being counted on its own ([`Collector::start_window`]): by thread and stack
+    /// (the stack itself, which outlives a period's cut), when it started.
+    window: Option<(HashMap<(i32, Resolved), (u64, u64)>, SystemTime)>,
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
@@ -236,6 +239,10 @@ pub struct InProcess {
     loader_counts: (u64, u64),
     /// When sampling started (for the duration).
     started: Instant,
+    /// When the current period started (see [`InProcess::cut_period`]).
+    period_started: Instant,
+    /// Kept from one profile (or period) to the next: each address is named once.
+    symbolizer: Symbolizer,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
@@ -305,6 +312,8 @@ impl InProcess {
             outside_backoff: Duration::from_millis(10),
             loader_counts: loader_counts(),
             started: Instant::now(),
+            period_started: Instant::now(),
+            symbolizer: Symbolizer::new(unwind_in_process::vdso_image().as_deref()),
         }
     }
 
@@ -348,20 +357,68 @@ impl InProcess {
     }
 
     /// Symbolizes everything gathered into a profile of the running program.
-    pub fn finish(&self) -> Profile {
-        let vdso = unwind_in_process::vdso_image();
-        self.collector.finish(
+    pub fn finish(&mut self) -> Profile {
+        let info = ProcessInfo {
+            pid: std::process::id(),
+            program: program(),
+            duration: self.started.elapsed(),
+            record: sampler::process(),
+            unended_cpu: Duration::ZERO,
+            cpu: None,
+        };
+        self.collector
+            .finish(sampler::records(), &info, &mut self.symbolizer)
+    }
+
+    /// The profile of the period since the last cut (or since sampling started), after
+    /// draining the rings once more; then starts the next (see [`Collector::cut_period`]).
+    pub fn cut_period(&mut self) -> Profile {
+        self.tick();
+        self.symbolizer.start_period();
+        let now = Instant::now();
+        let info = ProcessInfo {
+            pid: std::process::id(),
+            program: program(),
+            duration: now.duration_since(self.period_started),
+            record: sampler::process(),
+            unended_cpu: Duration::ZERO,
+            cpu: None,
+        };
+        self.period_started = now;
+        self.collector.cut_period(
             sampler::records(),
-            &ProcessInfo {
-                pid: std::process::id(),
-                program: program(),
-                duration: self.started.elapsed(),
-                record: sampler::process(),
-                unended_cpu: Duration::ZERO,
-                cpu: None,
-            },
-            &mut Symbolizer::new(vdso.as_deref()),
+            &info,
+            &mut self.symbolizer,
+            SystemTime::now(),
         )
+    }
+
+    /// How many times the symbolizer emptied its cache for holding too many addresses.
+    pub fn symbol_cache_resets(&self) -> u64 {
+        self.symbolizer.cache_resets()
+    }
+
+    /// Starts a window of its own ([`Collector::start_window`]); `false` if one runs.
+    pub fn start_window(&mut self) -> bool {
+        self.tick();
+        self.collector.start_window(SystemTime::now())
+    }
+
+    /// The profile of the window started by [`start_window`](Self::start_window), which
+    /// ends, after draining the rings once more.
+    pub fn end_window(&mut self) -> Option<Profile> {
+        self.tick();
+        let started = self.collector.window.as_ref()?.1;
+        let info = ProcessInfo {
+            pid: std::process::id(),
+            program: program(),
+            duration: started.elapsed().unwrap_or_default(),
+            record: sampler::process(),
+            unended_cpu: Duration::ZERO,
+            cpu: None,
+        };
+        self.collector
+            .end_window(sampler::records(), &info, &mut self.symbolizer)
     }
 }
 
@@ -396,7 +453,50 @@ impl Collector {
             own_code: None,
             work_samples: [0; Work::ALL.len()],
             period_start: None,
+            window: None,
         }
+    }
+
+    /// Starts counting a window of its own, beside the totals and periods (the pull endpoint's
+    /// `seconds=N`); `false` if one is being counted.
+    pub fn start_window(&mut self, now: SystemTime) -> bool {
+        if self.window.is_some() {
+            return false;
+        }
+        self.window = Some((HashMap::new(), now));
+        true
+    }
+
+    /// The profile of the window started by [`start_window`](Self::start_window), which ends
+    /// (`None` if none was started). `info.duration` is the window's.
+    pub fn end_window<'r>(
+        &mut self,
+        records: impl Iterator<Item = (&'r ThreadRecord, &'r Ring)>,
+        info: &ProcessInfo<'_>,
+        symbolizer: &mut Symbolizer,
+    ) -> Option<Profile> {
+        let (counts, start) = self.window.take()?;
+        let mut window = Collector::new(self.interval, self.wall_clock, self.start_time);
+        window.set_periodic();
+        window.modules = self.modules.clone();
+        window.names = self.names.clone();
+        window.jit_functions = self.jit_functions.clone();
+        window.own_code = self.own_code;
+        window.busy = self.busy;
+        window.refused = self.refused.clone();
+        for ((tid, stack), (samples, periods)) in counts {
+            let id = *window.resolved_ids.entry(stack.clone()).or_insert_with(|| {
+                window.stacks.push(stack);
+                window.stacks.len() - 1
+            });
+            let e = window.live.entry(tid).or_default().entry(id).or_default();
+            e.0 += samples;
+            e.1 += periods;
+        }
+        window.threads_seen = window.live.len() as u64;
+        let mut profile = window.finish(records, info, symbolizer);
+        profile.start = start;
+        Some(profile)
     }
 
     /// Makes this a collector of periods ([`Collector::cut_period`]): its timeline keeps no
@@ -654,6 +754,11 @@ impl Collector {
         let e = counts.entry(stack).or_default();
         e.0 += 1;
         e.1 += weight;
+        if let Some((window, _)) = &mut self.window {
+            let e = window.entry((tid, self.stacks[stack].clone())).or_default();
+            e.0 += 1;
+            e.1 += weight;
+        }
         let thinned = self.timeline.offer(Drained {
             tid,
             time_ns,

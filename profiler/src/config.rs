@@ -71,6 +71,9 @@ pub struct Config {
     pub profile_period: Option<Duration>,
     /// How many period profiles `STEM-periods/` keeps (the oldest removed first).
     pub keep_periods: usize,
+    /// Where to serve `GET /debug/pprof/profile?seconds=N` (see [`crate::pull`]): an address
+    /// and port, such as `127.0.0.1:6060` (port 0: any free one).
+    pub pprof_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             labels: Vec::new(),
             profile_period: None,
             keep_periods: 100,
+            pprof_listen: None,
         }
     }
 }
@@ -209,6 +213,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "N",
         env: "UNWIND_PROFILER_KEEP_PERIODS",
         help: "with --period, how many period files STEM-periods/ keeps, the oldest removed first, 1 to 100000 (default 100)",
+    },
+    OptionSpec {
+        flag: "--pprof-listen",
+        value: "ADDR:PORT",
+        env: "UNWIND_PROFILER_PPROF_LISTEN",
+        help: "a program that profiles itself (the library, or the preload library used alone, not under record) serves GET /debug/pprof/profile?seconds=N there, Go's convention: a gzipped pprof profile of the next N seconds (1 to 300, default 30), for go tool pprof, Parca and Grafana Alloy; give a loopback address (127.0.0.1:6060) unless the port is to be reached from elsewhere (port 0: any free one, said on stderr)",
     },
     OptionSpec {
         flag: "--quiet",
@@ -461,6 +471,11 @@ impl Config {
                         .ok()
                         .filter(|n| (1..=100_000).contains(n))
                         .ok_or_else(|| err(o.env, &v, "a count from 1 to 100000"))?
+                }
+                "UNWIND_PROFILER_PPROF_LISTEN" => {
+                    c.pprof_listen = Some(v.trim().parse().map_err(|_| {
+                        err(o.env, &v, "an address and port, such as 127.0.0.1:6060")
+                    })?)
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_VERBOSE" => c.verbose = !matches!(v.trim(), "" | "0"),

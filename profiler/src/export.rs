@@ -261,9 +261,10 @@ impl Delivery {
             Condvar::new(),
         ));
         let (s, e) = (shared.clone(), export.clone());
-        let thread = std::thread::Builder::new()
-            .name("unwind-export".into())
-            .spawn(move || deliver_until_done(&s, &e))?;
+        // One of the profiler's own threads: in the program (the preload library, a library
+        // user), never sampled as the program's.
+        let thread =
+            crate::threads::spawn_unsampled("unwind-export", move || deliver_until_done(&s, &e))?;
         Ok(Delivery {
             shared,
             thread: Some(thread),

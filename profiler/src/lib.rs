@@ -28,6 +28,7 @@ pub mod export;
 pub mod output;
 pub mod periods;
 pub mod profile;
+pub mod pull;
 pub mod ring;
 pub mod sampler;
 pub mod session;
@@ -54,6 +55,8 @@ pub enum StartError {
     Thread(std::io::Error),
     /// `record`'s session could not be joined (see [`session`]).
     Session(std::io::Error),
+    /// The pull endpoint's address could not be bound ([`Config::pprof_listen`]).
+    Pull(std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -63,6 +66,7 @@ impl std::fmt::Display for StartError {
             StartError::Signal(e) => write!(f, "cannot install the sampling signal handler: {e}"),
             StartError::Thread(e) => write!(f, "cannot start the collector thread: {e}"),
             StartError::Session(e) => write!(f, "cannot join the recording session: {e}"),
+            StartError::Pull(e) => write!(f, "cannot serve /debug/pprof/profile: {e}"),
         }
     }
 }
@@ -72,6 +76,8 @@ impl std::error::Error for StartError {}
 /// What the collector thread shares with the [`Profiler`].
 struct Shared {
     collector: Mutex<collect::InProcess>,
+    /// A continuous run's periods (`Config::profile_period`).
+    periods: Mutex<Option<periods::Periods>>,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -83,13 +89,53 @@ impl Shared {
         c.tick();
         c.finish()
     }
+
+    /// Cuts the current period: its profile.
+    fn cut_period(&self) -> Profile {
+        self.collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cut_period()
+    }
+
+    /// Cuts a period if one is due, and writes and exports it.
+    fn cut_if_due(&self) {
+        let mut periods = self.periods.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = periods.as_mut().filter(|p| p.due()) {
+            p.take(Some(&self.cut_period()));
+        }
+    }
 }
+
+impl pull::Windows for Shared {
+    fn start_window(&self) -> bool {
+        self.collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .start_window()
+    }
+
+    fn end_window(&self) -> Option<Vec<u8>> {
+        let profile = self
+            .collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .end_window()?;
+        let mut body = Vec::new();
+        output::pprof::write(&profile, &mut body).ok()?;
+        Some(body)
+    }
+}
+
+/// How long [`Profiler::stop`] keeps trying to deliver the periods still queued.
+pub const EXPORT_AT_STOP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A running profiler (one per process).
 pub struct Profiler {
     config: Config,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    pprof_address: Option<std::net::SocketAddr>,
 }
 
 /// Set (from a signal handler, say) to ask the collector for a profile written while running.
@@ -103,16 +149,37 @@ impl Profiler {
     /// Once per process: a second call, while this profiler runs or after its
     /// [`stop`](Self::stop), fails with [`StartError::Signal`] and changes nothing.
     pub fn start(config: Config) -> Result<Profiler, StartError> {
+        // Bound first: a port taken fails the start before anything is set up.
+        let listener = config
+            .pprof_listen
+            .map(std::net::TcpListener::bind)
+            .transpose()
+            .map_err(StartError::Pull)?;
         unwind_in_process::set_stack_scanning(config.stack_scanning)
             .map_err(StartError::Unwinder)?;
         let report = unwind_in_process::init().map_err(StartError::Unwinder)?;
         sampler::process().table_built(&report, false);
         sampler::install(config.timing()).map_err(StartError::Signal)?;
+        let periods = match config.profile_period {
+            Some(every) => Some(
+                periods::Periods::start(
+                    every,
+                    config.output.as_deref(),
+                    &config.stem,
+                    config.keep_periods,
+                    config.output_mode,
+                    export::Export::configured(&config, |name| std::env::var(name).ok()),
+                )
+                .map_err(StartError::Thread)?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             collector: Mutex::new(collect::InProcess::new(
                 config.sample_interval(),
                 config.clock == Clock::Wall,
             )),
+            periods: Mutex::new(periods),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -142,6 +209,7 @@ impl Profiler {
                 }
             } else {
                 s.collector.lock().unwrap_or_else(|e| e.into_inner()).tick();
+                s.cut_if_due();
             }
             if stop {
                 return;
@@ -149,19 +217,44 @@ impl Profiler {
         })
         .map_err(StartError::Thread)?;
         sampler::start_thread();
+        let pprof_address = match listener {
+            Some(l) => Some(pull::serve(l, shared.clone()).map_err(StartError::Pull)?),
+            None => None,
+        };
         Ok(Profiler {
             config,
             shared,
             thread: Some(thread),
+            pprof_address,
         })
     }
 
-    /// A profile of everything sampled so far; sampling goes on.
+    /// A builder of a profiler: its settings one call each, from [`Config::default`].
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder {
+            config: Config::default(),
+        }
+    }
+
+    /// A profile of everything sampled so far; sampling goes on. (Continuous profilers use
+    /// [`take`](Self::take), whose memory does not grow with the run.)
     pub fn report(&self) -> Profile {
         self.shared.profile()
     }
 
-    /// Stops sampling and returns the profile.
+    /// The profile of the window since the last `take` (or since the start, or since the last
+    /// period cut when [`Config::profile_period`] is set): its samples only, aggregated by
+    /// stack, with its start and duration; the next window starts now. The stacks and totals
+    /// kept are emptied at each cut (the symbol cache is kept), so a program that calls it
+    /// every few seconds holds one window's stacks however long it runs.
+    pub fn take(&self) -> Profile {
+        self.shared.cut_period()
+    }
+
+    /// Stops sampling and returns the profile: of the whole run, or with
+    /// [`Config::profile_period`], of the last, partial period (written and exported as the
+    /// others, the delivery of those still queued tried for [`EXPORT_AT_STOP`]), its counters
+    /// saying what was done with them all ([`profile::Counters::periods`]).
     pub fn stop(mut self) -> Profile {
         sampler::stop();
         *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -169,12 +262,121 @@ impl Profiler {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.shared.profile()
+        let periods = self
+            .shared
+            .periods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(mut periods) = periods else {
+            return self.shared.profile();
+        };
+        let mut last = self.shared.cut_period();
+        periods.take(Some(&last));
+        let resets = self
+            .shared
+            .collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .symbol_cache_resets();
+        last.counters.periods = Some(periods.finish(EXPORT_AT_STOP, resets));
+        last
+    }
+
+    /// Where it serves `/debug/pprof/profile` ([`Config::pprof_listen`], its port chosen if
+    /// 0 was given).
+    pub fn pprof_address(&self) -> Option<std::net::SocketAddr> {
+        self.pprof_address
     }
 
     /// The configuration it runs with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+}
+
+/// Settings of a [`Profiler`], one call each, then [`start`](Self::start):
+///
+/// ```no_run
+/// let profiler = unwind_profiler::Profiler::builder()
+///     .frequency(100)
+///     .period(std::time::Duration::from_secs(10))
+///     .export_otlp("http://127.0.0.1:4318")
+///     .service("checkout")
+///     .label("service.version", "1.4.2")
+///     .start()
+///     .unwrap();
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until its start()"]
+pub struct ProfilerBuilder {
+    config: Config,
+}
+
+impl ProfilerBuilder {
+    /// Samples per second of each thread's clock (1 to 20,000; 1000 by default).
+    pub fn frequency(mut self, hz: u32) -> Self {
+        self.config.frequency = hz.clamp(1, 20_000);
+        self
+    }
+
+    /// The clock the rate is measured in (CPU time by default).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// Continuous profiling: a profile of each window this long (100 ms to 1 h), exported and
+    /// written (to the output directory, if one is set) as it is cut.
+    pub fn period(mut self, every: std::time::Duration) -> Self {
+        self.config.profile_period = Some(every.clamp(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(3600),
+        ));
+        self
+    }
+
+    /// Exports to an OpenTelemetry Collector's OTLP/HTTP endpoint (`http://HOST:4318`, or
+    /// `otlp` for the `OTEL_EXPORTER_OTLP_*` variables'); see [`export`].
+    pub fn export_otlp(mut self, url: &str) -> Self {
+        self.config.export = Some(url.to_owned());
+        self
+    }
+
+    /// The exported profiles' `service.name`.
+    pub fn service(mut self, name: &str) -> Self {
+        self.config.service = Some(name.to_owned());
+        self
+    }
+
+    /// A resource attribute of the exported profiles (`service.version`, ...).
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.config.labels.retain(|(k, _)| k != key);
+        self.config.labels.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Serves `GET /debug/pprof/profile?seconds=N` at `addr` ([`pull`]; `127.0.0.1:0` for
+    /// any free loopback port, then [`Profiler::pprof_address`]).
+    pub fn serve_pprof(mut self, addr: std::net::SocketAddr) -> Self {
+        self.config.pprof_listen = Some(addr);
+        self
+    }
+
+    /// Where profiles (and period files) are written.
+    pub fn output(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.config.output = Some(dir.into());
+        self
+    }
+
+    /// The settings so far, to change any other.
+    pub fn config_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+
+    /// Starts the profiler ([`Profiler::start`]).
+    pub fn start(self) -> Result<Profiler, StartError> {
+        Profiler::start(self.config)
     }
 }
 

@@ -46,23 +46,26 @@ pub const QUEUED: std::time::Duration = std::time::Duration::from_secs(300);
 pub struct Periods {
     every: std::time::Duration,
     next: std::time::Instant,
-    files: PeriodFiles,
+    files: Option<PeriodFiles>,
     delivery: Option<crate::export::Delivery>,
     counts: PeriodCounts,
 }
 
 impl Periods {
-    /// Periods of `every`, written to `output/STEM-periods` (keeping `keep`, with `mode`) and
-    /// exported to `export` if given (at most [`QUEUED`] of them queued).
+    /// Periods of `every`, written to `output/STEM-periods` if an output directory is given
+    /// (keeping `keep`, with `mode`) and exported to `export` if given (at most [`QUEUED`] of
+    /// them queued).
     pub fn start(
         every: std::time::Duration,
-        output: &Path,
+        output: Option<&Path>,
         stem: &str,
         keep: usize,
         mode: u32,
         export: Option<crate::export::Export>,
     ) -> io::Result<Periods> {
-        let files = PeriodFiles::open(output, stem, keep, mode)?;
+        let files = output
+            .map(|o| PeriodFiles::open(o, stem, keep, mode))
+            .transpose()?;
         let capacity = QUEUED.as_millis().div_ceil(every.as_millis().max(1)).max(2) as usize;
         let delivery = export
             .map(|e| crate::export::Delivery::start(e, capacity))
@@ -72,7 +75,10 @@ impl Periods {
             next: std::time::Instant::now() + every,
             counts: PeriodCounts {
                 every,
-                directory: files.dir().display().to_string(),
+                directory: files
+                    .as_ref()
+                    .map(|f| f.dir().display().to_string())
+                    .unwrap_or_default(),
                 ..PeriodCounts::default()
             },
             files,
@@ -93,11 +99,13 @@ impl Periods {
         self.next = (self.next + self.every).max(now + self.every / 2);
         let Some(profile) = profile else { return };
         self.counts.cut += 1;
-        match self.files.write(profile, self.counts.cut) {
-            Ok(_) => self.counts.written += 1,
-            Err(e) => {
-                self.counts.not_written += 1;
-                self.counts.file_error.get_or_insert_with(|| e.to_string());
+        if let Some(files) = &mut self.files {
+            match files.write(profile, self.counts.cut) {
+                Ok(_) => self.counts.written += 1,
+                Err(e) => {
+                    self.counts.not_written += 1;
+                    self.counts.file_error.get_or_insert_with(|| e.to_string());
+                }
             }
         }
         if let Some(d) = &self.delivery {

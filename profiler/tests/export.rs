@@ -550,3 +550,95 @@ fn continuous_periods_reach_the_collector_through_an_outage() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_service_profiles_itself_exports_its_periods_and_serves_go_tool_pprof() {
+    let Some((dir, mut collector)) = collector("service") else {
+        return;
+    };
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
+        unwind_test_support::missing("go (for go tool pprof)");
+        return;
+    }
+    let service = release_dir().join("examples").join("service");
+    let mut run = Command::new(&service)
+        .args(["--seconds", "8", "--period", "2s", "--export"])
+        .arg(collector.http_endpoint())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (cargo build --release --example service)",
+                service.display()
+            )
+        });
+    let mut stdout = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    let url = first
+        .trim()
+        .strip_prefix("pprof ")
+        .unwrap_or_else(|| panic!("no pprof address: {first:?}"))
+        .to_owned();
+    // Go's own client, as a user (or Parca, or Alloy) reads the endpoint.
+    let pprof = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(format!("{url}?seconds=3"))
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&pprof.stdout);
+    println!("{top}");
+    assert!(
+        pprof.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pprof.stderr)
+    );
+    assert!(top.contains("Duration: 3s"), "{top}");
+    assert!(top.contains("service::handle_request"), "{top}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(run.wait().unwrap().success());
+    println!("{rest}");
+    // 8 s in periods of 2 s: 4, and the last partial one; all delivered.
+    let counts: Vec<u64> = rest
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(counts.len() == 5 && counts[0] >= 4, "{rest}");
+    assert_eq!(counts[1], counts[0], "all delivered: {rest}");
+    collector.stop();
+    let requests: Vec<Value> = collector
+        .written()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(requests.len() as u64, counts[0]);
+    let mut threads = std::collections::HashSet::new();
+    for request in &requests {
+        let w = Written {
+            request,
+            dictionary: &request["dictionary"],
+        };
+        let resource = &w.request["resourceProfiles"][0];
+        let attributes = w.attributes(&resource["resource"]["attributes"]);
+        assert_eq!(attributes["service.name"], "example-service");
+        for s in resource["scopeProfiles"][0]["profiles"][0]["samples"]
+            .as_array()
+            .unwrap()
+        {
+            for a in s["attributeIndices"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+            {
+                let (k, v) = w.table_attribute(a);
+                if k == "thread.name" {
+                    threads.insert(v);
+                }
+            }
+        }
+    }
+    assert!(threads.contains("background"), "{threads:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,6 +123,15 @@ extern "C" fn start() {
             return;
         }
     };
+    if let Some(addr) = profiler
+        .pprof_address()
+        .filter(|_| !profiler.config().quiet)
+    {
+        eprintln!(
+            "unwind-profiler: serving http://{addr}{}?seconds=N",
+            unwind_profiler::pull::PROFILE_PATH
+        );
+    }
     PID.store(pid, Ordering::Relaxed);
     *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(profiler);
     install_handlers(snapshot, true);
@@ -183,6 +192,30 @@ extern "C" fn at_exit() {
         if !quiet {
             eprintln!("unwind-profiler: warning: {warning}");
         }
+    }
+    // Continuous: the periods were written and exported as they were cut; the summary is of
+    // the run's counters and the last period.
+    if let Some(periods) = &profile.counters.periods {
+        if let Some(e) = periods.export.as_ref() {
+            let lost = e.dropped + e.refused + e.undelivered;
+            if lost > 0 || !quiet {
+                eprintln!(
+                    "unwind-profiler: {} of {} periods exported ({} bytes of OTLP, {} tries retried, {lost} not exported)",
+                    e.delivered, periods.cut, e.bytes, e.retries
+                );
+            }
+        }
+        match unwind_profiler::output::summary::write_file(&profile, &dir, &stem, mode) {
+            Ok(summary) if !quiet => eprintln!(
+                "unwind-profiler: {} periods in {}; summary in {}",
+                periods.cut,
+                periods.directory,
+                summary.display()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("unwind-profiler: {e}"),
+        }
+        return;
     }
     match unwind_profiler::output::write_all_with_mode(&profile, &dir, &stem, mode) {
         Ok(out) => {

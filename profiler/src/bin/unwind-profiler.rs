@@ -427,7 +427,7 @@ fn main() -> ExitCode {
     let mut periods = match config.profile_period {
         Some(every) => match Periods::start(
             every,
-            &dir,
+            Some(&dir),
             &config.stem,
             config.keep_periods,
             config.output_mode,
