@@ -91,6 +91,9 @@ type Resolved = Arc<[(u64, Option<usize>)]>;
 /// Samples and periods of one (thread, stack).
 type Counts = HashMap<usize, (u64, u64)>;
 
+/// Samples and periods by thread and stack, the stack itself (it outlives a period's cut).
+type WindowCounts = HashMap<(i32, Resolved), (u64, u64)>;
+
 /// Adds `from`'s samples and periods to `into`'s, stack by stack.
 fn add_counts(into: &mut Counts, from: &Counts) {
     for (&stack, &(n, periods)) in from {
@@ -204,7 +207,7 @@ pub struct Collector {
     period_start: Option<SystemTime>,
     /// A window being counted on its own ([`Collector::start_window`]): by thread and stack
     /// (the stack itself, which outlives a period's cut), when it started.
-    window: Option<(HashMap<(i32, Resolved), (u64, u64)>, SystemTime)>,
+    window: Option<(WindowCounts, SystemTime)>,
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
