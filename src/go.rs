@@ -166,7 +166,11 @@ fn executable_tls() -> Option<(u64, usize)> {
     ) -> libc::c_int {
         // SAFETY: dl_iterate_phdr passes a valid `info` and the `data` we gave it.
         let (info, out) = unsafe { (&*info, &mut *(data as *mut Option<(u64, usize)>)) };
-        if info.dlpi_tls_modid == 1 && !info.dlpi_tls_data.is_null() {
+        // The executable's: under glibc TLS module 1 is always its (when it has TLS); musl
+        // numbers the first object with TLS 1, which may be a library.
+        // SAFETY: getauxval has no preconditions.
+        let main = info.dlpi_phdr as usize == unsafe { libc::getauxval(libc::AT_PHDR) } as usize;
+        if main && info.dlpi_tls_modid == 1 && !info.dlpi_tls_data.is_null() {
             // `dlpi_addr` is 32 bits wide on 32-bit machines.
             #[allow(clippy::useless_conversion)]
             let bias = u64::from(info.dlpi_addr);

@@ -499,7 +499,22 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<(LoadedModule, &[Phdr], 
             .to_string_lossy()
             .into_owned()
     };
-    let name = if name.is_empty() {
+    // SAFETY: getauxval has no preconditions.
+    let (main_phdr, vdso_base) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_SYSINFO_EHDR),
+        )
+    };
+    // glibc names the main program "" and the vdso "linux-vdso.so.1"; musl names the main
+    // program by its argv[0] (relative, or a bare name found in PATH) and the vdso "".
+    let main = main_phdr != 0 && info.dlpi_phdr as usize == main_phdr as usize;
+    // `c_ulong` is 32 bits wide on 32-bit machines.
+    #[allow(clippy::useless_conversion)]
+    let vdso_base = u64::from(vdso_base);
+    let name = if name.is_empty() && !main && vdso_base != 0 && bias == vdso_base {
+        "linux-vdso.so.1".to_owned()
+    } else if name.is_empty() || main {
         // The process's image is its executable's until it `exec`s (which starts it afresh):
         // read once, not at every refresh.
         static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();

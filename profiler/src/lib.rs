@@ -102,7 +102,7 @@ impl Shared {
     fn cut_if_due(&self) {
         let mut periods = self.periods.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = periods.as_mut().filter(|p| p.due()) {
-            p.take(Some(&self.cut_period()));
+            p.take(|| Some(self.cut_period()));
         }
     }
 }
@@ -271,8 +271,10 @@ impl Profiler {
         let Some(mut periods) = periods else {
             return self.shared.profile();
         };
-        let mut last = self.shared.cut_period();
-        periods.take(Some(&last));
+        let shared = &self.shared;
+        let mut last = periods
+            .take(|| Some(shared.cut_period()))
+            .unwrap_or_else(|| shared.profile());
         let resets = self
             .shared
             .collector

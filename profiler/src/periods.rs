@@ -33,6 +33,10 @@ pub struct PeriodCounts {
     pub file_error: Option<String>,
     /// Times the symbolizer's cache was emptied for holding too many addresses.
     pub symbol_cache_resets: u64,
+    /// CPU time cutting the periods: draining once more, symbolizing, building the profiles.
+    pub cut_cpu: std::time::Duration,
+    /// CPU time writing the period files (pprof encoding and compression included).
+    pub files_cpu: std::time::Duration,
     /// The export's figures, when exporting.
     pub export: Option<crate::export::DeliveryCounts>,
 }
@@ -91,16 +95,20 @@ impl Periods {
         std::time::Instant::now() >= self.next
     }
 
-    /// Takes the period just cut (`None`: no process had a record): writes it and queues it
-    /// for the collector (if it has samples), and schedules the next.
-    pub fn take(&mut self, profile: Option<&Profile>) {
+    /// Cuts a period with `cut` (`None`: no process had a record), writes it and queues it for
+    /// the collector (if it has samples), and schedules the next; returns it.
+    pub fn take(&mut self, cut: impl FnOnce() -> Option<Profile>) -> Option<Profile> {
+        let cpu = thread_cpu();
+        let profile = cut();
+        self.counts.cut_cpu += thread_cpu().saturating_sub(cpu);
         let now = std::time::Instant::now();
         // A late cut (a long symbolization) does not make the next one early.
         self.next = (self.next + self.every).max(now + self.every / 2);
-        let Some(profile) = profile else { return };
+        let profile = profile?;
         self.counts.cut += 1;
+        let cpu = thread_cpu();
         if let Some(files) = &mut self.files {
-            match files.write(profile, self.counts.cut) {
+            match files.write(&profile, self.counts.cut) {
                 Ok(_) => self.counts.written += 1,
                 Err(e) => {
                     self.counts.not_written += 1;
@@ -108,11 +116,13 @@ impl Periods {
                 }
             }
         }
+        self.counts.files_cpu += thread_cpu().saturating_sub(cpu);
         if let Some(d) = &self.delivery {
             if !profile.totals.is_empty() {
-                d.deliver(profile);
+                d.deliver(&profile);
             }
         }
+        Some(profile)
     }
 
     /// Where the periods are exported, if they are.
@@ -190,6 +200,11 @@ impl PeriodFiles {
         }
         Ok(self.dir.join(name))
     }
+}
+
+/// The calling thread's CPU time.
+pub(crate) fn thread_cpu() -> std::time::Duration {
+    std::time::Duration::from_nanos(crate::sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }
 
 /// `t` in UTC as `YYYYMMDDTHHMMSSZ`.

@@ -25,6 +25,7 @@ pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c
 pub type Sigaction =
     unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
+#[cfg(target_env = "gnu")]
 unsafe extern "C" {
     /// The C library's `sigaction` under its own name (glibc exports it on every architecture
     /// since 2.0): a library that interposes `sigaction`, as the preload library does, would
@@ -45,7 +46,29 @@ fn real_sigaction(
     old: *mut libc::sigaction,
 ) -> libc::c_int {
     // SAFETY: the pointers are null or valid sigactions (the callers').
-    unsafe { __sigaction(signal, act, old) }
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        __sigaction(signal, act, old)
+    }
+    // musl exports no other name for it: the next object's `sigaction` after this one (the C
+    // library's, when this is the preload library that interposes it), found once, at the
+    // first call (installing the handler, never in one); in a static program, where there is
+    // no next object, the only one.
+    #[cfg(not(target_env = "gnu"))]
+    {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut f = NEXT.load(Acquire);
+        if f == 0 {
+            // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT is valid from a library.
+            f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+            if f == 0 {
+                f = libc::sigaction as *const () as usize;
+            }
+            NEXT.store(f, Release);
+        }
+        // SAFETY: `f` is a `sigaction` with the C signature; the pointers are the callers'.
+        unsafe { std::mem::transmute::<usize, Sigaction>(f)(signal, act, old) }
+    }
 }
 
 /// Words of a `sigset_t` (glibc's holds 1024 bits).

@@ -443,7 +443,7 @@ fn create_posix(spec: &TimerSpec, index: usize, tid: libc::pid_t) -> io::Result<
             return Err(io::Error::last_os_error());
         }
         let period = libc::timespec {
-            tv_sec: spec.period.as_secs() as libc::time_t,
+            tv_sec: spec.period.as_secs() as _,
             tv_nsec: spec.period.subsec_nanos() as libc::c_long,
         };
         let it = libc::itimerspec {

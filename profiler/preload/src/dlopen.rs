@@ -269,6 +269,7 @@ struct Dyn {
 }
 
 /// `dladdr1`'s request for the object's `struct link_map`.
+#[cfg(target_env = "gnu")]
 const RTLD_DL_LINKMAP: c_int = 2;
 const DT_NULL: isize = 0;
 const DT_STRTAB: isize = 5;
@@ -285,6 +286,7 @@ impl Object {
     ///
     /// # Safety
     /// None beyond `dladdr1`'s: `address` is not dereferenced.
+    #[cfg(target_env = "gnu")]
     unsafe fn containing(address: *const c_void) -> Option<Object> {
         // SAFETY: Dl_info is plain data; zeroed is a valid value to be overwritten.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -292,6 +294,13 @@ impl Object {
         // SAFETY: both out-pointers are valid; RTLD_DL_LINKMAP stores a `struct link_map *`.
         let found = unsafe { libc::dladdr1(address, &mut info, &mut map, RTLD_DL_LINKMAP) };
         (found != 0 && !map.is_null()).then_some(Object { map: map.cast() })
+    }
+
+    /// None: musl's `dlopen` searches the program's paths whoever calls it, so the name is
+    /// handed to it as given.
+    #[cfg(not(target_env = "gnu"))]
+    unsafe fn containing(_: *const c_void) -> Option<Object> {
+        None
     }
 
     /// The object's DT_RPATH and DT_RUNPATH strings.

@@ -15,6 +15,8 @@ use unwind_profiler::periods::Periods;
 use unwind_profiler::session::{Server, KEY_VAR, RULES_CACHE_VAR, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
+/// The musl build of the preload library, when installed next to the command.
+const MUSL_LIBRARY: &str = "libunwind_profiler_preload-musl.so";
 
 /// The exit status of a run whose profile could not be written (sysexits.h: an output file
 /// cannot be created).
@@ -142,13 +144,42 @@ fn parse(args: Vec<OsString>) -> Result<Option<Request>, String> {
     Ok(Some(r))
 }
 
-/// The preload library: given, or next to this executable.
-fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
+/// The preload library: given, or next to this executable; for a program whose loader is
+/// musl's (`musl`), the musl build: `UNWIND_PROFILER_MUSL_LIBRARY`, else
+/// `libunwind_profiler_preload-musl.so` next to this executable, else where
+/// `scripts/build-musl` puts it in the same cargo target directory.
+fn find_library(given: Option<PathBuf>, musl: bool) -> Result<PathBuf, String> {
+    let here =
+        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let path = match given.or_else(|| std::env::var_os("UNWIND_PROFILER_LIBRARY").map(Into::into)) {
         Some(p) => p,
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this program's path: {e}"))?
-            .with_file_name(LIBRARY),
+        None if musl => {
+            let candidates: Vec<PathBuf> = std::env::var_os("UNWIND_PROFILER_MUSL_LIBRARY")
+                .map(PathBuf::from)
+                .into_iter()
+                .chain([
+                    here.with_file_name(MUSL_LIBRARY),
+                    here.with_file_name("..")
+                        .join(format!("{}-unknown-linux-musl", std::env::consts::ARCH))
+                        .join(here.parent().and_then(Path::file_name).unwrap_or_default())
+                        .join(LIBRARY),
+                ])
+                .collect();
+            match candidates.iter().find(|p| p.is_file()) {
+                Some(p) => p.clone(),
+                None => {
+                    return Err(format!(
+                        "the program uses musl's loader: it needs the musl build of the preload library, which is in none of {} (build it with scripts/build-musl, or pass --library)",
+                        candidates
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }
+            }
+        }
+        None => here.with_file_name(LIBRARY),
     };
     if !path.is_file() {
         return Err(format!(
@@ -189,7 +220,7 @@ fn collect_until_all_ended(
                     write_snapshot(s, dir, &config.stem, config.output_mode);
                 }
                 if let Some(p) = periods.as_deref_mut().filter(|p| p.due()) {
-                    p.take(s.cut_period().as_ref());
+                    p.take(|| s.cut_period());
                 }
             }
             None => std::thread::sleep(Duration::from_millis(10)),
@@ -336,40 +367,54 @@ fn secure_execution(program: &Path) -> Option<(String, String)> {
     None
 }
 
-/// Whether `program` is an ELF executable without a program interpreter (`PT_INTERP`): no
-/// dynamic loader runs in it to load the preload library.
-fn statically_linked(program: &Path) -> bool {
+/// What `program` names as its program interpreter (`PT_INTERP`, the dynamic loader that
+/// loads the preload library): `Some(None)` for an ELF executable without one (statically
+/// linked), `None` if it cannot be read as ELF.
+fn interpreter(program: &Path) -> Option<Option<String>> {
     use object::read::elf::{FileHeader, ProgramHeader};
     use object::Endianness;
-    /// `Some(true)` if the headers in `data` have no `PT_INTERP`, `None` if unreadable.
-    fn no_interpreter<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<bool> {
+    fn read<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Option<String>> {
         let header = H::parse(data).ok()?;
         let endian = header.endian().ok()?;
         let headers = header.program_headers(endian, data).ok()?;
-        Some(
-            !headers.is_empty()
-                && !headers
-                    .iter()
-                    .any(|h| h.p_type(endian) == object::elf::PT_INTERP),
-        )
+        if headers.is_empty() {
+            return None;
+        }
+        let Some(interp) = headers
+            .iter()
+            .find(|h| h.p_type(endian) == object::elf::PT_INTERP)
+        else {
+            return Some(None);
+        };
+        let bytes = interp.data(endian, data).ok()?;
+        let path = bytes.split(|&b| b == 0).next().unwrap_or_default();
+        Some(Some(String::from_utf8_lossy(path).into_owned()))
     }
-    // The program headers follow the ELF header, within the first pages of the file.
+    // The program headers and the interpreter's path follow the ELF header, within the first
+    // pages of the file.
     let mut head = Vec::new();
-    let read = std::fs::File::open(program)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head));
-    if read.is_err() {
-        return false;
-    }
-    let verdict = match object::FileKind::parse(&head[..]) {
-        Ok(object::FileKind::Elf64) => {
-            no_interpreter::<object::elf::FileHeader64<Endianness>>(&head)
-        }
-        Ok(object::FileKind::Elf32) => {
-            no_interpreter::<object::elf::FileHeader32<Endianness>>(&head)
-        }
+    std::fs::File::open(program)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head))
+        .ok()?;
+    match object::FileKind::parse(&head[..]) {
+        Ok(object::FileKind::Elf64) => read::<object::elf::FileHeader64<Endianness>>(&head),
+        Ok(object::FileKind::Elf32) => read::<object::elf::FileHeader32<Endianness>>(&head),
         _ => None,
-    };
-    verdict == Some(true)
+    }
+}
+
+/// Whether `program` is an ELF executable without a program interpreter (`PT_INTERP`): no
+/// dynamic loader runs in it to load the preload library.
+fn statically_linked(program: &Path) -> bool {
+    interpreter(program) == Some(None)
+}
+
+/// Whether `program`'s loader is musl's (`/lib/ld-musl-ARCH.so.1`): a glibc build of the
+/// preload library cannot load into it.
+fn uses_musl(program: &Path) -> bool {
+    interpreter(program)
+        .flatten()
+        .is_some_and(|i| unwind_profiler::symbolize::basename(&i).starts_with("ld-musl-"))
 }
 
 fn main() -> ExitCode {
@@ -406,7 +451,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let library = match find_library(request.library) {
+    let musl = resolve_program(&request.program[0]).is_some_and(|p| uses_musl(&p));
+    let library = match find_library(request.library, musl) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("unwind-profiler: {e}");
@@ -531,11 +577,9 @@ fn main() -> ExitCode {
     // A continuous run ends with its last, partial period; its summary is of that period with
     // the run's counters.
     let mut profile = match periods.as_mut() {
-        Some(periods) => server.as_mut().and_then(|s| {
-            let last = s.cut_period();
-            periods.take(last.as_ref());
-            last
-        }),
+        Some(periods) => server
+            .as_mut()
+            .and_then(|s| periods.take(|| s.cut_period())),
         None => server.as_mut().and_then(Server::finish),
     };
     let period_counts = periods.map(|p| {

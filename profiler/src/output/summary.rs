@@ -331,6 +331,28 @@ pub fn text(profile: &Profile) -> String {
                 e.last_error.as_ref().map_or(String::new(), |e| format!("; last failure: {e}"))
             ));
         }
+        let export_cpu = p.export.as_ref().map_or(Duration::ZERO, |e| e.cpu);
+        let handler = c.unwind_time + c.store_time;
+        let total = handler + c.collector_cpu + p.cut_cpu + p.files_cpu + export_cpu;
+        let program = if c.process_cpu > Duration::ZERO {
+            c.process_cpu
+        } else {
+            c.sampled_cpu
+        };
+        line(format_args!(
+            "profiler cost     {} in all, {} of the program's {} s of CPU: in its signal handlers {} (unwinding and storing; the signals' delivery not counted), draining {}, cutting periods {} (symbolizing included), period files {}, export {}",
+            millis(total),
+            percent(
+                u64::try_from(total.as_nanos()).unwrap_or(u64::MAX),
+                u64::try_from(program.as_nanos()).unwrap_or(u64::MAX)
+            ),
+            format_args!("{:.3}", program.as_secs_f64()),
+            millis(handler),
+            millis(c.collector_cpu),
+            millis(p.cut_cpu),
+            millis(p.files_cpu),
+            millis(export_cpu)
+        ));
         if p.symbol_cache_resets > 0 {
             line(format_args!(
                 "symbol cache      emptied {} times for holding {} addresses",
