@@ -510,6 +510,15 @@ impl Config {
         Duration::from_nanos(1_000_000_000 / u64::from(self.frequency.max(1)))
     }
 
+    /// How often the rings are drained at this rate: [`collect_every`](Self::collect_every) at
+    /// 1 kHz and above, proportionally less often below (a ring holds the same number of
+    /// samples, which take longer to come), at most every 100 ms. Each drain wakes the
+    /// collector: at 100 Hz, draining every 10 ms cost more than the signal handlers.
+    pub fn drain_every(&self) -> Duration {
+        let scale = (1000 / self.frequency.max(1)).max(1);
+        (self.collect_every * scale).min(Duration::from_millis(100).max(self.collect_every))
+    }
+
     /// The sampler's fixed settings.
     pub(crate) fn timing(&self) -> crate::sampler::Timing {
         crate::sampler::Timing {
@@ -541,6 +550,22 @@ mod tests {
                 .find(|(k, _)| *k == n)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[test]
+    fn rings_are_drained_less_often_at_low_rates() {
+        let every = |frequency| {
+            Config {
+                frequency,
+                ..Config::default()
+            }
+            .drain_every()
+        };
+        assert_eq!(every(20_000), Duration::from_millis(10));
+        assert_eq!(every(1000), Duration::from_millis(10));
+        assert_eq!(every(250), Duration::from_millis(40));
+        assert_eq!(every(100), Duration::from_millis(100));
+        assert_eq!(every(1), Duration::from_millis(100));
     }
 
     #[test]

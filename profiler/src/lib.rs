@@ -184,7 +184,7 @@ impl Profiler {
             wake: Condvar::new(),
         });
         let s = shared.clone();
-        let every = config.collect_every;
+        let every = config.drain_every();
         let snapshot_dir = config.output.clone();
         let mode = config.output_mode;
         let stem = config.stem.clone();

@@ -164,6 +164,9 @@ pub struct Counters {
     /// kernel counted it once they had all ended (`record`'s children's resource usage); `None`
     /// where not known (the in-process collector, a snapshot).
     pub descendants_cpu: Option<Duration>,
+    /// `record`'s own CPU time, every thread of it (collecting, symbolizing, writing,
+    /// exporting), once the program has ended; `None` where not known (in the program).
+    pub recorder_cpu: Option<Duration>,
     /// Times the program set its own action for a signal the profiler samples with (its handler
     /// stayed in front, and passed the program's own signals, `foreign_signals`, on to it).
     pub program_actions: u64,

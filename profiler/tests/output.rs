@@ -189,6 +189,7 @@ fn sample_profile() -> Profile {
             timers_rearmed: 0,
             profiler_work: Vec::new(),
             periods: None,
+            recorder_cpu: None,
         },
     }
 }

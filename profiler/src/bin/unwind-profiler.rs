@@ -215,7 +215,7 @@ fn collect_until_all_ended(
     loop {
         match server.as_mut() {
             Some(s) => {
-                s.collect(Duration::from_millis(10));
+                s.collect(config.drain_every());
                 if s.snapshot_requested() {
                     write_snapshot(s, dir, &config.stem, config.output_mode);
                 }
@@ -243,6 +243,13 @@ fn collect_until_all_ended(
             }
         }
     }
+}
+
+/// `record`'s own CPU time, all its threads.
+fn own_cpu() -> Duration {
+    Duration::from_nanos(unwind_profiler::sampler::clock_ns(
+        libc::CLOCK_PROCESS_CPUTIME_ID,
+    ))
 }
 
 /// The CPU time of every descendant of `record` that ended and was waited for: all of them, once
@@ -590,6 +597,7 @@ fn main() -> ExitCode {
     });
     if let Some(p) = profile.as_mut() {
         p.counters.descendants_cpu = Some(descendants_cpu());
+        p.counters.recorder_cpu = Some(own_cpu());
         p.counters.periods = period_counts.clone();
     }
     if !config.quiet {

@@ -353,6 +353,16 @@ pub fn text(profile: &Profile) -> String {
             millis(p.files_cpu),
             millis(export_cpu)
         ));
+        if let Some(own) = c.recorder_cpu {
+            line(format_args!(
+                "record's CPU      {} in all, {} of the program's (the parts above outside the handlers, and the rest of its work: waiting on the processes, reading their CPU clocks)",
+                millis(own),
+                percent(
+                    u64::try_from(own.as_nanos()).unwrap_or(u64::MAX),
+                    u64::try_from(program.as_nanos()).unwrap_or(u64::MAX)
+                ),
+            ));
+        }
         if p.symbol_cache_resets > 0 {
             line(format_args!(
                 "symbol cache      emptied {} times for holding {} addresses",

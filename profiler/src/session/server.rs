@@ -192,6 +192,8 @@ pub struct Server {
     symbolizer: Option<Symbolizer>,
     /// Whether the run is cut into periods (`--period`).
     periodic: bool,
+    /// The buffer messages are received into (kept: the collection runs every few ms).
+    buffer: Vec<u8>,
     /// When the current period started (CLOCK_MONOTONIC ns).
     period_start_ns: u64,
 }
@@ -260,6 +262,7 @@ impl Server {
             me: std::process::id(),
             symbolizer: None,
             periodic: config.profile_period.is_some(),
+            buffer: Vec::new(),
             period_start_ns: sampler::now_ns(),
         })
     }
@@ -316,10 +319,12 @@ impl Server {
     /// Takes every new connection and every message waiting.
     fn take_everything(&mut self) {
         self.accept();
-        let mut buffer = vec![0u8; MAX_MESSAGE];
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.resize(MAX_MESSAGE, 0);
         for i in 0..self.processes.len() {
             self.receive(i, &mut buffer);
         }
+        self.buffer = buffer;
         for p in &mut self.processes {
             if p.record.is_none() && p.socket.is_some() && p.accepted.elapsed() > HELLO_WITHIN {
                 p.cut_off("no hello within 10 s");

@@ -464,6 +464,11 @@ fn real_main() -> Result<(), String> {
         preload, preload_driver, preload_arm, preload_arm64
     );
     let _ = writeln!(md, "The floor of an x86_64 file is gimli iterating every row of its `.eh_frame` and `.debug_frame` without building anything. An arm64 file's floor is an x86_64 file's (DWARF CFI only). The floor of a 32-bit ARM file is its EHABI index decoded (`unwind_arm_exidx::rows`) and its DWARF rows, if any: the build also reads every function's instructions (`unwind-arm-prologue`: prologues and epilogues of EHABI functions, `EXIDX_CANTUNWIND` functions, functions no table describes), which is most of its cost.\n");
+    // Sections other tools write into the same file (bench-overhead's, scripts/continuous-
+    // memory's) are kept as they were.
+    if let Ok(old) = std::fs::read_to_string(&out_md) {
+        md.push_str(&sections_not_in(&old, &md));
+    }
     std::fs::write(&out_md, md).map_err(|e| e.to_string())?;
     for l in &lines {
         println!("{l}");
@@ -750,4 +755,38 @@ fn count_sym_lines(syms: &Path) -> usize {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// The `## ` sections of `old` whose headings `new` does not have, in their order.
+fn sections_not_in(old: &str, new: &str) -> String {
+    let headings: std::collections::HashSet<&str> =
+        new.lines().filter(|l| l.starts_with("## ")).collect();
+    let mut kept = String::new();
+    let mut keeping = false;
+    for line in old.lines() {
+        if line.starts_with("## ") {
+            keeping = !headings.contains(line);
+        } else if line.starts_with("# ") {
+            keeping = false;
+        }
+        if keeping {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sections_of_other_tools_are_kept() {
+        let old =
+            "# B\n\n## Figures\nold\n## Profiler overhead\nrows\n\n## Continuous profiling\nrss\n";
+        let new = "# B\n\n## Figures\nnew\n";
+        assert_eq!(
+            super::sections_not_in(old, new),
+            "## Profiler overhead\nrows\n\n## Continuous profiling\nrss\n"
+        );
+    }
 }
