@@ -88,8 +88,8 @@ fn main() {
     if let Some(p) = &last.counters.periods {
         let e = p.export.clone().unwrap_or_default();
         println!(
-            "periods {} delivered {} retries {} dropped {} undelivered {}",
-            p.cut, e.delivered, e.retries, e.dropped, e.undelivered
+            "periods {} empty {} delivered {} retries {} dropped {} undelivered {}",
+            p.cut, p.empty, e.delivered, e.retries, e.dropped, e.undelivered
         );
     }
 }

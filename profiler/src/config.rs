@@ -9,6 +9,7 @@ pub use crate::timer::TimerChoice;
 
 /// Which clock drives the per-thread timers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Clock {
     /// The thread's CPU time: a thread is sampled only while it runs (where it spends CPU).
     Cpu,
@@ -17,8 +18,20 @@ pub enum Clock {
     Wall,
 }
 
-/// The profiler's settings.
+impl Clock {
+    /// The time it measures, as the command's messages name it: `CPU` or `wall-clock`.
+    pub fn time_name(self) -> &'static str {
+        match self {
+            Clock::Cpu => "CPU",
+            Clock::Wall => "wall-clock",
+        }
+    }
+}
+
+/// The profiler's settings: [`Config::default`] (or [`Config::from_env`]) with fields changed,
+/// or [`Profiler::builder`](crate::Profiler::builder). New settings may come in any release.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     /// Samples per second of each thread's clock.
     pub frequency: u32,

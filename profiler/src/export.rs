@@ -36,6 +36,7 @@ pub struct Export {
 
 /// Why a profile was not exported.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ExportError {
     /// The collector could not be reached, or did not answer in time.
     Unreachable(String),
@@ -207,6 +208,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What a [`Delivery`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeliveryCounts {
     /// Periods the collector took.
     pub delivered: u64,

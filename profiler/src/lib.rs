@@ -46,6 +46,7 @@ pub use profile::Profile;
 
 /// Why profiling could not start.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// The unwinder could not build its tables.
     Unwinder(unwind_in_process::Error),

@@ -18,6 +18,7 @@ use crate::profile::Profile;
 
 /// What a continuous run did with its periods, for the summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PeriodCounts {
     /// The period's length.
     pub every: std::time::Duration,
@@ -25,6 +26,8 @@ pub struct PeriodCounts {
     pub directory: String,
     /// Periods cut.
     pub cut: u64,
+    /// Of them, periods without a sample (written, not exported: nothing to say).
+    pub empty: u64,
     /// Period files written.
     pub written: u64,
     /// Period files that could not be written (the first error is in `file_error`).
@@ -117,10 +120,10 @@ impl Periods {
             }
         }
         self.counts.files_cpu += thread_cpu().saturating_sub(cpu);
-        if let Some(d) = &self.delivery {
-            if !profile.totals.is_empty() {
-                d.deliver(&profile);
-            }
+        if profile.totals.is_empty() {
+            self.counts.empty += 1;
+        } else if let Some(d) = &self.delivery {
+            d.deliver(&profile);
         }
         Some(profile)
     }

@@ -30,6 +30,7 @@ const MAX_REQUEST_HEAD: u64 = 16 << 10;
 
 /// A request, as far as the endpoint cares.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Request {
     /// A profile of the next `seconds`.
     Profile {

@@ -164,12 +164,10 @@ fn profile_this_process() {
             "functions merged: {functions:x?}"
         );
     }
-    let profiler = Profiler::start(Config {
-        frequency: 1000,
-        clock,
-        ..Config::default()
-    })
-    .expect("Profiler::start");
+    let mut config = Config::default();
+    config.frequency = 1000;
+    config.clock = clock;
+    let profiler = Profiler::start(config).expect("Profiler::start");
     assert_second_start_fails("while running");
 
     let (done_tx, done_rx) = mpsc::channel();
@@ -257,6 +255,7 @@ fn profile_this_process() {
             asleep * 10 <= worker_samples,
             "CPU clock: {asleep} samples asleep, {worker_samples} working"
         ),
+        other => panic!("{other:?}: a clock this test does not know"),
     }
     assert_second_start_fails("after stop");
 }
@@ -315,11 +314,9 @@ fn stop_deletes_every_timer() {
     }
     let name = std::env::var(TIMERS_VAR).unwrap_or_default();
     let timer = unwind_profiler::config::TimerChoice::from_name(&name).expect("a timer name");
-    let profiler = Profiler::start(Config {
-        timer,
-        ..Config::default()
-    })
-    .expect("Profiler::start");
+    let mut config = Config::default();
+    config.timer = timer;
+    let profiler = Profiler::start(config).expect("Profiler::start");
     std::hint::black_box(burn(Duration::from_millis(50), 4));
     let profile = profiler.stop();
     assert!(!profile.samples.is_empty());
@@ -407,12 +404,10 @@ fn sigtrap_timers_pass_the_programs_sigtraps_on() {
         // SAFETY: a valid rlimit.
         unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
     }
-    let profiler = Profiler::start(Config {
-        timer: unwind_profiler::config::TimerChoice::PerfSigtrap,
-        frequency: 1000,
-        ..Config::default()
-    })
-    .expect("Profiler::start");
+    let mut config = Config::default();
+    config.timer = unwind_profiler::config::TimerChoice::PerfSigtrap;
+    config.frequency = 1000;
+    let profiler = Profiler::start(config).expect("Profiler::start");
     std::hint::black_box(burn(Duration::from_millis(50), 4));
     let before = profiler.report().samples.len();
     // SAFETY: raise has no preconditions.

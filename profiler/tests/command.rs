@@ -312,6 +312,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--capture-samples" => "10",
             "--period" => "1s",
             "--keep-periods" => "5",
+            "--pprof-listen" => "127.0.0.1:0",
             "--quiet" | "--stack-scanning" | "--verbose" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };

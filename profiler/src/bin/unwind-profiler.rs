@@ -544,10 +544,7 @@ fn main() -> ExitCode {
             "unwind-profiler: recording {} at {} Hz of {} time into {}",
             Path::new(&request.program[0]).display(),
             config.frequency,
-            match config.clock {
-                unwind_profiler::config::Clock::Cpu => "CPU",
-                unwind_profiler::config::Clock::Wall => "wall-clock",
-            },
+            config.clock.time_name(),
             dir.display()
         );
     }

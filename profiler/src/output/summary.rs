@@ -307,9 +307,10 @@ pub fn text(profile: &Profile) -> String {
     ));
     if let Some(p) = &c.periods {
         line(format_args!(
-            "period profiles   {} of {} s cut (samples, threads and functions here are the last period's: {} s from {} UTC); {} written to {}{}",
+            "period profiles   {} of {} s cut, {} without a sample (samples, threads and functions here are the last period's: {} s from {} UTC); {} written to {}{}",
             p.cut,
             p.every.as_secs_f64(),
+            p.empty,
             profile.duration.as_secs_f64().round(),
             crate::periods::utc_stamp(profile.start),
             p.written,
