@@ -62,6 +62,8 @@ fn profile(dir: &Path, program: &Path) -> (Vec<(Vec<String>, u64)>, String) {
         None,
     );
     assert!(status.success(), "{status}: {stderr}");
+    // Every output written, each reader taking the same samples.
+    runs::check_outputs(&program.display().to_string(), &out);
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
     (runs::folded(&out), summary)
 }
@@ -96,6 +98,8 @@ fn check(what: &str, lines: &[(Vec<String>, u64)], summary: &str, name: &dyn Fn(
     println!("{what}: {whole} of {total} samples with the whole chain");
     assert!(total >= 1000, "{what}: {total} samples");
     assert!(whole * 100 >= total * 95, "{what}: {whole} of {total}");
+    let leaf = runs::samples_with(lines, |f| f == chain[2]);
+    assert!(leaf * 100 >= total * 80, "{what}: {leaf} of {total} in leaf_work");
     let stored = summary_text::required(summary, "samples stored");
     let no_rule = summary_text::count(summary, "NoRule").unwrap_or(0);
     let end = summary_text::count(summary, "EndOfStack").unwrap_or(0);
