@@ -649,3 +649,126 @@ fn a_service_profiles_itself_exports_its_periods_and_serves_go_tool_pprof() {
     assert!(threads.contains("background"), "{threads:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The samples in a directory of period files (pprof), each standing for its value over the
+/// period.
+fn period_samples(dir: &std::path::Path) -> (u64, usize) {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let samples = files
+        .iter()
+        .map(|f| pprof_leaves(f).values().sum::<u64>())
+        .sum();
+    (samples, files.len())
+}
+
+#[test]
+fn a_killed_programs_last_period_is_kept() {
+    let dir = scratch("killed");
+    let out = dir.join("out");
+    let release = release_dir();
+    let mut run = Command::new(release.join("unwind-profiler"))
+        .args(["record", "--period", "1s", "--frequency", "200", "--output"])
+        .arg(&out)
+        .arg("--")
+        .arg(release.join("demo-workload"))
+        .args(["--seconds", "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    // The workload is record's child: killed as the OOM killer or `kill -9` would.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", run.id()))
+        .unwrap_or_default();
+    let workload: i32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the workload's pid");
+    // SAFETY: sends SIGKILL to the workload this test started (through record).
+    unsafe { libc::kill(workload, libc::SIGKILL) };
+    let status = run.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(128 + 9), "{stderr}");
+    let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
+    let stored: u64 = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("samples stored"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    let (samples, files) = period_samples(&out.join("profile-periods"));
+    println!("{files} period files, {samples} samples; {stored} stored");
+    assert!(files >= 3, "2 whole periods and the last: {files}");
+    // Every sample taken is in a period, the last partial one included (the pprof files'
+    // first value is the sample count).
+    assert_eq!(samples, stored);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_preload_library_alone_serves_go_tool_pprof() {
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
+        unwind_test_support::missing("go (for go tool pprof)");
+        return;
+    }
+    let dir = scratch("pull");
+    let release = release_dir();
+    let mut run = Command::new(release.join("demo-workload"))
+        .args(["--seconds", "6"])
+        .env("LD_PRELOAD", release.join("libunwind_profiler_preload.so"))
+        .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
+        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
+        .env_remove("UNWIND_PROFILER_RECORD")
+        .env_remove("UNWIND_PROFILER_EXPORT")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "no address said"
+        );
+    }
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .replace("?seconds=N", "?seconds=2");
+    let pprof = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(&url)
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&pprof.stdout);
+    println!("{top}");
+    assert!(
+        pprof.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pprof.stderr)
+    );
+    assert!(top.contains("Duration: 2s"), "{top}");
+    assert!(top.contains("plugin_mandelbrot"), "{top}");
+    // Not a profile path: a clear 404, the process unharmed.
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut s, b"GET /debug/pprof/heap HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(run.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

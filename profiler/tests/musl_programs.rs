@@ -99,7 +99,10 @@ fn check(what: &str, lines: &[(Vec<String>, u64)], summary: &str, name: &dyn Fn(
     assert!(total >= 1000, "{what}: {total} samples");
     assert!(whole * 100 >= total * 95, "{what}: {whole} of {total}");
     let leaf = runs::samples_with(lines, |f| f == chain[2]);
-    assert!(leaf * 100 >= total * 80, "{what}: {leaf} of {total} in leaf_work");
+    assert!(
+        leaf * 100 >= total * 80,
+        "{what}: {leaf} of {total} in leaf_work"
+    );
     let stored = summary_text::required(summary, "samples stored");
     let no_rule = summary_text::count(summary, "NoRule").unwrap_or(0);
     let end = summary_text::count(summary, "EndOfStack").unwrap_or(0);
