@@ -427,31 +427,26 @@ mod tests {
 
     /// A profile with nothing in it but its period number as its pid.
     fn period(n: u32) -> Profile {
-        Profile {
-            program: "p".into(),
+        let mut p = Profile::empty(
+            "p".into(),
+            n,
+            std::time::UNIX_EPOCH,
+            Duration::from_millis(1),
+        );
+        p.stacks.push(Vec::new());
+        p.threads.push(crate::profile::Thread {
+            tid: 1,
+            name: "t".into(),
             pid: n,
-            start: std::time::UNIX_EPOCH,
-            duration: Duration::from_secs(1),
-            interval: Duration::from_millis(1),
-            wall_clock: false,
-            modules: Vec::new(),
-            locations: Vec::new(),
-            stacks: vec![Vec::new()],
-            threads: vec![crate::profile::Thread {
-                tid: 1,
-                name: "t".into(),
-                pid: n,
-                process: "p".into(),
-            }],
-            samples: Vec::new(),
-            totals: vec![crate::profile::Total {
-                thread: 0,
-                stack: 0,
-                samples: 1,
-                periods: 1,
-            }],
-            counters: Default::default(),
-        }
+            process: "p".into(),
+        });
+        p.totals.push(crate::profile::Total {
+            thread: 0,
+            stack: 0,
+            samples: 1,
+            periods: 1,
+        });
+        p
     }
 
     /// An HTTP server on loopback answering 503 while `down`, else 200; the requests it took

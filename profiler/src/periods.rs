@@ -255,21 +255,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut files = PeriodFiles::open(&dir, "p", 3, 0o600).unwrap();
-        let mut profile = Profile {
-            program: "p".into(),
-            pid: 1,
-            start: UNIX_EPOCH,
-            duration: Duration::from_secs(10),
-            interval: Duration::from_millis(1),
-            wall_clock: false,
-            modules: Vec::new(),
-            locations: Vec::new(),
-            stacks: Vec::new(),
-            threads: Vec::new(),
-            samples: Vec::new(),
-            totals: Vec::new(),
-            counters: Default::default(),
-        };
+        let mut profile = Profile::empty("p".into(), 1, UNIX_EPOCH, Duration::from_millis(1));
         for n in 1..=5u64 {
             profile.start = UNIX_EPOCH + Duration::from_secs(n * 10);
             files.write(&profile, n).unwrap();

@@ -334,6 +334,26 @@ impl Counters {
 }
 
 impl Profile {
+    /// A profile of `program` (process `pid`) with nothing in it: no modules, samples or
+    /// counters, starting at `start`, of no duration, CPU time sampled every `interval`.
+    pub fn empty(program: String, pid: u32, start: SystemTime, interval: Duration) -> Profile {
+        Profile {
+            program,
+            pid,
+            start,
+            duration: Duration::ZERO,
+            interval,
+            wall_clock: false,
+            modules: Vec::new(),
+            locations: Vec::new(),
+            stacks: Vec::new(),
+            threads: Vec::new(),
+            samples: Vec::new(),
+            totals: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
     /// One profile of several processes (such as a shell, the program it ran and that
     /// program's children), from the profiles of each; `None` if `profiles` is empty.
     ///
@@ -353,21 +373,9 @@ impl Profile {
             .unwrap_or(start);
         let mut profiles = profiles.into_iter();
         let first = profiles.next()?;
-        let mut merged = Profile {
-            program: first.program.clone(),
-            pid: first.pid,
-            start,
-            duration: end.duration_since(start).unwrap_or_default(),
-            interval: first.interval,
-            wall_clock: first.wall_clock,
-            modules: Vec::new(),
-            locations: Vec::new(),
-            stacks: Vec::new(),
-            threads: Vec::new(),
-            samples: Vec::new(),
-            totals: Vec::new(),
-            counters: Counters::default(),
-        };
+        let mut merged = Profile::empty(first.program.clone(), first.pid, start, first.interval);
+        merged.duration = end.duration_since(start).unwrap_or_default();
+        merged.wall_clock = first.wall_clock;
         for p in std::iter::once(first).chain(profiles) {
             let shift = p.start.duration_since(start).unwrap_or_default();
             let (modules, locations, stacks, threads) = (

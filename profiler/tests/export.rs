@@ -432,12 +432,7 @@ fn continuous_periods_reach_the_collector_through_an_outage() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     collector.stop();
-    let written = collector.written();
-    let requests: Vec<Value> = written
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let requests = requests(&collector);
     println!(
         "{} periods received, {before} before the collector stopped",
         requests.len()
@@ -446,14 +441,7 @@ fn continuous_periods_reach_the_collector_through_an_outage() {
 
     // record's own figures: its count of samples, and its periods.
     let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
-    let field = |line: &str, word: usize| -> u64 {
-        summary
-            .lines()
-            .find(|l| l.starts_with(line))
-            .and_then(|l| l.split_whitespace().nth(word))
-            .and_then(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no {line:?} in the summary:\n{summary}"))
-    };
+    let field = |line: &str, word: usize| summary_field(&summary, line, word);
     let stored = field("samples stored", 2);
     let cut = field("period profiles", 2);
     let empty = field("period profiles", 7);
@@ -586,19 +574,7 @@ fn a_service_profiles_itself_exports_its_periods_and_serves_go_tool_pprof() {
         .unwrap_or_else(|| panic!("no pprof address: {first:?}"))
         .to_owned();
     // Go's own client, as a user (or Parca, or Alloy) reads the endpoint.
-    let pprof = Command::new("go")
-        .args(["tool", "pprof", "-top"])
-        .arg(format!("{url}?seconds=3"))
-        .env("PPROF_TMPDIR", &dir)
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&pprof.stdout);
-    println!("{top}");
-    assert!(
-        pprof.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pprof.stderr)
-    );
+    let top = go_pprof_top(&dir, &format!("{url}?seconds=3"));
     assert!(top.contains("Duration: 3s"), "{top}");
     assert!(top.contains("service::handle_request"), "{top}");
     let mut rest = String::new();
@@ -615,12 +591,7 @@ fn a_service_profiles_itself_exports_its_periods_and_serves_go_tool_pprof() {
     assert!(counts[1] <= 1, "{rest}");
     assert_eq!(counts[2] + counts[1], counts[0], "all delivered: {rest}");
     collector.stop();
-    let requests: Vec<Value> = collector
-        .written()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let requests = requests(&collector);
     assert_eq!(requests.len() as u64, counts[2]);
     let mut threads = std::collections::HashSet::new();
     for request in &requests {
@@ -694,12 +665,7 @@ fn a_killed_programs_last_period_is_kept() {
     std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(128 + 9), "{stderr}");
     let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
-    let stored: u64 = summary
-        .lines()
-        .find_map(|l| l.strip_prefix("samples stored"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{summary}"));
+    let stored = summary_field(&summary, "samples stored", 2);
     let (samples, files) = period_samples(&out.join("profile-periods"));
     println!("{files} period files, {samples} samples; {stored} stored");
     assert!(files >= 3, "2 whole periods and the last: {files}");
@@ -742,19 +708,7 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
         .find(|w| w.starts_with("http://"))
         .unwrap()
         .replace("?seconds=N", "?seconds=2");
-    let pprof = Command::new("go")
-        .args(["tool", "pprof", "-top"])
-        .arg(&url)
-        .env("PPROF_TMPDIR", &dir)
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&pprof.stdout);
-    println!("{top}");
-    assert!(
-        pprof.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pprof.stderr)
-    );
+    let top = go_pprof_top(&dir, &url);
     assert!(top.contains("Duration: 2s"), "{top}");
     assert!(top.contains("plugin_mandelbrot"), "{top}");
     // Not a profile path: a clear 404, the process unharmed.
@@ -771,4 +725,42 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     assert!(run.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `go tool pprof -top URL` (its files in `dir`): what it printed; it must succeed.
+fn go_pprof_top(dir: &std::path::Path, url: &str) -> String {
+    let pprof = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(url)
+        .env("PPROF_TMPDIR", dir)
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&pprof.stdout).into_owned();
+    println!("{top}");
+    assert!(
+        pprof.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pprof.stderr)
+    );
+    top
+}
+
+/// Every request the collector wrote, in order (it is stopped or has flushed).
+fn requests(collector: &Collector) -> Vec<Value> {
+    collector
+        .written()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The number that is word `word` (from 0) of the summary's line starting with `line`.
+fn summary_field(summary: &str, line: &str, word: usize) -> u64 {
+    summary
+        .lines()
+        .find(|l| l.starts_with(line))
+        .and_then(|l| l.split_whitespace().nth(word))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no {line:?} in the summary:\n{summary}"))
 }

@@ -195,21 +195,9 @@ fn sample_profile() -> Profile {
 }
 
 fn empty_profile() -> Profile {
-    Profile {
-        program: String::new(),
-        pid: 0,
-        start: UNIX_EPOCH,
-        duration: Duration::ZERO,
-        interval: Duration::ZERO,
-        wall_clock: true,
-        modules: Vec::new(),
-        locations: Vec::new(),
-        stacks: Vec::new(),
-        threads: Vec::new(),
-        samples: Vec::new(),
-        totals: Vec::new(),
-        counters: Counters::default(),
-    }
+    let mut p = Profile::empty(String::new(), 0, UNIX_EPOCH, Duration::ZERO);
+    p.wall_clock = true;
+    p
 }
 
 /// A fresh directory for one test's files.
