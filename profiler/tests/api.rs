@@ -6,7 +6,8 @@
 //! sampled has no samples; the sleeping thread is sampled with `Clock::Wall` and (almost) not
 //! with `Clock::Cpu`. Profiling is once per process: a second `start`, while running or after
 //! `stop`, fails with `StartError::Signal` and leaves the running profiler alone. And `stop()`
-//! deletes every timer (no signal comes after it), the first one of the process included.
+//! deletes every timer (no signal comes after it), the first one of the process included. And
+//! `take()` gives each window its own samples, none of another.
 //!
 //! Profiling is process-wide (one signal handler, one profiler), so one test profiles this
 //! process with the CPU clock and the other runs this binary again, in a child process, to do
@@ -24,6 +25,8 @@ use unwind_profiler::{Clock, Config, Profile, Profiler, StartError};
 
 /// Set (to `wall`) in the child process that runs [`profile_this_process`] with the wall clock.
 const CLOCK_VAR: &str = "UNWIND_PROFILER_API_TEST_CLOCK";
+/// Set in the child process that runs [`take_gives_each_window_its_own_samples`].
+const WINDOWS_VAR: &str = "UNWIND_PROFILER_API_TEST_WINDOWS";
 /// Set in the child process that runs [`stop_deletes_every_timer`].
 const TIMERS_VAR: &str = "UNWIND_PROFILER_API_TEST_TIMERS";
 /// Set in the child processes of [`sigtrap_timers_pass_the_programs_sigtraps_on`]: `handler` or
@@ -282,7 +285,7 @@ fn run_in_child(name: &str, var: &str, value: &str, extra: &[&str]) {
 
 #[test]
 fn profile_this_process_with_the_wall_clock() {
-    if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR]
+    if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR, WINDOWS_VAR]
         .iter()
         .all(|v| std::env::var_os(v).is_none())
     {
@@ -305,7 +308,10 @@ fn signals_after_stop() -> u64 {
 #[test]
 fn stop_deletes_every_timer() {
     if std::env::var_os(TIMERS_VAR).is_none() {
-        if std::env::var_os(CLOCK_VAR).is_none() && std::env::var_os(TRAP_VAR).is_none() {
+        if [CLOCK_VAR, TRAP_VAR, WINDOWS_VAR]
+            .iter()
+            .all(|v| std::env::var_os(v).is_none())
+        {
             for timer in ["posix", "perf", "perf-sigtrap"] {
                 run_in_child("stop_deletes_every_timer", TIMERS_VAR, timer, &[]);
             }
@@ -433,4 +439,53 @@ fn sigtrap_timers_pass_the_programs_sigtraps_on() {
         "every thread on the SIGTRAP perf event"
     );
     assert!(before >= 20 && profile.samples.len() >= before + 40);
+}
+
+/// `take()`, for authors who export profiles themselves: each window has the samples taken
+/// since the last one and no other (the rings are drained before the cut), with its own start;
+/// the profiler started through the builder. In a child process of its own.
+#[test]
+fn take_gives_each_window_its_own_samples() {
+    if std::env::var_os(WINDOWS_VAR).is_none() {
+        if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR]
+            .iter()
+            .all(|v| std::env::var_os(v).is_none())
+        {
+            run_in_child(
+                "take_gives_each_window_its_own_samples",
+                WINDOWS_VAR,
+                "1",
+                &[],
+            );
+        }
+        return;
+    }
+    let profiler = Profiler::builder()
+        .frequency(1000)
+        .start()
+        .expect("Profiler::builder().start()");
+    std::hint::black_box(first_phase());
+    let first = profiler.take();
+    std::hint::black_box(second_phase());
+    let second = profiler.take();
+    let last = profiler.stop();
+    let count = |p: &Profile, f: &str| samples_in(p, f);
+    println!(
+        "first window: {} + {}, second: {} + {}, after: {}",
+        count(&first, "first_phase_leaf"),
+        count(&first, "second_phase_leaf"),
+        count(&second, "first_phase_leaf"),
+        count(&second, "second_phase_leaf"),
+        last.sample_count()
+    );
+    assert!(count(&first, "first_phase_leaf") >= 100);
+    assert_eq!(count(&first, "second_phase_leaf"), 0);
+    assert!(count(&second, "second_phase_leaf") >= 100);
+    assert_eq!(count(&second, "first_phase_leaf"), 0);
+    assert!(second.start >= first.start + first.duration);
+    // Every sample stored is in exactly one window.
+    assert_eq!(
+        first.sample_count() + second.sample_count() + last.sample_count(),
+        last.counters.stored
+    );
 }
