@@ -361,14 +361,7 @@ impl InProcess {
 
     /// Symbolizes everything gathered into a profile of the running program.
     pub fn finish(&mut self) -> Profile {
-        let info = ProcessInfo {
-            pid: std::process::id(),
-            program: program(),
-            duration: self.started.elapsed(),
-            record: sampler::process(),
-            unended_cpu: Duration::ZERO,
-            cpu: None,
-        };
+        let info = this_process(self.started.elapsed());
         self.collector
             .finish(sampler::records(), &info, &mut self.symbolizer)
     }
@@ -379,14 +372,7 @@ impl InProcess {
         self.tick();
         self.symbolizer.start_period();
         let now = Instant::now();
-        let info = ProcessInfo {
-            pid: std::process::id(),
-            program: program(),
-            duration: now.duration_since(self.period_started),
-            record: sampler::process(),
-            unended_cpu: Duration::ZERO,
-            cpu: None,
-        };
+        let info = this_process(now.duration_since(self.period_started));
         self.period_started = now;
         self.collector.cut_period(
             sampler::records(),
@@ -412,14 +398,7 @@ impl InProcess {
     pub fn end_window(&mut self) -> Option<Profile> {
         self.tick();
         let started = self.collector.window.as_ref()?.1;
-        let info = ProcessInfo {
-            pid: std::process::id(),
-            program: program(),
-            duration: started.elapsed().unwrap_or_default(),
-            record: sampler::process(),
-            unended_cpu: Duration::ZERO,
-            cpu: None,
-        };
+        let info = this_process(started.elapsed().unwrap_or_default());
         self.collector
             .end_window(sampler::records(), &info, &mut self.symbolizer)
     }
@@ -1112,6 +1091,18 @@ impl Collector {
 /// The calling thread's CPU time.
 fn thread_cpu() -> Duration {
     Duration::from_nanos(sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+}
+
+/// This process, as its profile names it, sampled for `duration`.
+fn this_process(duration: Duration) -> ProcessInfo<'static> {
+    ProcessInfo {
+        pid: std::process::id(),
+        program: program(),
+        duration,
+        record: sampler::process(),
+        unended_cpu: Duration::ZERO,
+        cpu: None,
+    }
 }
 
 /// The running program's path.
