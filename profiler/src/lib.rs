@@ -217,7 +217,7 @@ impl Profiler {
             }
         })
         .map_err(StartError::Thread)?;
-        sampler::start_thread();
+        threads::sample_this_thread();
         let pprof_address = match listener {
             Some(l) => Some(pull::serve(l, shared.clone()).map_err(StartError::Pull)?),
             None => None,
@@ -394,7 +394,10 @@ pub fn request_snapshot() {
 }
 
 /// Starts sampling the calling thread; call it once per thread. Threads created through the
-/// preload library's `pthread_create` are sampled without it.
+/// preload library's `pthread_create` are sampled without it. [`SampledThread`] samples it for
+/// a scope instead.
 pub fn sample_this_thread() {
     threads::sample_this_thread();
 }
+
+pub use threads::SampledThread;

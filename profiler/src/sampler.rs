@@ -897,6 +897,28 @@ fn new_region(ring_words: usize) -> Option<(*mut u8, Option<std::os::fd::OwnedFd
 
 /// The index of a record for the calling thread: a free one, or a new one; `None` if there is
 /// none (counted, by why).
+/// The record this thread had and ended ([`thread_exiting`], from a
+/// [`SampledThread`](crate::threads::SampledThread) dropped) while it lives on, taken back:
+/// records are freed only once their thread is gone, so a thread sampled again and again (a
+/// guard per request) would otherwise take a new one each time, up to the limit. Its owner and
+/// tid are this thread's; the collector frees a record only from `EXITED`
+/// ([`ThreadRecord::release_if_gone`]), which this takes it out of first.
+fn reclaim_own_record() -> Option<usize> {
+    let me = unwind_in_process::thread_pointer();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    indexed_slots()
+        .find(|(_, s)| {
+            s.owner.load(Relaxed) == me
+                && s.record.tid.load(Relaxed) == tid
+                && s.record
+                    .state
+                    .compare_exchange(EXITED, ACTIVE, Acquire, Relaxed)
+                    .is_ok()
+        })
+        .map(|(i, _)| i)
+}
+
 fn claim_record(ring_words: usize) -> Option<usize> {
     for (i, s) in indexed_slots() {
         if s.record
@@ -971,7 +993,10 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
     if !(registered && unwind_in_process::is_thread_registered()) {
         unwind_in_process::register_thread().ok()?;
     }
-    let index = claim_record(timing.ring_words)?;
+    let index = match reclaim_own_record() {
+        Some(i) => i,
+        None => claim_record(timing.ring_words)?,
+    };
     // SAFETY: `claim_record` returned the index of a non-null slot.
     let s = unsafe { &*RECORDS[index].load(Acquire) };
     let r = s.record;
@@ -1114,10 +1139,12 @@ impl ThreadRecord {
         let tid = self.tid.load(Relaxed);
         // SAFETY: signal 0 only checks that the thread exists.
         let gone = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid, 0) } != 0;
-        if gone {
-            self.state.store(FREE, Release);
-        }
-        gone
+        // Only from EXITED: its thread may have taken it back meanwhile (see
+        // `reclaim_own_record`), with another tid.
+        gone && self
+            .state
+            .compare_exchange(EXITED, FREE, Release, Relaxed)
+            .is_ok()
     }
 }
 

@@ -51,10 +51,53 @@ fn exit_key() -> Option<libc::pthread_key_t> {
 /// Starts sampling the calling thread, and stops it when the thread exits. Does nothing if the
 /// profiler is not running.
 pub fn sample_this_thread() {
-    let Some(key) = exit_key() else { return };
-    if let Some(index) = sampler::start_thread() {
-        // SAFETY: a valid key; the value is the record index plus one (never null).
-        unsafe { libc::pthread_setspecific(key, (index + 1) as *const c_void) };
+    start_here();
+}
+
+/// Starts sampling the calling thread, unless it is sampled already (then `None`), and
+/// registers the end of its sampling at its exit; the index of the record it took.
+fn start_here() -> Option<usize> {
+    let key = exit_key()?;
+    // SAFETY: a valid key; reads this thread's value.
+    if !unsafe { libc::pthread_getspecific(key) }.is_null() {
+        return None;
+    }
+    let index = sampler::start_thread()?;
+    // SAFETY: a valid key; the value is the record index plus one (never null).
+    unsafe { libc::pthread_setspecific(key, (index + 1) as *const c_void) };
+    Some(index)
+}
+
+/// Sampling of the calling thread for as long as this value lives (a thread the profiler did
+/// not start: under the preload library, `pthread_create`'s threads are sampled from their
+/// start without it). Dropping it stops the thread's sampling; making one again starts it
+/// again, in the same record. Does nothing if the thread is sampled already, or the profiler
+/// is not running.
+#[must_use = "the thread is sampled only while the value lives"]
+pub struct SampledThread {
+    index: Option<usize>,
+    /// Belongs to the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl SampledThread {
+    /// Starts sampling the calling thread until the value is dropped.
+    pub fn start() -> SampledThread {
+        SampledThread {
+            index: start_here(),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for SampledThread {
+    fn drop(&mut self) {
+        let Some(index) = self.index else { return };
+        if let Some(key) = exit_key() {
+            // SAFETY: a valid key; the thread's exit then has nothing more to end.
+            unsafe { libc::pthread_setspecific(key, std::ptr::null()) };
+        }
+        sampler::thread_exiting(index);
     }
 }
 

@@ -7,7 +7,8 @@
 //! with `Clock::Cpu`. Profiling is once per process: a second `start`, while running or after
 //! `stop`, fails with `StartError::Signal` and leaves the running profiler alone. And `stop()`
 //! deletes every timer (no signal comes after it), the first one of the process included. And
-//! `take()` gives each window its own samples, none of another.
+//! `take()` gives each window its own samples, none of another; a `SampledThread` guard per
+//! request samples its scope only, in one record however many guards a thread makes.
 //!
 //! Profiling is process-wide (one signal handler, one profiler), so one test profiles this
 //! process with the CPU clock and the other runs this binary again, in a child process, to do
@@ -27,6 +28,8 @@ use unwind_profiler::{Clock, Config, Profile, Profiler, StartError};
 const CLOCK_VAR: &str = "UNWIND_PROFILER_API_TEST_CLOCK";
 /// Set in the child process that runs [`take_gives_each_window_its_own_samples`].
 const WINDOWS_VAR: &str = "UNWIND_PROFILER_API_TEST_WINDOWS";
+/// Set in the child process that runs [`a_guard_per_request_samples_its_scope_in_one_record`].
+const GUARD_VAR: &str = "UNWIND_PROFILER_API_TEST_GUARD";
 /// Set in the child process that runs [`stop_deletes_every_timer`].
 const TIMERS_VAR: &str = "UNWIND_PROFILER_API_TEST_TIMERS";
 /// Set in the child processes of [`sigtrap_timers_pass_the_programs_sigtraps_on`]: `handler` or
@@ -285,7 +288,7 @@ fn run_in_child(name: &str, var: &str, value: &str, extra: &[&str]) {
 
 #[test]
 fn profile_this_process_with_the_wall_clock() {
-    if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR, WINDOWS_VAR]
+    if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR, WINDOWS_VAR, GUARD_VAR]
         .iter()
         .all(|v| std::env::var_os(v).is_none())
     {
@@ -308,7 +311,7 @@ fn signals_after_stop() -> u64 {
 #[test]
 fn stop_deletes_every_timer() {
     if std::env::var_os(TIMERS_VAR).is_none() {
-        if [CLOCK_VAR, TRAP_VAR, WINDOWS_VAR]
+        if [CLOCK_VAR, TRAP_VAR, WINDOWS_VAR, GUARD_VAR]
             .iter()
             .all(|v| std::env::var_os(v).is_none())
         {
@@ -488,4 +491,69 @@ fn take_gives_each_window_its_own_samples() {
         first.sample_count() + second.sample_count() + last.sample_count(),
         last.counters.stored
     );
+}
+
+#[inline(never)]
+fn in_request() -> u64 {
+    burn(Duration::from_millis(4), 6)
+}
+
+#[inline(never)]
+fn between_requests() -> u64 {
+    burn(Duration::from_millis(4), 7)
+}
+
+/// `SampledThread`, a guard per request on a thread the profiler did not start: the thread is
+/// sampled inside each guard's scope and not between them, in one record however many guards
+/// it makes (a record is freed only once its thread is gone, so a new one each time would run
+/// out); a guard on a thread sampled already changes nothing. In a child process of its own.
+#[test]
+fn a_guard_per_request_samples_its_scope_in_one_record() {
+    if std::env::var_os(GUARD_VAR).is_none() {
+        if [CLOCK_VAR, TIMERS_VAR, TRAP_VAR, WINDOWS_VAR]
+            .iter()
+            .all(|v| std::env::var_os(v).is_none())
+        {
+            run_in_child(
+                "a_guard_per_request_samples_its_scope_in_one_record",
+                GUARD_VAR,
+                "1",
+                &[],
+            );
+        }
+        return;
+    }
+    let profiler = Profiler::builder().frequency(1000).start().expect("start");
+    // The thread that started the profiler is sampled: a guard there does nothing, and its
+    // drop does not stop the thread's sampling.
+    drop(unwind_profiler::SampledThread::start());
+    std::hint::black_box(first_phase());
+    let worker = std::thread::spawn(|| {
+        let mut records = Vec::new();
+        for _ in 0..150 {
+            let guard = unwind_profiler::SampledThread::start();
+            std::hint::black_box(in_request());
+            drop(guard);
+            std::hint::black_box(between_requests());
+            records.push(sampler::records().count());
+        }
+        records
+    });
+    let records = worker.join().unwrap();
+    let profile = profiler.stop();
+    let (inside, outside) = (
+        samples_in(&profile, "in_request"),
+        samples_in(&profile, "between_requests"),
+    );
+    println!(
+        "records {}..{}; {inside} samples in requests, {outside} between; main {}",
+        records[0],
+        records[records.len() - 1],
+        samples_in(&profile, "first_phase_leaf")
+    );
+    assert!(samples_in(&profile, "first_phase_leaf") >= 100);
+    assert!(inside >= 200, "{inside} samples in requests");
+    // A signal already pending when a guard is dropped may still land just after it.
+    assert!(outside * 20 <= inside, "{outside} samples between requests");
+    assert_eq!(records.first(), records.last(), "records grew: {records:?}");
 }
