@@ -3,10 +3,11 @@
 //! Parca's and Grafana Alloy's scrapers read a program that profiles itself (the library, or
 //! the preload library used alone with `UNWIND_PROFILER_PPROF_LISTEN`).
 //!
-//! A plain `std::net` server on its own thread (one of the profiler's, never sampled): one
-//! request at a time, at most [`MAX_SECONDS`] a window, and one window at a time (a second
-//! concurrent request is answered 409, as Go answers 500 while a CPU profile is being taken).
-//! It binds where it is told; the default everywhere is loopback.
+//! A plain `std::net` server on its own thread (one of the profiler's, never sampled), each
+//! request answered on a thread of its own, at most [`MAX_CONNECTIONS`] at once (more are
+//! answered 503 at once); at most [`MAX_SECONDS`] a window, and one window at a time (a second
+//! concurrent profile request is answered 409 at once, as Go answers 500 while a CPU profile is
+//! being taken). It binds where it is told; the default everywhere is loopback.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,6 +22,9 @@ pub const DEFAULT_SECONDS: u64 = 30;
 
 /// The longest window served.
 pub const MAX_SECONDS: u64 = 300;
+
+/// The most requests answered at once.
+pub const MAX_CONNECTIONS: usize = 4;
 
 /// How long a client may take to send its request line and headers.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,11 +92,34 @@ pub trait Windows: Send + Sync + 'static {
 /// address it serves.
 pub fn serve(listener: TcpListener, windows: Arc<dyn Windows>) -> std::io::Result<SocketAddr> {
     let addr = listener.local_addr()?;
+    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     crate::threads::spawn_unsampled("unwind-pprof", move || {
         for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            // A client that misbehaves loses its own request, nothing else.
-            let _ = answer(stream, &*windows);
+            let Ok(mut stream) = stream else {
+                // Out of descriptors, say: not a loop that spins.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            use std::sync::atomic::Ordering::AcqRel;
+            if busy.fetch_add(1, AcqRel) >= MAX_CONNECTIONS {
+                busy.fetch_sub(1, AcqRel);
+                let _ = respond(
+                    &mut stream,
+                    "503 Service Unavailable",
+                    "text/plain",
+                    b"too many requests at once\n",
+                );
+                continue;
+            }
+            let (windows, done) = (windows.clone(), busy.clone());
+            let spawned = crate::threads::spawn_unsampled("unwind-pprof-request", move || {
+                // A client that misbehaves loses its own request, nothing else.
+                let _ = answer(stream, &*windows);
+                done.fetch_sub(1, AcqRel);
+            });
+            if spawned.is_err() {
+                busy.fetch_sub(1, AcqRel);
+            }
         }
     })?;
     Ok(addr)

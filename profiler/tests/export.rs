@@ -684,7 +684,7 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
     let dir = scratch("pull");
     let release = release_dir();
     let mut run = Command::new(release.join("demo-workload"))
-        .args(["--seconds", "6"])
+        .args(["--seconds", "9"])
         .env("LD_PRELOAD", release.join("libunwind_profiler_preload.so"))
         .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
         .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
@@ -711,18 +711,38 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
     let top = go_pprof_top(&dir, &url);
     assert!(top.contains("Duration: 2s"), "{top}");
     assert!(top.contains("plugin_mandelbrot"), "{top}");
-    // Not a profile path: a clear 404, the process unharmed.
     let addr = url
         .trim_start_matches("http://")
         .split('/')
         .next()
         .unwrap()
         .to_owned();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    std::io::Write::write_all(&mut s, b"GET /debug/pprof/heap HTTP/1.1\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        std::io::Write::write_all(&mut s, format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut answer = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut answer).unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // Not a profile path: a clear 404, the process unharmed.
+    let answer = get("/debug/pprof/heap");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    // One window at a time: a second one asked for meanwhile is refused at once.
+    std::thread::scope(|s| {
+        let first = s.spawn(|| get("/debug/pprof/profile?seconds=2"));
+        std::thread::sleep(Duration::from_millis(500));
+        let started = std::time::Instant::now();
+        let second = get("/debug/pprof/profile?seconds=1");
+        assert!(second.starts_with("HTTP/1.1 409"), "{second}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let first = first.join().unwrap();
+        assert!(
+            first.starts_with("HTTP/1.1 200"),
+            "{}",
+            &first[..40.min(first.len())]
+        );
+    });
     assert!(run.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
