@@ -62,6 +62,14 @@ pub enum Class {
     /// Our walk refused the caller both rules gave, because it is in no module's code
     /// (`StopReason::OutsideModules`); Breakpad wrote it as a frame.
     OursRefusedOutside,
+    /// Breakpad's caller repeats its callee's address just above the dynamic loader's frames
+    /// (a first call through a PLT stub, resolved lazily): the resolver saved the callee's
+    /// return address in its own frame, and the stack pointer Breakpad carried out of the
+    /// loader points there, so the callee's CFI reads that save slot as its return address.
+    /// (Seen on aarch64: `_dl_runtime_resolve`, then libgcc's `uw_init_context_1` at its
+    /// `memset` call, whose caller Breakpad gave as itself; ours, `_Unwind_RaiseException`,
+    /// is the instruction after its call to that function.)
+    BreakpadAfterResolver,
     /// An earlier frame differed.
     AfterDifference,
     /// None of the above.
@@ -70,7 +78,7 @@ pub enum Class {
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 16] = [
+    pub const ALL: [Class; 17] = [
         Class::Identical,
         Class::BreakpadScanned,
         Class::OurFallback,
@@ -85,6 +93,7 @@ impl Class {
         Class::OurStop,
         Class::BreakpadStopped,
         Class::OursRefusedOutside,
+        Class::BreakpadAfterResolver,
         Class::AfterDifference,
         Class::Genuine,
     ];
@@ -111,6 +120,9 @@ impl Class {
             Class::BreakpadStopped => "Breakpad stopped earlier",
             Class::OursRefusedOutside => {
                 "our walk refused a caller in no module's code, which Breakpad wrote as a frame"
+            }
+            Class::BreakpadAfterResolver => {
+                "Breakpad's caller repeats its callee's address above the loader's lazy-binding resolver"
             }
             Class::AfterDifference => "after an earlier difference",
             Class::Genuine => "genuine disagreement",
@@ -309,6 +321,9 @@ pub fn compare(
         } else {
             let c = match (o, t) {
                 (Some(o), Some(t)) if o == norm(sample, t.address) => Class::Identical,
+                (Some(_), Some(_)) if repeats_above_resolver(sample, theirs, i) => {
+                    Class::BreakpadAfterResolver
+                }
                 _ => classify(sample, i, o, t, offline, symbols),
             };
             if c != Class::Identical {
@@ -400,6 +415,22 @@ pub fn arbitrate(
             breakpad.join(">")
         ));
     }
+}
+
+/// Whether Breakpad's frame `i` has its frame `i - 1`'s address, and one of the two frames below
+/// that is in the dynamic loader (see [`Class::BreakpadAfterResolver`]).
+fn repeats_above_resolver(sample: &Sample, theirs: &[BreakpadFrame], i: usize) -> bool {
+    let (Some(frame), Some(callee)) = (theirs.get(i), i.checked_sub(1).and_then(|c| theirs.get(c)))
+    else {
+        return false;
+    };
+    let in_loader = |f: &BreakpadFrame| {
+        sample
+            .module_of(norm(sample, f.address))
+            .is_some_and(|m| m.name().starts_with("ld-linux") || m.name().starts_with("ld-musl"))
+    };
+    norm(sample, frame.address) == norm(sample, callee.address)
+        && theirs[..i - 1].iter().rev().take(2).any(in_loader)
 }
 
 /// The cause of the first difference, at frame `i`.
@@ -617,6 +648,40 @@ mod tests {
             &mut t,
         );
         assert_eq!(t.classes.get(&Class::SignalFrame), Some(&1));
+    }
+
+    #[test]
+    fn a_caller_repeating_its_callee_above_the_loader_is_breakpads() {
+        let mut s = sample(&[0x1100, 0x3100, 0x3200, 0x1400, 0x1500]);
+        let theirs = bp(&[
+            (0x1100, FrameTrust::Context),
+            (0x3100, CFI),
+            (0x3200, CFI),
+            (0x1400, CFI),
+            (0x1400, CFI),
+        ]);
+        let classes = |s: &Sample| {
+            let mut t = Tally::default();
+            compare(
+                s,
+                &theirs,
+                Some(&offline(s, None)),
+                &|_| Some(SymbolSource::Ours),
+                &mut t,
+            );
+            (t.classes, t.genuine.len())
+        };
+        // Frames 1 and 2 in no module (not the loader): unexplained.
+        assert_eq!(classes(&s).1, 1);
+        s.modules.push(SampleModule {
+            code_file: "/lib/ld-linux-aarch64.so.1".into(),
+            base: 0x3000,
+            size: 0x1000,
+            debug_id: String::new(),
+        });
+        let (classes, genuine) = classes(&s);
+        assert_eq!(genuine, 0);
+        assert_eq!(classes.get(&Class::BreakpadAfterResolver), Some(&1));
     }
 
     #[test]
