@@ -575,7 +575,7 @@ fn a_service_profiles_itself_exports_its_periods_and_serves_go_tool_pprof() {
         .to_owned();
     // Go's own client, as a user (or Parca, or Alloy) reads the endpoint.
     let top = go_pprof_top(&dir, &format!("{url}?seconds=3"));
-    assert!(top.contains("Duration: 3s"), "{top}");
+    assert_window(&top, 3.0);
     assert!(top.contains("service::handle_request"), "{top}");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
@@ -709,7 +709,7 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
         .unwrap()
         .replace("?seconds=N", "?seconds=2");
     let top = go_pprof_top(&dir, &url);
-    assert!(top.contains("Duration: 2s"), "{top}");
+    assert_window(&top, 2.0);
     assert!(top.contains("plugin_mandelbrot"), "{top}");
     let addr = url
         .trim_start_matches("http://")
@@ -783,4 +783,19 @@ fn summary_field(summary: &str, line: &str, word: usize) -> u64 {
         .and_then(|l| l.split_whitespace().nth(word))
         .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("no {line:?} in the summary:\n{summary}"))
+}
+
+/// Checks that `go tool pprof -top`'s `Duration:` is the window asked for, `seconds` (and at
+/// most half a second more: the window ends after the rings are drained once more).
+fn assert_window(top: &str, seconds: f64) {
+    let duration = top
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Duration: "))
+        .and_then(|d| d.split([',', 's']).next())
+        .and_then(|d| d.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no duration in\n{top}"));
+    assert!(
+        (seconds..seconds + 0.5).contains(&duration),
+        "a window of {duration} s for {seconds} s:\n{top}"
+    );
 }

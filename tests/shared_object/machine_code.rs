@@ -166,6 +166,29 @@ fn got_slots(lib: &Path, isa: Isa) -> HashMap<u64, Result<String, u64>> {
     out
 }
 
+/// The sizes of the functions the symbol table gives one, by start address. What the
+/// disassembly shows past a function's size before the next symbol is not its code: the
+/// linker's own (aarch64's erratum 843419 veneers follow a function, with a branch over them to
+/// the next input section, which would otherwise read as the function's call).
+fn function_sizes(lib: &Path, isa: Isa) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    for line in run(&objdump(isa), &["-t", "-w"], lib).lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 5 || !fields.contains(&"F") {
+            continue;
+        }
+        let (Ok(start), Ok(size)) = (
+            u64::from_str_radix(fields[0], 16),
+            u64::from_str_radix(fields[fields.len() - 2], 16),
+        ) else {
+            continue;
+        };
+        let e = out.entry(start).or_insert(0);
+        *e = (*e).max(size);
+    }
+    out
+}
+
 /// Symbols the object defines (name to address).
 fn defined(lib: &Path, isa: Isa) -> HashMap<String, u64> {
     let mut out = HashMap::new();
@@ -494,6 +517,7 @@ pub fn closure(lib: &Path, isa: Isa, entry: &str) -> Closure {
     let funcs = functions(&text);
     let slots = got_slots(lib, isa);
     let defs = defined(lib, isa);
+    let sizes = function_sizes(lib, isa);
     let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();
     let containing = |a: u64| starts.partition_point(|&s| s <= a).checked_sub(1);
     // A Rust function is named by its mangled path without the hash (`_ZN...17h<hash>E`).
@@ -533,8 +557,12 @@ pub fn closure(lib: &Path, isa: Isa, entry: &str) -> Closure {
             continue;
         }
         let end = funcs.get(i + 1).map_or(u64::MAX, |n| n.start);
+        let code_end = sizes
+            .get(&f.start)
+            .filter(|&&s| s > 0)
+            .map_or(end, |&s| end.min(f.start + s));
         let held = register_calls(f);
-        for (addr, mnemonic, operands) in &f.insns {
+        for (addr, mnemonic, operands) in f.insns.iter().filter(|(a, _, _)| *a < code_end) {
             let external = |name: &str, c: &mut Closure| {
                 let name = base_name(name).to_string();
                 if !ALLOWED_EXTERNAL.contains(&name.as_str())
