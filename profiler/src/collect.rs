@@ -1089,7 +1089,7 @@ impl Collector {
 }
 
 /// The calling thread's CPU time.
-fn thread_cpu() -> Duration {
+pub(crate) fn thread_cpu() -> Duration {
     Duration::from_nanos(sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }
 

@@ -283,11 +283,11 @@ impl Delivery {
 
     /// Queues `profile` (made into a request here, off the delivering thread).
     pub fn deliver(&self, profile: &Profile) {
-        let cpu = crate::periods::thread_cpu();
+        let cpu = crate::collect::thread_cpu();
         let request = request(profile, &self.export.resource);
         let (lock, wake) = &*self.shared;
         let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
-        q.counts.cpu += crate::periods::thread_cpu().saturating_sub(cpu);
+        q.counts.cpu += crate::collect::thread_cpu().saturating_sub(cpu);
         if q.pending.len() >= q.capacity {
             q.pending.pop_front();
             q.counts.dropped += 1;
@@ -339,14 +339,14 @@ fn deliver_until_done(shared: &(Mutex<Queue>, Condvar), export: &Export) {
                 q = wake.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let cpu = crate::periods::thread_cpu();
+        let cpu = crate::collect::thread_cpu();
         let original = (said > 0).then(|| request.clone());
         if said > 0 {
             say_dropped(&mut request, said);
         }
         let sent = export.send_request(&request);
         let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
-        q.counts.cpu += crate::periods::thread_cpu().saturating_sub(cpu);
+        q.counts.cpu += crate::collect::thread_cpu().saturating_sub(cpu);
         match sent {
             Ok(bytes) => {
                 q.counts.delivered += 1;

@@ -14,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::collect::thread_cpu;
 use crate::profile::Profile;
 
 /// What a continuous run did with its periods, for the summary.
@@ -203,11 +204,6 @@ impl PeriodFiles {
         }
         Ok(self.dir.join(name))
     }
-}
-
-/// The calling thread's CPU time.
-pub(crate) fn thread_cpu() -> std::time::Duration {
-    std::time::Duration::from_nanos(crate::sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }
 
 /// `t` in UTC as `YYYYMMDDTHHMMSSZ`.

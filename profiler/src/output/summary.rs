@@ -93,6 +93,12 @@ fn nanos_per(total: Duration, n: u64) -> String {
     }
 }
 
+/// `part` as a percentage of `whole`, as [`percent`] writes it.
+fn percent_of(part: Duration, whole: Duration) -> String {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    percent(ns(part), ns(whole))
+}
+
 fn millis(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
@@ -343,10 +349,7 @@ pub fn text(profile: &Profile) -> String {
         line(format_args!(
             "profiler cost     {} in all, {} of the program's {} s of CPU: in its signal handlers {} (unwinding and storing; the signals' delivery not counted), draining {}, cutting periods {} (symbolizing included), period files {}, export {}",
             millis(total),
-            percent(
-                u64::try_from(total.as_nanos()).unwrap_or(u64::MAX),
-                u64::try_from(program.as_nanos()).unwrap_or(u64::MAX)
-            ),
+            percent_of(total, program),
             format_args!("{:.3}", program.as_secs_f64()),
             millis(handler),
             millis(c.collector_cpu),
@@ -358,10 +361,7 @@ pub fn text(profile: &Profile) -> String {
             line(format_args!(
                 "record's CPU      {} in all, {} of the program's (the parts above outside the handlers, and the rest of its work: waiting on the processes, reading their CPU clocks)",
                 millis(own),
-                percent(
-                    u64::try_from(own.as_nanos()).unwrap_or(u64::MAX),
-                    u64::try_from(program.as_nanos()).unwrap_or(u64::MAX)
-                ),
+                percent_of(own, program),
             ));
         }
         if p.symbol_cache_resets > 0 {
