@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 use prost::Message;
 
 use crate::config::Config;
@@ -24,6 +26,13 @@ pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
 
 /// How long a send may take, connection included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most of a collector's answer read: an error's text or a success's partial-success
+/// message is shown cut, and a server answering without end is not read to its end.
+const ANSWER_READ: u64 = 64 * 1024;
+
+/// The most of a collector's message shown, in characters.
+const MESSAGE_SHOWN: usize = 200;
 
 /// Where and as what profiles are exported.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +49,8 @@ pub struct Export {
 pub enum ExportError {
     /// The collector could not be reached, or did not answer in time.
     Unreachable(String),
-    /// It answered with an error status (and its body, cut).
+    /// It answered with an error status (and its body, cut), or took the request but said it
+    /// rejected profiles in it (OTLP's partial success; the status is then 2xx).
     Refused {
         /// The HTTP status.
         status: u16,
@@ -186,13 +196,46 @@ impl Export {
             .send(&body[..])
             .map_err(|e| ExportError::Unreachable(e.to_string()))?;
         let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(body.len());
+        let mut answer = Vec::new();
+        // A short read is fine: what was read is shown; the rest is never read.
+        let _ = std::io::Read::read_to_end(
+            &mut std::io::Read::take(response.into_body().into_reader(), ANSWER_READ),
+            &mut answer,
+        );
+        if !(200..300).contains(&status) {
+            return Err(ExportError::Refused {
+                status,
+                body: shown(&String::from_utf8_lossy(&answer)),
+            });
         }
-        let mut text = response.into_body().read_to_string().unwrap_or_default();
-        text.truncate(200);
-        Err(ExportError::Refused { status, body: text })
+        // OTLP/HTTP: a 2xx may still say some profiles were rejected (they are not retried).
+        if let Ok(ExportProfilesServiceResponse {
+            partial_success: Some(partial),
+        }) = ExportProfilesServiceResponse::decode(&answer[..])
+        {
+            if partial.rejected_profiles > 0 {
+                let message = shown(&partial.error_message);
+                return Err(ExportError::Refused {
+                    status,
+                    body: format!(
+                        "{} profile(s) rejected: {message}",
+                        partial.rejected_profiles
+                    ),
+                });
+            }
+        }
+        Ok(body.len())
     }
+}
+
+/// A collector's message as it may be shown on a terminal: its first characters, control
+/// characters (escape sequences included) as `?`.
+fn shown(message: &str) -> String {
+    message
+        .chars()
+        .take(MESSAGE_SHOWN)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// The attribute a delivered profile carries when periods before it were dropped: how many,
@@ -490,6 +533,105 @@ mod tests {
             }
         });
         (url, taken)
+    }
+
+    /// An HTTP server on loopback answering one request with `head` and then `body_length`
+    /// bytes of `fill`; how many of those bytes it could write before the client went away.
+    fn answering(
+        head: String,
+        fill: Vec<u8>,
+        body_length: usize,
+    ) -> (String, std::sync::mpsc::Receiver<usize>) {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/p", listener.local_addr().unwrap());
+        let (written, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let _ = reader.read_exact(&mut vec![0; length]);
+            let _ = write!(stream, "{head}content-length: {body_length}\r\n\r\n");
+            let mut sent = 0;
+            while sent < body_length {
+                let n = fill.len().min(body_length - sent);
+                if stream.write_all(&fill[..n]).is_err() {
+                    break;
+                }
+                sent += n;
+            }
+            let _ = written.send(sent);
+        });
+        (url, receive)
+    }
+
+    fn send_to(url: String) -> Result<usize, ExportError> {
+        let export = Export {
+            url,
+            resource: Resource::default(),
+        };
+        export.send(&period(1))
+    }
+
+    #[test]
+    fn a_collectors_error_is_read_only_in_part_and_shown_without_control_characters() {
+        // 256 MiB of an error text full of escape sequences: a collector (or whatever answers
+        // at the configured address) answering without end.
+        let fill = b"\x1b[2Jbad request \x07".repeat(4096);
+        let length = 256 << 20;
+        let head = "HTTP/1.1 400 Bad Request\r\nconnection: close\r\n".to_string();
+        let (url, written) = answering(head, fill, length);
+        let error = send_to(url).unwrap_err();
+        let ExportError::Refused { status, body } = &error else {
+            panic!("{error}")
+        };
+        assert_eq!(*status, 400);
+        assert_eq!(body.chars().count(), MESSAGE_SHOWN, "{body}");
+        assert!(body.starts_with("?[2Jbad request ?"), "{body}");
+        assert!(!body.chars().any(char::is_control), "{body}");
+        // The client stopped reading: the server could not write the whole body (socket
+        // buffers hold a few MiB at most).
+        let written = written.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(written < length / 2, "{written} of {length} bytes written");
+    }
+
+    #[test]
+    fn a_partial_success_rejecting_profiles_is_an_error_and_an_empty_answer_is_not() {
+        let answer = ExportProfilesServiceResponse {
+            partial_success: Some(
+                opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesPartialSuccess {
+                    rejected_profiles: 1,
+                    error_message: "no samples\n".into(),
+                },
+            ),
+        }
+        .encode_to_vec();
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\n".to_string();
+        let (url, _) = answering(head.clone(), answer.clone(), answer.len());
+        let error = send_to(url).unwrap_err();
+        assert!(!error.retryable());
+        assert_eq!(
+            error.to_string(),
+            "the collector answered 200: 1 profile(s) rejected: no samples?"
+        );
+        // A partial success that rejected nothing (a warning at most) is a success.
+        let fine = ExportProfilesServiceResponse {
+            partial_success: Some(Default::default()),
+        }
+        .encode_to_vec();
+        let (url, _) = answering(head.clone(), fine.clone(), fine.len());
+        assert!(send_to(url).is_ok());
+        let (url, _) = answering(head, Vec::new(), 0);
+        assert!(send_to(url).is_ok());
     }
 
     #[test]
