@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::capture::{capture_signal, CapturedStack};
 use crate::StopReason;
+#[cfg(feature = "minidump")]
 use unwind_samples::minidump::{self, DumpModule, SampleDump, SystemInfo, Unwound};
 
 /// One slot: written once by the handler that took its index, then marked `ready`.
@@ -59,6 +60,7 @@ pub struct Captured<'a> {
     pub thread_id: u32,
 }
 
+#[cfg(feature = "minidump")]
 impl Captured<'_> {
     /// The sample as a minidump taken on the machine `system` (see [`crate::system_info`]) with
     /// `modules` (see [`crate::dump_modules`]), its frames in [`minidump::UNWOUND_STREAM`].
@@ -166,6 +168,7 @@ impl Captures {
 
     /// Writes every captured sample to `dir` as `NNNN.dmp` (NNNN its slot number), with the
     /// modules loaded now; returns how many were written. Not async-signal-safe.
+    #[cfg(feature = "minidump")]
     pub fn write_minidumps(&self, dir: &Path) -> std::io::Result<usize> {
         std::fs::create_dir_all(dir)?;
         let modules = crate::dump_modules();

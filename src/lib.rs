@@ -36,6 +36,11 @@
 //! (reusing modules already parsed), publishes it with one atomic store, and frees old tables
 //! once no handler can be reading them (each registered thread publishes the table it reads in a
 //! hazard pointer). Every thread's rule cache notices the new generation by itself.
+//!
+//! The default feature `minidump` adds samples written as minidumps (`Captured::minidump`,
+//! `Captures::write_minidumps`, `dump_modules`, `system_info`) for Breakpad-compatible walkers;
+//! a profiler that needs only the in-process path leaves it out (`default-features = false`)
+//! and builds about a dozen fewer crates.
 
 #![warn(missing_docs)]
 
@@ -71,7 +76,9 @@ pub use capture::{capture_here, capture_signal, regs_from_ucontext, CapturedStac
 pub use captures::{Captured, Captures, Samples, StoredSample};
 pub use modules::{LoadedModule, ModuleKind};
 pub use report::{preload_file, ModuleReport, PreloadReport};
-pub use system::{dump_modules, symbolizer, system_info};
+pub use system::symbolizer;
+#[cfg(feature = "minidump")]
+pub use system::{dump_modules, system_info};
 pub use threads::CacheCounts;
 pub use unwind_core::{StopReason, Trust, UnwindResult};
 

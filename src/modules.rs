@@ -62,6 +62,7 @@ pub enum ModuleKind {
     Anonymous,
 }
 
+#[cfg(feature = "minidump")]
 impl From<&LoadedModule> for unwind_samples::minidump::DumpModule {
     fn from(m: &LoadedModule) -> Self {
         unwind_samples::minidump::DumpModule {
@@ -373,7 +374,8 @@ fn walk(cache: &ModuleCache, scan: bool, only: Option<&[ModuleKey]>) -> (Vec<See
 }
 
 /// Every loaded module as the loader reports it, without reading unwind tables (for minidumps
-/// and symbolization of the process as it is now).
+/// of the process as it is now).
+#[cfg(any(feature = "minidump", test))]
 pub(crate) fn loaded_now() -> Vec<LoadedModule> {
     let mut out: Vec<LoadedModule> = Vec::new();
     // SAFETY: the callback matches the signature dl_iterate_phdr expects and only reads the
@@ -387,6 +389,7 @@ pub(crate) fn loaded_now() -> Vec<LoadedModule> {
     out
 }
 
+#[cfg(any(feature = "minidump", test))]
 unsafe extern "C" fn describe_callback(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,

@@ -2,6 +2,7 @@
 //! modules and machine a minidump lists, and the symbols of the loaded modules. None of it is
 //! async-signal-safe.
 
+#[cfg(feature = "minidump")]
 use unwind_samples::minidump::{DumpModule, SystemInfo};
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::Symbolizer;
@@ -22,6 +23,7 @@ pub fn symbolizer() -> Symbolizer {
 /// signal handler: a frame of the dump's walks, in a module of the dump. (Other executable
 /// memory the loader does not list is left out: without symbols or rules there, Breakpad's
 /// walker would scan on through it.) Not async-signal-safe: call it outside signal handlers.
+#[cfg(feature = "minidump")]
 pub fn dump_modules() -> Vec<DumpModule> {
     let mut out: Vec<DumpModule> = crate::modules::loaded_now()
         .iter()
@@ -42,6 +44,7 @@ pub fn dump_modules() -> Vec<DumpModule> {
 /// the CSD version, its version numbers), the number of processors and the CPU (x86_64: cpuid
 /// family, model and stepping; ARM: the hardware capabilities). Not async-signal-safe (it
 /// allocates): call it when writing minidumps, outside signal handlers.
+#[cfg(feature = "minidump")]
 pub fn system_info() -> SystemInfo {
     let uts = uname();
     let mut version = uts
@@ -61,6 +64,7 @@ pub fn system_info() -> SystemInfo {
     SystemInfo::linux(crate::arch::cpu_info(), cpus, kernel, csd)
 }
 
+#[cfg(feature = "minidump")]
 struct Uname {
     sysname: String,
     release: String,
@@ -68,6 +72,7 @@ struct Uname {
     machine: String,
 }
 
+#[cfg(feature = "minidump")]
 fn uname() -> Uname {
     // SAFETY: utsname is plain data; uname fills it (or fails, leaving zeros).
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };

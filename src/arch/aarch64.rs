@@ -174,7 +174,7 @@ pub fn thread_pointer() -> usize {
 
 /// This CPU for a minidump's SystemInfo stream: level 8 (ARMv8) and the hardware capabilities
 /// (user space cannot read MIDR without the kernel's help).
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(feature = "minidump", target_arch = "aarch64"))]
 pub fn cpu_info() -> unwind_samples::minidump::Processor {
     super::arm_cpu_info(
         minidump_common::format::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM64,

@@ -181,7 +181,7 @@ pub fn thread_pointer() -> usize {
 
 /// This CPU for a minidump's SystemInfo stream. No cpuid (user space cannot read MIDR): level 7
 /// (ARMv7) and the hardware capabilities.
-#[cfg(target_arch = "arm")]
+#[cfg(all(feature = "minidump", target_arch = "arm"))]
 pub fn cpu_info() -> unwind_samples::minidump::Processor {
     super::arm_cpu_info(
         minidump_common::format::ProcessorArchitecture::PROCESSOR_ARCHITECTURE_ARM,

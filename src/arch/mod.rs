@@ -28,17 +28,26 @@ pub use unwind_core::Arm as Native;
 #[cfg(target_arch = "x86_64")]
 pub use unwind_core::X86_64 as Native;
 
+#[cfg(all(feature = "minidump", target_arch = "aarch64"))]
+pub use aarch64::cpu_info;
 #[cfg(target_arch = "aarch64")]
-pub use aarch64::{cpu_info, current_regs, thread_pointer};
+pub use aarch64::{current_regs, thread_pointer};
+#[cfg(all(feature = "minidump", target_arch = "arm"))]
+pub use arm::cpu_info;
 #[cfg(target_arch = "arm")]
-pub use arm::{cpu_info, current_regs, thread_pointer};
+pub use arm::{current_regs, thread_pointer};
+#[cfg(all(feature = "minidump", target_arch = "x86_64"))]
+pub use x86_64::cpu_info;
 #[cfg(target_arch = "x86_64")]
-pub use x86_64::{cpu_info, current_regs, thread_pointer};
+pub use x86_64::{current_regs, thread_pointer};
 
 /// An ARM processor (32- or 64-bit) for a minidump's SystemInfo stream: `architecture` at
 /// `level` (the architecture version) and the hardware capabilities (user space cannot read
 /// MIDR without the kernel's help, so no cpuid).
-#[cfg(any(target_arch = "arm", target_arch = "aarch64"))]
+#[cfg(all(
+    feature = "minidump",
+    any(target_arch = "arm", target_arch = "aarch64")
+))]
 fn arm_cpu_info(
     architecture: minidump_common::format::ProcessorArchitecture,
     level: u16,

@@ -190,7 +190,7 @@ const fn sp_frame(cfa: i32) -> Rule {
 
 /// This CPU for a minidump's SystemInfo stream, with family, model and stepping as Breakpad's Linux
 /// writer records them, and the cpuid vendor and features.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(feature = "minidump", target_arch = "x86_64"))]
 pub fn cpu_info() -> unwind_samples::minidump::Processor {
     use minidump_common::format as md;
     use scroll::{Pwrite, LE};

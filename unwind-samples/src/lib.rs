@@ -12,6 +12,9 @@
 //! - [`jitdump`]: the records of perf's jitdump files, in which JIT compilers describe their code;
 //! - the `unwind-syms` binary: Breakpad symbol files from ELF files.
 //!
+//! [`minidump`] and [`trace`] are the default feature `minidump` (minidump-common and scroll);
+//! without it the rest builds alone.
+//!
 //! The in-process side (registers from a signal's `ucontext`, stack copies, the modules of the
 //! running process) is the `unwind-in-process` crate.
 //!
@@ -42,11 +45,13 @@
 
 pub mod context;
 pub mod jitdump;
+#[cfg(feature = "minidump")]
 pub mod minidump;
 pub mod offline;
 pub mod plt_names;
 pub mod sequence;
 pub mod symbolize;
+#[cfg(feature = "minidump")]
 pub mod trace;
 
 pub use context::{Context, ContextArch};

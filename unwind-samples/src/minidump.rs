@@ -35,14 +35,7 @@ impl DumpModule {
         hex(&self.build_id)
     }
 }
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
+use crate::symbolize::hex;
 
 /// The frames our unwinder found for the sample, in the signal handler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -131,7 +131,7 @@ fn file_symbols(
         .ok()
         .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
     if let Some(id) = build_id.filter(|id| id.len() > 1) {
-        let hex = crate::minidump::hex(&id);
+        let hex = hex(&id);
         let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
         if let Ok(d) = std::fs::read(debug) {
             symbols.extend(read_symbols(&d));
@@ -140,6 +140,15 @@ fn file_symbols(
         }
     }
     (symbols, functions)
+}
+
+/// Lowercase hex of `bytes` (a build id as the debug-file tree and minidumps spell it).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// Whether a module's path names a file. The loader gives every module it opened by path a
