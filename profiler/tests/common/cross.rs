@@ -13,6 +13,9 @@
 //!   the unwinder reads from disk);
 //! - the Rust program tests/cross/named_work.rs built with `rustc -O` for the row (`std::thread`s);
 //! - under `unwind-profiler record`, forked workers (`forked_workers_under_record`);
+//! - continuous profiling by the preload library alone: a period a second and the pull
+//!   endpoint read from the host while the program runs
+//!   (`periods_and_the_pull_endpoint_of_the_preload_library_alone`);
 //! - and, sampled by the wall clock, tests/cross/blocking.c (Debian's default build), whose
 //!   threads spend the run blocked in glibc's blocking calls: 99 % of its samples must reach
 //!   the thread's function or `main` (see `c_program_blocked_in_system_calls_with_the_wall_clock`).
@@ -732,4 +735,112 @@ fn forked_workers_under_record() {
         // 200 ms of CPU in each process's function: 200 periods at 1 kHz.
         assert!(n >= 100 * processes, "{function}: {n} samples:\n{text}");
     }
+}
+
+/// Continuous profiling inside the emulated program: the preload library alone (no `record`)
+/// cuts a period a second on a thread of its own in the guest (`UNWIND_PROFILER_PERIOD`) and
+/// serves the pull endpoint (`UNWIND_PROFILER_PPROF_LISTEN`), which this test reads from the
+/// host while the program runs (tests/cross/named_work.c with `-funwind-tables`, its work 20
+/// times over). The window holds the threads' work; every sample stored is in a period file.
+#[test]
+fn periods_and_the_pull_endpoint_of_the_preload_library_alone() {
+    use std::io::{BufRead, Read, Write};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("periods");
+    let exe = build_c(&dir, &["-funwind-tables"]);
+    let out = dir.join("profile");
+    let library = preload_library().display().to_string();
+    let output = out.display().to_string();
+    let env = [
+        ("LD_PRELOAD", library.as_str()),
+        ("UNWIND_PROFILER_OUTPUT", output.as_str()),
+        ("UNWIND_PROFILER_PERIOD", "1s"),
+        ("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0"),
+    ];
+    let mut cmd = row().command(&exe, &env);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    cmd.arg("20").stdout(Stdio::null()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let url = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("the program never said where it serves:\n{said}");
+        }
+        said.push_str(&line);
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            break url.to_owned();
+        }
+    };
+    // The rest of its standard error, read on so that the program never blocks on it.
+    let rest = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .write_all(b"GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer");
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let window = dir.join("window.pb.gz");
+    std::fs::write(&window, &answer[split + 4..]).unwrap();
+    let window = pprof_samples(&window);
+    let in_window: u64 = window.iter().map(|s| s.count).sum();
+    let alpha: u64 = window
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f == "alpha_mix"))
+        .map(|s| s.count)
+        .sum();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("{cmd:?} ran for more than {TIMEOUT:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    let said = said + &rest.join().unwrap();
+    assert!(status.success(), "{said}");
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    let stored = summary_number(&summary, "samples stored");
+    let files: Vec<PathBuf> = std::fs::read_dir(out.join("profile-periods"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let in_periods: u64 = files
+        .iter()
+        .flat_map(|f| pprof_samples(f))
+        .map(|s| s.count)
+        .sum();
+    println!(
+        "{}: {in_window} samples in the 1 s window ({alpha} in alpha_mix); {} period files \
+         holding {in_periods} samples; {stored} stored; {:.1} s",
+        super::ROW,
+        files.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(in_window >= 100, "{in_window} samples in the window");
+    assert!(
+        alpha >= in_window / 10,
+        "{alpha} of {in_window} in alpha_mix"
+    );
+    assert!(files.len() >= 3, "{} period files:\n{said}", files.len());
+    assert_eq!(in_periods, stored, "samples in the periods and stored");
 }

@@ -1,7 +1,8 @@
 /* The C program of profiler/tests/common/cross.rs: two threads, "alpha" and "beta", each doing its own
  * named work (alpha_thread -> alpha_work -> alpha_mix, beta_thread -> beta_work -> beta_mix),
  * while main does its own (main_work -> main_mix). Fixed iteration counts, so the output is the
- * same on every run: one line per thread with its result. */
+ * same on every run: one line per thread with its result. An argument N makes each thread do N
+ * times its work (a longer run). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +10,9 @@
 
 #define ROUNDS 2000
 #define STEPS 100000
+
+/* ROUNDS times the argument. */
+static int rounds = ROUNDS;
 
 /* Each function is kept out of line and unspecialized (noipa: no ".constprop" clone, whose
  * symbol would be another name), and each call's result is used after it returns, so that no
@@ -24,7 +28,7 @@ __attribute__((noipa)) static unsigned alpha_mix(unsigned x) {
 
 __attribute__((noipa)) static unsigned alpha_work(unsigned seed) {
     unsigned acc = seed;
-    for (int r = 0; r < ROUNDS; r++)
+    for (int r = 0; r < rounds; r++)
         acc = alpha_mix(acc + (unsigned)r) + 1;
     return acc;
 }
@@ -37,7 +41,7 @@ __attribute__((noipa)) static unsigned beta_mix(unsigned x) {
 
 __attribute__((noipa)) static unsigned beta_work(unsigned seed) {
     unsigned acc = seed;
-    for (int r = 0; r < ROUNDS; r++)
+    for (int r = 0; r < rounds; r++)
         acc = beta_mix(acc ^ (unsigned)r) + 3;
     return acc;
 }
@@ -50,7 +54,7 @@ __attribute__((noipa)) static unsigned main_mix(unsigned x) {
 
 __attribute__((noipa)) static unsigned main_work(unsigned seed) {
     unsigned acc = seed;
-    for (int r = 0; r < ROUNDS / 2; r++)
+    for (int r = 0; r < rounds / 2; r++)
         acc = main_mix(acc + (unsigned)r) + 7;
     return acc;
 }
@@ -71,8 +75,10 @@ __attribute__((noipa)) static void *beta_thread(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     pthread_t alpha, beta;
+    if (argc > 1)
+        rounds = ROUNDS * atoi(argv[1]);
     if (pthread_create(&alpha, NULL, alpha_thread, NULL) != 0 ||
         pthread_create(&beta, NULL, beta_thread, NULL) != 0) {
         fprintf(stderr, "pthread_create failed\n");
