@@ -8,9 +8,16 @@
 //! answered 503 at once); at most [`MAX_SECONDS`] a window, and one window at a time (a second
 //! concurrent profile request is answered 409 at once, as Go answers 500 while a CPU profile is
 //! being taken). It binds where it is told; the default everywhere is loopback.
+//!
+//! Loopback is open to every user of the machine, so a connection from a process of this host
+//! (its socket is in this network namespace's `/proc/net/tcp` or `tcp6`) is answered only if
+//! that socket's owner is this process's user or root; others get 403 before a window starts
+//! (a profile names the program's functions and threads, and a window held by another user
+//! would keep the owner's scraper out). A connection from elsewhere reaches the endpoint only
+//! where it was bound to a non-loopback address, which is the operator's choice.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,6 +136,15 @@ pub fn serve(listener: TcpListener, windows: Arc<dyn Windows>) -> std::io::Resul
 fn answer(stream: TcpStream, windows: &dyn Windows) -> std::io::Result<()> {
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+    if let Err(why) = peer_allowed(&stream) {
+        let mut stream = stream;
+        return respond(
+            &mut stream,
+            "403 Forbidden",
+            "text/plain",
+            format!("{why}\n").as_bytes(),
+        );
+    }
     let mut reader = BufReader::new(std::io::Read::take(stream.try_clone()?, MAX_REQUEST_HEAD));
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -176,6 +192,77 @@ fn answer(stream: TcpStream, windows: &dyn Windows) -> std::io::Result<()> {
     }
 }
 
+/// Whether the process at the other end of `stream` may read profiles (see the module docs):
+/// `Err` says why not.
+fn peer_allowed(stream: &TcpStream) -> Result<(), String> {
+    let (peer, local) = (stream.peer_addr(), stream.local_addr());
+    let (Ok(peer), Ok(local)) = (peer, local) else {
+        return Err("the connection's addresses could not be read".into());
+    };
+    // The connecting socket's own entry: its local address is our peer, its remote ours.
+    let (peer, local) = (canonical(peer), canonical(local));
+    let mut owner = None;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = std::fs::read_to_string(table) {
+            owner = owner.or_else(|| socket_owner(&text, peer, local));
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    let us = unsafe { libc::geteuid() };
+    match owner {
+        Some(uid) if uid == us || uid == 0 => Ok(()),
+        Some(uid) => Err(format!(
+            "profiles are served to user {us} and root only; this connection is user {uid}'s"
+        )),
+        None if peer.ip().is_loopback() => {
+            Err("the connecting socket's owner could not be found".into())
+        }
+        // From another host or network namespace: where the operator bound the endpoint.
+        None => Ok(()),
+    }
+}
+
+/// An IPv4 address in IPv6 clothes (`::ffff:127.0.0.1`, a dual-stack listener's view of an
+/// IPv4 client) as the IPv4 address it is.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
+/// The uid owning the socket of `text` (`/proc/net/tcp` or `tcp6`) whose local address is
+/// `local` and remote address `remote`.
+fn socket_owner(text: &str, local: SocketAddr, remote: SocketAddr) -> Option<u32> {
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (l, r, uid) = (fields.get(1)?, fields.get(2)?, fields.get(7)?);
+        (proc_net_address(l)? == local && proc_net_address(r)? == remote)
+            .then(|| uid.parse().ok())
+            .flatten()
+    })
+}
+
+/// An address as `/proc/net/tcp{,6}` writes it: the address's bytes in memory order printed
+/// as native-endian 32-bit words in hex, a colon, the port in hex.
+fn proc_net_address(field: &str) -> Option<SocketAddr> {
+    let (address, port) = field.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let hex = address.get(i * 8..i * 8 + 8)?;
+        Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
+    };
+    let ip = match address.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(canonical(SocketAddr::new(ip, port)))
+}
+
 fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &[u8]) -> std::io::Result<()> {
     write!(
         stream,
@@ -217,5 +304,63 @@ mod tests {
         ] {
             assert!(matches!(p(bad), Request::Bad(_)), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn addresses_as_proc_net_tcp_writes_them() {
+        let a = |s: &str| s.parse::<SocketAddr>().ok();
+        let little = cfg!(target_endian = "little");
+        let v4 = if little {
+            "0100007F:1F90"
+        } else {
+            "7F000001:1F90"
+        };
+        assert_eq!(proc_net_address(v4), a("127.0.0.1:8080"));
+        let v6 = if little {
+            "00000000000000000000000001000000:01BB"
+        } else {
+            "00000000000000000000000000000001:01BB"
+        };
+        assert_eq!(proc_net_address(v6), a("[::1]:443"));
+        // An IPv4 client of a dual-stack listener, as the IPv4 address it is.
+        let mapped = if little {
+            "0000000000000000FFFF00000100007F:0050"
+        } else {
+            "00000000000000000000FFFF7F000001:0050"
+        };
+        assert_eq!(proc_net_address(mapped), a("127.0.0.1:80"));
+        for bad in [
+            "",
+            "0100007F",
+            "0100007F:",
+            "0100007G:1F90",
+            "01007F:1F90",
+            "0100007F:10000",
+        ] {
+            assert_eq!(proc_net_address(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_loopback_connection_of_this_user_is_found_and_allowed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let owner = socket_owner(
+            &text,
+            client.local_addr().unwrap(),
+            server.local_addr().unwrap(),
+        );
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(owner, Some(unsafe { libc::geteuid() }));
+        assert_eq!(peer_allowed(&server), Ok(()));
+        // No socket connects from the listening address to the client: no owner.
+        let none = socket_owner(
+            &text,
+            listener.local_addr().unwrap(),
+            "127.0.0.1:1".parse().unwrap(),
+        );
+        assert_eq!(none, None);
     }
 }

@@ -667,3 +667,71 @@ fn another_users_output_directory_is_refused() {
     assert!(!marker.exists(), "the program ran");
     assert_eq!(std::fs::read(&victim).unwrap(), b"root's own");
 }
+
+/// A program profiling itself (the preload library alone) serves the pull endpoint on loopback,
+/// which every user of the machine can connect to: another user's request is answered 403 at
+/// once, without taking a window (before: 200 and the program's profile, and the window held
+/// from the owner's scraper meanwhile); the owner's (root's) is served.
+#[test]
+fn another_user_cannot_read_the_pull_endpoint() {
+    use std::io::{BufRead, Read, Write};
+    let Some(uid) = other_user() else { return };
+    let release = record_command::release_dir();
+    let dir = scratch("pull");
+    let mut program = Command::new(release.join("demo-workload"))
+        .args(["--seconds", "8"])
+        .env("LD_PRELOAD", release.join("libunwind_profiler_preload.so"))
+        .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
+        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
+        .env_remove("UNWIND_PROFILER_RECORD")
+        .env_remove("UNWIND_PROFILER_EXPORT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(program.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no address said");
+    }
+    let address = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .and_then(|w| w.split('/').next())
+        .unwrap()
+        .to_owned();
+    let (host, port) = address.rsplit_once(':').unwrap();
+    // The other user's client: bash's /dev/tcp, the answer's status line.
+    let started = Instant::now();
+    let theirs = as_other_user(
+        uid,
+        Command::new("bash").arg("-c").arg(format!(
+            "exec 3<>/dev/tcp/{host}/{port} && \
+             printf 'GET /debug/pprof/profile?seconds=2 HTTP/1.1\\r\\n\\r\\n' >&3 && head -c 200 <&3"
+        )),
+    )
+    .output()
+    .unwrap();
+    let took = started.elapsed();
+    let theirs = String::from_utf8_lossy(&theirs.stdout).into_owned();
+    println!("another user's request, in {took:?}: {theirs:?}");
+    assert!(theirs.starts_with("HTTP/1.1 403"), "{theirs}");
+    assert!(theirs.contains(&format!("user {uid}'s")), "{theirs}");
+    assert!(
+        took < Duration::from_secs(2),
+        "{took:?}: a window was taken"
+    );
+    // The owner's: served, no window held by the refused one.
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    stream
+        .write_all(b"GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let mut ours = Vec::new();
+    stream.read_to_end(&mut ours).unwrap();
+    let head = String::from_utf8_lossy(&ours[..ours.len().min(40)]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let _ = program.kill();
+    let _ = program.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
