@@ -1,8 +1,12 @@
 //! Sending a profile to an OpenTelemetry Collector: OTLP profiles over HTTP, protobuf-encoded
 //! ([`crate::output::otlp`]), configured by `record`'s flags and the OpenTelemetry variables
 //! (`OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`,
-//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`). The HTTP client is ureq (plain HTTP: a
-//! collector is most often a sidecar or agent on the same host).
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and `_HEADERS`, `_COMPRESSION`
+//! (`gzip`), `_TIMEOUT` (milliseconds) and `_PROTOCOL` (`http/protobuf`), each as
+//! `OTEL_EXPORTER_OTLP_X` or, taking precedence, `OTEL_EXPORTER_OTLP_PROFILES_X`). The HTTP
+//! client is ureq, plain HTTP: a collector is most often a sidecar or agent on the same host,
+//! and forwards with TLS where the backend is remote. Settings it cannot honour (gRPC, JSON,
+//! `https://`) are an error at start ([`ExportError::Settings`]), not sends that fail forever.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,7 +28,8 @@ pub const PROFILES_PATH: &str = "/v1development/profiles";
 /// OTLP/HTTP's default endpoint.
 pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
 
-/// How long a send may take, connection included.
+/// How long a send may take, connection included, unless `OTEL_EXPORTER_OTLP_TIMEOUT` says
+/// otherwise (OTLP's default).
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most of a collector's answer read: an error's text or a success's partial-success
@@ -41,6 +46,13 @@ pub struct Export {
     pub url: String,
     /// The resource attributes.
     pub resource: Resource,
+    /// Headers sent with each request (`OTEL_EXPORTER_OTLP_HEADERS`: an authorization, a
+    /// tenant).
+    pub headers: Vec<(String, String)>,
+    /// Whether request bodies are gzip-compressed (`OTEL_EXPORTER_OTLP_COMPRESSION=gzip`).
+    pub gzip: bool,
+    /// How long a send may take.
+    pub timeout: Duration,
 }
 
 /// Why a profile was not exported.
@@ -49,6 +61,9 @@ pub struct Export {
 pub enum ExportError {
     /// The collector could not be reached, or did not answer in time.
     Unreachable(String),
+    /// The export's settings ask for what cannot be done (`https://`, gRPC), or cannot be
+    /// read: the named variable or flag, and why.
+    Settings(String),
     /// It answered with an error status (and its body, cut), or took the request but said it
     /// rejected profiles in it (OTLP's partial success; the status is then 2xx).
     Refused {
@@ -63,6 +78,7 @@ impl std::fmt::Display for ExportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExportError::Unreachable(e) => write!(f, "the collector could not be reached: {e}"),
+            ExportError::Settings(e) => write!(f, "the export's settings: {e}"),
             ExportError::Refused { status, body } => {
                 write!(f, "the collector answered {status}: {body}")
             }
@@ -78,6 +94,7 @@ impl ExportError {
     pub fn retryable(&self) -> bool {
         match self {
             ExportError::Unreachable(_) => true,
+            ExportError::Settings(_) => false,
             ExportError::Refused { status, .. } => matches!(status, 429 | 502 | 503 | 504),
         }
     }
@@ -94,6 +111,16 @@ pub fn parse_attributes(s: &str) -> Option<Vec<(String, String)>> {
             (!k.is_empty()).then(|| (percent_decoded(k), percent_decoded(v.trim())))
         })
         .collect()
+}
+
+/// Whether `key: value` can be sent as an HTTP header (a token for a name; no line breaks or
+/// other control characters in the value).
+fn header_allowed(key: &str, value: &str) -> bool {
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && !value.chars().any(|c| c.is_control() && c != '\t')
 }
 
 /// `s` with `%XX` escapes decoded (invalid ones left as they are).
@@ -132,21 +159,73 @@ fn profiles_url(endpoint: &str) -> String {
 
 impl Export {
     /// The export `config` and the environment (`var`: a variable's value by name) ask for, if
-    /// any (see the module docs and `--export`).
-    pub fn configured(config: &Config, var: impl Fn(&str) -> Option<String>) -> Option<Export> {
-        let profiles_endpoint =
-            var("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT").filter(|v| !v.is_empty());
-        let url = match config.export.as_deref() {
-            Some("otlp") | None => match profiles_endpoint {
-                Some(url) => url,
-                None if config.export.is_some() => profiles_url(
-                    &var("OTEL_EXPORTER_OTLP_ENDPOINT")
-                        .filter(|v| !v.is_empty())
-                        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned()),
-                ),
-                None => return None,
+    /// any (see the module docs and `--export`); [`ExportError::Settings`] for settings that
+    /// cannot be honoured.
+    pub fn configured(
+        config: &Config,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Export>, ExportError> {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        // The profiles signal's own variable, else the general one: (name, value).
+        let setting = |x: &str| {
+            let own = format!("OTEL_EXPORTER_OTLP_PROFILES_{x}");
+            let general = format!("OTEL_EXPORTER_OTLP_{x}");
+            var(&own)
+                .map(|v| (own, v))
+                .or_else(|| var(&general).map(|v| (general, v)))
+        };
+        // The URL and the setting it came from.
+        const PROFILES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT";
+        const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+        let (source, url) = match config.export.as_deref() {
+            Some("otlp") | None => match var(PROFILES_ENDPOINT) {
+                Some(url) => (PROFILES_ENDPOINT, url),
+                None if config.export.is_some() => match var(ENDPOINT) {
+                    Some(base) => (ENDPOINT, profiles_url(&base)),
+                    None => ("the default endpoint", profiles_url(DEFAULT_ENDPOINT)),
+                },
+                None => return Ok(None),
             },
-            Some(url) => profiles_url(url),
+            Some(url) => ("--export", profiles_url(url)),
+        };
+        let refuse = |e: String| Err(ExportError::Settings(e));
+        if url.starts_with("https://") {
+            return refuse(format!(
+                "{source} {url}: https is not built in; export over http to a collector (a \
+                 sidecar or node agent), which forwards with TLS"
+            ));
+        }
+        if !url.starts_with("http://") {
+            return refuse(format!("{source} {url}: not an http:// URL"));
+        }
+        if let Some((name, protocol)) = setting("PROTOCOL") {
+            if protocol.trim() != "http/protobuf" {
+                return refuse(format!(
+                    "{name}={protocol}: only http/protobuf is sent (OTLP/HTTP, port 4318; \
+                     OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL=http/protobuf says so for profiles \
+                     alone)"
+                ));
+            }
+        }
+        let headers = match setting("HEADERS") {
+            None => Vec::new(),
+            Some((name, v)) => match parse_attributes(&v) {
+                Some(h) if h.iter().all(|(k, v)| header_allowed(k, v)) => h,
+                _ => return refuse(format!("{name}: not key=value,key=value header pairs")),
+            },
+        };
+        let gzip = match setting("COMPRESSION") {
+            None => false,
+            Some((_, v)) if v.trim() == "none" => false,
+            Some((_, v)) if v.trim() == "gzip" => true,
+            Some((name, v)) => return refuse(format!("{name}={v}: gzip or none")),
+        };
+        let timeout = match setting("TIMEOUT") {
+            None => TIMEOUT,
+            Some((name, v)) => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => return refuse(format!("{name}={v}: milliseconds, more than 0")),
+            },
         };
         let mut attributes: Vec<(String, String)> = var("OTEL_RESOURCE_ATTRIBUTES")
             .and_then(|v| parse_attributes(&v))
@@ -165,13 +244,28 @@ impl Export {
             .clone()
             .or_else(|| var("OTEL_SERVICE_NAME").filter(|v| !v.is_empty()))
             .or(from_attributes);
-        Some(Export {
+        Ok(Some(Export {
             url,
             resource: Resource {
                 service_name,
                 attributes,
             },
-        })
+            headers,
+            gzip,
+            timeout,
+        }))
+    }
+
+    /// Where profiles go to: the settings but the URL (the resource, headers, compression and
+    /// timeout) as `configured` reads them with no variable set.
+    pub fn to(url: impl Into<String>) -> Export {
+        Export {
+            url: url.into(),
+            resource: Resource::default(),
+            headers: Vec::new(),
+            gzip: false,
+            timeout: TIMEOUT,
+        }
     }
 
     /// Sends `profile`; returns the bytes sent.
@@ -184,15 +278,29 @@ impl Export {
         &self,
         request: &ExportProfilesServiceRequest,
     ) -> Result<usize, ExportError> {
-        let body = request.encode_to_vec();
+        let mut body = request.encode_to_vec();
+        if self.gzip {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, &body)
+                .and_then(|()| gz.finish())
+                .map(|compressed| body = compressed)
+                .map_err(|e| ExportError::Unreachable(format!("compressing: {e}")))?;
+        }
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(TIMEOUT))
+            .timeout_global(Some(self.timeout))
             .http_status_as_error(false)
             .build()
             .into();
-        let response = agent
+        let mut post = agent
             .post(&self.url)
-            .header("Content-Type", "application/x-protobuf")
+            .header("Content-Type", "application/x-protobuf");
+        if self.gzip {
+            post = post.header("Content-Encoding", "gzip");
+        }
+        for (k, v) in &self.headers {
+            post = post.header(k, v);
+        }
+        let response = post
             .send(&body[..])
             .map_err(|e| ExportError::Unreachable(e.to_string()))?;
         let status = response.status().as_u16();
@@ -575,11 +683,7 @@ mod tests {
     }
 
     fn send_to(url: String) -> Result<usize, ExportError> {
-        let export = Export {
-            url,
-            resource: Resource::default(),
-        };
-        export.send(&period(1))
+        Export::to(url).send(&period(1))
     }
 
     #[test]
@@ -638,11 +742,7 @@ mod tests {
     fn periods_are_retried_and_those_past_the_queue_dropped_and_said() {
         let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (url, taken) = server(down.clone());
-        let export = Export {
-            url,
-            resource: Resource::default(),
-        };
-        let delivery = Delivery::start(export, 2).unwrap();
+        let delivery = Delivery::start(Export::to(url), 2).unwrap();
         for n in 1..=4 {
             delivery.deliver(&period(n));
         }
@@ -698,16 +798,18 @@ mod tests {
     #[test]
     fn the_endpoint_comes_from_the_flag_or_the_otel_variables() {
         let mut c = Config::default();
-        assert_eq!(Export::configured(&c, vars(&[])), None);
+        assert_eq!(Export::configured(&c, vars(&[])).unwrap(), None);
         assert_eq!(
             Export::configured(
                 &c,
                 vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318")])
-            ),
+            )
+            .unwrap(),
             None,
             "the generic endpoint alone (set for traces) does not turn profiles on"
         );
-        let url = |c: &Config, v: &[(&str, &str)]| Export::configured(c, vars(v)).unwrap().url;
+        let url =
+            |c: &Config, v: &[(&str, &str)]| Export::configured(c, vars(v)).unwrap().unwrap().url;
         assert_eq!(
             url(
                 &c,
@@ -741,6 +843,7 @@ mod tests {
                 "service.name=from-attrs, service.version=1,team=a%20b",
             )]),
         )
+        .unwrap()
         .unwrap();
         assert_eq!(e.resource.service_name.as_deref(), Some("from-attrs"));
         assert_eq!(
@@ -751,12 +854,131 @@ mod tests {
             ]
         );
         c.service = Some("flag".into());
-        let e = Export::configured(&c, vars(&[("OTEL_SERVICE_NAME", "env")])).unwrap();
+        let e = Export::configured(&c, vars(&[("OTEL_SERVICE_NAME", "env")]))
+            .unwrap()
+            .unwrap();
         assert_eq!(e.resource.service_name.as_deref(), Some("flag"));
         c.service = None;
-        let e = Export::configured(&c, vars(&[("OTEL_SERVICE_NAME", "env")])).unwrap();
+        let e = Export::configured(&c, vars(&[("OTEL_SERVICE_NAME", "env")]))
+            .unwrap()
+            .unwrap();
         assert_eq!(e.resource.service_name.as_deref(), Some("env"));
         assert_eq!(parse_attributes("a=1,=2"), None);
         assert_eq!(parse_attributes("novalue"), None);
+    }
+
+    #[test]
+    fn headers_compression_timeout_and_protocol_from_the_variables() {
+        let c = Config {
+            export: Some("otlp".into()),
+            ..Config::default()
+        };
+        let configured = |v: &[(&str, &str)]| Export::configured(&c, vars(v));
+        let e = configured(&[
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Basic%20abc,x-scope-orgid=a",
+            ),
+            ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", "x-scope-orgid=b"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ])
+        .unwrap()
+        .unwrap();
+        // The profiles signal's own variable wins, whole.
+        assert_eq!(e.headers, [("x-scope-orgid".into(), "b".into())]);
+        assert!(e.gzip);
+        assert_eq!(e.timeout, Duration::from_millis(2500));
+        let e = configured(&[("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Basic%20abc")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.headers, [("authorization".into(), "Basic abc".into())]);
+        assert!(!e.gzip);
+        assert_eq!(e.timeout, TIMEOUT);
+        // What cannot be honoured is an error naming the setting, not sends failing forever.
+        for (name, value, says) in [
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "only http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL",
+                "http/json",
+                "only http/protobuf",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+                "https://c:4318/p",
+                "https is not",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+                "c:4318/p",
+                "not an http:// URL",
+            ),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "gzip or none"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s", "milliseconds"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "a%0D%0Ainjected: 1=x",
+                "header pairs",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "a=x%0D%0Ainjected: 1",
+                "header pairs",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "novalue", "header pairs"),
+        ] {
+            let e = configured(&[(name, value)]).unwrap_err();
+            assert!(!e.retryable());
+            let text = e.to_string();
+            assert!(
+                text.contains(says) && text.contains(name),
+                "{name}={value}: {text}"
+            );
+            // Headers hold credentials: never repeated.
+            let secret = name.ends_with("_HEADERS");
+            assert_eq!(text.contains(value), !secret, "{name}={value}: {text}");
+        }
+    }
+
+    #[test]
+    fn headers_are_sent_and_a_gzip_body_is_the_request() {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/p", listener.local_addr().unwrap());
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let (mut head, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line.to_ascii_lowercase());
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+            let _ = send.send((head, body));
+        });
+        let mut export = Export::to(url);
+        export.gzip = true;
+        export.headers = vec![("Authorization".into(), "Bearer t0k".into())];
+        let sent = export.send(&period(7)).unwrap();
+        let (head, body) = receive.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+        assert!(head.contains("authorization: bearer t0k\r\n"), "{head}");
+        assert_eq!(body.len(), sent, "the bytes counted are the bytes sent");
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut plain)
+            .unwrap();
+        let request = ExportProfilesServiceRequest::decode(&plain[..]).unwrap();
+        assert_eq!(request, super::request(&period(7), &Resource::default()));
     }
 }

@@ -58,6 +58,8 @@ pub enum StartError {
     Session(std::io::Error),
     /// The pull endpoint's address could not be bound ([`Config::pprof_listen`]).
     Pull(std::io::Error),
+    /// The export's settings cannot be honoured ([`export::ExportError::Settings`]).
+    Export(export::ExportError),
 }
 
 impl std::fmt::Display for StartError {
@@ -68,6 +70,7 @@ impl std::fmt::Display for StartError {
             StartError::Thread(e) => write!(f, "cannot start the collector thread: {e}"),
             StartError::Session(e) => write!(f, "cannot join the recording session: {e}"),
             StartError::Pull(e) => write!(f, "cannot serve /debug/pprof/profile: {e}"),
+            StartError::Export(e) => write!(f, "cannot export: {e}"),
         }
     }
 }
@@ -150,7 +153,10 @@ impl Profiler {
     /// Once per process: a second call, while this profiler runs or after its
     /// [`stop`](Self::stop), fails with [`StartError::Signal`] and changes nothing.
     pub fn start(config: Config) -> Result<Profiler, StartError> {
-        // Bound first: a port taken fails the start before anything is set up.
+        // Settings read and bound first: a setting that cannot be honoured, or a port taken,
+        // fails the start before anything is set up.
+        let export = export::Export::configured(&config, |name| std::env::var(name).ok())
+            .map_err(StartError::Export)?;
         let listener = config
             .pprof_listen
             .map(std::net::TcpListener::bind)
@@ -169,7 +175,7 @@ impl Profiler {
                     &config.stem,
                     config.keep_periods,
                     config.output_mode,
-                    export::Export::configured(&config, |name| std::env::var(name).ok()),
+                    export,
                 )
                 .map_err(StartError::Thread)?,
             ),

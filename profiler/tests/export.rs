@@ -298,6 +298,10 @@ fn the_preload_library_alone_exports_at_exit() {
         .env("UNWIND_PROFILER_OUTPUT", &out)
         .env("UNWIND_PROFILER_EXPORT", collector.http_endpoint())
         .env("UNWIND_PROFILER_SERVICE", "alone")
+        // Compressed, with a header, as to a gateway that wants a tenant: the collector's
+        // receiver takes gzip bodies.
+        .env("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-scope-orgid=alone")
         .env_remove("UNWIND_PROFILER_RECORD")
         .output()
         .unwrap();
@@ -326,6 +330,38 @@ fn the_preload_library_alone_exports_at_exit() {
     println!("alone: exported {total} ns; local {local} periods");
     assert!(local >= 500, "{local} samples");
     assert_eq!(total, local * number(&profile["period"]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Export settings that cannot be honoured (an https endpoint, gRPC) stop `record` with a
+/// clear error before the program runs, instead of a run whose every send fails and is retried.
+#[test]
+fn export_settings_that_cannot_be_honoured_stop_record_before_the_program_runs() {
+    let dir = scratch("settings");
+    let marker = dir.join("ran");
+    let release = release_dir();
+    for (flag, var, says) in [
+        ("https://127.0.0.1:4318", None, "https is not built in"),
+        (
+            "otlp",
+            Some(("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")),
+            "only http/protobuf",
+        ),
+    ] {
+        let mut cmd = Command::new(release.join("unwind-profiler"));
+        cmd.args(["record", "--period", "1s", "--export", flag, "--output"])
+            .arg(dir.join("out"))
+            .args(["--", "/bin/sh", "-c"])
+            .arg(format!("touch '{}'", marker.display()));
+        if let Some((k, v)) = var {
+            cmd.env(k, v);
+        }
+        let run = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!marker.exists(), "the program ran");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -184,9 +184,12 @@ extern "C" fn at_exit() {
         .unwrap_or_else(|| ".".into());
     let stem = profiler.config().stem.clone();
     let mode = profiler.config().output_mode;
+    // Settings that cannot be honoured stopped the start (`StartError::Export`).
     let export = unwind_profiler::export::Export::configured(profiler.config(), |name| {
         std::env::var(name).ok()
-    });
+    })
+    .ok()
+    .flatten();
     let profile = profiler.stop();
     for warning in unwind_profiler::output::summary::warnings(&profile) {
         if !quiet {

@@ -477,6 +477,14 @@ fn main() -> ExitCode {
         eprintln!("unwind-profiler: {e}");
         return ExitCode::from(2);
     }
+    let export =
+        match unwind_profiler::export::Export::configured(&config, |n| std::env::var(n).ok()) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("unwind-profiler: {e}");
+                return ExitCode::from(2);
+            }
+        };
     let mut periods = match config.profile_period {
         Some(every) => match Periods::start(
             every,
@@ -484,7 +492,7 @@ fn main() -> ExitCode {
             &config.stem,
             config.keep_periods,
             config.output_mode,
-            unwind_profiler::export::Export::configured(&config, |name| std::env::var(name).ok()),
+            export.clone(),
         ) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -641,11 +649,7 @@ fn main() -> ExitCode {
             not_written = true;
         }
     }
-    if let (Some(profile), Some(export), None) = (
-        &profile,
-        unwind_profiler::export::Export::configured(&config, |name| std::env::var(name).ok()),
-        &period_counts,
-    ) {
+    if let (Some(profile), Some(export), None) = (&profile, &export, &period_counts) {
         match export.send(profile) {
             Ok(bytes) if !config.quiet => eprintln!(
                 "unwind-profiler: profile exported to {} ({bytes} bytes of OTLP)",
