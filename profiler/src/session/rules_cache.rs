@@ -11,8 +11,9 @@ use crate::collect;
 /// by this user only, so that later runs read back the rules of the modules earlier ones
 /// built (files named by each module's build id; `unwind_in_process::set_rules_cache`). Keyed
 /// by the library's build id: another build may build other rules. Other builds' directories
-/// unused for a week are removed. `None` if the library has no build id or the directory
-/// cannot be made.
+/// unused for a week are removed, and past the newest [`OTHER_BUILDS_KEPT`] of them the rest
+/// (each rebuild of the library is another build: a developer's cache grew to 650 MB in a
+/// day). `None` if the library has no build id or the directory cannot be made.
 pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| std::path::Path::new(d).is_absolute())
@@ -20,6 +21,11 @@ pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathB
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
     lasting_rules_cache_in(&cache, library)
 }
+
+/// How many other builds' rules directories are kept (the most recently used), besides the
+/// running build's: the builds one machine runs at once (x86_64 with glibc and with musl,
+/// 32-bit ARM and aarch64 under qemu) and a few more.
+pub const OTHER_BUILDS_KEPT: usize = 8;
 
 /// [`lasting_rules_cache`] in the user's cache directory `cache`.
 fn lasting_rules_cache_in(
@@ -50,16 +56,24 @@ fn lasting_rules_cache_in(
     if !meta.is_dir() || meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 {
         return None;
     }
+    // Used now: its time is what keeps it among the newest for other builds' runs.
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.set_modified(std::time::SystemTime::now());
+    }
     let week = Duration::from_secs(7 * 24 * 3600);
-    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-        let old = entry.file_name().to_string_lossy().starts_with("rules-")
-            && entry.path() != dir
-            && entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > week));
-        if old {
-            let _ = std::fs::remove_dir_all(entry.path());
+    let mut others: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(&base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rules-") && e.path() != dir)
+        .filter_map(|e| Some((e.metadata().and_then(|m| m.modified()).ok()?, e.path())))
+        .collect();
+    // Newest first: past the kept ones, or unused for a week, removed.
+    others.sort_by_key(|o| std::cmp::Reverse(o.0));
+    for (i, (used, path)) in others.iter().enumerate() {
+        let stale = used.elapsed().is_ok_and(|age| age > week);
+        if stale || i >= OTHER_BUILDS_KEPT {
+            let _ = std::fs::remove_dir_all(path);
         }
     }
     Some(dir)
@@ -117,6 +131,23 @@ mod tests {
             "another build's, unused for a week, is removed"
         );
         assert!(recent.exists(), "another build's, used lately, is kept");
+        // Past the newest OTHER_BUILDS_KEPT other builds, the rest go, oldest first.
+        let builds: Vec<std::path::PathBuf> = (0..OTHER_BUILDS_KEPT + 3)
+            .map(|i| base.join(format!("rules-build{i:02}")))
+            .collect();
+        for (i, d) in builds.iter().enumerate() {
+            std::fs::create_dir_all(d).unwrap();
+            let used = SystemTime::now() - Duration::from_secs(3600 * (1 + i as u64));
+            std::fs::File::open(d).unwrap().set_modified(used).unwrap();
+        }
+        assert_eq!(lasting_rules_cache_in(&cache, &library), Some(dir.clone()));
+        // `recent` (made just now) is the newest other build, then build00, build01, ...
+        let kept: Vec<bool> = builds.iter().map(|d| d.exists()).collect();
+        let expected: Vec<bool> = (0..builds.len())
+            .map(|i| i + 1 < OTHER_BUILDS_KEPT)
+            .collect();
+        assert_eq!(kept, expected);
+        assert!(recent.exists() && dir.join("kept.rules").is_file());
         // Opened to others: not used.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(lasting_rules_cache_in(&cache, &library), None);
