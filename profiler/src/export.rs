@@ -600,12 +600,33 @@ mod tests {
         p
     }
 
+    /// One HTTP request read from `stream`: its head (lowercased) and its body.
+    fn read_request(stream: &std::net::TcpStream) -> (String, Vec<u8>) {
+        use std::io::{BufRead, Read};
+        let mut reader = std::io::BufReader::new(stream);
+        let (mut head, mut length) = (String::new(), 0usize);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            let line = line.to_ascii_lowercase();
+            if let Some(v) = line.strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+            head.push_str(&line);
+        }
+        let mut body = vec![0; length];
+        let _ = reader.read_exact(&mut body);
+        (head, body)
+    }
+
     /// An HTTP server on loopback answering 503 while `down`, else 200; the requests it took
     /// (with 200), decoded.
     fn server(
         down: Arc<std::sync::atomic::AtomicBool>,
     ) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
-        use std::io::{BufRead, Read, Write};
+        use std::io::Write;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/p", listener.local_addr().unwrap());
         let taken = Arc::new(Mutex::new(Vec::new()));
@@ -613,19 +634,7 @@ mod tests {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
-                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0; length];
-                let _ = reader.read_exact(&mut body);
+                let (_, body) = read_request(&stream);
                 let status = if down.load(std::sync::atomic::Ordering::SeqCst) {
                     "503 Service Unavailable"
                 } else {
@@ -650,24 +659,13 @@ mod tests {
         fill: Vec<u8>,
         body_length: usize,
     ) -> (String, std::sync::mpsc::Receiver<usize>) {
-        use std::io::{BufRead, Read, Write};
+        use std::io::Write;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/p", listener.local_addr().unwrap());
         let (written, receive) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let _ = reader.read_exact(&mut vec![0; length]);
+            read_request(&stream);
             let _ = write!(stream, "{head}content-length: {body_length}\r\n\r\n");
             let mut sent = 0;
             while sent < body_length {
@@ -943,26 +941,13 @@ mod tests {
 
     #[test]
     fn headers_are_sent_and_a_gzip_body_is_the_request() {
-        use std::io::{BufRead, Read, Write};
+        use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/p", listener.local_addr().unwrap());
         let (send, receive) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            let (mut head, mut length) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line.to_ascii_lowercase());
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let (head, body) = read_request(&stream);
             let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
             let _ = send.send((head, body));
         });
