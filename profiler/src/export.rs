@@ -32,6 +32,12 @@ pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
 /// otherwise (OTLP's default).
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest request sent whole, unless `UNWIND_PROFILER_EXPORT_MAX_BYTES` says otherwise: a
+/// period whose request (before compression) is larger goes in parts, each below it, so that
+/// the collector's OTLP receiver takes them (it refuses bodies over its
+/// `max_request_body_size`, 20 MiB by default, compressed or not).
+pub const MAX_REQUEST: usize = 16 << 20;
+
 /// The most of a collector's answer read: an error's text or a success's partial-success
 /// message is shown cut, and a server answering without end is not read to its end.
 const ANSWER_READ: u64 = 64 * 1024;
@@ -53,6 +59,8 @@ pub struct Export {
     pub gzip: bool,
     /// How long a send may take.
     pub timeout: Duration,
+    /// The largest request sent whole ([`MAX_REQUEST`]).
+    pub max_request: usize,
 }
 
 /// Why a profile was not exported.
@@ -220,6 +228,17 @@ impl Export {
             Some((_, v)) if v.trim() == "gzip" => true,
             Some((name, v)) => return refuse(format!("{name}={v}: gzip or none")),
         };
+        let max_request = match var("UNWIND_PROFILER_EXPORT_MAX_BYTES") {
+            None => MAX_REQUEST,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1024 => n,
+                _ => {
+                    return refuse(format!(
+                        "UNWIND_PROFILER_EXPORT_MAX_BYTES={v}: a number of bytes, 1024 or more"
+                    ))
+                }
+            },
+        };
         let timeout = match setting("TIMEOUT") {
             None => TIMEOUT,
             Some((name, v)) => match v.trim().parse::<u64>() {
@@ -253,6 +272,7 @@ impl Export {
             headers,
             gzip,
             timeout,
+            max_request,
         }))
     }
 
@@ -265,12 +285,30 @@ impl Export {
             headers: Vec::new(),
             gzip: false,
             timeout: TIMEOUT,
+            max_request: MAX_REQUEST,
         }
     }
 
-    /// Sends `profile`; returns the bytes sent.
+    /// The requests `profile` is sent in: one, or, if that one is larger than
+    /// [`max_request`](Self::max_request), parts of its totals (halved until each is below
+    /// it, or is a single total), each with the tables its totals use.
+    pub fn requests(&self, profile: &Profile) -> Vec<ExportProfilesServiceRequest> {
+        let whole = request(profile, &self.resource);
+        if whole.encoded_len() <= self.max_request || profile.totals.len() < 2 {
+            return vec![whole];
+        }
+        let (first, second) = profile.totals.split_at(profile.totals.len() / 2);
+        let mut parts = self.requests(&profile.part(first));
+        parts.extend(self.requests(&profile.part(second)));
+        parts
+    }
+
+    /// Sends `profile` (in parts if it is large, see [`requests`](Self::requests)); returns
+    /// the bytes sent. A part that fails stops the rest.
     pub fn send(&self, profile: &Profile) -> Result<usize, ExportError> {
-        self.send_request(&request(profile, &self.resource))
+        self.requests(profile)
+            .iter()
+            .try_fold(0, |bytes, r| Ok(bytes + self.send_request(r)?))
     }
 
     /// Sends a request made of profiles; returns the bytes sent.
@@ -379,9 +417,10 @@ pub struct DeliveryCounts {
     pub cpu: Duration,
 }
 
-/// The queue between the periods cut and the collector.
+/// The queue between the periods cut and the collector: each period the requests still to
+/// send for it (more than one for a large period: see [`Export::requests`]).
 struct Queue {
-    pending: VecDeque<ExportProfilesServiceRequest>,
+    pending: VecDeque<VecDeque<ExportProfilesServiceRequest>>,
     capacity: usize,
     counts: DeliveryCounts,
     /// Periods dropped since the last one delivered: the next one delivered says so.
@@ -432,10 +471,10 @@ impl Delivery {
         &self.export
     }
 
-    /// Queues `profile` (made into a request here, off the delivering thread).
+    /// Queues `profile` (made into requests here, off the delivering thread).
     pub fn deliver(&self, profile: &Profile) {
         let cpu = crate::collect::thread_cpu();
-        let request = request(profile, &self.export.resource);
+        let parts = VecDeque::from(self.export.requests(profile));
         let (lock, wake) = &*self.shared;
         let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
         q.counts.cpu += crate::collect::thread_cpu().saturating_sub(cpu);
@@ -444,7 +483,7 @@ impl Delivery {
             q.counts.dropped += 1;
             q.dropped_unsaid += 1;
         }
-        q.pending.push_back(request);
+        q.pending.push_back(parts);
         wake.notify_all();
     }
 
@@ -471,21 +510,24 @@ impl Delivery {
     }
 }
 
-/// The delivering thread: sends the oldest period queued until the queue is empty at the
-/// deadline, or the deadline passed.
+/// The delivering thread: sends the oldest period queued, part by part (a part delivered is
+/// not sent again), until the queue is empty at the deadline, or the deadline passed.
 fn deliver_until_done(shared: &(Mutex<Queue>, Condvar), export: &Export) {
     let (lock, wake) = shared;
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let (mut request, said) = {
+        let (mut period, mut request, said) = {
             let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 let past = q.deadline.is_some_and(|d| Instant::now() >= d);
                 if past || (q.pending.is_empty() && q.deadline.is_some()) {
                     return;
                 }
-                if let Some(r) = q.pending.pop_front() {
-                    break (r, q.dropped_unsaid);
+                if let Some(mut period) = q.pending.pop_front() {
+                    if let Some(r) = period.pop_front() {
+                        break (period, r, q.dropped_unsaid);
+                    }
+                    continue;
                 }
                 q = wake.wait(q).unwrap_or_else(|e| e.into_inner());
             }
@@ -500,16 +542,22 @@ fn deliver_until_done(shared: &(Mutex<Queue>, Condvar), export: &Export) {
         q.counts.cpu += crate::collect::thread_cpu().saturating_sub(cpu);
         match sent {
             Ok(bytes) => {
-                q.counts.delivered += 1;
                 q.counts.bytes += bytes as u64;
                 q.dropped_unsaid -= said;
                 backoff = FIRST_BACKOFF;
+                if period.is_empty() {
+                    q.counts.delivered += 1;
+                } else {
+                    // The period's other parts, next.
+                    q.pending.push_front(period);
+                }
             }
             Err(e) if e.retryable() => {
                 q.counts.retries += 1;
                 q.counts.last_error = Some(e.to_string());
                 // Back at the front, as it was (a full queue drops it first).
-                q.pending.push_front(original.unwrap_or(request));
+                period.push_front(original.unwrap_or(request));
+                q.pending.push_front(period);
                 if q.pending.len() > q.capacity {
                     q.pending.pop_front();
                     q.counts.dropped += 1;
@@ -600,6 +648,110 @@ mod tests {
         p
     }
 
+    /// A profile of `n` totals, each of its own stack of three locations, the middle one
+    /// shared by every stack; total `i` has `i + 1` samples.
+    fn wide(n: usize) -> Profile {
+        let mut p = period(1);
+        p.stacks.clear();
+        p.totals.clear();
+        let location = |address: u64| crate::profile::Location {
+            address,
+            module: None,
+            frames: vec![crate::profile::Frame {
+                function: format!("function_{address:x}"),
+                file: None,
+                line: None,
+            }],
+        };
+        p.locations.push(location(0xaaaa));
+        for i in 0..n {
+            p.locations.push(location(0x1000 + i as u64));
+            p.locations.push(location(0x9000 + i as u64));
+            let l = p.locations.len();
+            p.stacks.push(vec![l - 2, 0, l - 1]);
+            p.totals.push(crate::profile::Total {
+                thread: 0,
+                stack: i,
+                samples: i as u64 + 1,
+                periods: i as u64 + 1,
+            });
+        }
+        p
+    }
+
+    /// Each sample of `requests` as (its stack's addresses, its value), in order.
+    fn samples_of(requests: &[ExportProfilesServiceRequest]) -> Vec<(Vec<u64>, i64)> {
+        let mut out = Vec::new();
+        for r in requests {
+            let d = r.dictionary.as_ref().unwrap();
+            for s in &r.resource_profiles[0].scope_profiles[0].profiles[0].samples {
+                let stack = &d.stack_table[s.stack_index as usize];
+                let addresses = stack
+                    .location_indices
+                    .iter()
+                    .map(|&l| d.location_table[l as usize].address)
+                    .collect();
+                out.push((addresses, s.values[0]));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_large_profile_goes_in_parts_each_below_the_limit_adding_up_to_it() {
+        let profile = wide(200);
+        let mut export = Export::to("http://127.0.0.1:1/p");
+        let whole = export.requests(&profile);
+        assert_eq!(whole.len(), 1);
+        let size = whole[0].encoded_len();
+        export.max_request = size / 5;
+        let parts = export.requests(&profile);
+        let sizes: Vec<usize> = parts.iter().map(|r| r.encoded_len()).collect();
+        assert!(parts.len() >= 5, "{sizes:?} of {size}");
+        assert!(sizes.iter().all(|&s| s <= export.max_request), "{sizes:?}");
+        // The same samples, stack by stack, in the same order: none lost, none twice.
+        assert_eq!(samples_of(&parts), samples_of(&whole));
+        // Each part has only the stacks and locations its samples use.
+        for r in &parts {
+            let d = r.dictionary.as_ref().unwrap();
+            let n = r.resource_profiles[0].scope_profiles[0].profiles[0]
+                .samples
+                .len();
+            assert_eq!(
+                d.stack_table.len(),
+                n + 1,
+                "the empty stack and one a sample"
+            );
+            assert_eq!(
+                d.location_table.len(),
+                2 * n + 2,
+                "the empty location, 2 own, 1 shared"
+            );
+        }
+        // A single total is sent whole, whatever its size.
+        export.max_request = 1;
+        assert_eq!(export.requests(&wide(1)).len(), 1);
+    }
+
+    #[test]
+    fn the_parts_of_a_period_are_retried_without_sending_any_twice() {
+        // Two parts taken, then two tries refused (503), then the rest taken.
+        let (url, taken) = server_down_when(|n| (2..4).contains(&n));
+        let mut export = Export::to(url);
+        let profile = wide(100);
+        export.max_request = export.requests(&profile)[0].encoded_len() / 4;
+        let expected = samples_of(&export.requests(&profile));
+        let delivery = Delivery::start(export, 4).unwrap();
+        delivery.deliver(&profile);
+        let counts = delivery.finish(Duration::from_secs(20));
+        assert_eq!(counts.retries, 2, "{counts:?}");
+        assert_eq!((counts.delivered, counts.undelivered), (1, 0), "{counts:?}");
+        let taken = taken.lock().unwrap();
+        assert!(taken.len() >= 4, "{} requests", taken.len());
+        // Each part once, in order: the two taken before the refusals were not sent again.
+        assert_eq!(samples_of(&taken), expected);
+    }
+
     /// One HTTP request read from `stream`: its head (lowercased) and its body.
     fn read_request(stream: &std::net::TcpStream) -> (String, Vec<u8>) {
         use std::io::{BufRead, Read};
@@ -626,16 +778,24 @@ mod tests {
     fn server(
         down: Arc<std::sync::atomic::AtomicBool>,
     ) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
+        server_down_when(move |_| down.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// An HTTP server on loopback answering its `n`th request (from 0) 503 when `down(n)`,
+    /// else 200; the requests it took (with 200), decoded.
+    fn server_down_when(
+        down: impl Fn(usize) -> bool + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
         use std::io::Write;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/p", listener.local_addr().unwrap());
         let taken = Arc::new(Mutex::new(Vec::new()));
         let t = taken.clone();
         std::thread::spawn(move || {
-            for stream in listener.incoming() {
+            for (n, stream) in listener.incoming().enumerate() {
                 let Ok(mut stream) = stream else { return };
                 let (_, body) = read_request(&stream);
-                let status = if down.load(std::sync::atomic::Ordering::SeqCst) {
+                let status = if down(n) {
                     "503 Service Unavailable"
                 } else {
                     t.lock()

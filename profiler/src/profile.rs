@@ -354,6 +354,58 @@ impl Profile {
         }
     }
 
+    /// The part of this profile that `totals` (some of its own) count: those totals, the stacks
+    /// they name and the locations of those stacks, renumbered; the modules, threads and
+    /// everything else as they are, and no timeline. An index out of range names nothing in
+    /// the part either.
+    pub fn part(&self, totals: &[Total]) -> Profile {
+        let mut stack_at = vec![usize::MAX; self.stacks.len()];
+        let mut location_at = vec![usize::MAX; self.locations.len()];
+        let (mut stacks, mut locations) = (Vec::new(), Vec::new());
+        let totals = totals
+            .iter()
+            .map(|t| {
+                let stack = match stack_at.get(t.stack) {
+                    Some(&usize::MAX) => {
+                        let renumbered: Vec<usize> = self.stacks[t.stack]
+                            .iter()
+                            .map(|&l| match location_at.get(l) {
+                                Some(&usize::MAX) => {
+                                    location_at[l] = locations.len();
+                                    locations.push(self.locations[l].clone());
+                                    location_at[l]
+                                }
+                                Some(&at) => at,
+                                None => usize::MAX,
+                            })
+                            .collect();
+                        stack_at[t.stack] = stacks.len();
+                        stacks.push(renumbered);
+                        stack_at[t.stack]
+                    }
+                    Some(&at) => at,
+                    None => usize::MAX,
+                };
+                Total { stack, ..*t }
+            })
+            .collect();
+        Profile {
+            program: self.program.clone(),
+            pid: self.pid,
+            start: self.start,
+            duration: self.duration,
+            interval: self.interval,
+            wall_clock: self.wall_clock,
+            modules: self.modules.clone(),
+            locations,
+            stacks,
+            threads: self.threads.clone(),
+            samples: Vec::new(),
+            totals,
+            counters: self.counters.clone(),
+        }
+    }
+
     /// One profile of several processes (such as a shell, the program it ran and that
     /// program's children), from the profiles of each; `None` if `profiles` is empty.
     ///

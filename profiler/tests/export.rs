@@ -333,6 +333,74 @@ fn the_preload_library_alone_exports_at_exit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A period whose request is larger than the receiver takes goes in parts: with parts of at
+/// most 8 KiB (`UNWIND_PROFILER_EXPORT_MAX_BYTES`), each period arrives as several requests,
+/// each under the limit, and together they hold exactly the period files' samples, leaf by
+/// leaf (nothing lost, nothing twice); the summary counts periods, not parts.
+#[test]
+fn a_large_period_is_sent_in_parts_that_add_up_to_it() {
+    let Some((dir, mut collector)) = collector("parts") else {
+        return;
+    };
+    let out = dir.join("out");
+    let release = release_dir();
+    let run = Command::new(release.join("unwind-profiler"))
+        .args(["record", "--period", "1s", "--export"])
+        .arg(collector.http_endpoint())
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .arg(release.join("demo-workload"))
+        .args(["--seconds", "3"])
+        .env("UNWIND_PROFILER_EXPORT_MAX_BYTES", "8192")
+        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    collector.stop();
+    let requests = requests(&collector);
+    let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
+    let delivered = summary_field(&summary, "export ", 1);
+    let cut = summary_field(&summary, "period profiles", 2);
+    let mut exported: HashMap<String, u64> = HashMap::new();
+    for request in &requests {
+        let w = Written {
+            request,
+            dictionary: &request["dictionary"],
+        };
+        let profile = &request["resourceProfiles"][0]["scopeProfiles"][0]["profiles"][0];
+        let period = number(&profile["period"]);
+        for s in profile["samples"].as_array().unwrap() {
+            *exported.entry(w.leaf(&s["stackIndex"])).or_default() +=
+                number(&s["values"][0]) / period;
+        }
+    }
+    let mut local: HashMap<String, u64> = HashMap::new();
+    for f in std::fs::read_dir(out.join("profile-periods")).unwrap() {
+        for (k, v) in pprof_leaves(&f.unwrap().path()) {
+            *local.entry(k).or_default() += v;
+        }
+    }
+    let samples: u64 = exported.values().sum();
+    println!(
+        "{cut} periods cut, {delivered} delivered in {} requests; {samples} samples",
+        requests.len()
+    );
+    assert_eq!(delivered, cut, "{summary}");
+    assert!(
+        requests.len() as u64 >= 2 * delivered,
+        "{} requests for {delivered} periods",
+        requests.len()
+    );
+    assert_eq!(
+        exported, local,
+        "the parts' samples against the period files'"
+    );
+    assert!(samples >= 1000, "{samples} samples");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Export settings that cannot be honoured (an https endpoint, gRPC) stop `record` with a
 /// clear error before the program runs, instead of a run whose every send fails and is retried.
 #[test]
