@@ -11,7 +11,7 @@ use crate::collect;
 /// by this user only, so that later runs read back the rules of the modules earlier ones
 /// built (files named by each module's build id; `unwind_in_process::set_rules_cache`). Keyed
 /// by the library's build id: another build may build other rules. Other builds' directories
-/// unused for a week are removed, and past the newest [`OTHER_BUILDS_KEPT`] of them the rest
+/// unused for a week are removed, and past the newest `OTHER_BUILDS_KEPT` (8) of them the rest
 /// (each rebuild of the library is another build: a developer's cache grew to 650 MB in a
 /// day). `None` if the library has no build id or the directory cannot be made.
 pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathBuf> {
