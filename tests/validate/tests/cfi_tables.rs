@@ -51,7 +51,10 @@ fn build_executable(compiler: &str, flags: &[&str], name: &str) -> Option<PathBu
     let root = tools::workspace_root();
     let dir = root.join("target").join("cfi-tables");
     std::fs::create_dir_all(&dir).ok()?;
-    let main = dir.join("main.c");
+    // A file of its own: the three architectures' tests build at once, and one rewriting a
+    // shared main.c (truncated, then written) gave another's compiler an empty file ("undefined
+    // reference to `main'", seen in .ci/run).
+    let main = dir.join(format!("{name}-main.c"));
     std::fs::write(
         &main,
         "long shlib_entry(long (*cb)(long), long n);\n\
