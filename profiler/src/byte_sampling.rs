@@ -62,6 +62,21 @@ impl ByteSampler {
         self.mean
     }
 
+    /// Its state: the bytes left and the random state, for keeping it in atomics (an
+    /// allocator hook's table, see [`crate::alloc_sampling`]).
+    pub fn parts(&self) -> (i64, u64) {
+        (self.left, self.state)
+    }
+
+    /// A sampler from the [`parts`](Self::parts) of one of mean `mean`.
+    pub fn from_parts(left: i64, state: u64, mean: u64) -> ByteSampler {
+        ByteSampler {
+            left,
+            state: state.max(1),
+            mean: mean.max(1),
+        }
+    }
+
     /// An exponential draw of mean `self.mean`, in bytes (at least 1): `-ln(u) * mean` for `u`
     /// uniform in (0, 1].
     fn next_interval(&mut self) -> i64 {

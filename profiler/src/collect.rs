@@ -126,6 +126,28 @@ pub const MAX_WEIGHT: u64 = 1 << 31;
 /// module of a program can have): the frame the profile names `[unwind-profiler] WHAT`.
 const WORK_PC: u64 = u64::MAX - 0xfff;
 
+/// The address put before an allocation's stack (past every address a module can have, below
+/// [`WORK_PC`]'s): its stacks are kept apart from the timers' samples', and its first frame is
+/// then read as the return address it is, not as an interrupted instruction.
+const ALLOC_PC: u64 = WORK_PC - 0x1000;
+
+/// Sampled allocations the collector keeps for counting what is live, beyond which it asks the
+/// live table which are ([`Collector::prune_heap`]).
+const PENDING_KEPT: usize = 2 * crate::alloc_sampling::LIVE_CAPACITY;
+
+/// What the collector has gathered of sampled allocations.
+#[derive(Default)]
+struct HeapCounts {
+    /// The mean bytes between sample points (0: allocations not sampled).
+    mean: u64,
+    /// By stack: samples, and the objects and bytes they stand for.
+    sites: HashMap<usize, (u64, f64, f64)>,
+    /// The samples whose allocations may still be live, by id: their stack, objects and bytes.
+    pending: HashMap<u64, (usize, f64, f64)>,
+    /// Samples drained.
+    sampled: u64,
+}
+
 /// The work a stack's address stands for, if it is one of [`WORK_PC`]'s.
 fn work_of(pc: u64) -> Option<Work> {
     Work::ALL
@@ -208,6 +230,8 @@ pub struct Collector {
     /// A window being counted on its own ([`Collector::start_window`]): by thread and stack
     /// (the stack itself, which outlives a period's cut), when it started.
     window: Option<(WindowCounts, SystemTime)>,
+    /// Sampled allocations.
+    heap: HeapCounts,
 }
 
 /// The process a [`Collector`] collects from, as its profile names it.
@@ -355,7 +379,11 @@ impl InProcess {
     pub fn tick(&mut self) {
         let start = thread_cpu();
         self.refresh_if_modules_changed();
+        let record = sampler::process();
+        self.collector
+            .set_alloc_mean(record.alloc_mean.load(std::sync::atomic::Ordering::Relaxed));
         self.collector.drain(sampler::records(), None);
+        self.collector.prune_heap(&record.live);
         self.collector.busy += thread_cpu().saturating_sub(start);
     }
 
@@ -436,7 +464,53 @@ impl Collector {
             work_samples: [0; Work::ALL.len()],
             period_start: None,
             window: None,
+            heap: HeapCounts::default(),
         }
+    }
+
+    /// Sets the mean bytes between sampled allocations (the process record's `alloc_mean`; 0:
+    /// not sampled), by which each sample is weighed.
+    pub fn set_alloc_mean(&mut self, mean: u64) {
+        self.heap.mean = mean.min(1 << 30);
+    }
+
+    /// Forgets the sampled allocations that `live` (the process's table) no longer holds, once
+    /// more than [`PENDING_KEPT`] are kept: what the collector keeps stays bounded however
+    /// many allocations a run samples.
+    pub fn prune_heap(&mut self, live: &crate::alloc_sampling::LiveHeap) {
+        if self.heap.pending.len() > PENDING_KEPT {
+            self.prune_heap_now(live);
+        }
+    }
+
+    fn prune_heap_now(&mut self, live: &crate::alloc_sampling::LiveHeap) {
+        let mut still = HashMap::with_capacity(self.heap.pending.len().min(PENDING_KEPT));
+        live.live_ids(|id| {
+            if let Some(v) = self.heap.pending.remove(&id) {
+                still.insert(id, v);
+            }
+        });
+        self.heap.pending = still;
+    }
+
+    /// Counts a drained allocation sample.
+    fn add_allocation(&mut self, a: &sampler::RawAllocation<'_>) -> bool {
+        let pcs: Vec<u64> = std::iter::once(ALLOC_PC)
+            .chain(a.pcs.iter().copied())
+            .collect();
+        let Some(stack) = self.stack_id(&pcs) else {
+            return false;
+        };
+        let (objects, bytes) = crate::byte_sampling::estimate(a.size, self.heap.mean.max(1));
+        let site = self.heap.sites.entry(stack).or_default();
+        site.0 += 1;
+        site.1 += objects;
+        site.2 += bytes;
+        self.heap.sampled += 1;
+        if a.id != 0 {
+            self.heap.pending.insert(a.id, (stack, objects, bytes));
+        }
+        true
     }
 
     /// Starts counting a window of its own, beside the totals and periods (the pull endpoint's
@@ -502,11 +576,31 @@ impl Collector {
         let mut profile = self.finish(records, info, symbolizer);
         profile.start = self.period_start.unwrap_or(self.start_time);
         self.period_start = Some(now);
+        // The stacks of allocations that may still be live outlast the period.
+        let pending_stacks: BTreeMap<usize, Resolved> = self
+            .heap
+            .pending
+            .values()
+            .filter_map(|&(s, _, _)| Some((s, self.stacks.get(s)?.clone())))
+            .collect();
         self.stack_ids.clear();
         self.stacks.clear();
         self.resolved_ids.clear();
         self.unresolved.clear();
         self.stack_frames = 0;
+        let mut moved = HashMap::new();
+        for (old, resolved) in pending_stacks {
+            moved.insert(old, self.stacks.len());
+            self.stack_frames += resolved.len();
+            self.resolved_ids
+                .insert(resolved.clone(), self.stacks.len());
+            self.stacks.push(resolved);
+        }
+        self.heap
+            .pending
+            .retain(|_, v| moved.get(&v.0).map(|&s| v.0 = s).is_some());
+        self.heap.sites.clear();
+        self.heap.sampled = 0;
         self.live.clear();
         self.exited.clear();
         self.exited_by_name.clear();
@@ -651,11 +745,18 @@ impl Collector {
                 let mut bad = false;
                 let mut over_limit = 0;
                 let drained = ring.drain(sampler::MAX_RECORD_WORDS, |record| {
-                    let Some(s) =
-                        sampler::decode(record).filter(|s| (1..=MAX_WEIGHT).contains(&s.weight))
-                    else {
-                        bad = true;
-                        return false;
+                    let s = match sampler::decode_record(record) {
+                        Some(sampler::Record::Cpu(s)) if (1..=MAX_WEIGHT).contains(&s.weight) => s,
+                        Some(sampler::Record::Allocation(a)) => {
+                            if !self.add_allocation(&a) {
+                                over_limit += 1;
+                            }
+                            return true;
+                        }
+                        _ => {
+                            bad = true;
+                            return false;
+                        }
                     };
                     let work = s
                         .work
@@ -777,7 +878,7 @@ impl Collector {
                 let id = self.stacks.len();
                 if resolved
                     .iter()
-                    .any(|&(pc, m)| m.is_none() && work_of(pc).is_none())
+                    .any(|&(pc, m)| m.is_none() && work_of(pc).is_none() && pc != ALLOC_PC)
                     && self.unresolved.len() < UNRESOLVED_KEPT
                 {
                     self.unresolved.push(id);
@@ -862,7 +963,7 @@ impl Collector {
                 stack
                     .iter()
                     .enumerate()
-                    .filter(|&(i, &(pc, module))| !is_ours(pc, module, i == 0))
+                    .filter(|&(i, &(pc, module))| pc != ALLOC_PC && !is_ours(pc, module, i == 0))
                     .map(|(i, &(pc, module))| {
                         let leaf = i == 0;
                         *location_ids.entry((pc, module, leaf)).or_insert_with(|| {
@@ -946,6 +1047,7 @@ impl Collector {
             push(threads.len() - 1, counts);
         }
         totals.sort_by_key(|t| (t.thread, t.stack));
+        let heap = self.heap_profile(info.record);
         Profile {
             program: info.program.clone(),
             pid: info.pid,
@@ -968,7 +1070,57 @@ impl Collector {
                 }
                 c
             },
+            heap,
         }
+    }
+
+    /// The heap profile of what was drained, with what `record`'s live table still holds;
+    /// `None` if allocations were not sampled.
+    fn heap_profile(&self, record: &ProcessRecord) -> Option<crate::profile::Heap> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.heap.mean == 0 {
+            return None;
+        }
+        let mut sites: BTreeMap<usize, crate::profile::HeapSite> = BTreeMap::new();
+        let new = |stack| crate::profile::HeapSite {
+            stack,
+            ..Default::default()
+        };
+        for (&stack, &(samples, objects, bytes)) in &self.heap.sites {
+            let s = sites.entry(stack).or_insert_with(|| new(stack));
+            s.samples = samples;
+            s.alloc_objects = objects.round() as u64;
+            s.alloc_bytes = bytes.round() as u64;
+        }
+        let mut live: HashMap<usize, (u64, f64, f64)> = HashMap::new();
+        record.live.live_ids(|id| {
+            if let Some(&(stack, objects, bytes)) = self.heap.pending.get(&id) {
+                let l = live.entry(stack).or_default();
+                l.0 += 1;
+                l.1 += objects;
+                l.2 += bytes;
+            }
+        });
+        for (stack, (samples, objects, bytes)) in live {
+            let s = sites.entry(stack).or_insert_with(|| new(stack));
+            s.live_samples = samples;
+            s.inuse_objects = objects.round() as u64;
+            s.inuse_bytes = bytes.round() as u64;
+        }
+        let drops = record
+            .alloc_drops
+            .iter()
+            .zip(sampler::AllocDrop::ALL)
+            .map(|(n, r)| (r.name().to_owned(), n.load(Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        Some(crate::profile::Heap {
+            interval: self.heap.mean,
+            sites: sites.into_values().collect(),
+            sampled: self.heap.sampled,
+            dropped: drops,
+            untracked: record.live.overflow.load(Relaxed),
+        })
     }
 
     /// The counters of every record, summed, with the process's.

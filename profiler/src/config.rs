@@ -44,7 +44,8 @@ pub struct Config {
     /// The deepest stack recorded (deeper walks stop with `BufferFull`); at most and by default
     /// [`crate::sampler::MAX_FRAMES`], which the handler's buffer on the signal stack holds.
     pub max_frames: usize,
-    /// The size of each thread's sample ring, in 8-byte words.
+    /// The size of each thread's sample ring, in 8-byte words (four times this with
+    /// allocations sampled).
     pub ring_words: usize,
     /// How often the collector drains the rings.
     pub collect_every: Duration,
@@ -87,6 +88,10 @@ pub struct Config {
     /// Where to serve `GET /debug/pprof/profile?seconds=N` (see [`crate::pull`]): an address
     /// and port, such as `127.0.0.1:6060` (port 0: any free one).
     pub pprof_listen: Option<std::net::SocketAddr>,
+    /// With a value, allocations are sampled too (`--alloc`): one sample point every this many
+    /// bytes allocated on average (see [`crate::alloc_sampling`]), written as a heap profile
+    /// beside the CPU one.
+    pub alloc_interval: Option<u64>,
 }
 
 impl Default for Config {
@@ -113,6 +118,7 @@ impl Default for Config {
             profile_period: None,
             keep_periods: 100,
             pprof_listen: None,
+            alloc_interval: None,
         }
     }
 }
@@ -232,6 +238,18 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "ADDR:PORT",
         env: "UNWIND_PROFILER_PPROF_LISTEN",
         help: "a program that profiles itself (the library, or the preload library used alone, not under record) serves GET /debug/pprof/profile?seconds=N there, Go's convention: a gzipped pprof profile of the next N seconds (1 to 300, default 30), for go tool pprof, Parca and Grafana Alloy; give a loopback address (127.0.0.1:6060) unless the port is to be reached from elsewhere (port 0: any free one, said on stderr)",
+    },
+    OptionSpec {
+        flag: "--alloc",
+        value: "",
+        env: "UNWIND_PROFILER_ALLOC",
+        help: "also sample the program's allocations (malloc, calloc, realloc, the aligned ones, C++ new through them), by bytes as tcmalloc and Go do, one sample every 512 KiB allocated on average, each unwound where it was made: STEM.heap.pb.gz is a heap profile (alloc_objects, alloc_space, inuse_objects, inuse_space, as Go's; go tool pprof -sample_index=inuse_space) and the summary lists the top allocation sites",
+    },
+    OptionSpec {
+        flag: "--alloc-interval",
+        value: "BYTES",
+        env: "UNWIND_PROFILER_ALLOC_INTERVAL",
+        help: "with --alloc (which it implies), the mean bytes between sampled allocations, such as 64k, 512k or 4m (1 to 1g; default 512k): smaller is more precise and costs more",
     },
     OptionSpec {
         flag: "--quiet",
@@ -364,6 +382,24 @@ fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_millis(n.checked_mul(millis)?))
 }
 
+/// A size in bytes as `4096`, `64k`, `4m` or `1g` (powers of 1024; `kb`, `KiB` and the like
+/// too).
+fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.trim_end_matches("ib").trim_end_matches('b') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
 fn parse_mode(s: &str) -> Option<u32> {
     let digits = s.trim();
     let digits = digits.strip_prefix("0o").unwrap_or(digits);
@@ -491,6 +527,19 @@ impl Config {
                     })?)
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
+                "UNWIND_PROFILER_ALLOC" if !matches!(v.trim(), "" | "0") => {
+                    c.alloc_interval
+                        .get_or_insert(crate::byte_sampling::DEFAULT_MEAN);
+                }
+                "UNWIND_PROFILER_ALLOC_INTERVAL" => {
+                    c.alloc_interval = Some(
+                        parse_bytes(&v)
+                            .filter(|n| (1..=1 << 30).contains(n))
+                            .ok_or_else(|| {
+                                err(o.env, &v, "a size from 1 to 1g bytes (such as 64k or 4m)")
+                            })?,
+                    )
+                }
                 "UNWIND_PROFILER_VERBOSE" => c.verbose = !matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_STACK_SCANNING" => {
                     c.stack_scanning = !matches!(v.trim(), "" | "0")
@@ -545,9 +594,16 @@ impl Config {
                 signal: self.signal,
             },
             max_frames: self.max_frames,
-            ring_words: self.ring_words,
+            // Allocations come in bursts far denser than a timer's samples (a loop that
+            // allocates and frees large blocks): four times the room while the collector sleeps.
+            ring_words: if self.alloc_interval.is_some() {
+                self.ring_words.saturating_mul(4)
+            } else {
+                self.ring_words
+            },
             stack_scanning: self.stack_scanning,
             capture_samples: self.capture_samples,
+            alloc_mean: self.alloc_interval,
         }
     }
 }
@@ -608,6 +664,43 @@ mod tests {
         assert_eq!(keep("3").unwrap(), 3);
         assert!(keep("0").is_err());
         assert_eq!(Config::default().keep_periods, 100);
+    }
+
+    #[test]
+    fn allocation_sampling_is_a_switch_and_an_interval() {
+        let alloc =
+            |pairs: &[(&str, &str)]| Config::from_vars(vars(pairs)).map(|c| c.alloc_interval);
+        assert_eq!(alloc(&[]).unwrap(), None);
+        assert_eq!(alloc(&[("UNWIND_PROFILER_ALLOC", "0")]).unwrap(), None);
+        assert_eq!(
+            alloc(&[("UNWIND_PROFILER_ALLOC", "1")]).unwrap(),
+            Some(512 * 1024)
+        );
+        let interval = |v| alloc(&[("UNWIND_PROFILER_ALLOC_INTERVAL", v)]);
+        assert_eq!(interval("64k").unwrap(), Some(65536));
+        assert_eq!(interval("4MiB").unwrap(), Some(4 << 20));
+        assert_eq!(interval(" 1g ").unwrap(), Some(1 << 30));
+        assert_eq!(interval("100").unwrap(), Some(100));
+        for bad in [
+            "",
+            "0",
+            "2g",
+            "1.5m",
+            "k",
+            "-1",
+            "5x",
+            "99999999999999999999",
+        ] {
+            assert!(interval(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            alloc(&[
+                ("UNWIND_PROFILER_ALLOC", "1"),
+                ("UNWIND_PROFILER_ALLOC_INTERVAL", "8k")
+            ])
+            .unwrap(),
+            Some(8192)
+        );
     }
 
     #[test]

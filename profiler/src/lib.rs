@@ -22,6 +22,7 @@
 //! unwind_profiler::output::write_all(&profile, std::path::Path::new("."), "profile").unwrap();
 //! ```
 
+pub mod alloc_sampling;
 pub mod byte_sampling;
 pub mod collect;
 pub mod config;

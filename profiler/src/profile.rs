@@ -203,6 +203,71 @@ pub struct Process {
     pub periods: u64,
 }
 
+/// What the sampled allocations of a run stand for at one allocation site (a stack): Go's
+/// heap profile's four values, estimated from the samples (see
+/// [`byte_sampling::estimate`](crate::byte_sampling::estimate)).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeapSite {
+    /// The stack (an index into [`Profile::stacks`]), the allocating code's frame first.
+    pub stack: usize,
+    /// Allocations sampled here.
+    pub samples: u64,
+    /// Objects allocated here, estimated.
+    pub alloc_objects: u64,
+    /// Bytes allocated here, estimated.
+    pub alloc_bytes: u64,
+    /// Of the samples, those still live (not freed).
+    pub live_samples: u64,
+    /// Objects allocated here and still live, estimated.
+    pub inuse_objects: u64,
+    /// Bytes allocated here and still live, estimated.
+    pub inuse_bytes: u64,
+}
+
+/// The heap profile of a run whose allocations were sampled ([`Config::alloc_interval`]).
+///
+/// [`Config::alloc_interval`]: crate::Config::alloc_interval
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Heap {
+    /// The mean bytes between sample points.
+    pub interval: u64,
+    /// By allocation site, in stack order.
+    pub sites: Vec<HeapSite>,
+    /// Allocation samples in the profile.
+    pub sampled: u64,
+    /// Sampled allocations without a sample, by reason (only reasons that happened).
+    pub dropped: Vec<(String, u64)>,
+    /// Sampled allocations the live table had no room for: counted as allocated, never as
+    /// live.
+    pub untracked: u64,
+}
+
+impl Heap {
+    /// The four totals over every site: allocated objects and bytes, live objects and bytes.
+    pub fn totals(&self) -> [u64; 4] {
+        self.sites.iter().fold([0; 4], |t, s| {
+            [
+                t[0] + s.alloc_objects,
+                t[1] + s.alloc_bytes,
+                t[2] + s.inuse_objects,
+                t[3] + s.inuse_bytes,
+            ]
+        })
+    }
+
+    /// Adds `other`'s sites (their stacks moved by `remap`) and counts to these.
+    fn add(&mut self, other: Heap, remap: impl Fn(usize) -> usize) {
+        self.interval = self.interval.max(other.interval);
+        self.sites.extend(other.sites.into_iter().map(|s| HeapSite {
+            stack: remap(s.stack),
+            ..s
+        }));
+        self.sampled += other.sampled;
+        add_named(&mut self.dropped, &other.dropped);
+        self.untracked += other.untracked;
+    }
+}
+
 /// A finished, symbolized profile.
 #[derive(Clone, Debug)]
 pub struct Profile {
@@ -241,6 +306,8 @@ pub struct Profile {
     pub totals: Vec<Total>,
     /// The run's counters.
     pub counters: Counters,
+    /// The sampled allocations, when they were sampled.
+    pub heap: Option<Heap>,
 }
 
 /// The most samples [`Profile::samples`] keeps: beyond it, every other sample is dropped from the
@@ -351,12 +418,13 @@ impl Profile {
             samples: Vec::new(),
             totals: Vec::new(),
             counters: Counters::default(),
+            heap: None,
         }
     }
 
     /// The part of this profile that `totals` (some of its own) count: those totals, the stacks
     /// they name and the locations of those stacks, renumbered; the modules, threads and
-    /// everything else as they are, and no timeline. An index out of range names nothing in
+    /// everything else as they are, no timeline and no heap profile. An index out of range names nothing in
     /// the part either.
     pub fn part(&self, totals: &[Total]) -> Profile {
         let mut stack_at = vec![usize::MAX; self.stacks.len()];
@@ -403,6 +471,9 @@ impl Profile {
             samples: Vec::new(),
             totals,
             counters: self.counters.clone(),
+            // The parts are those of the timers' samples (export requests); a heap's stacks are
+            // not among their renumbered ones.
+            heap: None,
         }
     }
 
@@ -468,6 +539,12 @@ impl Profile {
                 ..t
             }));
             merged.counters.add(&p.counters);
+            if let Some(heap) = p.heap {
+                merged
+                    .heap
+                    .get_or_insert_with(Heap::default)
+                    .add(heap, |s| remap(s, n_stacks, stacks));
+            }
         }
         Some(merged)
     }
@@ -665,6 +742,7 @@ mod tests {
                 threads: 1,
                 ..Counters::default()
             },
+            heap: None,
         };
         let py_samples = vec![sample(0, 0, 0), sample(1, 5, 1), sample(1, 15, 0)];
         let py = Profile {
@@ -697,6 +775,7 @@ mod tests {
                 threads: 2,
                 ..Counters::default()
             },
+            heap: None,
         };
         (sh, py)
     }

@@ -29,9 +29,58 @@ pub const MAX_THREADS: usize = 4096;
 /// Python 3.12 service under `-X perf` (three native frames a Python call) at a Python depth of
 /// 300; each thread's record keeps room for one walk of this depth.
 pub const MAX_FRAMES: usize = 1024;
-/// The longest ring record the handler writes: the header (time, stop reason, weight) and
-/// [`MAX_FRAMES`] PCs.
-pub const MAX_RECORD_WORDS: usize = 3 + MAX_FRAMES;
+/// The longest ring record written: an allocation's header (time, stop reason and kind, size,
+/// id) and [`MAX_FRAMES`] PCs.
+pub const MAX_RECORD_WORDS: usize = 4 + MAX_FRAMES;
+
+/// A record's kind, in bits 16-23 of its second word: a timer's sample.
+const CPU_RECORD: u64 = 0;
+/// A record's kind: a sampled allocation ([`sample_allocation`]).
+const ALLOC_RECORD: u64 = 1;
+
+/// Why a sampled allocation (one whose bytes held a sample point) has no sample: each is
+/// stored or counted under exactly one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllocDrop {
+    /// The allocating thread has no record (the profiler's own thread, one started before the
+    /// profiler or past [`MAX_THREADS`]).
+    ThreadNotSampled,
+    /// The profiler's own work in the program's thread (a table rebuild, say).
+    ProfilerWork,
+    /// The thread was already sampling (an allocation in a signal handler that interrupted
+    /// it) or its unwinder was busy.
+    Busy,
+    /// The unwinder could not walk (the thread is not registered, no table yet).
+    Unwinder,
+    /// The thread's ring was full: the collector fell behind.
+    RingFull,
+    /// After profiling stopped.
+    AfterStop,
+}
+
+impl AllocDrop {
+    /// Every reason, in the order of [`ProcessRecord::alloc_drops`].
+    pub const ALL: [AllocDrop; 6] = [
+        AllocDrop::ThreadNotSampled,
+        AllocDrop::ProfilerWork,
+        AllocDrop::Busy,
+        AllocDrop::Unwinder,
+        AllocDrop::RingFull,
+        AllocDrop::AfterStop,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocDrop::ThreadNotSampled => "thread not sampled",
+            AllocDrop::ProfilerWork => "the profiler's own work",
+            AllocDrop::Busy => "thread already sampling (allocation in a signal handler)",
+            AllocDrop::Unwinder => "unwinder could not walk",
+            AllocDrop::RingFull => "ring full (collector behind)",
+            AllocDrop::AfterStop => "after stop",
+        }
+    }
+}
 
 /// Why a timer signal produced no sample. Every signal the handler accepts as one of ours is
 /// either stored or counted under exactly one of these.
@@ -444,6 +493,14 @@ pub struct ProcessRecord {
     /// A Go program's runtime as the tables found it: 0 not Go (or not looked at yet), 1 its
     /// goroutines' stacks read, 2 its `g` not found (walks stop at a goroutine's first frame).
     pub go_runtime: AtomicU64,
+    /// The mean bytes between sampled allocations, 0 when allocations are not sampled.
+    pub alloc_mean: AtomicU64,
+    /// Allocation samples stored.
+    pub alloc_sampled: AtomicU64,
+    /// Sampled allocations without a sample, by [`AllocDrop`] (in the order of its `ALL`).
+    pub alloc_drops: [AtomicU64; AllocDrop::ALL.len()],
+    /// The sampled allocations still live ([`crate::alloc_sampling`]).
+    pub live: crate::alloc_sampling::LiveHeap,
 }
 
 impl ProcessRecord {
@@ -470,6 +527,17 @@ impl ProcessRecord {
             not_announced: AtomicU64::new(0),
             cpu_before_sampling: AtomicU64::new(0),
             go_runtime: AtomicU64::new(0),
+            alloc_mean: AtomicU64::new(0),
+            alloc_sampled: AtomicU64::new(0),
+            alloc_drops: [const { AtomicU64::new(0) }; AllocDrop::ALL.len()],
+            live: crate::alloc_sampling::LiveHeap::zero(),
+        }
+    }
+
+    /// Counts a sampled allocation without a sample.
+    pub fn alloc_dropped(&self, reason: AllocDrop) {
+        if let Some(n) = self.alloc_drops.get(reason as usize) {
+            n.fetch_add(1, Relaxed);
         }
     }
 
@@ -503,6 +571,7 @@ impl ProcessRecord {
             (&self.table_bytes, &parent.table_bytes),
             (&self.table_rows, &parent.table_rows),
             (&self.go_runtime, &parent.go_runtime),
+            (&self.alloc_mean, &parent.alloc_mean),
         ] {
             to.store(from.load(Relaxed), Relaxed);
         }
@@ -523,9 +592,11 @@ impl ProcessRecord {
             &self.timers_rearmed,
             &self.not_announced,
             &self.table_rows,
+            &self.alloc_sampled,
         ]
         .into_iter()
         .chain(&self.threads_by_timer)
+        .chain(&self.alloc_drops)
         .all(|c| c.load(Relaxed) < MOST)
             && self.preload_ns.load(Relaxed) < 86_400 * 1_000_000_000
             && self.table_bytes.load(Relaxed) < MOST
@@ -597,6 +668,9 @@ pub struct Timing {
     pub stack_scanning: bool,
     /// How many of the first samples are also captured (registers and stack copy), 0 for none.
     pub capture_samples: usize,
+    /// With a value, allocations are sampled too, one sample point every this many bytes on
+    /// average ([`crate::alloc_sampling`]).
+    pub alloc_mean: Option<u64>,
 }
 
 /// Bytes of stack copied per captured sample.
@@ -683,6 +757,10 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         signals::own(libc::SIGTRAP, on_signal_chained, on_signal_chained)?;
     }
     RUNNING.store(true, Release);
+    if let Some(mean) = timing.alloc_mean {
+        p.alloc_mean.store(mean, Relaxed);
+        crate::alloc_sampling::enable(mean);
+    }
     Ok(())
 }
 
@@ -739,6 +817,7 @@ fn is_go_program() -> bool {
 /// Stops storing samples (signals still pending are counted as [`DropReason::AfterStop`]) and
 /// deletes every live thread's timer.
 pub fn stop() {
+    crate::alloc_sampling::disable();
     RUNNING.store(false, Release);
     for s in slots() {
         if s.record.active() {
@@ -1282,6 +1361,119 @@ unsafe fn sample(s: &Slot, overrun: i32, uc: *mut libc::c_void) {
     }
 }
 
+/// The calling thread's record, through `cache` (its index plus one, 0 if not looked up yet),
+/// which is updated when the thread's record is another.
+#[inline]
+fn slot_through(cache: &AtomicUsize) -> Option<&'static Slot> {
+    let me = unwind_in_process::thread_pointer();
+    let ours = |s: &&Slot| s.record.active() && s.owner.load(Relaxed) == me;
+    let cached = cache.load(Relaxed).checked_sub(1);
+    // SAFETY: as in `slots`.
+    let hit = cached.and_then(|i| unsafe { RECORDS.get(i)?.load(Acquire).as_ref() });
+    if let Some(s) = hit.filter(ours) {
+        return Some(s);
+    }
+    let (i, s) = indexed_slots().find(|(_, s)| ours(s))?;
+    cache.store(i + 1, Relaxed);
+    Some(s)
+}
+
+/// Stores a sample of an allocation of `size` bytes made by the calling thread, with `id`, its
+/// entry in the live table (0 if not tracked): its stack from here, of which the first `skip`
+/// frames are the sampling path's and the allocator hook's. `slot_cache` keeps the thread's
+/// record index between calls (see [`slot_through`]). Whether it was stored; if not, counted by
+/// reason in the process record.
+///
+/// Async-signal-safe: no allocation, lock, system call or panic (what the signal handler
+/// does).
+#[inline(never)]
+pub fn sample_allocation(slot_cache: &AtomicUsize, size: u64, id: u64, skip: usize) -> bool {
+    let p = process();
+    if !RUNNING.load(Acquire) {
+        p.alloc_dropped(AllocDrop::AfterStop);
+        return false;
+    }
+    let Some(s) = slot_through(slot_cache) else {
+        p.alloc_dropped(AllocDrop::ThreadNotSampled);
+        return false;
+    };
+    if s.record.work.load(Relaxed) != 0 {
+        p.alloc_dropped(AllocDrop::ProfilerWork);
+        return false;
+    }
+    let Some(scratch) = s.scratch.take() else {
+        p.alloc_dropped(AllocDrop::Busy);
+        return false;
+    };
+    let max = MAX_FRAMES_NOW.load(Relaxed);
+    let pcs = match scratch.pcs.get_mut(..max) {
+        Some(p) => p,
+        None => &mut scratch.pcs[..],
+    };
+    let t0 = now_ns();
+    let result = unwind_in_process::unwind_here(pcs, None);
+    s.add_cache_counts();
+    let Ok(result) = result else {
+        p.alloc_dropped(AllocDrop::Unwinder);
+        return false;
+    };
+    // The sampling path's and the hook's frames are left out here, not by the collector: the
+    // ring holds fewer words.
+    let stack = pcs.get(skip..result.frames).unwrap_or_default();
+    let time = t0.wrapping_sub(EPOCH_NS.load(Relaxed));
+    let kind = result.stop.index() as u64 | ALLOC_RECORD << 16;
+    let header = [time, kind, size, id];
+    if !s.ring.push(&header, stack) {
+        p.alloc_dropped(AllocDrop::RingFull);
+        return false;
+    }
+    p.alloc_sampled.fetch_add(1, Relaxed);
+    true
+}
+
+/// A record of a thread's ring, decoded.
+pub enum Record<'a> {
+    /// A timer's sample.
+    Cpu(RawSample<'a>),
+    /// A sampled allocation.
+    Allocation(RawAllocation<'a>),
+}
+
+/// A sampled allocation, as its record has it.
+pub struct RawAllocation<'a> {
+    /// Nanoseconds from the start of sampling.
+    pub time_ns: u64,
+    /// How the walk ended.
+    pub stop: StopReason,
+    /// The bytes asked for.
+    pub size: u64,
+    /// Its id in the live table, 0 if not tracked there.
+    pub id: u64,
+    /// The PCs: the return address into the allocating code first.
+    pub pcs: &'a [u64],
+}
+
+/// Decodes a record of a thread's ring (see [`decode`] for a timer's sample).
+pub fn decode_record(record: &[u64]) -> Option<Record<'_>> {
+    let kind = (*record.get(1)? >> 16) & 0xff;
+    match kind {
+        CPU_RECORD => decode(record).map(Record::Cpu),
+        ALLOC_RECORD => {
+            let [time_ns, stop, size, id, pcs @ ..] = record else {
+                return None;
+            };
+            Some(Record::Allocation(RawAllocation {
+                time_ns: *time_ns,
+                stop: *StopReason::ALL.get((stop & 0xff) as usize)?,
+                size: *size,
+                id: *id,
+                pcs,
+            }))
+        }
+        _ => None,
+    }
+}
+
 /// A decoded ring record.
 pub struct RawSample<'a> {
     /// Nanoseconds from the start of sampling.
@@ -1301,6 +1493,9 @@ pub fn decode(record: &[u64]) -> Option<RawSample<'_>> {
     let (&time_ns, rest) = record.split_first()?;
     let (&stop, rest) = rest.split_first()?;
     let (&weight, pcs) = rest.split_first()?;
+    if (stop >> 16) & 0xff != CPU_RECORD {
+        return None;
+    }
     let work = match stop >> 8 {
         0 => None,
         mark => Some(*Work::ALL.get(usize::try_from(mark - 1).ok()?)?),

@@ -30,7 +30,10 @@ pub fn spawn_unsampled(
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     SPAWNING_UNSAMPLED.with(|s| s.set(true));
-    let t = std::thread::Builder::new().name(name.into()).spawn(f);
+    let t = std::thread::Builder::new().name(name.into()).spawn(|| {
+        crate::alloc_sampling::this_thread_is_ours();
+        f()
+    });
     SPAWNING_UNSAMPLED.with(|s| s.set(false));
     t
 }
@@ -41,6 +44,7 @@ fn exit_key() -> Option<libc::pthread_key_t> {
     *KEY.get_or_init(|| {
         extern "C" fn on_exit(v: *mut c_void) {
             sampler::thread_exiting((v as usize).wrapping_sub(1));
+            crate::alloc_sampling::thread_exiting();
         }
         let mut key: libc::pthread_key_t = 0;
         // SAFETY: creates a key with a valid destructor.

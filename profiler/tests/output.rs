@@ -191,6 +191,7 @@ fn sample_profile() -> Profile {
             periods: None,
             recorder_cpu: None,
         },
+        heap: None,
     }
 }
 
@@ -905,6 +906,7 @@ fn two_process_profile() -> Profile {
             threads: 2,
             ..Counters::default()
         },
+        heap: None,
     };
     Profile::merge(vec![sample_profile(), python]).unwrap()
 }

@@ -1,5 +1,7 @@
 //! The library's allocator: blocks of 1 MiB and more in 2 MiB pages, the rest from the C
-//! library's `malloc` as before.
+//! library's `malloc` as before, called directly ([`crate::malloc::real_alloc`]), not through
+//! this library's interposed one: the profiler's own allocations are never sampled as the
+//! program's.
 //!
 //! In the signal handler every line a walk reads is cold, and so is its page's translation: a
 //! large module's rule table (cc1: 594,336 rows, several MiB of arrays) spans hundreds of 4 KiB
@@ -22,7 +24,9 @@
 //! is this large, and the process's peak memory grows by 2-4 MiB. The threads' caches are not
 //! allocated here: the library places them in 2 MiB pages of its own, several to a page.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use crate::malloc::{real_alloc, real_release};
 use std::ptr;
 
 /// A huge page.
@@ -32,7 +36,7 @@ const HUGE: usize = 2 << 20;
 const LARGE: usize = 1 << 20;
 
 /// Blocks of [`LARGE`] bytes and more in their own 2 MiB-aligned mappings marked
-/// `MADV_HUGEPAGE`; the others from [`System`].
+/// `MADV_HUGEPAGE`; the others from the C library's allocator.
 pub struct LargeInHugePages;
 
 /// True if a block of `layout` is mapped here (the same answer at allocation and release).
@@ -60,8 +64,7 @@ unsafe impl GlobalAlloc for LargeInHugePages {
         if is_large(layout) {
             map(layout.size())
         } else {
-            // SAFETY: the caller's contract, passed on.
-            unsafe { System.alloc(layout) }
+            real_alloc(layout.size(), layout.align())
         }
     }
 
@@ -70,8 +73,12 @@ unsafe impl GlobalAlloc for LargeInHugePages {
             // Anonymous mappings are zeroed.
             map(layout.size())
         } else {
-            // SAFETY: the caller's contract, passed on.
-            unsafe { System.alloc_zeroed(layout) }
+            let p = real_alloc(layout.size(), layout.align());
+            if !p.is_null() {
+                // SAFETY: a fresh block of at least `layout.size()` bytes.
+                unsafe { ptr::write_bytes(p, 0, layout.size()) };
+            }
+            p
         }
     }
 
@@ -80,8 +87,7 @@ unsafe impl GlobalAlloc for LargeInHugePages {
             // SAFETY: `block` is a mapping `map` made for this layout's size, no longer used.
             unsafe { libc::munmap(block.cast(), mapped_len(layout.size())) };
         } else {
-            // SAFETY: the caller's contract, passed on.
-            unsafe { System.dealloc(block, layout) }
+            real_release(block)
         }
     }
 
@@ -89,8 +95,6 @@ unsafe impl GlobalAlloc for LargeInHugePages {
         // SAFETY: the caller's contract: `new_size` rounded to the alignment does not overflow.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         match (is_large(layout), is_large(new)) {
-            // SAFETY: the caller's contract, passed on.
-            (false, false) => unsafe { System.realloc(block, layout, new_size) },
             (true, true) if mapped_len(layout.size()) == mapped_len(new_size) => block,
             _ => {
                 // SAFETY: `new` has a non-zero size (the caller's contract).

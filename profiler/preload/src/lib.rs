@@ -47,6 +47,7 @@ use unwind_profiler::{Config, Profiler};
 
 mod dlopen;
 mod huge_pages;
+mod malloc;
 mod mmap;
 mod signals;
 

@@ -9,6 +9,7 @@
 //! | `STEM.pb.gz` | gzipped `profile.proto` ([`pprof`]) | `go tool pprof`, `pprof` |
 //! | `STEM.firefox.json.gz` | gzipped Firefox Profiler processed profile ([`firefox`]) | <https://profiler.firefox.com> (load the file as is) |
 //! | `STEM.summary.txt` | the run's counters and top functions ([`summary`]) | a person |
+//! | `STEM.heap.pb.gz` | with allocations sampled: a heap profile as Go's ([`pprof::build_heap`]) | `go tool pprof -sample_index=inuse_space` |
 //!
 //! The files are written safely in a directory other users may reach: see [`write_all_with_mode`]
 //! and [`check_directory`].
@@ -58,6 +59,8 @@ pub struct Outputs {
     pub firefox: PathBuf,
     /// `STEM.summary.txt`: the summary.
     pub summary: PathBuf,
+    /// `STEM.heap.pb.gz`: the heap profile, written when the profile has one.
+    pub heap: PathBuf,
 }
 
 impl Outputs {
@@ -70,10 +73,11 @@ impl Outputs {
             pprof: path("pb.gz"),
             firefox: path("firefox.json.gz"),
             summary: path("summary.txt"),
+            heap: path("heap.pb.gz"),
         }
     }
 
-    /// Every path, in the order [`write_all`] writes them.
+    /// Every path but the heap profile's, in the order [`write_all`] writes them.
     pub fn all(&self) -> [&Path; 5] {
         [
             &self.folded,
@@ -143,7 +147,13 @@ pub fn write_all_with_mode(
         }),
     ];
     let mut failed: Vec<(&Path, io::Error)> = Vec::new();
-    for (path, ext, body) in files {
+    let write_heap = |w: &mut dyn Write| pprof::write_heap(profile, w);
+    let heap: Option<(&Path, &str, Body)> =
+        profile
+            .heap
+            .is_some()
+            .then_some((&outputs.heap, "heap.pb.gz", &write_heap));
+    for (path, ext, body) in files.into_iter().chain(heap) {
         let name = format!("{stem}.{ext}");
         if let Err(e) = out.write_file(name.as_bytes(), mode, body) {
             failed.push((path, e));
@@ -481,6 +491,7 @@ mod tests {
             totals: totals_of(&samples),
             samples,
             counters: Counters::default(),
+            heap: None,
         }
     }
 

@@ -277,6 +277,106 @@ pub fn build(profile: &Profile) -> proto::Profile {
     ];
     let period_type = Some(value_type(kind, "nanoseconds"));
 
+    let (mapping, location, function) = tables(profile, &mut strings);
+
+    // A sample per (thread, stack) total.
+    let thread_key = strings.intern("thread");
+    let thread_id_key = strings.intern("thread_id");
+    // The process, so that profiles of several processes can be merged and told apart
+    // (`go tool pprof -tagfocus process=...`, `-tags`).
+    let pid_key = strings.intern("pid");
+    let process_key = strings.intern("process");
+    let sample = profile
+        .totals
+        .iter()
+        .map(
+            |&Total {
+                 thread,
+                 stack,
+                 samples,
+                 periods,
+             }| {
+                let count = i64::try_from(samples).unwrap_or(i64::MAX);
+                let periods = i64::try_from(periods).unwrap_or(i64::MAX);
+                let location_id = profile
+                    .stacks
+                    .get(stack)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|&&l| l < profile.locations.len())
+                    .map(|&l| l as u64 + 1)
+                    .collect();
+                // The thread's process: in a profile of several processes, not the root's.
+                let (pid, process) = profile.process_of(thread);
+                let mut label = vec![proto::Label {
+                    key: pid_key,
+                    num: i64::from(pid),
+                    ..Default::default()
+                }];
+                // An empty string would read as a numeric label.
+                if !process.is_empty() {
+                    label.push(proto::Label {
+                        key: process_key,
+                        str: strings.intern(process),
+                        ..Default::default()
+                    });
+                }
+                if let Some(thread) = profile.threads.get(thread) {
+                    if !thread.name.is_empty() {
+                        label.push(proto::Label {
+                            key: thread_key,
+                            str: strings.intern(&thread.name),
+                            ..Default::default()
+                        });
+                    }
+                    // Exited threads merged by name have no id.
+                    if thread.tid != 0 {
+                        label.push(proto::Label {
+                            key: thread_id_key,
+                            num: i64::from(thread.tid),
+                            ..Default::default()
+                        });
+                    }
+                }
+                proto::Sample {
+                    location_id,
+                    value: vec![count, periods.saturating_mul(period)],
+                    label,
+                }
+            },
+        )
+        .collect();
+
+    let time_nanos = profile.start.duration_since(UNIX_EPOCH).map_or(0, nanos);
+    proto::Profile {
+        sample_type,
+        sample,
+        mapping,
+        location,
+        function,
+        string_table: strings.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos,
+        duration_nanos: nanos(profile.duration),
+        period_type,
+        period,
+        comment: Vec::new(),
+        default_sample_type: 0,
+    }
+}
+
+/// The mappings, locations and functions of `profile`, their strings in `strings`: location
+/// `i + 1` is the profile's location `i`.
+fn tables(
+    profile: &Profile,
+    strings: &mut Strings,
+) -> (
+    Vec<proto::Mapping>,
+    Vec<proto::Location>,
+    Vec<proto::Function>,
+) {
     // Mappings: the program's module first, then the others in model order.
     let mut module_order: Vec<usize> = (0..profile.modules.len()).collect();
     if let Some(main) = profile
@@ -381,77 +481,58 @@ pub fn build(profile: &Profile) -> proto::Profile {
         });
     }
 
-    // A sample per (thread, stack) total.
-    let thread_key = strings.intern("thread");
-    let thread_id_key = strings.intern("thread_id");
-    // The process, so that profiles of several processes can be merged and told apart
-    // (`go tool pprof -tagfocus process=...`, `-tags`).
-    let pid_key = strings.intern("pid");
-    let process_key = strings.intern("process");
-    let sample = profile
-        .totals
-        .iter()
-        .map(
-            |&Total {
-                 thread,
-                 stack,
-                 samples,
-                 periods,
-             }| {
-                let count = i64::try_from(samples).unwrap_or(i64::MAX);
-                let periods = i64::try_from(periods).unwrap_or(i64::MAX);
-                let location_id = profile
-                    .stacks
-                    .get(stack)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter(|&&l| l < profile.locations.len())
-                    .map(|&l| l as u64 + 1)
-                    .collect();
-                // The thread's process: in a profile of several processes, not the root's.
-                let (pid, process) = profile.process_of(thread);
-                let mut label = vec![proto::Label {
-                    key: pid_key,
-                    num: i64::from(pid),
-                    ..Default::default()
-                }];
-                // An empty string would read as a numeric label.
-                if !process.is_empty() {
-                    label.push(proto::Label {
-                        key: process_key,
-                        str: strings.intern(process),
-                        ..Default::default()
-                    });
-                }
-                if let Some(thread) = profile.threads.get(thread) {
-                    if !thread.name.is_empty() {
-                        label.push(proto::Label {
-                            key: thread_key,
-                            str: strings.intern(&thread.name),
-                            ..Default::default()
-                        });
-                    }
-                    // Exited threads merged by name have no id.
-                    if thread.tid != 0 {
-                        label.push(proto::Label {
-                            key: thread_id_key,
-                            num: i64::from(thread.tid),
-                            ..Default::default()
-                        });
-                    }
-                }
-                proto::Sample {
-                    location_id,
-                    value: vec![count, periods.saturating_mul(period)],
-                    label,
-                }
-            },
-        )
-        .collect();
+    (mapping, location, function)
+}
 
-    let time_nanos = profile.start.duration_since(UNIX_EPOCH).map_or(0, nanos);
-    proto::Profile {
+/// The heap profile of `profile`'s sampled allocations, as Go's runtime writes one (`go tool
+/// pprof` reads it as it reads a Go program's, `-sample_index=alloc_space` and so on), or
+/// `None` if allocations were not sampled:
+///
+/// - sample types `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count` and
+///   `inuse_space/bytes` (pprof shows the last by default), the period type `space/bytes` and
+///   the period the mean bytes between samples;
+/// - one `Sample` per allocation site, its stack the allocating code's frame first, its
+///   values the estimates of [`HeapSite`](crate::profile::HeapSite);
+/// - the mappings, locations and functions as in [`build`].
+pub fn build_heap(profile: &Profile) -> Option<proto::Profile> {
+    let heap = profile.heap.as_ref()?;
+    let mut strings = Strings::new();
+    let mut value_type = |t: &str, unit: &str| proto::ValueType {
+        r#type: strings.intern(t),
+        unit: strings.intern(unit),
+    };
+    let sample_type = vec![
+        value_type("alloc_objects", "count"),
+        value_type("alloc_space", "bytes"),
+        value_type("inuse_objects", "count"),
+        value_type("inuse_space", "bytes"),
+    ];
+    let period_type = Some(value_type("space", "bytes"));
+    let (mapping, location, function) = tables(profile, &mut strings);
+    let value = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let sample = heap
+        .sites
+        .iter()
+        .map(|site| proto::Sample {
+            location_id: profile
+                .stacks
+                .get(site.stack)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter(|&&l| l < profile.locations.len())
+                .map(|&l| l as u64 + 1)
+                .collect(),
+            value: vec![
+                value(site.alloc_objects),
+                value(site.alloc_bytes),
+                value(site.inuse_objects),
+                value(site.inuse_bytes),
+            ],
+            label: Vec::new(),
+        })
+        .collect();
+    Some(proto::Profile {
         sample_type,
         sample,
         mapping,
@@ -460,13 +541,22 @@ pub fn build(profile: &Profile) -> proto::Profile {
         string_table: strings.table,
         drop_frames: 0,
         keep_frames: 0,
-        time_nanos,
+        time_nanos: profile.start.duration_since(UNIX_EPOCH).map_or(0, nanos),
         duration_nanos: nanos(profile.duration),
         period_type,
-        period,
+        period: value(heap.interval),
         comment: Vec::new(),
         default_sample_type: 0,
-    }
+    })
+}
+
+/// Writes the heap profile of `profile` ([`build_heap`]), gzipped; an empty one (no sample
+/// types) if allocations were not sampled.
+pub fn write_heap(profile: &Profile, w: &mut dyn Write) -> io::Result<()> {
+    let mut gz = GzEncoder::new(w, Compression::default());
+    gz.write_all(&build_heap(profile).unwrap_or_default().encode_to_vec())?;
+    gz.finish()?;
+    Ok(())
 }
 
 /// Writes the pprof profile of `profile`, gzipped (as pprof stores profiles on disk).

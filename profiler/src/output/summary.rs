@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::{function_name, process_name};
+use super::{function_name, process_name, UNKNOWN_FUNCTION};
 use crate::profile::Profile;
 
 /// How many functions each top list of the summary shows.
@@ -440,7 +440,96 @@ pub fn text(profile: &Profile) -> String {
             ));
         }
     }
+    if let Some(heap) = &profile.heap {
+        for l in heap_lines(profile, heap) {
+            line(format_args!("{l}"));
+        }
+    }
     s
+}
+
+/// Bytes in a unit a person reads at a glance (`1.5 MiB`).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// The summary's section on sampled allocations: the totals, what was not sampled, and the top
+/// allocation sites by bytes allocated and by bytes live (each named by its function and its
+/// caller's).
+fn heap_lines(profile: &Profile, heap: &crate::profile::Heap) -> Vec<String> {
+    let [objects, space, live_objects, live_space] = heap.totals();
+    let mut out = vec![
+        String::new(),
+        format!(
+            "allocations       {} samples, one per {} allocated on average: about {objects} objects and {} allocated, {live_objects} objects and {} live at the end (estimates; STEM.heap.pb.gz)",
+            heap.sampled,
+            bytes(heap.interval),
+            bytes(space),
+            bytes(live_space)
+        ),
+    ];
+    if !heap.dropped.is_empty() {
+        let what: Vec<String> = heap
+            .dropped
+            .iter()
+            .map(|(w, n)| format!("{n} ({w})"))
+            .collect();
+        out.push(format!("allocation samples not taken: {}", what.join(", ")));
+    }
+    if heap.untracked > 0 {
+        out.push(format!(
+            "allocation samples not tracked as live (live table full): {}",
+            heap.untracked
+        ));
+    }
+    let site_name = |stack: usize| {
+        let mut frames = profile.stack_frames_leaf_first(stack).map(function_name);
+        match (frames.next(), frames.next()) {
+            (Some(f), Some(caller)) => format!("{f} <- {caller}"),
+            (Some(f), None) => f.into_owned(),
+            _ => UNKNOWN_FUNCTION.to_owned(),
+        }
+    };
+    for (title, total, value) in [
+        (
+            "allocated",
+            space,
+            (|s: &crate::profile::HeapSite| s.alloc_bytes) as fn(&_) -> u64,
+        ),
+        ("live at the end", live_space, |s| s.inuse_bytes),
+    ] {
+        let mut by_name: HashMap<String, u64> = HashMap::new();
+        for s in &heap.sites {
+            *by_name.entry(site_name(s.stack)).or_default() += value(s);
+        }
+        let list = top(by_name, TOP);
+        out.push(String::new());
+        out.push(format!(
+            "top {TOP} allocation sites by bytes {title} (of {})",
+            bytes(total)
+        ));
+        out.push(format!("  {:>12}  {:>7}  function <- caller", "bytes", "%"));
+        for f in list.iter().filter(|f| f.samples > 0) {
+            out.push(format!(
+                "  {:>12}  {:>7}  {}",
+                bytes(f.samples),
+                percent(f.samples, total),
+                f.name
+            ));
+        }
+    }
+    out
 }
 
 /// Samples whose leaf is in code generated at run time ([`crate::profile::Module::generated`]),

@@ -45,7 +45,8 @@ pub const MAX_MODULE_BYTES: usize = 4 << 20;
 /// The longest module path (`PATH_MAX`) and build id (hex of 64 bytes).
 const MAX_PATH: usize = 4096;
 const MAX_BUILD_ID: usize = 128;
-/// The largest thread ring (the preload library makes rings of 2^14 words).
+/// The largest thread ring (the preload library makes rings of 2^14 words, 2^16 with
+/// allocations sampled).
 pub const MAX_RING_WORDS: usize = 1 << 16;
 /// Messages taken from one connection per collection, so that a process that floods its
 /// connection does not keep `record` from the others.
@@ -836,10 +837,16 @@ impl Process {
         if let Some(r) = self.record.filter(|r| r.preloaded.load(Relaxed) != 0) {
             self.collector.set_own_code(r.trampoline.load(Relaxed));
         }
+        if let Some(r) = self.record {
+            self.collector.set_alloc_mean(r.alloc_mean.load(Relaxed));
+        }
         self.collector.drain(
             self.threads.iter().map(|t| (t.record, &t.ring)),
             Some(self.pid),
         );
+        if let Some(r) = self.record {
+            self.collector.prune_heap(&r.live);
+        }
         if self.ended_ns.is_none() && self.cpu_looked.is_none_or(|t| start - t >= CPU_LOOK_EVERY) {
             self.cpu_looked = Some(start);
             self.look_at_cpu();

@@ -84,6 +84,11 @@ pub fn run(cmd: &mut Command, interrupt_after: Option<Duration>) -> (ExitStatus,
 /// Checks that `dir` holds one set of outputs (stem `profile`) and that every reader takes it
 /// with the same number of samples; returns that number.
 pub fn check_outputs(what: &str, dir: &Path) -> u64 {
+    check_outputs_and(what, dir, 0)
+}
+
+/// [`check_outputs`], with `extra` files beside the set (the heap profile).
+pub fn check_outputs_and(what: &str, dir: &Path, extra: usize) -> u64 {
     let paths = Outputs::paths(dir, "profile");
     let mut files: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -92,7 +97,7 @@ pub fn check_outputs(what: &str, dir: &Path) -> u64 {
     files.sort();
     assert_eq!(
         files.len(),
-        paths.all().len(),
+        paths.all().len() + extra,
         "{what}: one set of outputs: {files:?}"
     );
     let folded_text = std::fs::read_to_string(&paths.folded).unwrap();

@@ -1,0 +1,451 @@
+//! Sampling the program's allocations where they happen: in its allocator's entry points (the
+//! preload library's `malloc` and friends) or in a Rust program's global allocator
+//! ([`Sampled`]).
+//!
+//! - **Which allocations**: each thread counts down the bytes it allocates to its next sample
+//!   point, drawn as [`byte_sampling`](crate::byte_sampling) describes; the path of an
+//!   allocation not sampled is a hash of the thread pointer, a load, a subtraction and a store.
+//!   The countdowns live in a fixed table of this library's, found by the thread pointer rather
+//!   than through thread-local storage (whose first use in a shared object may call `malloc`,
+//!   which is where this runs).
+//! - **A sample**: the thread's stack, walked from the allocator hook's own frame with
+//!   [`unwind_in_process::unwind_here`], goes into the thread's ring with the size and an id
+//!   (see [`sampler::sample_allocation`](crate::sampler::sample_allocation)): no allocation,
+//!   lock or system call. The collector weighs it by the unbiased estimate of what it stands
+//!   for ([`byte_sampling::estimate`](crate::byte_sampling::estimate)).
+//! - **What is still live**: the sampled addresses, with their ids, in a fixed-capacity
+//!   lock-free table ([`LiveHeap`]), kept in the process record (which `record` reads): `free`
+//!   removes its address if it is there, the collector reads which ids remain. A `free` of an
+//!   address never sampled is a load from a 32 KiB filter.
+//! - **Never the profiler's own**: threads of the profiler, and the profiler's marked work in
+//!   the program's threads, are not sampled; an allocation made while this thread is already
+//!   in the sampling path (a signal handler that allocates) is not either. Each allocation not
+//!   sampled at its sample point is counted by reason.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize};
+
+use crate::sampler;
+
+/// Sampled addresses the live table holds at most.
+pub const LIVE_CAPACITY: usize = 1 << 16;
+/// Addresses per bucket of the live table: a bucket is one 64-byte line of keys.
+const BUCKET: usize = 8;
+/// Counters of the filter a `free` looks at first.
+const FILTER: usize = 1 << 15;
+
+/// The sampled allocations still live, by address: what the collector counts as in use.
+///
+/// Buckets of [`BUCKET`] addresses, each address with the id of its sample; an address is in
+/// the bucket its hash names or nowhere (a full bucket refuses it, counted in `overflow`), so a
+/// lookup reads one line. In front, a counting filter: a `free` whose counter is zero was
+/// never sampled. Zeroed memory is an empty table. Every operation is a few atomic loads and
+/// stores: async-signal-safe, and safe after `fork` (nothing is held).
+#[repr(C)]
+pub struct LiveHeap {
+    /// How many live addresses hash to each counter (saturating at 255, then never lowered).
+    filter: [AtomicU8; FILTER],
+    /// The addresses (0: free).
+    keys: [AtomicU64; LIVE_CAPACITY],
+    /// The id of each address's sample (0 while its key is being set or cleared).
+    ids: [AtomicU64; LIVE_CAPACITY],
+    /// Sampled allocations that found their bucket full (counted, not tracked).
+    pub overflow: AtomicU64,
+    /// The last id given out.
+    next_id: AtomicU64,
+}
+
+impl LiveHeap {
+    /// An empty table.
+    pub const fn zero() -> LiveHeap {
+        LiveHeap {
+            filter: [const { AtomicU8::new(0) }; FILTER],
+            keys: [const { AtomicU64::new(0) }; LIVE_CAPACITY],
+            ids: [const { AtomicU64::new(0) }; LIVE_CAPACITY],
+            overflow: AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn hash(address: u64) -> u64 {
+        // Allocations are at least 8-aligned: the low bits carry nothing.
+        (address >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    #[inline(always)]
+    fn filter_of(&self, address: u64) -> &AtomicU8 {
+        let i = (Self::hash(address) >> (64 - FILTER.trailing_zeros())) as usize;
+        // `i < FILTER` by the shift; the fallback keeps the path free of a panic.
+        self.filter.get(i).unwrap_or(&self.filter[0])
+    }
+
+    #[inline(always)]
+    fn bucket(&self, address: u64) -> usize {
+        // Other bits of the hash than the filter's top ones.
+        let buckets = (LIVE_CAPACITY / BUCKET) as u64;
+        ((Self::hash(address) >> 20) % buckets) as usize * BUCKET
+    }
+
+    /// Adds `address` (not 0) and returns the new id of its sample, or 0 if its bucket is full.
+    pub fn insert(&self, address: u64) -> u64 {
+        let first = self.bucket(address);
+        for i in first..first + BUCKET {
+            let (Some(key), Some(id)) = (self.keys.get(i), self.ids.get(i)) else {
+                break;
+            };
+            if key.compare_exchange(0, address, Acquire, Relaxed).is_ok() {
+                let new = self.next_id.fetch_add(1, Relaxed).wrapping_add(1).max(1);
+                id.store(new, Release);
+                let f = self.filter_of(address);
+                let _ = f.fetch_update(Relaxed, Relaxed, |n| n.checked_add(1));
+                return new;
+            }
+        }
+        self.overflow.fetch_add(1, Relaxed);
+        0
+    }
+
+    /// Removes `address` if it is there; whether it was.
+    #[inline(always)]
+    pub fn remove(&self, address: u64) -> bool {
+        let f = self.filter_of(address);
+        if f.load(Relaxed) == 0 {
+            return false;
+        }
+        self.remove_slow(address, f)
+    }
+
+    #[inline(never)]
+    fn remove_slow(&self, address: u64, f: &AtomicU8) -> bool {
+        let first = self.bucket(address);
+        for i in first..first + BUCKET {
+            let (Some(key), Some(id)) = (self.keys.get(i), self.ids.get(i)) else {
+                break;
+            };
+            if key.load(Relaxed) == address {
+                // The id first: a reader never sees this key's old id on the next address.
+                id.store(0, Release);
+                key.store(0, Release);
+                let _ = f.fetch_update(Relaxed, Relaxed, |n| (n != u8::MAX).then(|| n - 1));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Calls `f` with the id of every live sampled allocation. Reads memory the program may
+    /// write (under `record`): the ids are only compared with those the collector received.
+    pub fn live_ids(&self, mut f: impl FnMut(u64)) {
+        for (key, id) in self.keys.iter().zip(&self.ids) {
+            if key.load(Acquire) != 0 {
+                let id = id.load(Acquire);
+                if id != 0 {
+                    f(id);
+                }
+            }
+        }
+    }
+
+    /// Empties the table (a forked child's, whose allocations the parent sampled).
+    pub fn clear(&self) {
+        for (key, id) in self.keys.iter().zip(&self.ids) {
+            id.store(0, Relaxed);
+            key.store(0, Relaxed);
+        }
+        self.filter.iter().for_each(|f| f.store(0, Relaxed));
+    }
+}
+
+/// Threads whose countdowns the table holds at once.
+const THREADS: usize = 4096;
+/// Entries a thread's lookup tries from its hash.
+const PROBES: usize = 8;
+
+/// One thread's countdown (see the module docs). Written by its thread only (and by that
+/// thread's signal handlers, which run to completion inside it).
+#[repr(C, align(64))]
+struct ThreadEntry {
+    /// The owner's thread pointer; 0: free.
+    owner: AtomicUsize,
+    /// Bytes left before the next sample point.
+    left: AtomicI64,
+    /// The random state of its draws.
+    random: AtomicU64,
+    /// Its record's index in the sampler plus one (0: not looked up yet).
+    slot: AtomicUsize,
+    /// Set while the thread is in the sampling path.
+    busy: AtomicBool,
+    /// Set for the profiler's own threads, never sampled.
+    ours: AtomicBool,
+}
+
+impl ThreadEntry {
+    const fn new() -> ThreadEntry {
+        ThreadEntry {
+            owner: AtomicUsize::new(0),
+            left: AtomicI64::new(0),
+            random: AtomicU64::new(0),
+            slot: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            ours: AtomicBool::new(false),
+        }
+    }
+}
+
+static ENTRIES: [ThreadEntry; THREADS] = [const { ThreadEntry::new() }; THREADS];
+/// Whether allocations are sampled.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Whether any allocation was sampled (until then a `free` looks at nothing).
+static TRACKING: AtomicBool = AtomicBool::new(false);
+/// The mean spacing of sample points, in bytes.
+static MEAN: AtomicU64 = AtomicU64::new(crate::byte_sampling::DEFAULT_MEAN);
+/// Threads that found no entry (their allocations are not sampled).
+static NO_ENTRY: AtomicU64 = AtomicU64::new(0);
+
+/// Starts sampling allocations, one sample point every `mean` bytes on average. Called once
+/// sampling runs (the records, rings and tables exist).
+pub fn enable(mean: u64) {
+    MEAN.store(mean.max(1), Relaxed);
+    ENABLED.store(true, Release);
+}
+
+/// Stops sampling allocations (frees of sampled ones are still tracked).
+pub fn disable() {
+    ENABLED.store(false, Release);
+}
+
+/// Whether allocations are being sampled.
+pub fn enabled() -> bool {
+    ENABLED.load(Relaxed)
+}
+
+/// The mean spacing of sample points, in bytes.
+pub fn mean() -> u64 {
+    MEAN.load(Relaxed)
+}
+
+/// Threads whose allocations could not be sampled because every countdown was taken.
+pub fn threads_without_countdown() -> u64 {
+    NO_ENTRY.load(Relaxed)
+}
+
+/// The calling thread's entry, claimed on its first allocation; `None` if all are taken.
+#[inline(always)]
+fn entry() -> Option<&'static ThreadEntry> {
+    let me = unwind_in_process::thread_pointer();
+    let h = (me as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREADS.trailing_zeros());
+    let first = h as usize;
+    for i in 0..PROBES {
+        let e = ENTRIES.get((first + i) % THREADS)?;
+        if e.owner.load(Relaxed) == me {
+            return Some(e);
+        }
+    }
+    claim(me, first)
+}
+
+#[cold]
+#[inline(never)]
+fn claim(me: usize, first: usize) -> Option<&'static ThreadEntry> {
+    for i in 0..PROBES {
+        let e = ENTRIES.get((first + i) % THREADS)?;
+        if e.owner.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+            e.slot.store(0, Relaxed);
+            e.busy.store(false, Relaxed);
+            e.ours.store(false, Relaxed);
+            let seed = (me as u64) ^ sampler::now_ns().rotate_left(32);
+            let sampler = crate::byte_sampling::ByteSampler::new(mean(), seed);
+            let (left, random) = sampler.parts();
+            e.left.store(left, Relaxed);
+            e.random.store(random, Relaxed);
+            return Some(e);
+        }
+    }
+    NO_ENTRY.fetch_add(1, Relaxed);
+    None
+}
+
+/// Gives the calling thread's countdown back (from its exit path).
+pub fn thread_exiting() {
+    let me = unwind_in_process::thread_pointer();
+    for e in &ENTRIES {
+        if e.owner.load(Relaxed) == me {
+            e.owner.store(0, Release);
+        }
+    }
+}
+
+/// Marks the calling thread as the profiler's own: its allocations are never sampled.
+pub fn this_thread_is_ours() {
+    if let Some(e) = entry() {
+        e.ours.store(true, Relaxed);
+    }
+}
+
+/// Notes an allocation of `size` bytes at `address` made by the caller of the calling
+/// function: samples it if a sample point falls in it. `skip`: the frames of the hook between
+/// this call and the code that allocated (the hook itself is 1).
+///
+/// Async-signal-safe, never allocates. Call it after the allocation succeeded.
+#[inline(always)]
+pub fn allocated(address: *mut u8, size: usize, skip: usize) {
+    if !ENABLED.load(Relaxed) || address.is_null() {
+        return;
+    }
+    let Some(e) = entry() else { return };
+    let left = e
+        .left
+        .load(Relaxed)
+        .saturating_sub(i64::try_from(size).unwrap_or(i64::MAX));
+    e.left.store(left, Relaxed);
+    if left < 0 {
+        sampled(e, address as u64, size as u64, skip);
+    }
+}
+
+/// Notes that the allocation at `address` is freed (before the allocator gets it back, so that
+/// the address is not given out again while the table still holds it). Async-signal-safe.
+#[inline(always)]
+pub fn freed(address: *mut u8) {
+    if TRACKING.load(Relaxed) && !address.is_null() {
+        sampler::process().live.remove(address as u64);
+    }
+}
+
+/// The sample of an allocation whose bytes hold a sample point.
+#[cold]
+#[inline(never)]
+fn sampled(e: &ThreadEntry, address: u64, size: u64, skip: usize) {
+    // The next point, from this allocation's end (memoryless).
+    let mut draw = crate::byte_sampling::ByteSampler::from_parts(
+        0,
+        e.random.load(Relaxed),
+        MEAN.load(Relaxed),
+    );
+    let _ = draw.sample(1);
+    let (left, random) = draw.parts();
+    e.left.store(left, Relaxed);
+    e.random.store(random, Relaxed);
+    if e.ours.load(Relaxed) {
+        return;
+    }
+    // A signal handler's allocation while this thread samples: the handler runs to completion
+    // before the interrupted sample goes on, so a plain flag is enough.
+    if e.busy.load(Relaxed) {
+        sampler::process().alloc_dropped(sampler::AllocDrop::Busy);
+        return;
+    }
+    e.busy.store(true, Relaxed);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    let live = &sampler::process().live;
+    let id = live.insert(address);
+    TRACKING.store(true, Relaxed);
+    // Frames: `unwind_here`, `sample_allocation`, this one, then the hook's.
+    let stored = sampler::sample_allocation(&e.slot, size, id, 3 + skip);
+    if !stored && id != 0 {
+        live.remove(address);
+    }
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    e.busy.store(false, Relaxed);
+}
+
+/// A global allocator that samples the allocations of `A` (a Rust program's
+/// `#[global_allocator]`), as the preload library samples `malloc`'s:
+///
+/// ```no_run
+/// use unwind_profiler::alloc_sampling::Sampled;
+/// #[global_allocator]
+/// static ALLOCATOR: Sampled<std::alloc::System> = Sampled(std::alloc::System);
+/// ```
+///
+/// Allocations are sampled while a [`Profiler`](crate::Profiler) runs with
+/// [`Config::alloc_interval`](crate::Config::alloc_interval) set; otherwise each call is `A`'s
+/// and a load.
+pub struct Sampled<A>(pub A);
+
+// SAFETY: every block is `A`'s, returned to `A` with its layout; the sampling reads and writes
+// only the profiler's own tables.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
+    #[inline(never)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded from the caller's contract.
+        let p = unsafe { self.0.alloc(layout) };
+        allocated(p, layout.size(), 1);
+        p
+    }
+
+    #[inline(never)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded from the caller's contract.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        allocated(p, layout.size(), 1);
+        p
+    }
+
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        freed(ptr);
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    #[inline(never)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        freed(ptr);
+        // SAFETY: forwarded from the caller's contract.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            // The old block is still the program's; it is not tracked any more (a sample
+            // lost, not a lie).
+            return p;
+        }
+        allocated(p, new_size, 1);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_table_finds_what_it_holds_and_forgets_what_is_removed() {
+        let t = Box::new(LiveHeap::zero());
+        let addresses: Vec<u64> = (1..=5000u64).map(|i| i * 48 + 0x5555_0000).collect();
+        let ids: Vec<u64> = addresses.iter().map(|&a| t.insert(a)).collect();
+        assert!(ids.iter().all(|&id| id != 0));
+        let mut seen = Vec::new();
+        t.live_ids(|id| seen.push(id));
+        seen.sort();
+        assert_eq!(seen, (1..=5000).collect::<Vec<u64>>());
+        for &a in addresses.iter().step_by(2) {
+            assert!(t.remove(a));
+            assert!(!t.remove(a));
+        }
+        assert!(!t.remove(0x1234_5678));
+        let mut left = 0;
+        t.live_ids(|_| left += 1);
+        assert_eq!(left, 2500);
+        assert_eq!(t.overflow.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_full_bucket_refuses_and_counts() {
+        let t = Box::new(LiveHeap::zero());
+        let bucket = t.bucket(0x1000);
+        let same: Vec<u64> = (1..1_000_000u64)
+            .map(|i| 0x1000 + i * 8)
+            .filter(|&a| t.bucket(a) == bucket)
+            .take(BUCKET + 2)
+            .collect();
+        let ids: Vec<u64> = same.iter().map(|&a| t.insert(a)).collect();
+        assert_eq!(ids.iter().filter(|&&id| id == 0).count(), 2);
+        assert_eq!(t.overflow.load(Relaxed), 2);
+        // The refused ones are not found; a removal makes room.
+        assert!(!t.remove(same[BUCKET]));
+        assert!(t.remove(same[0]));
+        assert_ne!(t.insert(same[BUCKET]), 0);
+    }
+}
