@@ -15,7 +15,9 @@
 //!    the check is not blind.
 //! 3. The profiler's preload library (x86_64 and armv7): the closure of its signal handler
 //!    (`on_signal`) under the same rules, allowing only `clock_gettime`, `pthread_self` and
-//!    `__errno_location` besides `mem*`.
+//!    `__errno_location` besides `mem*`; the same for its allocation hooks' sampling path
+//!    (`alloc_sampling::sampled`), and nothing at all outside the library for a `free` that
+//!    finds its address among the sampled ones.
 
 #[path = "shared_object/machine_code.rs"]
 mod machine_code;
@@ -347,6 +349,59 @@ fn profiler_sigtrap_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
     );
 }
 
+/// The allocation hooks' paths in the preload library: a sampled allocation
+/// (`unwind_profiler::alloc_sampling::sampled`: the live table's insert, the unwind from the
+/// hook, the ring) under the rules of [`profiler_handler_checks`], and a `free` that finds its
+/// address in the live table (`LiveHeap::remove_slow`) with no call out of the library at all.
+fn profiler_allocation_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
+    let c = closure(preload, isa, "_ZN15unwind_profiler14alloc_sampling7sampled");
+    println!(
+        "{name} allocation sample (alloc_sampling::sampled): {} functions, {} instructions, \
+         external calls {:?}",
+        c.functions, c.instructions, c.external
+    );
+    let violations: Vec<&String> = c
+        .violations
+        .iter()
+        .filter(|v| {
+            !PROFILER_HANDLER_CALLS
+                .iter()
+                .any(|f| v.starts_with(&format!("calls {f} outside")))
+        })
+        .collect();
+    for v in violations.iter().take(10) {
+        println!("    {v}");
+    }
+    checks.check(
+        violations.is_empty() && c.functions >= 5 && c.external.contains_key("clock_gettime"),
+        format!(
+            "{name}: a sampled allocation's path (alloc_sampling::sampled, {} functions) calls \
+             nothing outside the library but mem*, clock_gettime, pthread_self and \
+             __errno_location, makes no system call or indirect call and cannot panic ({} \
+             violations)",
+            c.functions,
+            violations.len()
+        ),
+    );
+    let free = closure(
+        preload,
+        isa,
+        "_ZN15unwind_profiler14alloc_sampling8LiveHeap11remove_slow",
+    );
+    for v in free.violations.iter().take(10) {
+        println!("    {v}");
+    }
+    checks.check(
+        free.violations.is_empty() && free.external.is_empty(),
+        format!(
+            "{name}: a free of a sampled address (LiveHeap::remove_slow) calls nothing outside \
+             the library ({} violations, external {:?})",
+            free.violations.len(),
+            free.external
+        ),
+    );
+}
+
 fn machine_code_checks(name: &str, agent: &Path, isa: Isa, checks: &mut Checks) {
     let c = closure(agent, isa, "agent_handle_signal");
     println!(
@@ -445,6 +500,7 @@ fn main() {
         );
         profiler_handler_checks(t.name, &preload, isa, &mut checks);
         profiler_sigtrap_checks(t.name, &preload, isa, &mut checks);
+        profiler_allocation_checks(t.name, &preload, isa, &mut checks);
     }
 
     checks.finish("shared_object");

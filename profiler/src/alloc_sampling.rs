@@ -89,8 +89,20 @@ impl LiveHeap {
     }
 
     /// Adds `address` (not 0) and returns the new id of its sample, or 0 if its bucket is full.
+    /// An address already there was freed without its `free` being seen (the allocator gave it
+    /// out again): its entry takes the new id.
     pub fn insert(&self, address: u64) -> u64 {
         let first = self.bucket(address);
+        for i in first..first + BUCKET {
+            let (Some(key), Some(id)) = (self.keys.get(i), self.ids.get(i)) else {
+                break;
+            };
+            if key.load(Relaxed) == address {
+                let new = self.next_id.fetch_add(1, Relaxed).wrapping_add(1).max(1);
+                id.store(new, Release);
+                return new;
+            }
+        }
         for i in first..first + BUCKET {
             let (Some(key), Some(id)) = (self.keys.get(i), self.ids.get(i)) else {
                 break;
@@ -429,6 +441,14 @@ mod tests {
         t.live_ids(|_| left += 1);
         assert_eq!(left, 2500);
         assert_eq!(t.overflow.load(Relaxed), 0);
+        // An address given out again without a free seen: one entry, the new sample's.
+        let again = t.insert(addresses[1]);
+        let mut live = Vec::new();
+        t.live_ids(|id| live.push(id));
+        assert_eq!(live.len(), 2500);
+        assert!(live.contains(&again) && !live.contains(&ids[1]));
+        assert!(t.remove(addresses[1]));
+        assert!(!t.remove(addresses[1]));
     }
 
     #[test]

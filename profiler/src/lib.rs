@@ -230,6 +230,7 @@ impl Profiler {
             Some(l) => Some(pull::serve(l, shared.clone()).map_err(StartError::Pull)?),
             None => None,
         };
+        sampler::start_allocation_sampling();
         Ok(Profiler {
             config,
             shared,
@@ -371,6 +372,16 @@ impl ProfilerBuilder {
     /// any free loopback port, then [`Profiler::pprof_address`]).
     pub fn serve_pprof(mut self, addr: std::net::SocketAddr) -> Self {
         self.config.pprof_listen = Some(addr);
+        self
+    }
+
+    /// Samples allocations too, one sample point every `bytes` allocated on average (1 B to
+    /// 1 GiB; Go's and tcmalloc's 512 KiB is
+    /// [`DEFAULT_MEAN`](byte_sampling::DEFAULT_MEAN)): the allocations of a program whose
+    /// `#[global_allocator]` is [`Sampled`](alloc_sampling::Sampled), or of any program under
+    /// the preload library. The profile's [`heap`](Profile::heap) has them.
+    pub fn sample_allocations(mut self, bytes: u64) -> Self {
+        self.config.alloc_interval = Some(bytes.clamp(1, 1 << 30));
         self
     }
 

@@ -756,12 +756,17 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         // A debugger's and a crash reporter's signal: the program's own always go on to it.
         signals::own(libc::SIGTRAP, on_signal_chained, on_signal_chained)?;
     }
+    p.alloc_mean.store(timing.alloc_mean.unwrap_or(0), Relaxed);
     RUNNING.store(true, Release);
-    if let Some(mean) = timing.alloc_mean {
-        p.alloc_mean.store(mean, Relaxed);
+    Ok(())
+}
+
+/// Starts sampling allocations, if the settings ask for it: called last when profiling
+/// starts, so that the profiler's own start is not sampled as the program's allocations.
+pub fn start_allocation_sampling() {
+    if let Some(mean) = TIMING.get().and_then(|t| t.alloc_mean) {
         crate::alloc_sampling::enable(mean);
     }
-    Ok(())
 }
 
 /// The handler of a signal the program has an action for too (and of `SIGTRAP` with

@@ -218,6 +218,7 @@ pub fn start(config: &Config, name: &str) -> Result<(), StartError> {
     watch_jit_interface();
     sampler::install(config.timing()).map_err(StartError::Signal)?;
     sampler::start_thread();
+    sampler::start_allocation_sampling();
     Ok(())
 }
 
