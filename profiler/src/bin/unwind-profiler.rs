@@ -712,10 +712,22 @@ fn main() -> ExitCode {
                     line.push_str(&format!(" of {processes} processes"));
                 }
                 line.push_str(&format!(
-                    "; profile in {}/{}.{{folded,svg,pb.gz,firefox.json.gz,summary.txt}}",
+                    "; profile in {}/{}.{{folded,svg,pb.gz,firefox.json.gz,summary.txt{}}}",
                     dir.display(),
-                    config.stem
+                    config.stem,
+                    if profile.heap.is_some() {
+                        ",heap.pb.gz"
+                    } else {
+                        ""
+                    }
                 ));
+                if let Some(heap) = &profile.heap {
+                    let [_, allocated, _, live] = heap.totals();
+                    line.push_str(&format!(
+                        "; {} allocation samples: {allocated} bytes allocated, {live} live at the end (estimates)",
+                        heap.sampled
+                    ));
+                }
                 eprintln!("{line}");
             }
             Ok(_) => {}
