@@ -10,7 +10,7 @@
 //!   which is where this runs).
 //! - **A sample**: the thread's stack, walked from the allocator hook's own frame with
 //!   [`unwind_in_process::unwind_here`], goes into the thread's ring with the size and an id
-//!   (see [`sampler::sample_allocation`](crate::sampler::sample_allocation)): no allocation,
+//!   (see [`sampler::sample_allocation`]): no allocation,
 //!   lock or system call. The collector weighs it by the unbiased estimate of what it stands
 //!   for ([`byte_sampling::estimate`](crate::byte_sampling::estimate)).
 //! - **What is still live**: the sampled addresses, with their ids, in a fixed-capacity
@@ -37,7 +37,7 @@ const FILTER: usize = 1 << 15;
 
 /// The sampled allocations still live, by address: what the collector counts as in use.
 ///
-/// Buckets of [`BUCKET`] addresses, each address with the id of its sample; an address is in
+/// Buckets of eight addresses, each address with the id of its sample; an address is in
 /// the bucket its hash names or nowhere (a full bucket refuses it, counted in `overflow`), so a
 /// lookup reads one line. In front, a counting filter: a `free` whose counter is zero was
 /// never sampled. Zeroed memory is an empty table. Every operation is a few atomic loads and

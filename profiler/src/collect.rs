@@ -475,7 +475,7 @@ impl Collector {
     }
 
     /// Forgets the sampled allocations that `live` (the process's table) no longer holds, once
-    /// more than [`PENDING_KEPT`] are kept: what the collector keeps stays bounded however
+    /// more than twice the table's capacity are kept: what the collector keeps stays bounded however
     /// many allocations a run samples.
     pub fn prune_heap(&mut self, live: &crate::alloc_sampling::LiveHeap) {
         if self.heap.pending.len() > PENDING_KEPT {

@@ -1386,7 +1386,7 @@ fn slot_through(cache: &AtomicUsize) -> Option<&'static Slot> {
 /// Stores a sample of an allocation of `size` bytes made by the calling thread, with `id`, its
 /// entry in the live table (0 if not tracked): its stack from here, of which the first `skip`
 /// frames are the sampling path's and the allocator hook's. `slot_cache` keeps the thread's
-/// record index between calls (see [`slot_through`]). Whether it was stored; if not, counted by
+/// record index between calls. Whether it was stored; if not, counted by
 /// reason in the process record.
 ///
 /// Async-signal-safe: no allocation, lock, system call or panic (what the signal handler

@@ -128,6 +128,15 @@ static ARENA: ArenaBytes = ArenaBytes(std::cell::UnsafeCell::new([0; ARENA_BYTES
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 impl Arena {
+    /// A block from the arena while the real functions are being looked up; null once they
+    /// were (the next object has no such function: a C library without `pvalloc`, say).
+    fn meanwhile(size: usize, align: usize) -> *mut c_void {
+        if FOUND.load(Acquire) {
+            return std::ptr::null_mut();
+        }
+        Arena::alloc(size, align)
+    }
+
     /// A zeroed block of `size` bytes aligned to `align` (a power of two), null if the arena is
     /// spent.
     fn alloc(size: usize, align: usize) -> *mut c_void {
@@ -170,7 +179,7 @@ pub(crate) fn real_alloc(size: usize, align: usize) -> *mut u8 {
         match real::<Malloc>(&REALS.malloc) {
             // SAFETY: the C library's malloc.
             Some(f) => unsafe { f(size).cast() },
-            None => Arena::alloc(size, align).cast(),
+            None => Arena::meanwhile(size, align).cast(),
         }
     } else {
         match real::<PosixMemalign>(&REALS.posix_memalign) {
@@ -185,7 +194,7 @@ pub(crate) fn real_alloc(size: usize, align: usize) -> *mut u8 {
                     std::ptr::null_mut()
                 }
             }
-            None => Arena::alloc(size, align).cast(),
+            None => Arena::meanwhile(size, align).cast(),
         }
     }
 }
@@ -209,7 +218,7 @@ pub(crate) fn real_release(p: *mut u8) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     let Some(f) = real::<Malloc>(&REALS.malloc) else {
-        return Arena::alloc(size, 16);
+        return Arena::meanwhile(size, 16);
     };
     // SAFETY: forwarded.
     let p = unsafe { f(size) };
@@ -243,7 +252,7 @@ pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
         // The arena is zeroed and never reused.
         return n
             .checked_mul(size)
-            .map_or(std::ptr::null_mut(), |total| Arena::alloc(total, 16));
+            .map_or(std::ptr::null_mut(), |total| Arena::meanwhile(total, 16));
     };
     // SAFETY: forwarded.
     let p = unsafe { f(n, size) };
@@ -318,7 +327,7 @@ pub unsafe extern "C" fn posix_memalign(
         if !align.is_power_of_two() {
             return libc::EINVAL;
         }
-        let p = Arena::alloc(size, align);
+        let p = Arena::meanwhile(size, align);
         if p.is_null() {
             return libc::ENOMEM;
         }
@@ -342,7 +351,7 @@ pub unsafe extern "C" fn posix_memalign(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
     let Some(f) = real::<Memalign>(&REALS.aligned_alloc) else {
-        return Arena::alloc(size, align.next_power_of_two());
+        return Arena::meanwhile(size, align.next_power_of_two());
     };
     // SAFETY: forwarded.
     let p = unsafe { f(align, size) };
@@ -357,7 +366,7 @@ pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_vo
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
     let Some(f) = real::<Memalign>(&REALS.memalign) else {
-        return Arena::alloc(size, align.next_power_of_two());
+        return Arena::meanwhile(size, align.next_power_of_two());
     };
     // SAFETY: forwarded.
     let p = unsafe { f(align, size) };
@@ -372,7 +381,7 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
     let Some(f) = real::<Valloc>(&REALS.valloc) else {
-        return Arena::alloc(size, 4096);
+        return Arena::meanwhile(size, 4096);
     };
     // SAFETY: forwarded.
     let p = unsafe { f(size) };
@@ -387,7 +396,7 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
     let Some(f) = real::<Valloc>(&REALS.pvalloc) else {
-        return Arena::alloc(size.next_multiple_of(4096), 4096);
+        return Arena::meanwhile(size.next_multiple_of(4096), 4096);
     };
     // SAFETY: forwarded.
     let p = unsafe { f(size) };

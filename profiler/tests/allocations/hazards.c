@@ -1,7 +1,7 @@
 /* Allocation sampling against what programs do around their allocator: blocks allocated
  * before the profiler started (libearly's constructor) and freed later, threads that free
  * what other threads allocated, a library dlopened and dlclosed while threads allocate (its
- * constructor allocates), and a fork whose child allocates, keeps some, and exits. Prints
+ * constructor allocates), and a fork whose child allocates, keeps some, and ends with _exit. Prints
  * "child kept BYTES" (from the child) and "hazards ok" at the end. Built with -lpthread -ldl
  * and linked with libearly.so; argument: the plugin's path. */
 #include <dlfcn.h>
@@ -102,7 +102,9 @@ int main(int argc, char **argv) {
     pid_t child = fork();
     if (child == 0) {
         child_work();
-        exit(0);
+        /* Not exit: another thread of the parent may have held the C library's lock of exit
+         * handlers at the fork (its dlclose does), and the child has only this thread. */
+        _exit(0);
     }
     for (int i = 0; i < 3; i++)
         pthread_join(producers[i], NULL);
