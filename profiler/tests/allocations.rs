@@ -22,7 +22,14 @@
 //! exactly 0 bytes live; the child's kept blocks are live in the profile (within 25 %: about
 //! 200 samples).
 //!
-//! Needs gcc and go (a missing one fails under `CI=true`, skips visibly elsewhere) and the
+//! Real programs: python3 on a dict- and JSON-heavy script (`allocations/records.py`, with
+//! `PYTHONMALLOC=malloc`: pymalloc's arenas are mapped with `mmap`, as heaptrack's and
+//! valgrind's documentation say) and a C++ program of containers (`allocations/containers.cpp`:
+//! `operator new` reaches the hooks through libstdc++'s `malloc`): their allocation sites are
+//! named, their stacks go from the allocating function through the interpreter's or the
+//! program's to `main`, and `go tool pprof` reads the profiles.
+//!
+//! Needs gcc, g++, python3 and go (a missing one fails under `CI=true`, skips visibly elsewhere) and the
 //! release builds of the command and the preload library: `cargo build --release -p
 //! unwind-profiler -p unwind-profiler-preload && cargo test --release -p unwind-profiler --test
 //! allocations`.
@@ -404,6 +411,143 @@ fn record_alloc_through_threads_dlopen_fork_and_early_allocations() {
         (child_live as f64 / kept as f64 - 1.0).abs() <= 0.25,
         "child_work: {child_live} live of {kept} kept"
     );
+}
+
+/// The heap profile in `out`: each sample's stack (function names, leaf first) and values.
+fn read_heap(out: &Path) -> Vec<(Vec<String>, [i64; 4])> {
+    let bytes = std::fs::read(out.join("profile.heap.pb.gz")).unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
+    heap_samples(&proto::Profile::decode(&raw[..]).unwrap())
+}
+
+/// The bytes allocated at sites whose stack holds every one of `functions` (each the start of a
+/// name: `work::build_map` for `work::build_map[abi:cxx11](int)`).
+fn allocated_under(samples: &[(Vec<String>, [i64; 4])], functions: &[&str]) -> i64 {
+    samples
+        .iter()
+        .filter(|(stack, _)| {
+            functions
+                .iter()
+                .all(|f| stack.iter().any(|s| s.starts_with(f)))
+        })
+        .map(|(_, v)| v[1])
+        .sum()
+}
+
+#[test]
+fn python_and_cpp_allocations_are_named_where_they_were_made() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !runs::have(&[
+        ("g++", &["--version"]),
+        ("python3", &["--version"]),
+        ("go", &["version"]),
+    ]) {
+        return;
+    }
+    let dir = runs::scratch("allocations-real");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/allocations");
+
+    let out = dir.join("python");
+    let script = src.join("records.py");
+    let mut cmd = runs::record(
+        &out,
+        &["--alloc"],
+        &[
+            "env",
+            "PYTHONMALLOC=malloc",
+            "python3",
+            script.to_str().unwrap(),
+        ],
+    );
+    let (stdout, _) = run_bounded(&mut cmd, &dir);
+    assert!(stdout.contains("records kept 24000"), "{stdout}");
+    let python = read_heap(&out);
+    let all: i64 = python.iter().map(|(_, v)| v[1]).sum();
+    let interpreted = allocated_under(&python, &["PyEval_EvalFrameDefault", "Py_BytesMain"]);
+    let encoder = allocated_under(
+        &python,
+        &["encoder_listencode_obj", "PyEval_EvalFrameDefault"],
+    );
+    let decoder = allocated_under(&python, &["scan_once_unicode", "PyEval_EvalFrameDefault"]);
+    let dicts = allocated_under(&python, &["new_keys_object", "PyEval_EvalFrameDefault"]);
+    println!(
+        "python3: {all} bytes, {interpreted} under the interpreter, json encoder {encoder}, \
+         decoder {decoder}, dict tables {dicts}"
+    );
+    // The script's work is nearly all of it (the rest: the shim's shell, the interpreter's
+    // start); json's encoder and decoder and dicts' tables are each a visible share.
+    assert!(interpreted * 10 > all * 8, "{interpreted} of {all}");
+    for (what, n) in [("encoder", encoder), ("decoder", decoder), ("dicts", dicts)] {
+        assert!(n * 100 > all, "{what}: {n} of {all}");
+    }
+    check_with_go_pprof_reads(&out);
+
+    let exe = dir.join("containers");
+    let status = Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(src.join("containers.cpp"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = dir.join("cpp");
+    let mut cmd = runs::record(&out, &["--alloc"], &[exe.to_str().unwrap()]);
+    let (stdout, _) = run_bounded(&mut cmd, &dir);
+    assert!(stdout.contains("containers ok"), "{stdout}");
+    let cpp = read_heap(&out);
+    let all: i64 = cpp.iter().map(|(_, v)| v[1]).sum();
+    let through_new: i64 = cpp
+        .iter()
+        .filter(|(stack, _)| stack.first().is_some_and(|f| f.starts_with("operator new")))
+        .map(|(_, v)| v[1])
+        .sum();
+    let functions = [
+        "work::build_strings",
+        "work::build_map",
+        "work::churn_shared",
+    ];
+    let each: Vec<i64> = functions
+        .iter()
+        .map(|f| allocated_under(&cpp, &[f, "main"]))
+        .collect();
+    let live_map: i64 = cpp
+        .iter()
+        .filter(|(stack, _)| stack.iter().any(|s| s.starts_with("work::build_map")))
+        .map(|(_, v)| v[3])
+        .sum();
+    println!("C++: {all} bytes, {through_new} through operator new, {each:?}, map live {live_map}");
+    assert!(through_new * 100 > all * 99, "{through_new} of {all}");
+    assert!(each.iter().all(|&n| n > 0), "{each:?}");
+    assert!(
+        each.iter().sum::<i64>() * 100 > all * 99,
+        "{each:?} of {all}"
+    );
+    assert!(live_map > 0, "the kept map is not live");
+    check_with_go_pprof_reads(&out);
+}
+
+/// `go tool pprof -top -sample_index=TYPE` reads each of the four types of the heap profile.
+fn check_with_go_pprof_reads(out: &Path) {
+    for index in [
+        "alloc_objects",
+        "alloc_space",
+        "inuse_objects",
+        "inuse_space",
+    ] {
+        let top = Command::new("go")
+            .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
+            .arg(out.join("profile.heap.pb.gz"))
+            .env("PPROF_TMPDIR", out)
+            .output()
+            .unwrap();
+        assert!(
+            top.status.success(),
+            "{index}: {}",
+            String::from_utf8_lossy(&top.stderr)
+        );
+        assert!(String::from_utf8_lossy(&top.stdout).contains(&format!("Type: {index}")));
+    }
 }
 
 #[test]
