@@ -291,7 +291,8 @@ impl Export {
 
     /// The requests `profile` is sent in: one, or, if that one is larger than
     /// [`max_request`](Self::max_request), parts of its totals (halved until each is below
-    /// it, or is a single total), each with the tables its totals use.
+    /// it, or is a single total), each with the tables its totals use, and its heap profile in
+    /// a request of its own ([`Profile::heap_part`]).
     pub fn requests(&self, profile: &Profile) -> Vec<ExportProfilesServiceRequest> {
         let whole = request(profile, &self.resource);
         if whole.encoded_len() <= self.max_request || profile.totals.len() < 2 {
@@ -300,6 +301,10 @@ impl Export {
         let (first, second) = profile.totals.split_at(profile.totals.len() / 2);
         let mut parts = self.requests(&profile.part(first));
         parts.extend(self.requests(&profile.part(second)));
+        // The heap profile, which the parts of the timers' samples leave out, on its own.
+        if let Some(heap) = profile.heap_part() {
+            parts.push(request(&heap, &self.resource));
+        }
         parts
     }
 
@@ -731,6 +736,82 @@ mod tests {
         // A single total is sent whole, whatever its size.
         export.max_request = 1;
         assert_eq!(export.requests(&wide(1)).len(), 1);
+    }
+
+    /// The heap profiles of `request` (type name, then each sample's stack addresses and
+    /// value).
+    fn heap_of(r: &ExportProfilesServiceRequest) -> Vec<(String, Vec<(Vec<u64>, i64)>)> {
+        let d = r.dictionary.as_ref().unwrap();
+        let mut out = Vec::new();
+        for rp in &r.resource_profiles {
+            for p in &rp.scope_profiles[0].profiles {
+                let kind = &d.string_table[p.sample_type.unwrap().type_strindex as usize];
+                if !kind.starts_with("alloc_") && !kind.starts_with("inuse_") {
+                    continue;
+                }
+                let samples = p
+                    .samples
+                    .iter()
+                    .map(|s| {
+                        let stack = &d.stack_table[s.stack_index as usize];
+                        let addresses = stack
+                            .location_indices
+                            .iter()
+                            .map(|&l| d.location_table[l as usize].address)
+                            .collect();
+                        (addresses, s.values[0])
+                    })
+                    .collect();
+                out.push((kind.clone(), samples));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_heap_profile_is_sent_beside_the_cpu_one_and_on_its_own_when_split() {
+        let mut profile = wide(200);
+        profile.heap = Some(crate::profile::Heap {
+            interval: 512 * 1024,
+            sites: (0..40)
+                .map(|i| crate::profile::HeapSite {
+                    stack: 5 * i,
+                    samples: 1,
+                    alloc_objects: 10 + i as u64,
+                    alloc_bytes: 1000 + i as u64,
+                    live_samples: i as u64 % 2,
+                    inuse_objects: i as u64 % 2,
+                    inuse_bytes: (i as u64 % 2) * 500,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        let mut export = Export::to("http://127.0.0.1:1/p");
+        let whole = export.requests(&profile);
+        assert_eq!(whole.len(), 1);
+        let heap = heap_of(&whole[0]);
+        let kinds: Vec<&str> = heap.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "alloc_objects",
+                "alloc_space",
+                "inuse_objects",
+                "inuse_space"
+            ]
+        );
+        assert_eq!(heap[1].1.len(), 40);
+        assert_eq!(heap[3].1.len(), 20, "sites with nothing live are left out");
+        export.max_request = whole[0].encoded_len() / 5;
+        let parts = export.requests(&profile);
+        let with_heap: Vec<_> = parts.iter().filter(|r| !heap_of(r).is_empty()).collect();
+        assert_eq!(with_heap.len(), 1, "the heap profile once, on its own");
+        assert_eq!(
+            heap_of(with_heap[0]),
+            heap,
+            "the same sites, stacks and values"
+        );
+        assert_eq!(samples_of(&parts[..parts.len() - 1]), samples_of(&whole));
     }
 
     #[test]

@@ -153,10 +153,12 @@ pub struct PeriodFiles {
     present: VecDeque<String>,
 }
 
-/// Whether `name` is a period file's name.
+/// Whether `name` is a period file's name (its CPU profile's: a heap profile beside it is
+/// `...-NNNNNN.heap.pb.gz`, removed with it).
 fn is_period_file(name: &str) -> bool {
     name.len() > 24
         && name.ends_with(".pb.gz")
+        && !name.ends_with(".heap.pb.gz")
         && !name.starts_with('.')
         && name.as_bytes()[8] == b'T'
         && name.as_bytes()[15] == b'Z'
@@ -186,24 +188,36 @@ impl PeriodFiles {
         &self.dir
     }
 
-    /// Writes period number `number`'s profile, then removes the oldest files past the count
-    /// kept; returns the file's path.
+    /// Writes period number `number`'s profile (and beside it, with allocations sampled, its
+    /// heap profile: what was allocated in the period, what is live at its end), then removes
+    /// the oldest periods' files past the count kept; returns the CPU profile's path.
     pub fn write(&mut self, profile: &Profile, number: u64) -> io::Result<PathBuf> {
         let name = format!("{}-{number:06}.pb.gz", utc_stamp(profile.start));
         crate::output::write_one(&self.dir, &name, self.mode, &|w| {
             crate::output::pprof::write(profile, w)
         })?;
+        if profile.heap.is_some() {
+            crate::output::write_one(&self.dir, &heap_name(&name), self.mode, &|w| {
+                crate::output::pprof::write_heap(profile, w)
+            })?;
+        }
         if !self.present.contains(&name) {
             self.present.push_back(name.clone());
         }
         while self.present.len() > self.keep {
             if let Some(old) = self.present.pop_front() {
-                // Removed by hand meanwhile: nothing to do.
+                // Removed by hand meanwhile (or no heap profile): nothing to do.
                 let _ = crate::output::remove_one(&self.dir, &old);
+                let _ = crate::output::remove_one(&self.dir, &heap_name(&old));
             }
         }
         Ok(self.dir.join(name))
     }
+}
+
+/// The name of the heap profile beside period file `name`.
+fn heap_name(name: &str) -> String {
+    format!("{}.heap.pb.gz", name.trim_end_matches(".pb.gz"))
 }
 
 /// `t` in UTC as `YYYYMMDDTHHMMSSZ`.
@@ -243,6 +257,11 @@ mod tests {
         assert_eq!(at(1_796_633_999), "20261207T085959Z");
         assert!(is_period_file(&format!("{}-000001.pb.gz", at(0))));
         assert!(!is_period_file("profile.pb.gz"));
+        assert!(!is_period_file(&format!("{}-000001.heap.pb.gz", at(0))));
+        assert_eq!(
+            heap_name("19700101T000030Z-000003.pb.gz"),
+            "19700101T000030Z-000003.heap.pb.gz"
+        );
     }
 
     #[test]

@@ -477,6 +477,39 @@ impl Profile {
         }
     }
 
+    /// The part of this profile that its heap profile counts: the heap profile, the stacks its
+    /// sites name and their locations, renumbered; no totals or timeline (see
+    /// [`part`](Self::part)). `None` without a heap profile.
+    pub fn heap_part(&self) -> Option<Profile> {
+        let heap = self.heap.as_ref()?;
+        let as_totals: Vec<Total> = heap
+            .sites
+            .iter()
+            .map(|s| Total {
+                thread: usize::MAX,
+                stack: s.stack,
+                samples: 0,
+                periods: 0,
+            })
+            .collect();
+        let mut part = self.part(&as_totals);
+        let sites = heap
+            .sites
+            .iter()
+            .zip(&part.totals)
+            .map(|(s, t)| HeapSite {
+                stack: t.stack,
+                ..s.clone()
+            })
+            .collect();
+        part.totals = Vec::new();
+        part.heap = Some(Heap {
+            sites,
+            ..heap.clone()
+        });
+        Some(part)
+    }
+
     /// One profile of several processes (such as a shell, the program it ran and that
     /// program's children), from the profiles of each; `None` if `profiles` is empty.
     ///

@@ -16,6 +16,11 @@
 //!   `Function` per distinct (name, file); one `Stack` per distinct stack, leaf first.
 //! - One `Sample` per (thread, stack): its value the CPU (or wall) time the samples stand for,
 //!   attributes `thread.name` and `thread.id`.
+//! - With allocations sampled, four more profiles in the root process's scope, as the
+//!   Collector's pprof receiver makes of a Go heap profile (one OTLP profile per pprof sample
+//!   type): `alloc_objects`/`count`, `alloc_space`/`bytes`, `inuse_objects`/`count` and
+//!   `inuse_space`/`bytes`, period type `space`/`bytes` and period the mean bytes between
+//!   samples, one `Sample` per allocation site.
 
 use std::collections::HashMap;
 use std::time::UNIX_EPOCH;
@@ -222,6 +227,55 @@ pub fn request(profile: &Profile, resource: &Resource) -> ExportProfilesServiceR
             |n| n.to_string_lossy().into_owned(),
         );
     let host = host_name();
+    // The heap profiles, in the root process's scope (its sites are of every process).
+    let mut heap_profiles = Vec::new();
+    if let Some(heap) = &profile.heap {
+        if !by_pid.iter().any(|(pid, _, _)| *pid == profile.pid) {
+            by_pid.push((profile.pid, program.clone(), Vec::new()));
+        }
+        let space = otlp::ValueType {
+            type_strindex: t.string("space"),
+            unit_strindex: t.string("bytes"),
+        };
+        let types: [(&str, &str, fn(&crate::profile::HeapSite) -> u64); 4] = [
+            ("alloc_objects", "count", |s| s.alloc_objects),
+            ("alloc_space", "bytes", |s| s.alloc_bytes),
+            ("inuse_objects", "count", |s| s.inuse_objects),
+            ("inuse_space", "bytes", |s| s.inuse_bytes),
+        ];
+        for (i, (kind, unit, value)) in types.into_iter().enumerate() {
+            let value_type = otlp::ValueType {
+                type_strindex: t.string(kind),
+                unit_strindex: t.string(unit),
+            };
+            let samples = heap
+                .sites
+                .iter()
+                .filter(|s| value(s) > 0)
+                .map(|s| otlp::Sample {
+                    stack_index: s.stack as i32 + 1,
+                    attribute_indices: Vec::new(),
+                    link_index: 0,
+                    values: vec![i64::try_from(value(s)).unwrap_or(i64::MAX)],
+                    timestamps_unix_nano: Vec::new(),
+                })
+                .collect();
+            let mut id = profile_id(profile.pid, start_ns);
+            if let Some(last) = id.last_mut() {
+                *last ^= i as u8 + 1;
+            }
+            heap_profiles.push(otlp::Profile {
+                sample_type: Some(value_type),
+                samples,
+                time_unix_nano: start_ns,
+                duration_nano: duration_ns,
+                period_type: Some(space),
+                period: i64::try_from(heap.interval).unwrap_or(i64::MAX),
+                profile_id: id,
+                ..otlp::Profile::default()
+            });
+        }
+    }
     let resource_profiles = by_pid
         .into_iter()
         .map(|(pid, process, samples)| {
@@ -264,7 +318,7 @@ pub fn request(profile: &Profile, resource: &Resource) -> ExportProfilesServiceR
                         version: env!("CARGO_PKG_VERSION").into(),
                         ..InstrumentationScope::default()
                     }),
-                    profiles: vec![otlp::Profile {
+                    profiles: std::iter::once(otlp::Profile {
                         sample_type: Some(value_type),
                         samples,
                         time_unix_nano: start_ns,
@@ -273,7 +327,13 @@ pub fn request(profile: &Profile, resource: &Resource) -> ExportProfilesServiceR
                         period: interval_ns,
                         profile_id: profile_id(pid, start_ns),
                         ..otlp::Profile::default()
-                    }],
+                    })
+                    .chain(if pid == profile.pid {
+                        std::mem::take(&mut heap_profiles)
+                    } else {
+                        Vec::new()
+                    })
+                    .collect(),
                     schema_url: String::new(),
                 }],
                 schema_url: String::new(),
