@@ -738,9 +738,12 @@ mod tests {
         assert_eq!(export.requests(&wide(1)).len(), 1);
     }
 
+    /// Samples as (their stack's addresses, their value).
+    type Samples = Vec<(Vec<u64>, i64)>;
+
     /// The heap profiles of `request` (type name, then each sample's stack addresses and
     /// value).
-    fn heap_of(r: &ExportProfilesServiceRequest) -> Vec<(String, Vec<(Vec<u64>, i64)>)> {
+    fn heap_of(r: &ExportProfilesServiceRequest) -> Vec<(String, Samples)> {
         let d = r.dictionary.as_ref().unwrap();
         let mut out = Vec::new();
         for rp in &r.resource_profiles {

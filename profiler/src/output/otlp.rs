@@ -237,7 +237,8 @@ pub fn request(profile: &Profile, resource: &Resource) -> ExportProfilesServiceR
             type_strindex: t.string("space"),
             unit_strindex: t.string("bytes"),
         };
-        let types: [(&str, &str, fn(&crate::profile::HeapSite) -> u64); 4] = [
+        type Value = fn(&crate::profile::HeapSite) -> u64;
+        let types: [(&str, &str, Value); 4] = [
             ("alloc_objects", "count", |s| s.alloc_objects),
             ("alloc_space", "bytes", |s| s.alloc_bytes),
             ("inuse_objects", "count", |s| s.inuse_objects),
