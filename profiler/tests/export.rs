@@ -333,6 +333,69 @@ fn the_preload_library_alone_exports_at_exit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With allocations sampled (`record --alloc`, perl's allocation-heavy script), the export
+/// holds the heap profile beside the CPU one: four profiles, `alloc_objects`, `alloc_space`,
+/// `inuse_objects` and `inuse_space`, whose totals are the local heap profile's, type by type.
+#[test]
+fn allocation_profiles_reach_the_collector_beside_the_cpu_one() {
+    let Some((dir, mut collector)) = collector("alloc") else {
+        return;
+    };
+    let out = dir.join("out");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/malloc.pl");
+    let run = Command::new(release_dir().join("unwind-profiler"))
+        .args(["record", "--alloc", "--export", &collector.http_endpoint()])
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .args(["perl", script.to_str().unwrap(), "2"])
+        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let request = the_export(&mut collector);
+    let w = Written {
+        request: &request,
+        dictionary: &request["dictionary"],
+    };
+    let mut exported: HashMap<String, u64> = HashMap::new();
+    for resource in w.request["resourceProfiles"].as_array().unwrap() {
+        for profile in resource["scopeProfiles"][0]["profiles"].as_array().unwrap() {
+            let kind = w.string(&profile["sampleType"]["typeStrindex"]).to_owned();
+            let total: u64 = profile["samples"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .map(|s| number(&s["values"][0]))
+                .sum();
+            *exported.entry(kind).or_default() += total;
+        }
+    }
+    let bytes = std::fs::read(out.join("profile.heap.pb.gz")).unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
+    let local =
+        <unwind_profiler::output::pprof::proto::Profile as prost::Message>::decode(&raw[..])
+            .unwrap();
+    println!("alloc: exported {exported:?}");
+    for (i, kind) in [
+        "alloc_objects",
+        "alloc_space",
+        "inuse_objects",
+        "inuse_space",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let total: i64 = local.sample.iter().map(|s| s.value[i]).sum();
+        assert_eq!(exported.get(kind).copied(), Some(total as u64), "{kind}");
+    }
+    assert!(exported["alloc_space"] > 50 << 20, "{exported:?}");
+    assert!(exported["cpu"] > 0, "{exported:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A period whose request is larger than the receiver takes goes in parts: with parts of at
 /// most 8 KiB (`UNWIND_PROFILER_EXPORT_MAX_BYTES`), each period arrives as several requests,
 /// each under the limit, and together they hold exactly the period files' samples, leaf by
