@@ -577,6 +577,29 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
     if !unsampled.is_empty() {
         out.push(format!("threads not sampled: {}", unsampled.join(", ")));
     }
+    if let Some(heap) = &profile.heap {
+        let dropped: u64 = heap.dropped.iter().map(|(_, n)| n).sum();
+        // Past 1 % of the samples, the estimates are low by about as much.
+        if dropped * 100 > heap.sampled + dropped {
+            let what: Vec<String> = heap
+                .dropped
+                .iter()
+                .map(|(w, n)| format!("{n} ({w})"))
+                .collect();
+            out.push(format!(
+                "{dropped} of {} sampled allocations have no sample, so the heap profile's estimates are low by {}: {}",
+                heap.sampled + dropped,
+                percent(dropped, heap.sampled + dropped),
+                what.join(", ")
+            ));
+        }
+        if heap.untracked > 0 {
+            out.push(format!(
+                "{} allocation samples found the live table full: counted as allocated, never as live",
+                heap.untracked
+            ));
+        }
+    }
     if c.unsampled_cpu >= Duration::from_millis(100) && c.unsampled_cpu * 10 > c.process_cpu {
         out.push(format!(
             "{} of the processes' CPU time was not sampled ({:.3} s of {:.3} s): threads the profiler did not see start, or could not sample",
