@@ -131,6 +131,17 @@ impl pull::Windows for Shared {
         output::pprof::write(&profile, &mut body).ok()?;
         Some(body)
     }
+
+    fn heap(&self) -> Option<Vec<u8>> {
+        if !alloc_sampling::enabled() {
+            return None;
+        }
+        let profile = self.profile();
+        profile.heap.as_ref()?;
+        let mut body = Vec::new();
+        output::pprof::write_heap(&profile, &mut body).ok()?;
+        Some(body)
+    }
 }
 
 /// How long [`Profiler::stop`] keeps trying to deliver the periods still queued.

@@ -1,7 +1,9 @@
 //! The pull endpoint: Go's convention, `GET /debug/pprof/profile?seconds=N`, answered with a
 //! gzipped pprof profile of the next N seconds, so that `go tool pprof http://ADDR/...`,
 //! Parca's and Grafana Alloy's scrapers read a program that profiles itself (the library, or
-//! the preload library used alone with `UNWIND_PROFILER_PPROF_LISTEN`).
+//! the preload library used alone with `UNWIND_PROFILER_PPROF_LISTEN`). With allocations
+//! sampled, `GET /debug/pprof/heap` answers at once with the heap profile as Go's does: what
+//! is live now, and what was allocated since the start (or the last period's cut).
 //!
 //! A plain `std::net` server on its own thread (one of the profiler's, never sampled), each
 //! request answered on a thread of its own, at most [`MAX_CONNECTIONS`] at once (more are
@@ -23,6 +25,9 @@ use std::time::Duration;
 
 /// The path served.
 pub const PROFILE_PATH: &str = "/debug/pprof/profile";
+
+/// The heap profile's path.
+pub const HEAP_PATH: &str = "/debug/pprof/heap";
 
 /// The window when a request names none (Go's default).
 pub const DEFAULT_SECONDS: u64 = 30;
@@ -48,6 +53,8 @@ pub enum Request {
         /// The window's length.
         seconds: u64,
     },
+    /// The heap profile, now.
+    Heap,
     /// A path not served.
     NotFound,
     /// A method other than GET (or HEAD), or a line that is not HTTP.
@@ -68,6 +75,9 @@ pub fn parse_request_line(line: &str) -> Request {
         return Request::Bad(format!("{method}: GET only"));
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if path == HEAP_PATH {
+        return Request::Heap;
+    }
     if path != PROFILE_PATH {
         return Request::NotFound;
     }
@@ -93,6 +103,10 @@ pub trait Windows: Send + Sync + 'static {
     fn start_window(&self) -> bool;
     /// Ends it: the gzipped pprof profile of the window.
     fn end_window(&self) -> Option<Vec<u8>>;
+    /// The gzipped heap profile now, `None` if allocations are not sampled.
+    fn heap(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Serves `listener` on a thread of the profiler's own until the process ends; returns the
@@ -177,11 +191,20 @@ fn answer(stream: TcpStream, windows: &dyn Windows) -> std::io::Result<()> {
                 ),
             }
         }
+        Request::Heap => match windows.heap() {
+            Some(body) => respond(&mut stream, "200 OK", "application/octet-stream", &body),
+            None => respond(
+                &mut stream,
+                "404 Not Found",
+                "text/plain",
+                b"allocations are not sampled (--alloc)\n",
+            ),
+        },
         Request::NotFound => respond(
             &mut stream,
             "404 Not Found",
             "text/plain",
-            format!("only {PROFILE_PATH}?seconds=N is served\n").as_bytes(),
+            format!("only {PROFILE_PATH}?seconds=N and {HEAP_PATH} are served\n").as_bytes(),
         ),
         Request::Bad(why) => respond(
             &mut stream,
@@ -292,7 +315,8 @@ mod tests {
             p("GET /debug/pprof/profile?x=1&seconds=2 HTTP/1.1"),
             Request::Profile { seconds: 2 }
         );
-        assert_eq!(p("GET /debug/pprof/heap HTTP/1.1"), Request::NotFound);
+        assert_eq!(p("GET /debug/pprof/heap HTTP/1.1"), Request::Heap);
+        assert_eq!(p("GET /debug/pprof/goroutine HTTP/1.1"), Request::NotFound);
         for bad in [
             "GET /debug/pprof/profile?seconds=0 HTTP/1.1",
             "GET /debug/pprof/profile?seconds=301 HTTP/1.1",

@@ -892,9 +892,15 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
         std::io::Read::read_to_end(&mut s, &mut answer).unwrap();
         String::from_utf8_lossy(&answer).into_owned()
     };
-    // Not a profile path: a clear 404, the process unharmed.
-    let answer = get("/debug/pprof/heap");
+    // Not a profile path: a clear 404, the process unharmed; the heap profile without
+    // allocations sampled too.
+    let answer = get("/debug/pprof/goroutine");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    let answer = get("/debug/pprof/heap");
+    assert!(
+        answer.starts_with("HTTP/1.1 404") && answer.contains("not sampled"),
+        "{answer}"
+    );
     // One window at a time: a second one asked for meanwhile is refused at once.
     std::thread::scope(|s| {
         let first = s.spawn(|| get("/debug/pprof/profile?seconds=2"));
@@ -915,6 +921,79 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
 }
 
 /// `go tool pprof -top URL` (its files in `dir`): what it printed; it must succeed.
+/// With allocations sampled, the preload library alone serves `/debug/pprof/heap` as Go's
+/// runtime does: `go tool pprof` reads it at once, in each of its four types, and finds perl's
+/// allocating functions.
+#[test]
+fn the_preload_library_alone_serves_the_heap_profile() {
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
+        unwind_test_support::missing("go (for go tool pprof)");
+        return;
+    }
+    let dir = scratch("pull-heap");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/malloc.pl");
+    let mut run = Command::new("perl")
+        .arg(&script)
+        .arg("40")
+        .env(
+            "LD_PRELOAD",
+            release_dir().join("libunwind_profiler_preload.so"),
+        )
+        .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
+        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
+        .env("UNWIND_PROFILER_ALLOC", "1")
+        .env_remove("UNWIND_PROFILER_RECORD")
+        .env_remove("UNWIND_PROFILER_EXPORT")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "no address said"
+        );
+    }
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .replace("/debug/pprof/profile?seconds=N", "/debug/pprof/heap");
+    std::thread::sleep(Duration::from_secs(2));
+    for index in [
+        "inuse_space",
+        "inuse_objects",
+        "alloc_space",
+        "alloc_objects",
+    ] {
+        let pprof = Command::new("go")
+            .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
+            .arg(&url)
+            .env("PPROF_TMPDIR", &dir)
+            .output()
+            .unwrap();
+        let top = String::from_utf8_lossy(&pprof.stdout);
+        assert!(
+            pprof.status.success(),
+            "{}",
+            String::from_utf8_lossy(&pprof.stderr)
+        );
+        println!(
+            "{index}: {}",
+            top.lines().take(8).collect::<Vec<_>>().join("\n")
+        );
+        assert!(top.contains(&format!("Type: {index}")), "{top}");
+        // perl's own allocator entry (Perl_safesysmalloc) under its interpreter loop.
+        assert!(top.contains("Perl_"), "{top}");
+    }
+    let _ = run.kill();
+    let _ = run.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn go_pprof_top(dir: &std::path::Path, url: &str) -> String {
     let pprof = Command::new("go")
         .args(["tool", "pprof", "-top"])
