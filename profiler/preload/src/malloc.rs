@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 
 use libc::size_t;
-use unwind_profiler::alloc_sampling::{allocated, freed};
+use unwind_profiler::alloc_sampling::{allocated, enabled, freed};
 
 type Malloc = unsafe extern "C" fn(size_t) -> *mut c_void;
 type Free = unsafe extern "C" fn(*mut c_void);
@@ -126,6 +126,8 @@ struct ArenaBytes(std::cell::UnsafeCell<[u8; ARENA_BYTES]>);
 unsafe impl Sync for ArenaBytes {}
 static ARENA: ArenaBytes = ArenaBytes(std::cell::UnsafeCell::new([0; ARENA_BYTES]));
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Set once the arena gave out a block: until then a `free` need not look at it.
+static ARENA_USED: AtomicBool = AtomicBool::new(false);
 
 impl Arena {
     /// A block from the arena while the real functions are being looked up; null once they
@@ -150,6 +152,7 @@ impl Arena {
             };
             match NEXT.compare_exchange(at, end, Relaxed, Relaxed) {
                 Ok(_) => {
+                    ARENA_USED.store(true, Relaxed);
                     let p = (base + start) as *mut u8;
                     // SAFETY: `start - 16 .. end` is within the arena and this caller's alone.
                     unsafe { (p.sub(16) as *mut usize).write(size) };
@@ -161,7 +164,11 @@ impl Arena {
     }
 
     /// Whether `p` is one of the arena's blocks.
+    #[inline(always)]
     fn holds(p: *mut c_void) -> bool {
+        if !ARENA_USED.load(Relaxed) {
+            return false;
+        }
         let base = ARENA.0.get() as usize;
         (base..base + ARENA_BYTES).contains(&(p as usize))
     }
@@ -220,6 +227,21 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     let Some(f) = real::<Malloc>(&REALS.malloc) else {
         return Arena::meanwhile(size, 16);
     };
+    if enabled() {
+        // SAFETY: forwarded.
+        return unsafe { malloc_sampled(f, size) };
+    }
+    // SAFETY: forwarded (a tail call: without sampling, a load and a test more than the real
+    // function).
+    unsafe { f(size) }
+}
+
+/// `malloc` with allocations sampled (apart, so that the path without keeps no frame).
+///
+/// # Safety
+/// `f` is the real `malloc`; the contract of `malloc`.
+#[inline(never)]
+unsafe fn malloc_sampled(f: Malloc, size: size_t) -> *mut c_void {
     // SAFETY: forwarded.
     let p = unsafe { f(size) };
     allocated(p.cast(), size, 1);
@@ -232,7 +254,7 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 /// The contract of `free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if p.is_null() || Arena::holds(p) {
+    if Arena::holds(p) {
         return;
     }
     freed(p.cast());
