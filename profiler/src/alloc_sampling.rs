@@ -422,9 +422,22 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
 mod tests {
     use super::*;
 
+    /// An empty table on the heap (over a MiB: built on the stack first, it overflows a test
+    /// thread's in a debug build).
+    fn empty_table() -> Box<LiveHeap> {
+        let layout = Layout::new::<LiveHeap>();
+        // SAFETY: a zeroed block of the table's layout is an empty table (atomics only), owned
+        // by the box.
+        unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<LiveHeap>();
+            assert!(!p.is_null());
+            Box::from_raw(p)
+        }
+    }
+
     #[test]
     fn the_live_table_finds_what_it_holds_and_forgets_what_is_removed() {
-        let t = Box::new(LiveHeap::zero());
+        let t = empty_table();
         let addresses: Vec<u64> = (1..=5000u64).map(|i| i * 48 + 0x5555_0000).collect();
         let ids: Vec<u64> = addresses.iter().map(|&a| t.insert(a)).collect();
         assert!(ids.iter().all(|&id| id != 0));
@@ -453,7 +466,7 @@ mod tests {
 
     #[test]
     fn a_full_bucket_refuses_and_counts() {
-        let t = Box::new(LiveHeap::zero());
+        let t = empty_table();
         let bucket = t.bucket(0x1000);
         let same: Vec<u64> = (1..1_000_000u64)
             .map(|i| 0x1000 + i * 8)

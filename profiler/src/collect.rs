@@ -1134,14 +1134,15 @@ impl Collector {
         let mut refused = self.refused.clone();
         // Counters the program wrote over are not used (and said so), rather than summed into
         // figures that cannot be right.
-        let zero = ProcessRecord::zero();
+        // A static: the record holds the live table (over a MiB), too large for a stack.
+        static ZERO: ProcessRecord = ProcessRecord::zero();
         let process = if process.plausible() {
             process
         } else {
             *refused
                 .entry("process counters written over (not used)".into())
                 .or_default() += 1;
-            &zero
+            &ZERO
         };
         let mut c = Counters {
             preload_time: Duration::from_nanos(process.preload_ns.load(Relaxed)),
