@@ -1120,6 +1120,15 @@ impl Collector {
             sampled: self.heap.sampled,
             dropped: drops,
             untracked: record.live.overflow.load(Relaxed),
+            // At most a second a sample: more is a record written over.
+            sample_time: Duration::from_nanos(
+                record.alloc_ns.load(Relaxed).min(
+                    record
+                        .alloc_sampled
+                        .load(Relaxed)
+                        .saturating_mul(1_000_000_000),
+                ),
+            ),
         })
     }
 

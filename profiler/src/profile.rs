@@ -240,6 +240,8 @@ pub struct Heap {
     /// Sampled allocations the live table had no room for: counted as allocated, never as
     /// live.
     pub untracked: u64,
+    /// Time the stored samples took in the allocator (unwind and store), summed.
+    pub sample_time: std::time::Duration,
 }
 
 impl Heap {
@@ -265,6 +267,7 @@ impl Heap {
         self.sampled += other.sampled;
         add_named(&mut self.dropped, &other.dropped);
         self.untracked += other.untracked;
+        self.sample_time += other.sample_time;
     }
 }
 

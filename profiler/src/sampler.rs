@@ -497,6 +497,8 @@ pub struct ProcessRecord {
     pub alloc_mean: AtomicU64,
     /// Allocation samples stored.
     pub alloc_sampled: AtomicU64,
+    /// Nanoseconds the stored allocation samples took in the allocator (unwind and store).
+    pub alloc_ns: AtomicU64,
     /// Sampled allocations without a sample, by [`AllocDrop`] (in the order of its `ALL`).
     pub alloc_drops: [AtomicU64; AllocDrop::ALL.len()],
     /// The sampled allocations still live ([`crate::alloc_sampling`]).
@@ -529,6 +531,7 @@ impl ProcessRecord {
             go_runtime: AtomicU64::new(0),
             alloc_mean: AtomicU64::new(0),
             alloc_sampled: AtomicU64::new(0),
+            alloc_ns: AtomicU64::new(0),
             alloc_drops: [const { AtomicU64::new(0) }; AllocDrop::ALL.len()],
             live: crate::alloc_sampling::LiveHeap::zero(),
         }
@@ -1433,6 +1436,7 @@ pub fn sample_allocation(slot_cache: &AtomicUsize, size: u64, id: u64, skip: usi
         return false;
     }
     p.alloc_sampled.fetch_add(1, Relaxed);
+    p.alloc_ns.fetch_add(now_ns().wrapping_sub(t0), Relaxed);
     true
 }
 

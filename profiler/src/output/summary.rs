@@ -479,6 +479,13 @@ fn heap_lines(profile: &Profile, heap: &crate::profile::Heap) -> Vec<String> {
             bytes(live_space)
         ),
     ];
+    if heap.sampled > 0 {
+        out.push(format!(
+            "allocation cost   {} a sample in the allocator (unwind and store), {:.3} s in all",
+            nanos_per(heap.sample_time, heap.sampled),
+            heap.sample_time.as_secs_f64()
+        ));
+    }
     if !heap.dropped.is_empty() {
         let what: Vec<String> = heap
             .dropped
