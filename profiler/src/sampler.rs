@@ -840,8 +840,10 @@ pub fn running() -> bool {
 }
 
 /// In a child after `fork` (async-signal-safe): the parent's threads and POSIX timers do not
-/// exist here; sample nothing, and close the copies of the parent's perf events.
+/// exist here; sample nothing (allocations neither), and close the copies of the parent's perf
+/// events.
 pub fn disable_in_child() {
+    crate::alloc_sampling::disable();
     RUNNING.store(false, Release);
     for s in slots() {
         // `try_lock`: a lock held by another thread of the parent at the fork stays held here.
@@ -882,6 +884,7 @@ pub unsafe fn resume_in_child(record: *mut ProcessRecord) -> bool {
         .store(clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID), Relaxed);
     RUNNING.store(true, Release);
     if start_thread_registered(true).is_some() {
+        start_allocation_sampling();
         return true;
     }
     RUNNING.store(false, Release);
