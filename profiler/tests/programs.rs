@@ -11,6 +11,8 @@
 //!   ld) in child processes, and each is profiled (the environment carries `LD_PRELOAD`):
 //!   `STEM-COMM-PID.*` beside the driver's `STEM.*`. The run uses the wall clock, because the
 //!   driver spends its time waiting for its children, where a CPU-time profile has no samples.
+//!   Allocations are sampled too (`--alloc`): every process's `malloc` and `free` go through the
+//!   preload library, and the compiled program is still byte for byte the same.
 //!   The binaries are byte-identical; cc1's profile shows cc1's functions (a few of which keep
 //!   mangled names the demangler rejects: at most 1 % of frames); no frame of any
 //!   process is named after a function its module imports (the stripped, non-PIE driver
@@ -472,9 +474,10 @@ fn gcc_driver_and_the_programs_it_execs() {
     let work = fresh_dir("gcc");
     std::fs::write(work.join("big.c"), generated_c(150)).unwrap();
     let gcc = Path::new("gcc");
+    // With allocations sampled too: every process's malloc goes through the preload library.
     let out = record(
         &work,
-        &["--clock", "wall"],
+        &["--clock", "wall", "--alloc"],
         gcc,
         &["-O2", "big.c", "-o", "plain"],
         &["-O2", "big.c", "-o", "profiled"],
@@ -498,8 +501,24 @@ fn gcc_driver_and_the_programs_it_execs() {
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(files.len(), 5, "one set of outputs: {files:?}");
+    assert_eq!(
+        files.len(),
+        6,
+        "one set of outputs and a heap profile: {files:?}"
+    );
     let all = check_profile(&out, STEM, 400, 1.0);
+    // cc1's allocations are among them, named.
+    let summary = std::fs::read_to_string(out.join(format!("{STEM}.summary.txt"))).unwrap();
+    let allocations = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("allocations"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        allocations > 20,
+        "{allocations} allocation samples:\n{summary}"
+    );
     let driver_name = basename(&summary_program(&out, STEM));
     let mut processes: BTreeMap<String, Vec<PSample>> = BTreeMap::new();
     for sample in &all {
