@@ -260,16 +260,8 @@ fn guard_runs(
 /// Linux); glibc's `pthread_self` and `__errno_location` read the thread pointer.
 const PROFILER_HANDLER_CALLS: [&str; 3] = ["clock_gettime", "pthread_self", "__errno_location"];
 
-/// The profiler's preload library (`libunwind_profiler_preload.so`): the closure of its signal
-/// handler, `unwind_profiler::sampler::on_signal`, under the same rules as the agent's, but for
-/// the three calls of [`PROFILER_HANDLER_CALLS`].
-fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
-    let c = closure(preload, isa, "_ZN15unwind_profiler7sampler9on_signal");
-    println!(
-        "{name} profiler signal handler (on_signal): {} functions, {} instructions, external calls \
-         {:?}, {} indirect jumps",
-        c.functions, c.instructions, c.external, c.indirect_jumps
-    );
+/// The violations of `c` but calls to [`PROFILER_HANDLER_CALLS`], each printed (the first 10).
+fn beyond_handler_calls(c: &machine_code::Closure) -> Vec<&String> {
     let violations: Vec<&String> = c
         .violations
         .iter()
@@ -282,6 +274,20 @@ fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Ch
     for v in violations.iter().take(10) {
         println!("    {v}");
     }
+    violations
+}
+
+/// The profiler's preload library (`libunwind_profiler_preload.so`): the closure of its signal
+/// handler, `unwind_profiler::sampler::on_signal`, under the same rules as the agent's, but for
+/// the three calls of [`PROFILER_HANDLER_CALLS`].
+fn profiler_handler_checks(name: &str, preload: &Path, isa: Isa, checks: &mut Checks) {
+    let c = closure(preload, isa, "_ZN15unwind_profiler7sampler9on_signal");
+    println!(
+        "{name} profiler signal handler (on_signal): {} functions, {} instructions, external calls \
+         {:?}, {} indirect jumps",
+        c.functions, c.instructions, c.external, c.indirect_jumps
+    );
+    let violations = beyond_handler_calls(&c);
     checks.check(
         violations.is_empty(),
         format!(
@@ -360,18 +366,7 @@ fn profiler_allocation_checks(name: &str, preload: &Path, isa: Isa, checks: &mut
          external calls {:?}",
         c.functions, c.instructions, c.external
     );
-    let violations: Vec<&String> = c
-        .violations
-        .iter()
-        .filter(|v| {
-            !PROFILER_HANDLER_CALLS
-                .iter()
-                .any(|f| v.starts_with(&format!("calls {f} outside")))
-        })
-        .collect();
-    for v in violations.iter().take(10) {
-        println!("    {v}");
-    }
+    let violations = beyond_handler_calls(&c);
     checks.check(
         violations.is_empty() && c.functions >= 5 && c.external.contains_key("clock_gettime"),
         format!(

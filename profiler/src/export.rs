@@ -684,19 +684,25 @@ mod tests {
         p
     }
 
+    /// The addresses of stack `index` of dictionary `d`, leaf first.
+    fn addresses(
+        d: &opentelemetry_proto::tonic::profiles::v1development::ProfilesDictionary,
+        index: i32,
+    ) -> Vec<u64> {
+        d.stack_table[index as usize]
+            .location_indices
+            .iter()
+            .map(|&l| d.location_table[l as usize].address)
+            .collect()
+    }
+
     /// Each sample of `requests` as (its stack's addresses, its value), in order.
     fn samples_of(requests: &[ExportProfilesServiceRequest]) -> Vec<(Vec<u64>, i64)> {
         let mut out = Vec::new();
         for r in requests {
             let d = r.dictionary.as_ref().unwrap();
             for s in &r.resource_profiles[0].scope_profiles[0].profiles[0].samples {
-                let stack = &d.stack_table[s.stack_index as usize];
-                let addresses = stack
-                    .location_indices
-                    .iter()
-                    .map(|&l| d.location_table[l as usize].address)
-                    .collect();
-                out.push((addresses, s.values[0]));
+                out.push((addresses(d, s.stack_index), s.values[0]));
             }
         }
         out
@@ -755,15 +761,7 @@ mod tests {
                 let samples = p
                     .samples
                     .iter()
-                    .map(|s| {
-                        let stack = &d.stack_table[s.stack_index as usize];
-                        let addresses = stack
-                            .location_indices
-                            .iter()
-                            .map(|&l| d.location_table[l as usize].address)
-                            .collect();
-                        (addresses, s.values[0])
-                    })
+                    .map(|s| (addresses(d, s.stack_index), s.values[0]))
                     .collect();
                 out.push((kind.clone(), samples));
             }

@@ -156,10 +156,7 @@ fn heap_samples(profile: &proto::Profile) -> Vec<(Vec<String>, [i64; 4])> {
 /// Reads the heap profile in `out` and checks it against the program's own account (see the
 /// module docs); returns the chains' estimates for the log.
 fn check_heap(out: &Path, truth: &HashMap<String, Truth>) {
-    let bytes = std::fs::read(out.join("profile.heap.pb.gz")).unwrap();
-    let mut raw = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
-    let profile = proto::Profile::decode(&raw[..]).unwrap();
+    let profile = heap_profile(out);
     let types: Vec<(&str, &str)> = profile
         .sample_type
         .iter()
@@ -386,10 +383,7 @@ fn record_alloc_through_threads_dlopen_fork_and_early_allocations() {
         .find_map(|l| l.strip_prefix("child kept "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
-    let bytes = std::fs::read(out.join("profile.heap.pb.gz")).unwrap();
-    let mut raw = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
-    let profile = proto::Profile::decode(&raw[..]).unwrap();
+    let profile = heap_profile(&out);
     let mut by_function: HashMap<&str, [i64; 2]> = HashMap::new();
     for (stack, values) in heap_samples(&profile) {
         for f in ["produce", "plugin_work", "plugin_start", "child_work"] {
@@ -415,10 +409,15 @@ fn record_alloc_through_threads_dlopen_fork_and_early_allocations() {
 
 /// The heap profile in `out`: each sample's stack (function names, leaf first) and values.
 fn read_heap(out: &Path) -> Vec<(Vec<String>, [i64; 4])> {
+    heap_samples(&heap_profile(out))
+}
+
+/// The heap profile in `out`, decoded.
+fn heap_profile(out: &Path) -> proto::Profile {
     let bytes = std::fs::read(out.join("profile.heap.pb.gz")).unwrap();
     let mut raw = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
-    heap_samples(&proto::Profile::decode(&raw[..]).unwrap())
+    proto::Profile::decode(&raw[..]).unwrap()
 }
 
 /// The bytes allocated at sites whose stack holds every one of `functions` (each the start of a

@@ -850,31 +850,12 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
     }
     let dir = scratch("pull");
     let release = release_dir();
-    let mut run = Command::new(release.join("demo-workload"))
-        .args(["--seconds", "9"])
-        .env("LD_PRELOAD", release.join("libunwind_profiler_preload.so"))
-        .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
-        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
-        .env_remove("UNWIND_PROFILER_RECORD")
-        .env_remove("UNWIND_PROFILER_EXPORT")
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("serving http://") {
-        line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
-            "no address said"
-        );
-    }
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .replace("?seconds=N", "?seconds=2");
+    let (mut run, url) = serving(
+        Command::new(release.join("demo-workload"))
+            .args(["--seconds", "9"])
+            .env("UNWIND_PROFILER_OUTPUT", dir.join("out")),
+    );
+    let url = url.replace("?seconds=N", "?seconds=2");
     let top = go_pprof_top(&dir, &url);
     assert_window(&top, 2.0);
     assert!(top.contains("plugin_mandelbrot"), "{top}");
@@ -932,36 +913,14 @@ fn the_preload_library_alone_serves_the_heap_profile() {
     }
     let dir = scratch("pull-heap");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/malloc.pl");
-    let mut run = Command::new("perl")
-        .arg(&script)
-        .arg("40")
-        .env(
-            "LD_PRELOAD",
-            release_dir().join("libunwind_profiler_preload.so"),
-        )
-        .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
-        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
-        .env("UNWIND_PROFILER_ALLOC", "1")
-        .env_remove("UNWIND_PROFILER_RECORD")
-        .env_remove("UNWIND_PROFILER_EXPORT")
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("serving http://") {
-        line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
-            "no address said"
-        );
-    }
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .replace("/debug/pprof/profile?seconds=N", "/debug/pprof/heap");
+    let (mut run, url) = serving(
+        Command::new("perl")
+            .arg(&script)
+            .arg("40")
+            .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
+            .env("UNWIND_PROFILER_ALLOC", "1"),
+    );
+    let url = url.replace("/debug/pprof/profile?seconds=N", "/debug/pprof/heap");
     std::thread::sleep(Duration::from_secs(2));
     for index in [
         "inuse_space",
@@ -992,6 +951,40 @@ fn the_preload_library_alone_serves_the_heap_profile() {
     let _ = run.kill();
     let _ = run.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts `cmd` under the preload library alone with the pull endpoint on a free loopback
+/// port; returns the process and the URL it said it serves (`...?seconds=N`).
+fn serving(cmd: &mut Command) -> (std::process::Child, String) {
+    let mut run = cmd
+        .env(
+            "LD_PRELOAD",
+            release_dir().join("libunwind_profiler_preload.so"),
+        )
+        .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
+        .env_remove("UNWIND_PROFILER_RECORD")
+        .env_remove("UNWIND_PROFILER_EXPORT")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "no address said"
+        );
+    }
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_owned();
+    // The rest of stderr read to its end: a closed pipe would kill the program's last words.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (run, url)
 }
 
 fn go_pprof_top(dir: &std::path::Path, url: &str) -> String {

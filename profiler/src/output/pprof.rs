@@ -298,15 +298,7 @@ pub fn build(profile: &Profile) -> proto::Profile {
              }| {
                 let count = i64::try_from(samples).unwrap_or(i64::MAX);
                 let periods = i64::try_from(periods).unwrap_or(i64::MAX);
-                let location_id = profile
-                    .stacks
-                    .get(stack)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter(|&&l| l < profile.locations.len())
-                    .map(|&l| l as u64 + 1)
-                    .collect();
+                let location_id = location_ids(profile, stack);
                 // The thread's process: in a profile of several processes, not the root's.
                 let (pid, process) = profile.process_of(thread);
                 let mut label = vec![proto::Label {
@@ -365,6 +357,20 @@ pub fn build(profile: &Profile) -> proto::Profile {
         comment: Vec::new(),
         default_sample_type: 0,
     }
+}
+
+/// The location ids of stack `stack` (location `i` is id `i + 1`), leaf first; an index out of
+/// range names nothing.
+fn location_ids(profile: &Profile, stack: usize) -> Vec<u64> {
+    profile
+        .stacks
+        .get(stack)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|&&l| l < profile.locations.len())
+        .map(|&l| l as u64 + 1)
+        .collect()
 }
 
 /// The mappings, locations and functions of `profile`, their strings in `strings`: location
@@ -514,15 +520,7 @@ pub fn build_heap(profile: &Profile) -> Option<proto::Profile> {
         .sites
         .iter()
         .map(|site| proto::Sample {
-            location_id: profile
-                .stacks
-                .get(site.stack)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .filter(|&&l| l < profile.locations.len())
-                .map(|&l| l as u64 + 1)
-                .collect(),
+            location_id: location_ids(profile, site.stack),
             value: vec![
                 value(site.alloc_objects),
                 value(site.alloc_bytes),
