@@ -1081,6 +1081,10 @@ impl Collector {
         if self.heap.mean == 0 {
             return None;
         }
+        // A record the program wrote over: its allocations' samples are kept, its counts and
+        // live table are not read.
+        static EMPTY: ProcessRecord = ProcessRecord::zero();
+        let record = if record.plausible() { record } else { &EMPTY };
         let mut sites: BTreeMap<usize, crate::profile::HeapSite> = BTreeMap::new();
         let new = |stack| crate::profile::HeapSite {
             stack,

@@ -440,8 +440,10 @@ impl Drop for ScratchBuffers<'_> {
 }
 
 /// Marks an initialized [`ProcessRecord`].
+/// "proc" in the high bytes, the record's size (over a MiB with the live table) in the low 32
+/// bits.
 pub const PROCESS_RECORD_MAGIC: u64 =
-    0x7072_6f63_6573_0000 ^ std::mem::size_of::<ProcessRecord>() as u64;
+    0x7072_6f63_0000_0000 ^ std::mem::size_of::<ProcessRecord>() as u64;
 
 /// What the process as a whole counts and reports about its tables (see the module docs).
 #[repr(C)]
@@ -603,6 +605,8 @@ impl ProcessRecord {
         .all(|c| c.load(Relaxed) < MOST)
             && self.preload_ns.load(Relaxed) < 86_400 * 1_000_000_000
             && self.table_bytes.load(Relaxed) < MOST
+            && self.alloc_mean.load(Relaxed) <= 1 << 30
+            && self.alloc_ns.load(Relaxed) < 1 << 62
     }
 
     /// The counts of what was not sampled.

@@ -837,7 +837,8 @@ impl Process {
         if let Some(r) = self.record.filter(|r| r.preloaded.load(Relaxed) != 0) {
             self.collector.set_own_code(r.trampoline.load(Relaxed));
         }
-        if let Some(r) = self.record {
+        // A record written over says nothing of the process's allocations.
+        if let Some(r) = self.record.filter(|r| r.plausible()) {
             self.collector.set_alloc_mean(r.alloc_mean.load(Relaxed));
         }
         self.collector.drain(

@@ -22,8 +22,9 @@
  *             attacks meanwhile), then runs code in an executable page, which only a perf map
  *             could name
  *
- * Layouts it relies on (profiler/src/sampler.rs): a record's first word is its magic, "proces"
- * or "thread" in the high bytes and the record's size in the low ones; a thread record's second
+ * Layouts it relies on (profiler/src/sampler.rs): a record's first word is its magic, "proc"
+ * in the high bytes and the record's size in the low 32 bits for the process record, "thread"
+ * and the size in the low 16 bits for a thread's; a thread record's second
  * word is its ring's size in words, its tid is the int at byte 24, its ring's indices (head,
  * then tail 64 bytes on) are its last 128 bytes, and its ring's words follow it. */
 #define _GNU_SOURCE
@@ -47,7 +48,7 @@
 
 #include "../behaviour/burn.h"
 
-#define PROCESS_MAGIC 0x70726f6365730000ull
+#define PROCESS_MAGIC 0x70726f6300000000ull
 #define THREAD_MAGIC 0x7468726561640000ull
 
 __attribute__((noinline)) static void honest_worker_work(void) { BURN(600); }
@@ -90,8 +91,18 @@ static uint64_t word(const struct region *r, size_t offset) {
     return *(volatile uint64_t *)(r->start + offset);
 }
 
+/* The bits of a record's magic that hold its size. */
+static uint64_t size_bits(uint64_t kind) {
+    return kind == PROCESS_MAGIC ? 0xffffffffull : 0xffffull;
+}
+
 static int is_kind(const struct region *r, uint64_t kind) {
-    return (word(r, 0) & ~0xffffull) == kind;
+    return (word(r, 0) & ~size_bits(kind)) == kind;
+}
+
+/* The size of record `r` of `kind`. */
+static size_t record_size(const struct region *r, uint64_t kind) {
+    return word(r, 0) & size_bits(kind);
 }
 
 /* The sampling signal blocked in this thread, so that its own handler does not write the ring
@@ -110,7 +121,7 @@ static int huge(void) {
     int n = shared_regions(r, 64), done = 0;
     for (int i = 0; i < n; i++) {
         if (!is_kind(&r[i], THREAD_MAGIC)) continue;
-        size_t size = word(&r[i], 0) & 0xffff;
+        size_t size = record_size(&r[i], THREAD_MAGIC);
         if (*(int *)(r[i].start + 24) != (int)gettid()) continue;
         uint64_t words = word(&r[i], 8);
         volatile uint64_t *head = (uint64_t *)(r[i].start + size - 128);
@@ -142,12 +153,12 @@ static int scribble(void) {
     block_sampling(SIGURG);
     int processes = 0, threads = 0;
     for (int i = 0; i < n; i++) {
-        size_t size = word(&r[i], 0) & 0xffff;
         if (is_kind(&r[i], PROCESS_MAGIC)) {
-            memset(r[i].start + 8, 0xa5, size - 8);
+            memset(r[i].start + 8, 0xa5, record_size(&r[i], PROCESS_MAGIC) - 8);
             processes++;
         } else if (is_kind(&r[i], THREAD_MAGIC)) {
             /* Everything between the tid and the ring's indices: its counters. */
+            size_t size = record_size(&r[i], THREAD_MAGIC);
             memset(r[i].start + 32, 0xa5, size - 128 - 32);
             threads++;
         }
@@ -255,7 +266,7 @@ static int inject(void) {
     for (int i = 0; i < n; i++)
         if (is_kind(&r[i], PROCESS_MAGIC)) process = &r[i];
     if (!process) return 2;
-    size_t size = word(process, 0) & 0xffff;
+    size_t size = record_size(process, PROCESS_MAGIC);
     int steps = 0;
 
     /* 1. A process record whose size is not sealed, shrunk once sent. */
