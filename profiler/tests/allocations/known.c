@@ -2,7 +2,7 @@
  * (profiler/tests/allocations.rs). Each chain allocates a fixed number of bytes with its own
  * mix of sizes and calls; the program prints what each chain allocated and what it keeps live
  * to the end, as lines "CHAIN alloc BYTES live BYTES", which the test compares with the heap
- * profile's estimates. Argument: a scale (default 1) multiplying every chain's amount. */
+ * profile's estimates. Argument: the MiB each chain allocates (default 800). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 #define MB (1024UL * 1024UL)
 #define NOINLINE __attribute__((noinline))
 
-static unsigned long scale = 1;
+static unsigned long chain_mb = 800;
 /* Blocks kept live to the end, and a place to keep pointers the compiler cannot drop. */
 static void *kept[1 << 16];
 static size_t nkept;
@@ -35,7 +35,7 @@ NOINLINE static void *make_node(size_t size) {
 }
 
 NOINLINE static void churn(void) {
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     size_t size = 16;
     while (total < target) {
         void *p = make_node(size);
@@ -49,7 +49,7 @@ NOINLINE static void churn(void) {
 
 /* calloc of zeroed tables of 2 KiB to 64 KiB, freed. */
 NOINLINE static void zeroed_tables(void) {
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     size_t n = 1;
     while (total < target) {
         size_t count = 256 * n, each = 8;
@@ -65,7 +65,7 @@ NOINLINE static void zeroed_tables(void) {
 /* A buffer grown by realloc from 1 KiB to 1 MiB, again and again: each call counts its whole
  * new size. */
 NOINLINE static void grow_buffer(void) {
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     while (total < target) {
         char *p = NULL;
         for (size_t size = 1024; size <= MB; size *= 2) {
@@ -80,7 +80,7 @@ NOINLINE static void grow_buffer(void) {
 
 /* Aligned blocks: posix_memalign of 4 KiB pages, aligned_alloc of 16 KiB at 4 KiB. */
 NOINLINE static void aligned_blocks(void) {
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     int which = 0;
     while (total < target) {
         void *p = NULL;
@@ -103,7 +103,7 @@ NOINLINE static void aligned_blocks(void) {
 
 /* Blocks of 64 KiB to 1 MiB kept live to the end. */
 NOINLINE static void keep_live(void) {
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     size_t size = 64 * 1024;
     while (total < target && nkept < sizeof kept / sizeof kept[0]) {
         char *p = malloc(size);
@@ -119,7 +119,7 @@ NOINLINE static void keep_live(void) {
 NOINLINE static void leak_strings(void) {
     static char text[1000];
     memset(text, 'x', sizeof text - 1);
-    unsigned long total = 0, target = 800 * MB * scale;
+    unsigned long total = 0, target = chain_mb * MB;
     while (total < target) {
         char *s = strdup(text);
         sink += (unsigned long)s;
@@ -130,7 +130,7 @@ NOINLINE static void leak_strings(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1)
-        scale = strtoul(argv[1], NULL, 10);
+        chain_mb = strtoul(argv[1], NULL, 10);
     churn();
     zeroed_tables();
     grow_buffer();
