@@ -495,7 +495,13 @@ fn main() {
         );
         profiler_handler_checks(t.name, &preload, isa, &mut checks);
         profiler_sigtrap_checks(t.name, &preload, isa, &mut checks);
-        profiler_allocation_checks(t.name, &preload, isa, &mut checks);
+        let alloc = build_library(
+            &root,
+            t,
+            "unwind-profiler-preload-alloc",
+            "libunwind_profiler_preload_alloc.so",
+        );
+        profiler_allocation_checks(t.name, &alloc, isa, &mut checks);
     }
 
     checks.finish("shared_object");

@@ -558,7 +558,7 @@ fn the_preload_library_alone_samples_allocations_too() {
     let dir = runs::scratch("allocations-alone");
     let exe = build(&dir);
     let out = dir.join("out");
-    let library = record_command::release_dir().join("libunwind_profiler_preload.so");
+    let library = record_command::release_dir().join("libunwind_profiler_preload_alloc.so");
     let mut cmd = Command::new(&exe);
     cmd.env("LD_PRELOAD", &library)
         .env("UNWIND_PROFILER_ALLOC", "1")
@@ -569,4 +569,41 @@ fn the_preload_library_alone_samples_allocations_too() {
     let truth = truths(&stdout);
     assert_eq!(truth.len(), CHAINS.len());
     check_heap(&out, &truth);
+
+    // The library without the hooks defines no allocator function (CPU profiling pays nothing
+    // for them), and says that it samples no allocations when asked to.
+    let plain = record_command::release_dir().join("libunwind_profiler_preload.so");
+    let bytes = std::fs::read(&plain).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let defined: Vec<String> = object::Object::dynamic_symbols(&file)
+        .filter(|s| object::ObjectSymbol::is_definition(s))
+        .filter_map(|s| object::ObjectSymbol::name(&s).ok().map(str::to_owned))
+        .collect();
+    for f in ["malloc", "free", "calloc", "realloc", "posix_memalign"] {
+        assert!(
+            !defined.iter().any(|d| d == f),
+            "{} defines {f}",
+            plain.display()
+        );
+    }
+    let hooks_file = std::fs::read(&library).unwrap();
+    let hooks = object::File::parse(&*hooks_file).unwrap();
+    assert!(object::Object::dynamic_symbols(&hooks)
+        .any(|s| object::ObjectSymbol::name(&s) == Ok("malloc")
+            && object::ObjectSymbol::is_definition(&s)));
+    let plain_out = dir.join("plain");
+    let mut cmd = Command::new(&exe);
+    cmd.arg("10")
+        .env("LD_PRELOAD", &plain)
+        .env("UNWIND_PROFILER_ALLOC", "1")
+        .env("UNWIND_PROFILER_OUTPUT", &plain_out)
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    let (_, stderr) = run_bounded(&mut cmd, &dir);
+    assert!(
+        stderr.contains("allocations are sampled by libunwind_profiler_preload_alloc.so"),
+        "{stderr}"
+    );
+    assert!(!plain_out.join("profile.heap.pb.gz").exists());
+    assert!(plain_out.join("profile.pb.gz").exists());
 }

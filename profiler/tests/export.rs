@@ -854,6 +854,7 @@ fn the_preload_library_alone_serves_go_tool_pprof() {
         Command::new(release.join("demo-workload"))
             .args(["--seconds", "9"])
             .env("UNWIND_PROFILER_OUTPUT", dir.join("out")),
+        "libunwind_profiler_preload.so",
     );
     let url = url.replace("?seconds=N", "?seconds=2");
     let top = go_pprof_top(&dir, &url);
@@ -919,6 +920,7 @@ fn the_preload_library_alone_serves_the_heap_profile() {
             .arg("40")
             .env("UNWIND_PROFILER_OUTPUT", dir.join("out"))
             .env("UNWIND_PROFILER_ALLOC", "1"),
+        "libunwind_profiler_preload_alloc.so",
     );
     let url = url.replace("/debug/pprof/profile?seconds=N", "/debug/pprof/heap");
     std::thread::sleep(Duration::from_secs(2));
@@ -953,14 +955,12 @@ fn the_preload_library_alone_serves_the_heap_profile() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Starts `cmd` under the preload library alone with the pull endpoint on a free loopback
-/// port; returns the process and the URL it said it serves (`...?seconds=N`).
-fn serving(cmd: &mut Command) -> (std::process::Child, String) {
+/// Starts `cmd` under the preload library alone (`library`, a build in the release directory)
+/// with the pull endpoint on a free loopback port; returns the process and the URL it said it
+/// serves (`...?seconds=N`).
+fn serving(cmd: &mut Command, library: &str) -> (std::process::Child, String) {
     let mut run = cmd
-        .env(
-            "LD_PRELOAD",
-            release_dir().join("libunwind_profiler_preload.so"),
-        )
+        .env("LD_PRELOAD", release_dir().join(library))
         .env("UNWIND_PROFILER_PPROF_LISTEN", "127.0.0.1:0")
         .env_remove("UNWIND_PROFILER_RECORD")
         .env_remove("UNWIND_PROFILER_EXPORT")

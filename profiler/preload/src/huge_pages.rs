@@ -26,7 +26,35 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
+#[cfg(feature = "alloc-hooks")]
 use crate::malloc::{real_alloc, real_release};
+
+/// The C library's `malloc` (or `posix_memalign` for a larger alignment), as `System` calls it:
+/// without the hooks, the exported functions are the real ones.
+#[cfg(not(feature = "alloc-hooks"))]
+fn real_alloc(size: usize, align: usize) -> *mut u8 {
+    if align <= 16 && align <= size {
+        // SAFETY: malloc of a non-zero size (a Layout's).
+        unsafe { libc::malloc(size).cast() }
+    } else {
+        let mut out = ptr::null_mut();
+        // SAFETY: posix_memalign with an out-pointer of ours and a power-of-two alignment of at
+        // least a pointer's.
+        let rc = unsafe { libc::posix_memalign(&mut out, align.max(size_of::<usize>()), size) };
+        if rc == 0 {
+            out.cast()
+        } else {
+            ptr::null_mut()
+        }
+    }
+}
+
+/// The C library's `free`.
+#[cfg(not(feature = "alloc-hooks"))]
+fn real_release(p: *mut u8) {
+    // SAFETY: a block of `real_alloc`'s.
+    unsafe { libc::free(p.cast()) }
+}
 use std::ptr;
 
 /// A huge page.

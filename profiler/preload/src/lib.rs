@@ -35,6 +35,11 @@
 //!   thread does not exist there, and nothing runs at its exit); a program it `exec`s is,
 //!   writing `STEM-COMM-PID.*` beside the first process's outputs.
 //!
+//! - **Allocations**: the build with the `alloc-hooks` feature
+//!   (`libunwind_profiler_preload_alloc.so`, crate `unwind-profiler-preload-alloc`) also
+//!   interposes the allocator's entry points (see `malloc.rs`) and samples allocations when
+//!   `UNWIND_PROFILER_ALLOC` asks; the build without them says so and profiles CPU time only.
+//!
 //! Nothing here may change what the program does: a setting that cannot be read or a profiler
 //! that cannot start prints one line on stderr and the program runs unprofiled.
 #![cfg_attr(test, allow(dead_code))]
@@ -47,6 +52,7 @@ use unwind_profiler::{Config, Profiler};
 
 mod dlopen;
 mod huge_pages;
+#[cfg(feature = "alloc-hooks")]
 mod malloc;
 mod mmap;
 mod signals;
@@ -84,6 +90,14 @@ extern "C" fn start() {
             return;
         }
     };
+    // Allocations reach the profiler only through the hooks of the build that has them.
+    if config.alloc_interval.is_some() && !cfg!(feature = "alloc-hooks") {
+        eprintln!(
+            "unwind-profiler: allocations are sampled by libunwind_profiler_preload_alloc.so, \
+             not this library: profiling CPU time only"
+        );
+        config.alloc_interval = None;
+    }
     // Captured samples are written at exit by the process itself: such a process is profiled
     // on its own.
     if let Some(name) = std::env::var(unwind_profiler::session::SESSION_VAR)

@@ -15,8 +15,11 @@ use unwind_profiler::periods::Periods;
 use unwind_profiler::session::{Server, KEY_VAR, RULES_CACHE_VAR, SESSION_VAR};
 
 const LIBRARY: &str = "libunwind_profiler_preload.so";
-/// The musl build of the preload library, when installed next to the command.
+/// The build of the preload library that interposes the allocator, preloaded with `--alloc`.
+const ALLOC_LIBRARY: &str = "libunwind_profiler_preload_alloc.so";
+/// The musl builds of the two, when installed next to the command.
 const MUSL_LIBRARY: &str = "libunwind_profiler_preload-musl.so";
+const MUSL_ALLOC_LIBRARY: &str = "libunwind_profiler_preload_alloc-musl.so";
 
 /// The exit status of a run whose profile could not be written (sysexits.h: an output file
 /// cannot be created).
@@ -144,11 +147,21 @@ fn parse(args: Vec<OsString>) -> Result<Option<Request>, String> {
     Ok(Some(r))
 }
 
-/// The preload library: given, or next to this executable; for a program whose loader is
-/// musl's (`musl`), the musl build: `UNWIND_PROFILER_MUSL_LIBRARY`, else
-/// `libunwind_profiler_preload-musl.so` next to this executable, else where
+/// The preload library: given, or next to this executable (with `alloc`, the build that
+/// interposes the allocator, `libunwind_profiler_preload_alloc.so`); for a program whose loader
+/// is musl's (`musl`), the musl build: `UNWIND_PROFILER_MUSL_LIBRARY`, else
+/// `libunwind_profiler_preload[_alloc]-musl.so` next to this executable, else where
 /// `scripts/build-musl` puts it in the same cargo target directory.
-fn find_library(given: Option<PathBuf>, musl: bool) -> Result<PathBuf, String> {
+fn find_library(given: Option<PathBuf>, musl: bool, alloc: bool) -> Result<PathBuf, String> {
+    let (library, musl_library, package) = if alloc {
+        (
+            ALLOC_LIBRARY,
+            MUSL_ALLOC_LIBRARY,
+            "unwind-profiler-preload-alloc",
+        )
+    } else {
+        (LIBRARY, MUSL_LIBRARY, "unwind-profiler-preload")
+    };
     let here =
         std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let path = match given.or_else(|| std::env::var_os("UNWIND_PROFILER_LIBRARY").map(Into::into)) {
@@ -158,11 +171,11 @@ fn find_library(given: Option<PathBuf>, musl: bool) -> Result<PathBuf, String> {
                 .map(PathBuf::from)
                 .into_iter()
                 .chain([
-                    here.with_file_name(MUSL_LIBRARY),
+                    here.with_file_name(musl_library),
                     here.with_file_name("..")
                         .join(format!("{}-unknown-linux-musl", std::env::consts::ARCH))
                         .join(here.parent().and_then(Path::file_name).unwrap_or_default())
-                        .join(LIBRARY),
+                        .join(library),
                 ])
                 .collect();
             match candidates.iter().find(|p| p.is_file()) {
@@ -179,11 +192,11 @@ fn find_library(given: Option<PathBuf>, musl: bool) -> Result<PathBuf, String> {
                 }
             }
         }
-        None => here.with_file_name(LIBRARY),
+        None => here.with_file_name(library),
     };
     if !path.is_file() {
         return Err(format!(
-            "the preload library {} does not exist (build it with `cargo build --release -p unwind-profiler-preload`, or pass --library)",
+            "the preload library {} does not exist (build it with `cargo build --release -p {package}`, or pass --library)",
             path.display()
         ));
     }
@@ -459,7 +472,7 @@ fn main() -> ExitCode {
         }
     };
     let musl = resolve_program(&request.program[0]).is_some_and(|p| uses_musl(&p));
-    let library = match find_library(request.library, musl) {
+    let library = match find_library(request.library, musl, config.alloc_interval.is_some()) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("unwind-profiler: {e}");

@@ -63,13 +63,23 @@ fn target_dir() -> PathBuf {
 
 /// The row's preload library, which must have been built (see the module docs).
 fn preload_library() -> PathBuf {
-    let lib = row()
-        .release_dir(&target_dir())
-        .join("libunwind_profiler_preload.so");
+    built_library("libunwind_profiler_preload.so", "unwind-profiler-preload")
+}
+
+/// The row's build of the preload library with the allocator's hooks.
+fn alloc_library() -> PathBuf {
+    built_library(
+        "libunwind_profiler_preload_alloc.so",
+        "unwind-profiler-preload-alloc",
+    )
+}
+
+/// The row's `file`, the build of `package`, which must have been built.
+fn built_library(file: &str, package: &str) -> PathBuf {
+    let lib = row().release_dir(&target_dir()).join(file);
     assert!(
         lib.is_file(),
-        "{} is missing: build it first with `cargo build --release --target {} \
-         -p unwind-profiler-preload`",
+        "{} is missing: build it first with `cargo build --release --target {} -p {package}`",
         lib.display(),
         row().rust_target
     );
@@ -762,7 +772,7 @@ fn allocations_of_a_known_program() {
     let (output, took) = run_under_qemu(
         &exe,
         &["100"],
-        Some((&preload_library(), &out)),
+        Some((&alloc_library(), &out)),
         &[("UNWIND_PROFILER_ALLOC", "1")],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
