@@ -576,7 +576,7 @@ fn the_preload_library_alone_samples_allocations_too() {
     let bytes = std::fs::read(&plain).unwrap();
     let file = object::File::parse(&*bytes).unwrap();
     let defined: Vec<String> = object::Object::dynamic_symbols(&file)
-        .filter(|s| object::ObjectSymbol::is_definition(s))
+        .filter(object::ObjectSymbol::is_definition)
         .filter_map(|s| object::ObjectSymbol::name(&s).ok().map(str::to_owned))
         .collect();
     for f in ["malloc", "free", "calloc", "realloc", "posix_memalign"] {
