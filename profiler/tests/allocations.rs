@@ -305,7 +305,38 @@ fn record_alloc_estimates_each_chain_and_what_stays_live() {
     check_heap(&out, &truth);
     check_with_go_pprof(&out);
     // The CPU profile is written as ever, beside it.
-    assert!(runs::check_outputs_and("record --alloc", &out, 1) > 0);
+    assert!(runs::check_outputs_and("record --alloc", &out, 3) > 0);
+    // The flame graphs of bytes allocated and live: each chain that allocates is in the first,
+    // only those that keep blocks in the second.
+    let alloc_svg = svg::svg_text(&std::fs::read_to_string(out.join("profile.alloc.svg")).unwrap());
+    let inuse_svg = svg::svg_text(&std::fs::read_to_string(out.join("profile.inuse.svg")).unwrap());
+    for f in [
+        "make_node",
+        "zeroed_tables",
+        "grow_buffer",
+        "aligned_blocks",
+        "keep_live",
+        "leak_strings",
+    ] {
+        assert!(
+            alloc_svg.contains(f),
+            "{f} not in the allocation flame graph"
+        );
+    }
+    for f in ["keep_live", "leak_strings"] {
+        assert!(inuse_svg.contains(f), "{f} not in the live flame graph");
+    }
+    for f in [
+        "make_node",
+        "zeroed_tables",
+        "grow_buffer",
+        "aligned_blocks",
+    ] {
+        assert!(
+            !inuse_svg.contains(f),
+            "{f} freed all, but is in the live flame graph"
+        );
+    }
 }
 
 /// Runs `cmd` (its stdout to `dir/stdout`), killing it if it hangs ([`runs::HANG`]), and

@@ -503,8 +503,8 @@ fn gcc_driver_and_the_programs_it_execs() {
         .collect();
     assert_eq!(
         files.len(),
-        6,
-        "one set of outputs and a heap profile: {files:?}"
+        8,
+        "one set of outputs, a heap profile and its two flame graphs: {files:?}"
     );
     let all = check_profile(&out, STEM, 400, 1.0);
     // cc1's allocations are among them, named.

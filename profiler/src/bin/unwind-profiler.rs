@@ -729,7 +729,7 @@ fn main() -> ExitCode {
                     dir.display(),
                     config.stem,
                     if profile.heap.is_some() {
-                        ",heap.pb.gz"
+                        ",heap.pb.gz,alloc.svg,inuse.svg"
                     } else {
                         ""
                     }

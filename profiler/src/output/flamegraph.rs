@@ -39,6 +39,49 @@ pub fn write(profile: &Profile, w: &mut dyn Write) -> io::Result<()> {
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
 }
 
+/// The heap profile's flame graphs: of the bytes allocated, or of those live at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapGraph {
+    /// `alloc_space`: every byte allocated, by where.
+    Allocated,
+    /// `inuse_space`: the bytes still live, by where they were allocated.
+    Live,
+}
+
+/// Writes a flame graph of `profile`'s heap profile as SVG, its widths bytes (an empty one,
+/// "no samples", without allocations there).
+pub fn write_heap(profile: &Profile, graph: HeapGraph, w: &mut dyn Write) -> io::Result<()> {
+    let (lines, what) = match graph {
+        HeapGraph::Allocated => (
+            folded::heap_lines(profile, |s| s.alloc_bytes),
+            "bytes allocated",
+        ),
+        HeapGraph::Live => (
+            folded::heap_lines(profile, |s| s.inuse_bytes),
+            "bytes live at the end",
+        ),
+    };
+    let total: u64 = profile.heap.as_ref().map_or(0, |h| {
+        h.totals()[if graph == HeapGraph::Allocated { 1 } else { 3 }]
+    });
+    let title = format!("{}: {total} {what}", file_name(&profile.program));
+    if lines.is_empty() {
+        return write_empty(&title, w);
+    }
+    let mut options = Options::default();
+    options.title = title;
+    options.subtitle = Some(format!(
+        "{} (pid {}), estimated from one sample per {} bytes allocated on average",
+        profile.program,
+        profile.pid,
+        profile.heap.as_ref().map_or(0, |h| h.interval)
+    ));
+    options.count_name = "bytes".to_string();
+    options.hash = true;
+    options.deterministic = true;
+    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
+}
+
 /// The line under the title: what one sample stands for.
 fn subtitle(profile: &Profile) -> String {
     let clock = if profile.wall_clock {

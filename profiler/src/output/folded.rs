@@ -60,6 +60,25 @@ pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
     stacks
 }
 
+/// The folded lines of `profile`'s heap profile, `STACK VALUE` (each site's `value`: bytes
+/// allocated, say), sorted as [`lines`] are; sites whose value is 0 are left out, and so is
+/// everything without a heap profile.
+pub fn heap_lines(profile: &Profile, value: fn(&crate::profile::HeapSite) -> u64) -> Vec<String> {
+    let mut per_text: HashMap<String, u64> = HashMap::new();
+    for site in profile.heap.iter().flat_map(|h| &h.sites) {
+        let v = value(site);
+        if v > 0 {
+            *per_text.entry(stack_text(profile, site.stack)).or_default() += v;
+        }
+    }
+    let mut stacks: Vec<(String, u64)> = per_text.into_iter().collect();
+    stacks.sort_by(|(a_text, a), (b_text, b)| b.cmp(a).then_with(|| a_text.cmp(b_text)));
+    stacks
+        .into_iter()
+        .map(|(text, count)| format!("{text} {count}"))
+        .collect()
+}
+
 /// The folded lines, `STACK COUNT`, without line ends.
 pub fn lines(profile: &Profile) -> Vec<String> {
     stacks(profile)

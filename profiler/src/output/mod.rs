@@ -10,6 +10,7 @@
 //! | `STEM.firefox.json.gz` | gzipped Firefox Profiler processed profile ([`firefox`]) | <https://profiler.firefox.com> (load the file as is) |
 //! | `STEM.summary.txt` | the run's counters and top functions ([`summary`]) | a person |
 //! | `STEM.heap.pb.gz` | with allocations sampled: a heap profile as Go's ([`pprof::build_heap`]) | `go tool pprof -sample_index=inuse_space` |
+//! | `STEM.alloc.svg`, `STEM.inuse.svg` | with allocations sampled: flame graphs of the bytes allocated and of those live at the end ([`flamegraph::write_heap`]) | a web browser |
 //!
 //! The files are written safely in a directory other users may reach: see [`write_all_with_mode`]
 //! and [`check_directory`].
@@ -61,6 +62,11 @@ pub struct Outputs {
     pub summary: PathBuf,
     /// `STEM.heap.pb.gz`: the heap profile, written when the profile has one.
     pub heap: PathBuf,
+    /// `STEM.alloc.svg`: the flame graph of the bytes allocated, written with the heap profile.
+    pub alloc_flamegraph: PathBuf,
+    /// `STEM.inuse.svg`: the flame graph of the bytes live at the end, written with the heap
+    /// profile.
+    pub inuse_flamegraph: PathBuf,
 }
 
 impl Outputs {
@@ -74,6 +80,8 @@ impl Outputs {
             firefox: path("firefox.json.gz"),
             summary: path("summary.txt"),
             heap: path("heap.pb.gz"),
+            alloc_flamegraph: path("alloc.svg"),
+            inuse_flamegraph: path("inuse.svg"),
         }
     }
 
@@ -148,11 +156,16 @@ pub fn write_all_with_mode(
     ];
     let mut failed: Vec<(&Path, io::Error)> = Vec::new();
     let write_heap = |w: &mut dyn Write| pprof::write_heap(profile, w);
-    let heap: Option<(&Path, &str, Body)> =
-        profile
-            .heap
-            .is_some()
-            .then_some((&outputs.heap, "heap.pb.gz", &write_heap));
+    let write_alloc =
+        |w: &mut dyn Write| flamegraph::write_heap(profile, flamegraph::HeapGraph::Allocated, w);
+    let write_inuse =
+        |w: &mut dyn Write| flamegraph::write_heap(profile, flamegraph::HeapGraph::Live, w);
+    let heap: [(&Path, &str, Body); 3] = [
+        (&outputs.heap, "heap.pb.gz", &write_heap),
+        (&outputs.alloc_flamegraph, "alloc.svg", &write_alloc),
+        (&outputs.inuse_flamegraph, "inuse.svg", &write_inuse),
+    ];
+    let heap = heap.into_iter().filter(|_| profile.heap.is_some());
     for (path, ext, body) in files.into_iter().chain(heap) {
         let name = format!("{stem}.{ext}");
         if let Err(e) = out.write_file(name.as_bytes(), mode, body) {
