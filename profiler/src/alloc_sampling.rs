@@ -140,7 +140,9 @@ impl LiveHeap {
                 // The id first: a reader never sees this key's old id on the next address.
                 id.store(0, Release);
                 key.store(0, Release);
-                let _ = f.fetch_update(Relaxed, Relaxed, |n| (n != u8::MAX).then(|| n - 1));
+                let _ = f.fetch_update(Relaxed, Relaxed, |n| {
+                    (n != u8::MAX).then(|| n.saturating_sub(1))
+                });
                 return true;
             }
         }
