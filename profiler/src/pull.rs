@@ -150,15 +150,8 @@ pub fn serve(listener: TcpListener, windows: Arc<dyn Windows>) -> std::io::Resul
 fn answer(stream: TcpStream, windows: &dyn Windows) -> std::io::Result<()> {
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(Duration::from_secs(30)))?;
-    if let Err(why) = peer_allowed(&stream) {
-        let mut stream = stream;
-        return respond(
-            &mut stream,
-            "403 Forbidden",
-            "text/plain",
-            format!("{why}\n").as_bytes(),
-        );
-    }
+    // The request is read before any answer, a refusal's too: a socket closed with bytes
+    // unread is reset, and the client may lose the answer.
     let mut reader = BufReader::new(std::io::Read::take(stream.try_clone()?, MAX_REQUEST_HEAD));
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -170,6 +163,14 @@ fn answer(stream: TcpStream, windows: &dyn Windows) -> std::io::Result<()> {
         }
     }
     let mut stream = stream;
+    if let Err(why) = peer_allowed(&stream) {
+        return respond(
+            &mut stream,
+            "403 Forbidden",
+            "text/plain",
+            format!("{why}\n").as_bytes(),
+        );
+    }
     match parse_request_line(&line) {
         Request::Profile { seconds } => {
             if !windows.start_window() {
