@@ -161,15 +161,6 @@ impl LiveHeap {
             }
         }
     }
-
-    /// Empties the table (a forked child's, whose allocations the parent sampled).
-    pub fn clear(&self) {
-        for (key, id) in self.keys.iter().zip(&self.ids) {
-            id.store(0, Relaxed);
-            key.store(0, Relaxed);
-        }
-        self.filter.iter().for_each(|f| f.store(0, Relaxed));
-    }
 }
 
 /// Threads whose countdowns the table holds at once.
@@ -215,8 +206,6 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static TRACKING: AtomicBool = AtomicBool::new(false);
 /// The mean spacing of sample points, in bytes.
 static MEAN: AtomicU64 = AtomicU64::new(crate::byte_sampling::DEFAULT_MEAN);
-/// Threads that found no entry (their allocations are not sampled).
-static NO_ENTRY: AtomicU64 = AtomicU64::new(0);
 
 /// Starts sampling allocations, one sample point every `mean` bytes on average. Called once
 /// sampling runs (the records, rings and tables exist).
@@ -239,11 +228,6 @@ pub fn enabled() -> bool {
 /// The mean spacing of sample points, in bytes.
 pub fn mean() -> u64 {
     MEAN.load(Relaxed)
-}
-
-/// Threads whose allocations could not be sampled because every countdown was taken.
-pub fn threads_without_countdown() -> u64 {
-    NO_ENTRY.load(Relaxed)
 }
 
 /// The calling thread's entry, claimed on its first allocation; `None` if all are taken.
@@ -278,7 +262,6 @@ fn claim(me: usize, first: usize) -> Option<&'static ThreadEntry> {
             return Some(e);
         }
     }
-    NO_ENTRY.fetch_add(1, Relaxed);
     None
 }
 
