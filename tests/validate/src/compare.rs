@@ -24,7 +24,9 @@ pub const EXAMPLES: usize = 5;
 pub enum Class {
     /// Same address.
     Identical,
-    /// Breakpad found its frame by stack scanning or its frame-pointer heuristic, not CFI.
+    /// Breakpad found its frame, or a frame below it that it went on from, by stack scanning
+    /// or its frame-pointer heuristic, not CFI (a frame-pointer step can give the right return
+    /// address with a wrong stack pointer, which the next CFI step then starts from).
     BreakpadScanned,
     /// Our frame came from a fallback (frame pointer, or the link register for a leaf).
     OurFallback,
@@ -102,7 +104,7 @@ impl Class {
     pub fn describe(self) -> &'static str {
         match self {
             Class::Identical => "identical",
-            Class::BreakpadScanned => "Breakpad stack-scanned or guessed (frame pointer)",
+            Class::BreakpadScanned => "Breakpad stack-scanned or guessed (frame pointer), here or below",
             Class::OurFallback => "our fallback (frame pointer or link register)",
             Class::ExidxPrologue => "prologue/epilogue on EXIDX",
             Class::SignalFrame => "signal frame",
@@ -324,7 +326,7 @@ pub fn compare(
                 (Some(_), Some(_)) if repeats_above_resolver(sample, theirs, i) => {
                     Class::BreakpadAfterResolver
                 }
-                _ => classify(sample, i, o, t, offline, symbols),
+                _ => classify(sample, i, o, t, theirs, offline, symbols),
             };
             if c != Class::Identical {
                 first = Some((i, c));
@@ -433,12 +435,19 @@ fn repeats_above_resolver(sample: &Sample, theirs: &[BreakpadFrame], i: usize) -
         && theirs[..i - 1].iter().rev().take(2).any(in_loader)
 }
 
+/// Whether each of Breakpad's frames 1 to `i - 1` came from CFI.
+fn bp_chain_is_cfi(theirs: &[BreakpadFrame], i: usize) -> bool {
+    theirs.iter().take(i).skip(1).all(|f| is_cfi(f.trust))
+}
+
 /// The cause of the first difference, at frame `i`.
+#[allow(clippy::too_many_arguments)]
 fn classify(
     sample: &Sample,
     i: usize,
     ours: Option<u64>,
     theirs: Option<&BreakpadFrame>,
+    bp_frames: &[BreakpadFrame],
     offline: Option<&OurWalk>,
     symbols: &dyn Fn(u64) -> Option<SymbolSource>,
 ) -> Class {
@@ -456,7 +465,7 @@ fn classify(
     {
         return Class::HandlerInstall;
     }
-    if theirs.is_some_and(|t| !is_cfi(t.trust)) {
+    if theirs.is_some_and(|t| !is_cfi(t.trust)) || !bp_chain_is_cfi(bp_frames, i) {
         return Class::BreakpadScanned;
     }
     if let Some(w) = offline {
@@ -648,6 +657,29 @@ mod tests {
             &mut t,
         );
         assert_eq!(t.classes.get(&Class::SignalFrame), Some(&1));
+    }
+
+    #[test]
+    fn a_cfi_frame_above_a_frame_pointer_step_is_breakpads_guess() {
+        // Frame 2's return address is right, found through the frame pointer; the stack
+        // pointer it gives frame 3's CFI step is not.
+        let s = sample(&[0x1100, 0x1200, 0x1300, 0x1400]);
+        let theirs = bp(&[
+            (0x1100, FrameTrust::Context),
+            (0x1200, CFI),
+            (0x1300, FrameTrust::FramePointer),
+            (0x1480, CFI),
+        ]);
+        let mut t = Tally::default();
+        compare(
+            &s,
+            &theirs,
+            Some(&offline(&s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
+        assert!(t.genuine.is_empty(), "{:?}", t.genuine);
+        assert_eq!(t.classes.get(&Class::BreakpadScanned), Some(&1));
     }
 
     #[test]
