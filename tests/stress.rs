@@ -9,6 +9,13 @@
 //! of the stack, and every retired table is freed at the end.
 //!
 //! Prints a summary and ends with `stress: N passed, M failed` (exit status 1 if M > 0).
+//!
+//! With `STRESS_ALLOCATION_SAMPLING=LIBRARY` (the profiler's allocation hooks' build,
+//! `libunwind_profiler_preload_alloc.so`), the same test runs again as a child under that
+//! library with allocations sampled every 4 KiB on average (the loader's allocations in the
+//! `dlopen` churn among them), and the parent checks the child's checks and the profiler's
+//! summary: allocation samples taken, none refused because the thread was already in the
+//! sampling path (which an allocation made by the sampling path itself would be), no drops.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -727,7 +734,49 @@ fn describe(rec: &Rec, names: &mut Names<'_>, epochs: &[Epoch]) -> String {
 
 // ---------------------------------------------------------------------------------------------
 
+/// Runs this test again under the profiler's allocation hooks (see the module's doc) and ends
+/// the process with the outcome.
+fn under_allocation_sampling(library: std::ffi::OsString) -> ! {
+    let mut checks = Checks::new();
+    let out = std::env::temp_dir().join(format!("stress-alloc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let exe = std::env::current_exe().expect("current_exe");
+    let status = std::process::Command::new(exe)
+        .env_remove("STRESS_ALLOCATION_SAMPLING")
+        .env("LD_PRELOAD", &library)
+        .env("UNWIND_PROFILER_ALLOC_INTERVAL", "4k")
+        .env("UNWIND_PROFILER_OUTPUT", &out)
+        .env("UNWIND_PROFILER_QUIET", "1")
+        .status()
+        .expect("run the stress test under the allocation hooks");
+    checks.check(
+        status.success(),
+        format!("under allocation sampling, the stress test's own checks pass ({status})"),
+    );
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap_or_default();
+    let line = |prefix: &str| summary.lines().find(|l| l.starts_with(prefix));
+    let samples = line("allocations ")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    println!("stress under allocation sampling: {samples} allocation samples");
+    checks.check(
+        samples >= 100,
+        format!("allocation samples taken: {samples} (>= 100)"),
+    );
+    let not_taken = line("allocation samples not taken").unwrap_or("");
+    checks.check(
+        not_taken.is_empty(),
+        format!("no allocation sample refused or dropped ({not_taken:?})"),
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    checks.finish("stress under allocation sampling");
+    std::process::exit(0);
+}
+
 fn main() {
+    if let Some(library) = std::env::var_os("STRESS_ALLOCATION_SAMPLING") {
+        under_allocation_sampling(library);
+    }
     let wall = Instant::now();
     let env_seconds = std::env::var("STRESS_SECONDS")
         .ok()
