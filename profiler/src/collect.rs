@@ -1164,6 +1164,7 @@ impl Collector {
             refreshes: process.refreshes.load(Relaxed),
             collector_cpu: self.busy,
             stack_scanning: process.scanning.load(Relaxed) != 0,
+            cpu_not_sampled: process.cpu_off.load(Relaxed) != 0,
             ..Counters::default()
         };
         let mut dropped = [0u64; DropReason::ALL.len()];

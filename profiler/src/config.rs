@@ -92,6 +92,9 @@ pub struct Config {
     /// bytes allocated on average (see [`crate::alloc_sampling`]), written as a heap profile
     /// beside the CPU one.
     pub alloc_interval: Option<u64>,
+    /// Whether the threads' CPU time is sampled (their timers started); `false` with
+    /// `--alloc-only`, where only allocations are (the CPU outputs then hold no samples).
+    pub sample_cpu: bool,
 }
 
 impl Default for Config {
@@ -119,6 +122,7 @@ impl Default for Config {
             keep_periods: 100,
             pprof_listen: None,
             alloc_interval: None,
+            sample_cpu: true,
         }
     }
 }
@@ -244,6 +248,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "",
         env: "UNWIND_PROFILER_ALLOC",
         help: "also sample the program's allocations (malloc, calloc, realloc, the aligned ones, C++ new through them), by bytes as tcmalloc and Go do, one sample every 512 KiB allocated on average, each unwound where it was made: STEM.heap.pb.gz is a heap profile (alloc_objects, alloc_space, inuse_objects, inuse_space, as Go's; go tool pprof -sample_index=inuse_space) and the summary lists the top allocation sites",
+    },
+    OptionSpec {
+        flag: "--alloc-only",
+        value: "",
+        env: "UNWIND_PROFILER_ALLOC_ONLY",
+        help: "sample allocations as --alloc does (which it implies), and not CPU time: no timer and no signal in the program; the CPU outputs hold no samples",
     },
     OptionSpec {
         flag: "--alloc-interval",
@@ -531,6 +541,11 @@ impl Config {
                     c.alloc_interval
                         .get_or_insert(crate::byte_sampling::DEFAULT_MEAN);
                 }
+                "UNWIND_PROFILER_ALLOC_ONLY" if !matches!(v.trim(), "" | "0") => {
+                    c.alloc_interval
+                        .get_or_insert(crate::byte_sampling::DEFAULT_MEAN);
+                    c.sample_cpu = false;
+                }
                 "UNWIND_PROFILER_ALLOC_INTERVAL" => {
                     c.alloc_interval = Some(
                         parse_bytes(&v)
@@ -604,6 +619,7 @@ impl Config {
             stack_scanning: self.stack_scanning,
             capture_samples: self.capture_samples,
             alloc_mean: self.alloc_interval,
+            cpu: self.sample_cpu,
         }
     }
 }
@@ -700,6 +716,24 @@ mod tests {
             ])
             .unwrap(),
             Some(8192)
+        );
+        // Allocations alone: sampled at the interval given or the default, and no CPU time.
+        let only = |pairs: &[(&str, &str)]| {
+            let c = Config::from_vars(vars(pairs)).unwrap();
+            (c.alloc_interval, c.sample_cpu)
+        };
+        assert_eq!(only(&[]), (None, true));
+        assert_eq!(only(&[("UNWIND_PROFILER_ALLOC_ONLY", "0")]), (None, true));
+        assert_eq!(
+            only(&[("UNWIND_PROFILER_ALLOC_ONLY", "1")]),
+            (Some(512 * 1024), false)
+        );
+        assert_eq!(
+            only(&[
+                ("UNWIND_PROFILER_ALLOC_ONLY", "1"),
+                ("UNWIND_PROFILER_ALLOC_INTERVAL", "8k")
+            ]),
+            (Some(8192), false)
         );
     }
 

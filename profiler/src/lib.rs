@@ -396,6 +396,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Whether CPU time is sampled (default `true`); `false` with
+    /// [`sample_allocations`](Self::sample_allocations) profiles allocations alone: no timer
+    /// and no signal in the program.
+    pub fn sample_cpu(mut self, on: bool) -> Self {
+        self.config.sample_cpu = on;
+        self
+    }
+
     /// Where profiles (and period files) are written.
     pub fn output(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.config.output = Some(dir.into());

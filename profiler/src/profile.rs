@@ -122,6 +122,9 @@ pub struct Counters {
     pub frames: u64,
     /// Whether walks scanned the stack (`--stack-scanning`).
     pub stack_scanning: bool,
+    /// Whether the processes sampled allocations alone (`--alloc-only`): no timer ran, and the
+    /// CPU profile is empty by design.
+    pub cpu_not_sampled: bool,
     /// Of the frames, those found by stack scanning.
     pub scanned_frames: u64,
     /// Rule-cache hits and misses of the sampled threads.
@@ -377,6 +380,7 @@ impl Counters {
         add_named(&mut self.stops, &other.stops);
         self.frames += other.frames;
         self.stack_scanning |= other.stack_scanning;
+        self.cpu_not_sampled |= other.cpu_not_sampled;
         self.scanned_frames += other.scanned_frames;
         self.cache_hits += other.cache_hits;
         self.cache_misses += other.cache_misses;

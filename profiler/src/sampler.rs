@@ -497,6 +497,8 @@ pub struct ProcessRecord {
     pub go_runtime: AtomicU64,
     /// The mean bytes between sampled allocations, 0 when allocations are not sampled.
     pub alloc_mean: AtomicU64,
+    /// 1 when CPU time is not sampled (allocations alone: no timers), else 0.
+    pub cpu_off: AtomicU64,
     /// Allocation samples stored.
     pub alloc_sampled: AtomicU64,
     /// Nanoseconds the stored allocation samples took in the allocator (unwind and store).
@@ -532,6 +534,7 @@ impl ProcessRecord {
             cpu_before_sampling: AtomicU64::new(0),
             go_runtime: AtomicU64::new(0),
             alloc_mean: AtomicU64::new(0),
+            cpu_off: AtomicU64::new(0),
             alloc_sampled: AtomicU64::new(0),
             alloc_ns: AtomicU64::new(0),
             alloc_drops: [const { AtomicU64::new(0) }; AllocDrop::ALL.len()],
@@ -577,6 +580,7 @@ impl ProcessRecord {
             (&self.table_rows, &parent.table_rows),
             (&self.go_runtime, &parent.go_runtime),
             (&self.alloc_mean, &parent.alloc_mean),
+            (&self.cpu_off, &parent.cpu_off),
         ] {
             to.store(from.load(Relaxed), Relaxed);
         }
@@ -606,6 +610,7 @@ impl ProcessRecord {
             && self.preload_ns.load(Relaxed) < 86_400 * 1_000_000_000
             && self.table_bytes.load(Relaxed) < MOST
             && self.alloc_mean.load(Relaxed) <= 1 << 30
+            && self.cpu_off.load(Relaxed) <= 1
             && self.alloc_ns.load(Relaxed) < 1 << 62
     }
 
@@ -678,6 +683,8 @@ pub struct Timing {
     /// With a value, allocations are sampled too, one sample point every this many bytes on
     /// average ([`crate::alloc_sampling`]).
     pub alloc_mean: Option<u64>,
+    /// Whether threads get timers (CPU time sampled); `false`: allocations alone.
+    pub cpu: bool,
 }
 
 /// Bytes of stack copied per captured sample.
@@ -758,12 +765,19 @@ pub fn install(timing: Timing) -> std::io::Result<()> {
         .store(crate::threads::trampoline_address(), Relaxed);
     p.preloaded
         .store(u64::from(PRELOADED.load(Relaxed)), Relaxed);
-    signals::own(timing.timer.signal, on_signal, on_signal_chained)?;
-    if timing.timer.choice == TimerChoice::PerfSigtrap && timing.timer.signal != libc::SIGTRAP {
+    // Allocations alone: no timer sends the signal, so the program's action for it stays.
+    if timing.cpu {
+        signals::own(timing.timer.signal, on_signal, on_signal_chained)?;
+    }
+    if timing.cpu
+        && timing.timer.choice == TimerChoice::PerfSigtrap
+        && timing.timer.signal != libc::SIGTRAP
+    {
         // A debugger's and a crash reporter's signal: the program's own always go on to it.
         signals::own(libc::SIGTRAP, on_signal_chained, on_signal_chained)?;
     }
     p.alloc_mean.store(timing.alloc_mean.unwrap_or(0), Relaxed);
+    p.cpu_off.store(u64::from(!timing.cpu), Relaxed);
     RUNNING.store(true, Release);
     Ok(())
 }
@@ -1110,6 +1124,10 @@ fn start_thread_registered(registered: bool) -> Option<usize> {
     s.owner.store(unwind_in_process::thread_pointer(), Release);
     s.signals_at_start.store(r.counters.signals.get(), Relaxed);
     r.cpu_at_start.store(thread_cpu_ns(tid), Relaxed);
+    if !timing.cpu {
+        // Allocations alone: the record and ring without a timer.
+        return Some(index);
+    }
     match timer::create(&timing.timer, index, tid) {
         Ok(t) => {
             if let Some(n) = process().threads_by_timer.get(t.kind()) {

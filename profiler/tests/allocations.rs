@@ -109,6 +109,14 @@ fn truths(stdout: &str) -> HashMap<String, Truth> {
         .collect()
 }
 
+/// The CPU timers the known program held at its end (its line `timers N`).
+fn timers(stdout: &str) -> usize {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("timers ")?.trim().parse().ok())
+        .expect("the program's timers line")
+}
+
 /// A function's name without the suffixes gcc gives its clones (`churn.constprop.0`) and with
 /// the C library's internal aliases as the public name (`__GI___strdup`, `__strdup`).
 fn plain(name: &str) -> String {
@@ -297,6 +305,8 @@ fn record_alloc_estimates_each_chain_and_what_stays_live() {
     let (stdout, _) = run_bounded(&mut cmd, &dir);
     let truth = truths(&stdout);
     assert_eq!(truth.len(), CHAINS.len());
+    // The program sees the CPU profiler's timer (which --alloc-only never makes).
+    assert!(timers(&stdout) > 0, "{stdout}");
     let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
     assert!(
         !summary.contains("allocation samples not taken"),
@@ -341,6 +351,39 @@ fn record_alloc_estimates_each_chain_and_what_stays_live() {
 
 /// Runs `cmd` (its stdout to `dir/stdout`), killing it if it hangs ([`runs::HANG`]), and
 /// checks that it succeeded; returns its stdout and stderr.
+#[test]
+fn record_alloc_only_samples_allocations_and_not_cpu_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !runs::have(&[("gcc", &["--version"])]) {
+        return;
+    }
+    let dir = runs::scratch("allocations-alone-record");
+    let exe = build(&dir);
+    let out = dir.join("out");
+    let mut cmd = runs::record(&out, &["--alloc-only"], &[exe.to_str().unwrap()]);
+    let (stdout, stderr) = run_bounded(&mut cmd, &dir);
+    let truth = truths(&stdout);
+    assert_eq!(truth.len(), CHAINS.len());
+    check_heap(&out, &truth);
+    assert_eq!(timers(&stdout), 0, "CPU timers with --alloc-only");
+    assert!(
+        stderr.contains("allocations alone") && stderr.contains("CPU not sampled (--alloc-only)"),
+        "{stderr}"
+    );
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    assert!(
+        summary.contains("\nCPU               not sampled"),
+        "{summary}"
+    );
+    assert!(!summary.contains("CPU time was not sampled"), "{summary}");
+    // No timer ran: the CPU profile is written, and holds no sample.
+    let bytes = std::fs::read(out.join("profile.pb.gz")).unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
+    let cpu = proto::Profile::decode(&raw[..]).unwrap();
+    assert_eq!(cpu.sample.len(), 0, "CPU samples with --alloc-only");
+}
+
 fn run_bounded(cmd: &mut Command, dir: &Path) -> (String, String) {
     let path = dir.join("stdout");
     cmd.stdout(std::fs::File::create(&path).unwrap());

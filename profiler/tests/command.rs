@@ -314,7 +314,7 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--keep-periods" => "5",
             "--pprof-listen" => "127.0.0.1:0",
             "--alloc-interval" => "64k",
-            "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" => "",
+            "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };
         // Both spellings of a value: `--flag VALUE` and `--flag=VALUE`.
@@ -342,7 +342,9 @@ fn every_option_reaches_the_program_as_its_variable() {
             let want = match o.flag {
                 // The command makes the directory absolute (the program may change its own).
                 "--output" => dir.join("out").display().to_string(),
-                "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" => "1".to_string(),
+                "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only" => {
+                    "1".to_string()
+                }
                 _ => value.to_string(),
             };
             assert!(

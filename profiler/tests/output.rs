@@ -163,6 +163,7 @@ fn sample_profile() -> Profile {
             stops: vec![("end-of-stack".to_string(), 10), ("no-rule".to_string(), 2)],
             frames: 40,
             stack_scanning: true,
+            cpu_not_sampled: false,
             scanned_frames: 3,
             cache_hits: 90,
             cache_misses: 10,

@@ -97,6 +97,8 @@ extern "C" fn start() {
              not this library: profiling CPU time only"
         );
         config.alloc_interval = None;
+        // Allocations alone, asked of the wrong library: CPU time rather than nothing.
+        config.sample_cpu = true;
     }
     // Captured samples are written at exit by the process itself: such a process is profiled
     // on its own.

@@ -561,11 +561,18 @@ fn main() -> ExitCode {
         );
     }
     if !config.quiet {
+        let what = if config.sample_cpu {
+            format!(
+                "at {} Hz of {} time",
+                config.frequency,
+                config.clock.time_name()
+            )
+        } else {
+            "allocations alone".to_string()
+        };
         eprintln!(
-            "unwind-profiler: recording {} at {} Hz of {} time into {}",
+            "unwind-profiler: recording {} {what} into {}",
             Path::new(&request.program[0]).display(),
-            config.frequency,
-            config.clock.time_name(),
             dir.display()
         );
     }
@@ -720,7 +727,11 @@ fn main() -> ExitCode {
                     }
                 }
                 let processes = profile.processes().len();
-                let mut line = format!("unwind-profiler: {} samples", profile.sample_count());
+                let mut line = if profile.counters.cpu_not_sampled {
+                    "unwind-profiler: CPU not sampled (--alloc-only)".to_string()
+                } else {
+                    format!("unwind-profiler: {} samples", profile.sample_count())
+                };
                 if processes > 1 {
                     line.push_str(&format!(" of {processes} processes"));
                 }

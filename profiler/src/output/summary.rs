@@ -128,6 +128,26 @@ pub fn text(profile: &Profile) -> String {
     } else {
         format!("{:.1} Hz", 1.0 / profile.interval.as_secs_f64())
     };
+    if c.cpu_not_sampled {
+        // Allocations alone: the CPU sections would be zeros.
+        line(format_args!(
+            "CPU               not sampled (allocations alone, --alloc-only: no timer, no signal)"
+        ));
+        line(format_args!(
+            "preload           {}, {} table bytes, {} rows, {} refreshes",
+            millis(c.preload_time),
+            c.table_bytes,
+            c.table_rows,
+            c.refreshes
+        ));
+        for (what, n) in &c.refused {
+            line(format_args!("refused           {n} {what}"));
+        }
+        for l in profile.heap.iter().flat_map(|h| heap_lines(profile, h)) {
+            line(format_args!("{l}"));
+        }
+        return s;
+    }
     line(format_args!(
         "rate              {rate} per thread (one sample per {} of {clock} time)",
         millis(profile.interval)
@@ -168,7 +188,7 @@ pub fn text(profile: &Profile) -> String {
             covered * 100.0 / c.sampled_cpu.as_secs_f64()
         ));
     }
-    if !c.process_cpu.is_zero() {
+    if !c.process_cpu.is_zero() && !c.cpu_not_sampled {
         line(format_args!(
             "CPU not sampled   {:.3} s of the processes' {:.3} s since sampling started ({}): threads without a timer or record (see \"threads not sampled\"), as the kernel counted it",
             c.unsampled_cpu.as_secs_f64(),
@@ -607,7 +627,10 @@ pub fn warnings(profile: &Profile) -> Vec<String> {
             ));
         }
     }
-    if c.unsampled_cpu >= Duration::from_millis(100) && c.unsampled_cpu * 10 > c.process_cpu {
+    if c.unsampled_cpu >= Duration::from_millis(100)
+        && c.unsampled_cpu * 10 > c.process_cpu
+        && !c.cpu_not_sampled
+    {
         out.push(format!(
             "{} of the processes' CPU time was not sampled ({:.3} s of {:.3} s): threads the profiler did not see start, or could not sample",
             percent(

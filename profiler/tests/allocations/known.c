@@ -2,10 +2,14 @@
  * (profiler/tests/allocations.rs). Each chain allocates a fixed number of bytes with its own
  * mix of sizes and calls; the program prints what each chain allocated and what it keeps live
  * to the end, as lines "CHAIN alloc BYTES live BYTES", which the test compares with the heap
- * profile's estimates. Argument: the MiB each chain allocates (default 800). */
+ * profile's estimates. Argument: the MiB each chain allocates (default 800). Last, the line
+ * "timers N": the CPU timers the process holds at the end (perf events among its descriptors,
+ * POSIX timers in /proc/self/timers), which a profiler of allocations alone never makes. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MB (1024UL * 1024UL)
 #define NOINLINE __attribute__((noinline))
@@ -128,6 +132,31 @@ NOINLINE static void leak_strings(void) {
     report("strdup", total, total);
 }
 
+/* The CPU timers this process holds: perf events and POSIX timers. */
+static int timers(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[64], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = 0;
+            n += strstr(target, "perf_event") != NULL;
+        }
+    }
+    if (d)
+        closedir(d);
+    FILE *f = fopen("/proc/self/timers", "r");
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        n += strncmp(line, "ID:", 3) == 0;
+    if (f)
+        fclose(f);
+    return n;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1)
         chain_mb = strtoul(argv[1], NULL, 10);
@@ -137,5 +166,6 @@ int main(int argc, char **argv) {
     aligned_blocks();
     keep_live();
     leak_strings();
+    printf("timers %d\n", timers());
     return 0;
 }
