@@ -4,10 +4,10 @@
 //!
 //! - **Which allocations**: each thread counts down the bytes it allocates to its next sample
 //!   point, drawn as [`byte_sampling`](crate::byte_sampling) describes; the path of an
-//!   allocation not sampled is a hash of the thread pointer, a load, a subtraction and a store.
-//!   The countdowns live in a fixed table of this library's, found by the thread pointer rather
-//!   than through thread-local storage (whose first use in a shared object may call `malloc`,
-//!   which is where this runs).
+//!   allocation not sampled is a load, a subtraction and a store. The countdowns live in each
+//!   thread's static TLS block, reached without a call (`static_tls`): Rust's thread-locals in
+//!   a shared object go through `__tls_get_addr`, which may call `malloc`, which is where this
+//!   runs; so every thread has one, however many there are.
 //! - **A sample**: the thread's stack, walked from the allocator hook's own frame with
 //!   [`unwind_in_process::unwind_here`], goes into the thread's ring with the size and an id
 //!   (see [`sampler::sample_allocation`]): no allocation,
@@ -26,7 +26,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize};
 
-use crate::sampler;
+use crate::{sampler, static_tls};
 
 /// Sampled addresses the live table holds at most.
 pub const LIVE_CAPACITY: usize = 1 << 16;
@@ -76,8 +76,10 @@ impl LiveHeap {
 
     #[inline(always)]
     fn filter_of(&self, address: u64) -> &AtomicU8 {
-        let i = (Self::hash(address) >> (64 - FILTER.trailing_zeros())) as usize;
-        // `i < FILTER` by the shift; the fallback keeps the path free of a panic.
+        // The address's bits above a block's 16-byte alignment, unhashed: two instructions on
+        // every `free`, and blocks live at once are spread over them.
+        let i = (address >> 4) as usize % FILTER;
+        // `i < FILTER`; the fallback keeps the path free of a panic.
         self.filter.get(i).unwrap_or(&self.filter[0])
     }
 
@@ -163,20 +165,15 @@ impl LiveHeap {
     }
 }
 
-/// Threads whose countdowns the table holds at once.
-const THREADS: usize = 4096;
-/// Entries a thread's lookup tries from its hash.
-const PROBES: usize = 8;
-
-/// One thread's countdown (see the module docs). Written by its thread only (and by that
-/// thread's signal handlers, which run to completion inside it).
-#[repr(C, align(64))]
+/// One thread's countdown (see the module docs), in the thread's own static TLS block
+/// ([`static_tls`]): zeroed in a new thread, written by that thread only (and by its signal
+/// handlers, which run to completion inside it).
+#[repr(C)]
 struct ThreadEntry {
-    /// The owner's thread pointer; 0: free.
-    owner: AtomicUsize,
     /// Bytes left before the next sample point.
     left: AtomicI64,
-    /// The random state of its draws.
+    /// The random state of its draws; 0 until the thread's first allocation draws its first
+    /// point.
     random: AtomicU64,
     /// Its record's index in the sampler plus one (0: not looked up yet).
     slot: AtomicUsize,
@@ -184,22 +181,16 @@ struct ThreadEntry {
     busy: AtomicBool,
     /// Set for the profiler's own threads, never sampled.
     ours: AtomicBool,
+    /// Set while the thread is inside an allocator function that counts its allocation itself
+    /// (see [`counted_once`]).
+    nested: AtomicBool,
 }
 
-impl ThreadEntry {
-    const fn new() -> ThreadEntry {
-        ThreadEntry {
-            owner: AtomicUsize::new(0),
-            left: AtomicI64::new(0),
-            random: AtomicU64::new(0),
-            slot: AtomicUsize::new(0),
-            busy: AtomicBool::new(false),
-            ours: AtomicBool::new(false),
-        }
-    }
-}
+const _: () = assert!(
+    std::mem::size_of::<ThreadEntry>() <= static_tls::BYTES
+        && std::mem::align_of::<ThreadEntry>() <= 8
+);
 
-static ENTRIES: [ThreadEntry; THREADS] = [const { ThreadEntry::new() }; THREADS];
 /// Whether allocations are sampled.
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Whether any allocation was sampled (until then a `free` looks at nothing).
@@ -230,56 +221,35 @@ pub fn mean() -> u64 {
     MEAN.load(Relaxed)
 }
 
-/// The calling thread's entry, claimed on its first allocation; `None` if all are taken.
+/// The calling thread's entry. The reference is used only while the calling function runs
+/// on this thread (the entry lives as long as the thread).
 #[inline(always)]
-fn entry() -> Option<&'static ThreadEntry> {
-    let me = unwind_in_process::thread_pointer();
-    let h = (me as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREADS.trailing_zeros());
-    let first = h as usize;
-    for i in 0..PROBES {
-        let e = ENTRIES.get((first + i) % THREADS)?;
-        if e.owner.load(Relaxed) == me {
-            return Some(e);
-        }
-    }
-    claim(me, first)
+fn entry() -> &'static ThreadEntry {
+    // SAFETY: the block is this thread's, `static_tls::BYTES` long and 8-aligned (checked
+    // above against the entry's size and alignment); it is only ever written as an entry, whose
+    // fields are atomics for which zero is valid.
+    unsafe { &*static_tls::block().cast::<ThreadEntry>() }
 }
 
-#[cold]
-#[inline(never)]
-fn claim(me: usize, first: usize) -> Option<&'static ThreadEntry> {
-    for i in 0..PROBES {
-        let e = ENTRIES.get((first + i) % THREADS)?;
-        if e.owner.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
-            e.slot.store(0, Relaxed);
-            e.busy.store(false, Relaxed);
-            e.ours.store(false, Relaxed);
-            let seed = (me as u64) ^ sampler::now_ns().rotate_left(32);
-            let sampler = crate::byte_sampling::ByteSampler::new(mean(), seed);
-            let (left, random) = sampler.parts();
-            e.left.store(left, Relaxed);
-            e.random.store(random, Relaxed);
-            return Some(e);
-        }
-    }
-    None
-}
-
-/// Gives the calling thread's countdown back (from its exit path).
-pub fn thread_exiting() {
-    let me = unwind_in_process::thread_pointer();
-    for e in &ENTRIES {
-        if e.owner.load(Relaxed) == me {
-            e.owner.store(0, Release);
-        }
-    }
+/// Runs `call`, the real function behind a hook that counts its allocation itself (`calloc`,
+/// `realloc`, the aligned ones): whatever allocations `call` makes through the hooked
+/// `malloc` (musl's `calloc` and `posix_memalign` call it) are neither counted down nor
+/// sampled, so that the caller's allocation counts once.
+#[inline(always)]
+pub fn counted_once<T>(call: impl FnOnce() -> T) -> T {
+    let e = entry();
+    let (left, outer) = (e.left.load(Relaxed), e.nested.load(Relaxed));
+    e.nested.store(true, Relaxed);
+    let out = call();
+    // Kept set for an outer hook's call (musl's `posix_memalign` calls `aligned_alloc`).
+    e.nested.store(outer, Relaxed);
+    e.left.store(left, Relaxed);
+    out
 }
 
 /// Marks the calling thread as the profiler's own: its allocations are never sampled.
 pub fn this_thread_is_ours() {
-    if let Some(e) = entry() {
-        e.ours.store(true, Relaxed);
-    }
+    entry().ours.store(true, Relaxed);
 }
 
 /// Notes an allocation of `size` bytes at `address` made by the caller of the calling
@@ -292,7 +262,7 @@ pub fn allocated(address: *mut u8, size: usize, skip: usize) {
     if !ENABLED.load(Relaxed) || address.is_null() {
         return;
     }
-    let Some(e) = entry() else { return };
+    let e = entry();
     // `left` is at least 0 between allocations and no block reaches 2^63 bytes: the
     // difference cannot wrap.
     let left = e.left.load(Relaxed).wrapping_sub(size as i64);
@@ -315,6 +285,23 @@ pub fn freed(address: *mut u8) {
 #[cold]
 #[inline(never)]
 fn sampled(e: &ThreadEntry, address: u64, size: u64, skip: usize) {
+    if e.nested.load(Relaxed) {
+        // Inside a hooked function that counts the allocation itself (its countdown is put
+        // back when the function returns).
+        return;
+    }
+    if e.random.load(Relaxed) == 0 {
+        // The thread's first allocation: its first point, drawn now, and this allocation
+        // counted towards it.
+        let seed = (unwind_in_process::thread_pointer() as u64) ^ sampler::now_ns().rotate_left(32);
+        let (left, random) = crate::byte_sampling::ByteSampler::new(mean(), seed).parts();
+        e.random.store(random, Relaxed);
+        let left = left.wrapping_sub(size as i64);
+        e.left.store(left, Relaxed);
+        if left >= 0 {
+            return;
+        }
+    }
     // The next point, from this allocation's end (memoryless).
     let mut draw = crate::byte_sampling::ByteSampler::from_parts(
         0,

@@ -35,6 +35,7 @@ pub mod ring;
 pub mod sampler;
 pub mod session;
 pub mod signals;
+mod static_tls;
 pub mod symbolize;
 pub mod threads;
 pub mod timer;

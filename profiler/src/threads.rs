@@ -44,7 +44,6 @@ fn exit_key() -> Option<libc::pthread_key_t> {
     *KEY.get_or_init(|| {
         extern "C" fn on_exit(v: *mut c_void) {
             sampler::thread_exiting((v as usize).wrapping_sub(1));
-            crate::alloc_sampling::thread_exiting();
         }
         let mut key: libc::pthread_key_t = 0;
         // SAFETY: creates a key with a valid destructor.
