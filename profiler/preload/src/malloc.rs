@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 
 use libc::size_t;
-use unwind_profiler::alloc_sampling::{allocated, enabled, freed};
+use unwind_profiler::alloc_sampling::{allocated, counted_once, freed};
 
 type Malloc = unsafe extern "C" fn(size_t) -> *mut c_void;
 type Free = unsafe extern "C" fn(*mut c_void);
@@ -126,8 +126,6 @@ struct ArenaBytes(std::cell::UnsafeCell<[u8; ARENA_BYTES]>);
 unsafe impl Sync for ArenaBytes {}
 static ARENA: ArenaBytes = ArenaBytes(std::cell::UnsafeCell::new([0; ARENA_BYTES]));
 static NEXT: AtomicUsize = AtomicUsize::new(0);
-/// Set once the arena gave out a block: until then a `free` need not look at it.
-static ARENA_USED: AtomicBool = AtomicBool::new(false);
 
 impl Arena {
     /// A block from the arena while the real functions are being looked up; null once they
@@ -152,7 +150,6 @@ impl Arena {
             };
             match NEXT.compare_exchange(at, end, Relaxed, Relaxed) {
                 Ok(_) => {
-                    ARENA_USED.store(true, Relaxed);
                     let p = (base + start) as *mut u8;
                     // SAFETY: `start - 16 .. end` is within the arena and this caller's alone.
                     unsafe { (p.sub(16) as *mut usize).write(size) };
@@ -163,14 +160,10 @@ impl Arena {
         }
     }
 
-    /// Whether `p` is one of the arena's blocks.
+    /// Whether `p` is one of the arena's blocks (one comparison: below the arena wraps).
     #[inline(always)]
     fn holds(p: *mut c_void) -> bool {
-        if !ARENA_USED.load(Relaxed) {
-            return false;
-        }
-        let base = ARENA.0.get() as usize;
-        (base..base + ARENA_BYTES).contains(&(p as usize))
+        (p as usize).wrapping_sub(ARENA.0.get() as usize) < ARENA_BYTES
     }
 
     /// The size of the arena's block `p`.
@@ -227,21 +220,8 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     let Some(f) = real::<Malloc>(&REALS.malloc) else {
         return Arena::meanwhile(size, 16);
     };
-    if enabled() {
-        // SAFETY: forwarded.
-        return unsafe { malloc_sampled(f, size) };
-    }
-    // SAFETY: forwarded (a tail call: without sampling, a load and a test more than the real
-    // function).
-    unsafe { f(size) }
-}
-
-/// `malloc` with allocations sampled (apart, so that the path without keeps no frame).
-///
-/// # Safety
-/// `f` is the real `malloc`; the contract of `malloc`.
-#[inline(never)]
-unsafe fn malloc_sampled(f: Malloc, size: size_t) -> *mut c_void {
+    // This library is loaded to sample allocations: the path that samples is the one to keep
+    // short (one call, no frame of its own).
     // SAFETY: forwarded.
     let p = unsafe { f(size) };
     allocated(p.cast(), size, 1);
@@ -277,7 +257,7 @@ pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
             .map_or(std::ptr::null_mut(), |total| Arena::meanwhile(total, 16));
     };
     // SAFETY: forwarded.
-    let p = unsafe { f(n, size) };
+    let p = counted_once(|| unsafe { f(n, size) });
     allocated(p.cast(), n.saturating_mul(size), 1);
     p
 }
@@ -307,7 +287,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
     };
     freed(p.cast());
     // SAFETY: forwarded.
-    let new = unsafe { f(p, size) };
+    let new = counted_once(|| unsafe { f(p, size) });
     allocated(new.cast(), size, 1);
     new
 }
@@ -330,7 +310,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, size: size_t) -
     };
     freed(p.cast());
     // SAFETY: forwarded.
-    let new = unsafe { f(p, n, size) };
+    let new = counted_once(|| unsafe { f(p, n, size) });
     allocated(new.cast(), n.saturating_mul(size), 1);
     new
 }
@@ -358,7 +338,7 @@ pub unsafe extern "C" fn posix_memalign(
         return 0;
     };
     // SAFETY: forwarded.
-    let rc = unsafe { f(out, align, size) };
+    let rc = counted_once(|| unsafe { f(out, align, size) });
     if rc == 0 {
         // SAFETY: set by the successful call.
         allocated(unsafe { *out }.cast(), size, 1);
@@ -376,7 +356,7 @@ pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_vo
         return Arena::meanwhile(size, align.next_power_of_two());
     };
     // SAFETY: forwarded.
-    let p = unsafe { f(align, size) };
+    let p = counted_once(|| unsafe { f(align, size) });
     allocated(p.cast(), size, 1);
     p
 }
@@ -391,7 +371,7 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
         return Arena::meanwhile(size, align.next_power_of_two());
     };
     // SAFETY: forwarded.
-    let p = unsafe { f(align, size) };
+    let p = counted_once(|| unsafe { f(align, size) });
     allocated(p.cast(), size, 1);
     p
 }
@@ -406,7 +386,7 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
         return Arena::meanwhile(size, 4096);
     };
     // SAFETY: forwarded.
-    let p = unsafe { f(size) };
+    let p = counted_once(|| unsafe { f(size) });
     allocated(p.cast(), size, 1);
     p
 }
@@ -421,7 +401,7 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
         return Arena::meanwhile(size.next_multiple_of(4096), 4096);
     };
     // SAFETY: forwarded.
-    let p = unsafe { f(size) };
+    let p = counted_once(|| unsafe { f(size) });
     allocated(p.cast(), size.next_multiple_of(4096), 1);
     p
 }
