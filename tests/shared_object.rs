@@ -107,24 +107,40 @@ impl Platform {
     }
 }
 
+/// Runs the guard three ways: the agent `dlopen`ed, `LD_PRELOAD`ed, and preloaded with the
+/// profiler's allocation hooks (`alloc`, `libunwind_profiler_preload_alloc.so`) after it,
+/// sampling allocations alone every 4 KiB, the guard's allocator forwarding to them: signals
+/// land inside the hooks' sampling path, and the agent's walks must go through it.
 fn guard_runs(
     p: &Platform,
     guard: &Path,
     agent: &Path,
+    alloc: &Path,
     tls: &Path,
     out: &Path,
     checks: &mut Checks,
 ) {
-    for mode in ["dlopen", "preload"] {
+    for mode in ["dlopen", "preload", "alloc"] {
         let report = out.join(format!("{}-{mode}.txt", p.name()));
         let agent_path = agent.display().to_string();
-        let env: &[(&str, &str)] = if mode == "preload" {
-            &[("LD_PRELOAD", &agent_path)]
-        } else {
-            &[]
+        let both = format!("{agent_path}:{}", alloc.display());
+        let alloc_out = out.join(format!("{}-alloc-profile", p.name()));
+        let _ = std::fs::remove_dir_all(&alloc_out);
+        let alloc_out_path = alloc_out.display().to_string();
+        let env: Vec<(&str, &str)> = match mode {
+            "preload" => vec![("LD_PRELOAD", &agent_path)],
+            "alloc" => vec![
+                ("LD_PRELOAD", &both),
+                ("GUARD_NEXT_ALLOCATOR", "1"),
+                ("UNWIND_PROFILER_ALLOC_ONLY", "1"),
+                ("UNWIND_PROFILER_ALLOC_INTERVAL", "4k"),
+                ("UNWIND_PROFILER_QUIET", "1"),
+                ("UNWIND_PROFILER_OUTPUT", &alloc_out_path),
+            ],
+            _ => Vec::new(),
         };
-        let mut cmd = p.target.command(guard, env);
-        cmd.arg(mode)
+        let mut cmd = p.target.command(guard, &env);
+        cmd.arg(if mode == "alloc" { "preload" } else { mode })
             .arg(if mode == "dlopen" {
                 agent.as_os_str()
             } else {
@@ -251,6 +267,32 @@ fn guard_runs(
             for l in judged.iter().filter(|l| !reaches_main(l)).take(5) {
                 println!("    {l}");
             }
+        }
+        if mode == "alloc" {
+            let summary =
+                std::fs::read_to_string(alloc_out.join("profile.summary.txt")).unwrap_or_default();
+            let line = |prefix: &str| summary.lines().find(|l| l.starts_with(prefix));
+            let samples = line("allocations ")
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .unwrap_or(0);
+            checks.check(
+                samples >= 100,
+                format!("{what}: {samples} allocation samples taken by the hooks (>= 100)"),
+            );
+            let not_taken = line("allocation samples not taken").unwrap_or("");
+            // A full ring is the collector off the CPU (a busy machine), counted; any other
+            // reason (a nested allocation, a walk that failed) is not expected here.
+            let refused: Vec<&str> = not_taken
+                .split(": ")
+                .nth(1)
+                .unwrap_or("")
+                .split(", ")
+                .filter(|r| !r.is_empty() && !r.contains("ring full"))
+                .collect();
+            checks.check(
+                refused.is_empty(),
+                format!("{what}: no allocation sample refused but for a full ring ({not_taken:?})"),
+            );
         }
     }
 }
@@ -485,7 +527,13 @@ fn main() {
         };
         let (guard, tls) = build_c_programs(&t.cc(), &src, &out, &suffix);
         let platform = Platform { target: t };
-        guard_runs(&platform, &guard, &agent, &tls, &out, &mut checks);
+        let alloc = build_library(
+            &root,
+            t,
+            "unwind-profiler-preload-alloc",
+            "libunwind_profiler_preload_alloc.so",
+        );
+        guard_runs(&platform, &guard, &agent, &alloc, &tls, &out, &mut checks);
         machine_code_checks(t.name, &agent, isa, &mut checks);
         let preload = build_library(
             &root,
@@ -495,12 +543,6 @@ fn main() {
         );
         profiler_handler_checks(t.name, &preload, isa, &mut checks);
         profiler_sigtrap_checks(t.name, &preload, isa, &mut checks);
-        let alloc = build_library(
-            &root,
-            t,
-            "unwind-profiler-preload-alloc",
-            "libunwind_profiler_preload_alloc.so",
-        );
         profiler_allocation_checks(t.name, &alloc, isa, &mut checks);
     }
 

@@ -764,9 +764,18 @@ fn under_allocation_sampling(library: std::ffi::OsString) -> ! {
         format!("allocation samples taken: {samples} (>= 100)"),
     );
     let not_taken = line("allocation samples not taken").unwrap_or("");
+    // A full ring is the collector off the CPU (a busy machine), counted; any other
+    // reason (a nested allocation, a walk that failed) is not expected here.
+    let refused: Vec<&str> = not_taken
+        .split(": ")
+        .nth(1)
+        .unwrap_or("")
+        .split(", ")
+        .filter(|r| !r.is_empty() && !r.contains("ring full"))
+        .collect();
     checks.check(
-        not_taken.is_empty(),
-        format!("no allocation sample refused or dropped ({not_taken:?})"),
+        refused.is_empty(),
+        format!("no allocation sample refused but for a full ring ({not_taken:?})"),
     );
     let _ = std::fs::remove_dir_all(&out);
     checks.finish("stress under allocation sampling");

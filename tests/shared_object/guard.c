@@ -61,7 +61,9 @@ static atomic_ulong signals_sent, handled;
 static int sud_available;
 static uintptr_t sud_allowed_start, sud_allowed_len;
 
-/* ---- The malloc family, forwarded to glibc's own entry points. */
+/* ---- The malloc family, forwarded to glibc's own entry points; with GUARD_NEXT_ALLOCATOR
+ * set, once found (before main), to the next object's (an allocation profiler's hooks
+ * preloaded after this program, which sample the workers' allocations). */
 
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
@@ -71,22 +73,50 @@ extern void *__libc_memalign(size_t, size_t);
 extern void *__libc_valloc(size_t);
 extern void *__libc_pvalloc(size_t);
 
-#define COUNT(c) do { if (in_lib) atomic_fetch_add(&(c), 1); } while (0)
+static void *(*next_malloc)(size_t);
+static void (*next_free)(void *);
+static void *(*next_calloc)(size_t, size_t);
+static void *(*next_realloc)(void *, size_t);
+static void *(*next_memalign)(size_t, size_t);
 
-void *malloc(size_t n) { COUNT(allocs_in_lib); return __libc_malloc(n); }
-void free(void *p) { if (p) COUNT(frees_in_lib); __libc_free(p); }
-void *calloc(size_t n, size_t m) { COUNT(allocs_in_lib); return __libc_calloc(n, m); }
-void *realloc(void *p, size_t n) { COUNT(allocs_in_lib); return __libc_realloc(p, n); }
-void *memalign(size_t a, size_t n) { COUNT(allocs_in_lib); return __libc_memalign(a, n); }
-void *aligned_alloc(size_t a, size_t n) { COUNT(allocs_in_lib); return __libc_memalign(a, n); }
+#define COUNT(c) do { if (in_lib) atomic_fetch_add(&(c), 1); } while (0)
+#define NEXT(f, ...) (next_##f ? next_##f(__VA_ARGS__) : __libc_##f(__VA_ARGS__))
+
+void *malloc(size_t n) { COUNT(allocs_in_lib); return NEXT(malloc, n); }
+void free(void *p) {
+    if (p) COUNT(frees_in_lib);
+    if (next_free) next_free(p); else __libc_free(p);
+}
+void *calloc(size_t n, size_t m) { COUNT(allocs_in_lib); return NEXT(calloc, n, m); }
+void *realloc(void *p, size_t n) { COUNT(allocs_in_lib); return NEXT(realloc, p, n); }
+void *memalign(size_t a, size_t n) { COUNT(allocs_in_lib); return NEXT(memalign, a, n); }
+void *aligned_alloc(size_t a, size_t n) { COUNT(allocs_in_lib); return NEXT(memalign, a, n); }
 void *valloc(size_t n) { COUNT(allocs_in_lib); return __libc_valloc(n); }
 void *pvalloc(size_t n) { COUNT(allocs_in_lib); return __libc_pvalloc(n); }
 int posix_memalign(void **out, size_t a, size_t n) {
     COUNT(allocs_in_lib);
-    void *p = __libc_memalign(a, n);
+    void *p = NEXT(memalign, a, n);
     if (!p) return ENOMEM;
     *out = p;
     return 0;
+}
+
+__attribute__((constructor(101))) static void find_next_allocator(void) {
+    if (!getenv("GUARD_NEXT_ALLOCATOR"))
+        return;
+    /* Each looked up before any is used: a block is freed by the allocator that made it. */
+    void *m = dlsym(RTLD_NEXT, "malloc"), *f = dlsym(RTLD_NEXT, "free");
+    void *c = dlsym(RTLD_NEXT, "calloc"), *r = dlsym(RTLD_NEXT, "realloc");
+    void *a = dlsym(RTLD_NEXT, "memalign");
+    if (!m || !f || !c || !r || !a) {
+        fprintf(stderr, "guard: cannot find the next allocator\n");
+        exit(2);
+    }
+    next_malloc = (void *(*)(size_t))m;
+    next_calloc = (void *(*)(size_t, size_t))c;
+    next_realloc = (void *(*)(void *, size_t))r;
+    next_memalign = (void *(*)(size_t, size_t))a;
+    next_free = (void (*)(void *))f;
 }
 
 /* ---- The pthread lock API, forwarded to the next definition (libc's), found before main. */
