@@ -280,18 +280,21 @@ fn guard_runs(
                 format!("{what}: {samples} allocation samples taken by the hooks (>= 100)"),
             );
             let not_taken = line("allocation samples not taken").unwrap_or("");
-            // A full ring is the collector off the CPU (a busy machine), counted; any other
-            // reason (a nested allocation, a walk that failed) is not expected here.
+            // A nested allocation in the sampling path (the hooks' own, or a handler's: there is
+            // none here) or a walk that failed is wrong; a full ring (the collector off the CPU) or a
+            // thread past its exit hook (not sampled) is counted, and allowed.
             let refused: Vec<&str> = not_taken
                 .split(": ")
                 .nth(1)
                 .unwrap_or("")
                 .split(", ")
-                .filter(|r| !r.is_empty() && !r.contains("ring full"))
+                .filter(|r| r.contains("already sampling") || r.contains("could not walk"))
                 .collect();
             checks.check(
                 refused.is_empty(),
-                format!("{what}: no allocation sample refused but for a full ring ({not_taken:?})"),
+                format!(
+                    "{what}: no allocation sample refused as nested or unwalkable ({not_taken:?})"
+                ),
             );
         }
     }

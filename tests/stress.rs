@@ -15,7 +15,7 @@
 //! library with allocations sampled every 4 KiB on average (the loader's allocations in the
 //! `dlopen` churn among them), and the parent checks the child's checks and the profiler's
 //! summary: allocation samples taken, none refused because the thread was already in the
-//! sampling path (which an allocation made by the sampling path itself would be), no drops.
+//! sampling path (which an allocation made by the sampling path itself would be) or unwalkable.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -764,18 +764,19 @@ fn under_allocation_sampling(library: std::ffi::OsString) -> ! {
         format!("allocation samples taken: {samples} (>= 100)"),
     );
     let not_taken = line("allocation samples not taken").unwrap_or("");
-    // A full ring is the collector off the CPU (a busy machine), counted; any other
-    // reason (a nested allocation, a walk that failed) is not expected here.
+    // A nested allocation in the sampling path (the hooks' own, or a handler's: there is
+    // none here) or a walk that failed is wrong; a full ring (the collector off the CPU) or a
+    // thread past its exit hook (not sampled) is counted, and allowed.
     let refused: Vec<&str> = not_taken
         .split(": ")
         .nth(1)
         .unwrap_or("")
         .split(", ")
-        .filter(|r| !r.is_empty() && !r.contains("ring full"))
+        .filter(|r| r.contains("already sampling") || r.contains("could not walk"))
         .collect();
     checks.check(
         refused.is_empty(),
-        format!("no allocation sample refused but for a full ring ({not_taken:?})"),
+        format!("no allocation sample refused as nested or unwalkable ({not_taken:?})"),
     );
     let _ = std::fs::remove_dir_all(&out);
     checks.finish("stress under allocation sampling");

@@ -24,7 +24,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize};
 
 use crate::{sampler, static_tls};
 
@@ -74,11 +74,17 @@ impl LiveHeap {
         (address >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
+    /// The filter counter of `address`: its bits above a block's 16-byte alignment, unhashed
+    /// (two instructions on every `free`; blocks live at once are spread over them). Below
+    /// [`FILTER`].
+    #[inline(always)]
+    fn filter_index(address: u64) -> usize {
+        (address >> 4) as usize % FILTER
+    }
+
     #[inline(always)]
     fn filter_of(&self, address: u64) -> &AtomicU8 {
-        // The address's bits above a block's 16-byte alignment, unhashed: two instructions on
-        // every `free`, and blocks live at once are spread over them.
-        let i = (address >> 4) as usize % FILTER;
+        let i = Self::filter_index(address);
         // `i < FILTER`; the fallback keeps the path free of a panic.
         self.filter.get(i).unwrap_or(&self.filter[0])
     }
@@ -193,8 +199,9 @@ const _: () = assert!(
 
 /// Whether allocations are sampled.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Whether any allocation was sampled (until then a `free` looks at nothing).
-static TRACKING: AtomicBool = AtomicBool::new(false);
+/// The filter of the live table that holds this process's sampled addresses, once one was
+/// sampled into the current process record (null until then: a `free` looks at nothing).
+static LIVE_FILTER: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
 /// The mean spacing of sample points, in bytes.
 static MEAN: AtomicU64 = AtomicU64::new(crate::byte_sampling::DEFAULT_MEAN);
 
@@ -272,13 +279,67 @@ pub fn allocated(address: *mut u8, size: usize, skip: usize) {
     }
 }
 
+/// [`allocated`] in two halves, for a hook that counts down before it calls the real function
+/// (so that it can jump to it, keeping no frame): counts `size` bytes down and says whether a
+/// sample point falls in them; if so, the hook calls [`sample_point`] with the block the real
+/// function returned. Async-signal-safe, never allocates.
+#[inline(always)]
+pub fn count_down(size: usize) -> bool {
+    if !ENABLED.load(Relaxed) {
+        return false;
+    }
+    let e = entry();
+    // As in `allocated`: the difference cannot wrap.
+    let left = e.left.load(Relaxed).wrapping_sub(size as i64);
+    e.left.store(left, Relaxed);
+    left < 0
+}
+
+/// The sample of an allocation of `size` bytes at `address` (null if the real function failed:
+/// then only the next point is drawn) in which [`count_down`] found a sample point. `skip` as
+/// for [`allocated`].
+#[inline(always)]
+pub fn sample_point(address: *mut u8, size: usize, skip: usize) {
+    // Inlined: a frame of its own here might be a tail call or not, and `skip` would not know.
+    sampled(entry(), address as u64, size as u64, skip);
+}
+
 /// Notes that the allocation at `address` is freed (before the allocator gets it back, so that
 /// the address is not given out again while the table still holds it). Async-signal-safe.
 #[inline(always)]
 pub fn freed(address: *mut u8) {
-    if TRACKING.load(Relaxed) && !address.is_null() {
+    if may_be_sampled(address) {
+        freed_sampled(address);
+    }
+}
+
+/// Whether the block at `address` may be a sampled one, which its `free` must then remove from
+/// the live table ([`freed`]); `false` for nearly every block: a load of the live table's
+/// filter. Async-signal-safe.
+#[inline(always)]
+pub fn may_be_sampled(address: *mut u8) -> bool {
+    let filter = LIVE_FILTER.load(Relaxed);
+    if filter.is_null() {
+        return false;
+    }
+    // SAFETY: `filter` is the first of the `FILTER` counters of a process record's live table
+    // (set in `sampled`); records are never unmapped; the index is below `FILTER`.
+    unsafe { (*filter.add(LiveHeap::filter_index(address as u64))).load(Relaxed) != 0 }
+}
+
+/// [`freed`] for a block the filter does not rule out.
+#[cold]
+#[inline(never)]
+fn freed_sampled(address: *mut u8) {
+    if !address.is_null() {
         sampler::process().live.remove(address as u64);
     }
+}
+
+/// Forgets which live table samples went to: called when the process record changes (the
+/// process joined `record`, or is a forked child), whose table starts empty.
+pub fn process_record_changed() {
+    LIVE_FILTER.store(std::ptr::null_mut(), Relaxed);
 }
 
 /// The sample of an allocation whose bytes hold a sample point.
@@ -312,7 +373,7 @@ fn sampled(e: &ThreadEntry, address: u64, size: u64, skip: usize) {
     let (left, random) = draw.parts();
     e.left.store(left, Relaxed);
     e.random.store(random, Relaxed);
-    if e.ours.load(Relaxed) {
+    if e.ours.load(Relaxed) || address == 0 {
         return;
     }
     // A signal handler's allocation while this thread samples: the handler runs to completion
@@ -325,7 +386,7 @@ fn sampled(e: &ThreadEntry, address: u64, size: u64, skip: usize) {
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
     let live = &sampler::process().live;
     let id = live.insert(address);
-    TRACKING.store(true, Relaxed);
+    LIVE_FILTER.store(live.filter.as_ptr().cast_mut(), Relaxed);
     // Frames: `unwind_here`, `sample_allocation`, this one, then the hook's.
     let stored = sampler::sample_allocation(&e.slot, size, id, 3 + skip);
     if !stored && id != 0 {

@@ -657,6 +657,7 @@ pub fn process() -> &'static ProcessRecord {
 /// `record` stays mapped and valid for the rest of the process.
 pub unsafe fn use_process_record(record: *mut ProcessRecord) {
     PROCESS.store(record, Release);
+    crate::alloc_sampling::process_record_changed();
 }
 
 /// Every record ever allocated, by index (the timer's `sigev_value`).

@@ -21,7 +21,9 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 
 use libc::size_t;
-use unwind_profiler::alloc_sampling::{allocated, counted_once, freed};
+use unwind_profiler::alloc_sampling::{
+    allocated, count_down, counted_once, freed, may_be_sampled, sample_point,
+};
 
 type Malloc = unsafe extern "C" fn(size_t) -> *mut c_void;
 type Free = unsafe extern "C" fn(*mut c_void);
@@ -217,14 +219,35 @@ pub(crate) fn real_release(p: *mut u8) {
 /// The contract of `malloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    let f = REALS.malloc.load(Relaxed);
+    // Counted down first, so that an allocation without a sample point jumps to the real
+    // function, this hook keeping no frame.
+    if f.is_null() || count_down(size) {
+        // SAFETY: forwarded.
+        return unsafe { malloc_slow(size, f.is_null()) };
+    }
+    // SAFETY: the next object's `malloc` (looked up by its name), forwarded to.
+    unsafe { std::mem::transmute::<*mut c_void, Malloc>(f)(size) }
+}
+
+/// `malloc` of an allocation that holds a sample point, or before the real functions were
+/// looked up (`first`; then not counted down).
+///
+/// # Safety
+/// The contract of `malloc`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn malloc_slow(size: size_t, first: bool) -> *mut c_void {
     let Some(f) = real::<Malloc>(&REALS.malloc) else {
         return Arena::meanwhile(size, 16);
     };
-    // This library is loaded to sample allocations: the path that samples is the one to keep
-    // short (one call, no frame of its own).
     // SAFETY: forwarded.
     let p = unsafe { f(size) };
-    allocated(p.cast(), size, 1);
+    if first {
+        allocated(p.cast(), size, 1);
+    } else {
+        sample_point(p.cast(), size, 1);
+    }
     p
 }
 
@@ -237,6 +260,23 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if Arena::holds(p) {
         return;
     }
+    let f = REALS.free.load(Relaxed);
+    if f.is_null() || may_be_sampled(p.cast()) {
+        // SAFETY: forwarded.
+        return unsafe { free_slow(p) };
+    }
+    // SAFETY: the next object's `free` (looked up by its name), forwarded to.
+    unsafe { std::mem::transmute::<*mut c_void, Free>(f)(p) }
+}
+
+/// `free` of a block the live table's filter does not rule out, or before the real functions
+/// were looked up (apart, so that the path of every other block keeps no frame).
+///
+/// # Safety
+/// The contract of `free`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn free_slow(p: *mut c_void) {
     freed(p.cast());
     if let Some(f) = real::<Free>(&REALS.free) {
         // SAFETY: forwarded.
