@@ -271,31 +271,7 @@ fn guard_runs(
         if mode == "alloc" {
             let summary =
                 std::fs::read_to_string(alloc_out.join("profile.summary.txt")).unwrap_or_default();
-            let line = |prefix: &str| summary.lines().find(|l| l.starts_with(prefix));
-            let samples = line("allocations ")
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .unwrap_or(0);
-            checks.check(
-                samples >= 100,
-                format!("{what}: {samples} allocation samples taken by the hooks (>= 100)"),
-            );
-            let not_taken = line("allocation samples not taken").unwrap_or("");
-            // A nested allocation in the sampling path (the hooks' own, or a handler's: there is
-            // none here) or a walk that failed is wrong; a full ring (the collector off the CPU) or a
-            // thread past its exit hook (not sampled) is counted, and allowed.
-            let refused: Vec<&str> = not_taken
-                .split(": ")
-                .nth(1)
-                .unwrap_or("")
-                .split(", ")
-                .filter(|r| r.contains("already sampling") || r.contains("could not walk"))
-                .collect();
-            checks.check(
-                refused.is_empty(),
-                format!(
-                    "{what}: no allocation sample refused as nested or unwalkable ({not_taken:?})"
-                ),
-            );
+            unwind_test_support::check_allocation_summary(&summary, 100, &what, checks);
         }
     }
 }

@@ -103,6 +103,17 @@ fn millis(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
+/// The summary's line on the rule tables' build.
+fn preload_line(c: &crate::profile::Counters) -> String {
+    format!(
+        "preload           {}, {} table bytes, {} rows, {} refreshes",
+        millis(c.preload_time),
+        c.table_bytes,
+        c.table_rows,
+        c.refreshes
+    )
+}
+
 /// The summary's text (see the [module documentation](self)).
 pub fn text(profile: &Profile) -> String {
     let c = &profile.counters;
@@ -133,13 +144,7 @@ pub fn text(profile: &Profile) -> String {
         line(format_args!(
             "CPU               not sampled (allocations alone, --alloc-only: no timer, no signal)"
         ));
-        line(format_args!(
-            "preload           {}, {} table bytes, {} rows, {} refreshes",
-            millis(c.preload_time),
-            c.table_bytes,
-            c.table_rows,
-            c.refreshes
-        ));
+        line(format_args!("{}", preload_line(c)));
         for (what, n) in &c.refused {
             line(format_args!("refused           {n} {what}"));
         }
@@ -319,13 +324,7 @@ pub fn text(profile: &Profile) -> String {
         "store cost        {} per sample",
         nanos_per(c.store_time, c.stored)
     ));
-    line(format_args!(
-        "preload           {}, {} table bytes, {} rows, {} refreshes",
-        millis(c.preload_time),
-        c.table_bytes,
-        c.table_rows,
-        c.refreshes
-    ));
+    line(format_args!("{}", preload_line(c)));
     line(format_args!(
         "collector         {} CPU draining and refreshing, {} per sample",
         millis(c.collector_cpu),

@@ -220,6 +220,35 @@ pub fn rust_sysroot_library(dir: &str, prefix: &str) -> Option<std::path::PathBu
         })
 }
 
+/// Checks the allocation section of a profiler summary (`STEM.summary.txt` of a program run
+/// under the allocation hooks): at least `least` allocation samples taken, and none refused as
+/// nested (an allocation made by the sampling path itself, or by a signal handler while it
+/// runs: there is none in the programs that use this) or unwalkable. A full ring (the collector
+/// off the CPU on a busy machine) and a thread past its exit hook are counted by the profiler,
+/// and allowed. `what` names the run in the checks' lines.
+pub fn check_allocation_summary(summary: &str, least: u64, what: &str, checks: &mut Checks) {
+    let line = |prefix: &str| summary.lines().find(|l| l.starts_with(prefix));
+    let samples = line("allocations ")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    checks.check(
+        samples >= least,
+        format!("{what}: {samples} allocation samples taken (>= {least})"),
+    );
+    let not_taken = line("allocation samples not taken").unwrap_or("");
+    let refused: Vec<&str> = not_taken
+        .split(": ")
+        .nth(1)
+        .unwrap_or("")
+        .split(", ")
+        .filter(|r| r.contains("already sampling") || r.contains("could not walk"))
+        .collect();
+    checks.check(
+        refused.is_empty(),
+        format!("{what}: no allocation sample refused as nested or unwalkable ({not_taken:?})"),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
