@@ -585,6 +585,20 @@ mod tests {
 
     const CFI: FrameTrust = FrameTrust::CallFrameInfo;
 
+    /// `s` compared with Breakpad's `theirs`, our offline walk beside it, every module with our
+    /// symbol file.
+    fn tally_ours(s: &Sample, theirs: &[BreakpadFrame]) -> Tally {
+        let mut t = Tally::default();
+        compare(
+            s,
+            theirs,
+            Some(&offline(s, None)),
+            &|_| Some(SymbolSource::Ours),
+            &mut t,
+        );
+        t
+    }
+
     #[test]
     fn identical_stacks_count_every_cfi_frame() {
         let s = sample(&[0x1100, 0x1200, 0x1300]);
@@ -670,14 +684,7 @@ mod tests {
             (0x1300, FrameTrust::FramePointer),
             (0x1480, CFI),
         ]);
-        let mut t = Tally::default();
-        compare(
-            &s,
-            &theirs,
-            Some(&offline(&s, None)),
-            &|_| Some(SymbolSource::Ours),
-            &mut t,
-        );
+        let t = tally_ours(&s, &theirs);
         assert!(t.genuine.is_empty(), "{:?}", t.genuine);
         assert_eq!(t.classes.get(&Class::BreakpadScanned), Some(&1));
     }
@@ -723,14 +730,7 @@ mod tests {
         let mut t = Tally::default();
         compare(&s, &theirs, Some(&offline(&s, None)), &|_| None, &mut t);
         assert_eq!(t.classes.get(&Class::NoSymbols), Some(&1));
-        let mut t = Tally::default();
-        compare(
-            &s,
-            &theirs,
-            Some(&offline(&s, None)),
-            &|_| Some(SymbolSource::Ours),
-            &mut t,
-        );
+        let t = tally_ours(&s, &theirs);
         assert_eq!(t.classes.get(&Class::BreakpadStopped), Some(&1));
         assert_eq!(t.identical_stacks, 0);
     }
@@ -739,24 +739,10 @@ mod tests {
     fn breakpad_cfi_frames_past_our_stop_are_classified_by_our_stop_reason() {
         let mut s = sample(&[0x1100, 0x1200]);
         let theirs = bp(&[(0x1100, FrameTrust::Context), (0x1200, CFI), (0x1300, CFI)]);
-        let mut t = Tally::default();
-        compare(
-            &s,
-            &theirs,
-            Some(&offline(&s, None)),
-            &|_| Some(SymbolSource::Ours),
-            &mut t,
-        );
+        let t = tally_ours(&s, &theirs);
         assert_eq!(t.classes.get(&Class::PastOurEnd), Some(&1));
         s.stop = StopReason::NoRule;
-        let mut t = Tally::default();
-        compare(
-            &s,
-            &theirs,
-            Some(&offline(&s, None)),
-            &|_| Some(SymbolSource::Ours),
-            &mut t,
-        );
+        let t = tally_ours(&s, &theirs);
         assert_eq!(t.classes.get(&Class::OurStop), Some(&1));
         // A caller in no module, which our walk refused and Breakpad wrote.
         s.stop = StopReason::OutsideModules;
