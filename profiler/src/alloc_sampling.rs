@@ -266,16 +266,8 @@ pub fn this_thread_is_ours() {
 /// Async-signal-safe, never allocates. Call it after the allocation succeeded.
 #[inline(always)]
 pub fn allocated(address: *mut u8, size: usize, skip: usize) {
-    if !ENABLED.load(Relaxed) || address.is_null() {
-        return;
-    }
-    let e = entry();
-    // `left` is at least 0 between allocations and no block reaches 2^63 bytes: the
-    // difference cannot wrap.
-    let left = e.left.load(Relaxed).wrapping_sub(size as i64);
-    e.left.store(left, Relaxed);
-    if left < 0 {
-        sampled(e, address as u64, size as u64, skip);
+    if !address.is_null() && count_down(size) {
+        sample_point(address, size, skip);
     }
 }
 
@@ -289,7 +281,8 @@ pub fn count_down(size: usize) -> bool {
         return false;
     }
     let e = entry();
-    // As in `allocated`: the difference cannot wrap.
+    // `left` is at least 0 between allocations and no block reaches 2^63 bytes: the
+    // difference cannot wrap.
     let left = e.left.load(Relaxed).wrapping_sub(size as i64);
     e.left.store(left, Relaxed);
     left < 0
