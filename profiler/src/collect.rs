@@ -19,7 +19,7 @@ use crate::profile::{
 };
 use crate::ring::Ring;
 use crate::sampler::{self, DropReason, ProcessRecord, ThreadRecord, Work};
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{SymbolSources, Symbolizer};
 use unwind_in_process::StopReason;
 
 /// A drained sample, kept in the timeline (24 bytes: a million of them is 24 MiB).
@@ -323,7 +323,7 @@ pub fn modules_now() -> Vec<Module> {
 impl InProcess {
     /// A collector for the table `init` just built, for sampling that starts now with timers
     /// of period `interval`, counting wall-clock time if `wall_clock`.
-    pub fn new(interval: Duration, wall_clock: bool) -> InProcess {
+    pub fn new(interval: Duration, wall_clock: bool, sources: SymbolSources) -> InProcess {
         let mut collector = Collector::new(interval, wall_clock, SystemTime::now());
         collector.set_modules(modules_now());
         collector.add_jit_functions(unwind_in_process::jit_functions());
@@ -340,7 +340,10 @@ impl InProcess {
             loader_counts: loader_counts(),
             started: Instant::now(),
             period_started: Instant::now(),
-            symbolizer: Symbolizer::new(unwind_in_process::vdso_image().as_deref()),
+            symbolizer: Symbolizer::with_sources(
+                unwind_in_process::vdso_image().as_deref(),
+                sources,
+            ),
         }
     }
 
@@ -1047,6 +1050,11 @@ impl Collector {
             push(threads.len() - 1, counts);
         }
         totals.sort_by_key(|t| (t.thread, t.stack));
+        let names = symbolizer
+            .name_sources()
+            .into_iter()
+            .filter(|n| self.modules.iter().any(|m| m.path == n.module))
+            .collect();
         let heap = self.heap_profile(info.record);
         Profile {
             program: info.program.clone(),
@@ -1071,6 +1079,7 @@ impl Collector {
                 c
             },
             heap,
+            names,
         }
     }
 

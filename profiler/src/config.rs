@@ -95,6 +95,13 @@ pub struct Config {
     /// Whether the threads' CPU time is sampled (their timers started); `false` with
     /// `--alloc-only`, where only allocations are (the CPU outputs then hold no samples).
     pub sample_cpu: bool,
+    /// A directory the program's files are read under first when naming its functions
+    /// (`--symfs`: the file system it ran in, a container's or an emulated program's sysroot);
+    /// a file not there is read at its own path if its build id is the one loaded.
+    pub symfs: Option<PathBuf>,
+    /// Whether the debuginfod servers of `DEBUGINFOD_URLS` are asked for debug files
+    /// (`--no-debuginfod` turns it off).
+    pub debuginfod: bool,
 }
 
 impl Default for Config {
@@ -123,6 +130,8 @@ impl Default for Config {
             pprof_listen: None,
             alloc_interval: None,
             sample_cpu: true,
+            symfs: None,
+            debuginfod: true,
         }
     }
 }
@@ -260,6 +269,18 @@ pub const OPTIONS: &[OptionSpec] = &[
         value: "BYTES",
         env: "UNWIND_PROFILER_ALLOC_INTERVAL",
         help: "with --alloc (which it implies), the mean bytes between sampled allocations, such as 64k, 512k or 4m (1 to 1g; default 512k): smaller is more precise and costs more",
+    },
+    OptionSpec {
+        flag: "--symfs",
+        value: "DIR",
+        env: "UNWIND_PROFILER_SYMFS",
+        help: "read the program's files under DIR first when naming its functions (perf's --symfs): the root of the file system it ran in, such as a container's or an emulated program's sysroot (under qemu, its -L directory or QEMU_LD_PREFIX is used by itself); a file not under DIR is read at its own path only if its build id is the one the program loaded; the profiles keep the program's own paths",
+    },
+    OptionSpec {
+        flag: "--no-debuginfod",
+        value: "",
+        env: "UNWIND_PROFILER_NO_DEBUGINFOD",
+        help: "do not ask the debuginfod servers of DEBUGINFOD_URLS for the debug files of modules this machine has none for (by default they are asked, as gdb and perf do, with a 5 s timeout, DEBUGINFOD_TIMEOUT, and the files kept in elfutils' cache)",
     },
     OptionSpec {
         flag: "--quiet",
@@ -537,6 +558,14 @@ impl Config {
                     })?)
                 }
                 "UNWIND_PROFILER_QUIET" => c.quiet = !matches!(v.trim(), "" | "0"),
+                "UNWIND_PROFILER_SYMFS" => {
+                    c.symfs = Some(
+                        Some(PathBuf::from(&v))
+                            .filter(|p| p.is_absolute())
+                            .ok_or_else(|| err(o.env, &v, "an absolute directory"))?,
+                    )
+                }
+                "UNWIND_PROFILER_NO_DEBUGINFOD" => c.debuginfod = matches!(v.trim(), "" | "0"),
                 "UNWIND_PROFILER_ALLOC" if !matches!(v.trim(), "" | "0") => {
                     c.alloc_interval
                         .get_or_insert(crate::byte_sampling::DEFAULT_MEAN);

@@ -26,6 +26,7 @@ pub mod alloc_sampling;
 pub mod byte_sampling;
 pub mod collect;
 pub mod config;
+pub mod debuginfod;
 pub mod export;
 pub mod output;
 pub mod periods;
@@ -199,6 +200,7 @@ impl Profiler {
             collector: Mutex::new(collect::InProcess::new(
                 config.sample_interval(),
                 config.clock == Clock::Wall,
+                symbolize::SymbolSources::of_config(&config, |n| std::env::var(n).ok()),
             )),
             periods: Mutex::new(periods),
             stop: Mutex::new(false),

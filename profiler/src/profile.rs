@@ -314,6 +314,18 @@ pub struct Profile {
     pub counters: Counters,
     /// The sampled allocations, when they were sampled.
     pub heap: Option<Heap>,
+    /// Where the names of each module read came from, by path.
+    pub names: Vec<NameSource>,
+}
+
+/// Where one module's names came from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NameSource {
+    /// The module's path, as the process loaded it.
+    pub module: String,
+    /// Where its names came from: a debug file and how it was found, its own symbol tables, its
+    /// unwind tables, or why it has none.
+    pub from: String,
 }
 
 /// The most samples [`Profile::samples`] keeps: beyond it, every other sample is dropped from the
@@ -426,6 +438,7 @@ impl Profile {
             totals: Vec::new(),
             counters: Counters::default(),
             heap: None,
+            names: Vec::new(),
         }
     }
 
@@ -481,6 +494,7 @@ impl Profile {
             // The parts are those of the timers' samples (export requests); a heap's stacks are
             // not among their renumbered ones.
             heap: None,
+            names: self.names.clone(),
         }
     }
 
@@ -554,6 +568,7 @@ impl Profile {
                 p.threads.len(),
             );
             merged.modules.extend(p.modules);
+            merged.names.extend(p.names);
             merged
                 .locations
                 .extend(p.locations.into_iter().map(|l| Location {
@@ -586,6 +601,8 @@ impl Profile {
                     .add(heap, |s| remap(s, n_stacks, stacks));
             }
         }
+        merged.names.sort();
+        merged.names.dedup();
         Some(merged)
     }
 
@@ -783,6 +800,7 @@ mod tests {
                 ..Counters::default()
             },
             heap: None,
+            names: Vec::new(),
         };
         let py_samples = vec![sample(0, 0, 0), sample(1, 5, 1), sample(1, 15, 0)];
         let py = Profile {
@@ -816,6 +834,7 @@ mod tests {
                 ..Counters::default()
             },
             heap: None,
+            names: Vec::new(),
         };
         (sh, py)
     }

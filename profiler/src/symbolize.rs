@@ -1,15 +1,19 @@
 //! Symbolization, after sampling: addresses to functions (inlined ones included), files and
 //! lines with `addr2line`, demangled; symbol tables where there is no debug information.
 //!
-//! Debug information is looked for in the module's file and, by build id, in
-//! `/usr/lib/debug/.build-id/` (where distributions install it, e.g. Debian's `libc6-dbg`),
-//! which `addr2line`'s loader does not search itself.
+//! A module's file is read under the symbol root first ([`SymbolSources::search`]), and only a
+//! file with the module's build id names its code. Debug information is looked for where gdb
+//! and elfutils look ([`unwind_samples::debug_files`]: the build-id tree, `.gnu_debuglink`,
+//! `.gnu_debugaltlink`), then from debuginfod servers ([`crate::debuginfod`]); `addr2line`'s
+//! loader searches none of these itself. Where there is none, the file's own symbol tables
+//! (MiniDebugInfo included) name its functions, then its unwind tables' function starts.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::profile::{Frame, Module};
+use crate::profile::{Frame, Module, NameSource};
+use unwind_samples::debug_files::DebugSearch;
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::has_file;
 
@@ -49,12 +53,44 @@ struct File {
     whole_file: ModuleFile,
     /// Frames already found, by file address and leaf or not.
     frames: HashMap<(u64, bool), Vec<Frame>>,
+    /// Where its names come from, as the summary says it.
+    names_from: String,
+}
+
+/// Where names are looked for besides the module files themselves.
+#[derive(Debug, Default)]
+pub struct SymbolSources {
+    /// The symbol root and the debug directories.
+    pub search: DebugSearch,
+    /// The debuginfod servers to ask, if any.
+    pub debuginfod: Option<crate::debuginfod::Client>,
+}
+
+impl SymbolSources {
+    /// The sources `config` asks for: its symbol root, the default debug directory, and unless
+    /// turned off the debuginfod servers of `DEBUGINFOD_URLS` (read through `var`).
+    pub fn of_config(
+        config: &crate::config::Config,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> SymbolSources {
+        SymbolSources {
+            search: DebugSearch {
+                root: config.symfs.clone(),
+                ..DebugSearch::default()
+            },
+            debuginfod: config
+                .debuginfod
+                .then(|| crate::debuginfod::Client::from_vars(var))
+                .flatten(),
+        }
+    }
 }
 
 /// Symbolizes addresses in modules, each module file read once however many processes (or
 /// loads) it had.
 pub struct Symbolizer {
     files: HashMap<(String, String), File>,
+    sources: SymbolSources,
     vdso_image: Option<Vec<u8>>,
     /// Each process's perf map, read when first needed (`None`: it has none).
     perf_maps: HashMap<u32, Option<PerfMap>>,
@@ -187,22 +223,49 @@ impl PerfMap {
     }
 }
 
-/// The separate debug file for a build id, if installed.
-fn debug_file(build_id: &str) -> Option<PathBuf> {
-    if build_id.len() < 3 {
-        return None;
+/// The bytes of a lowercase hex string (a build id as profiles spell it).
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The bytes of `file`, mapped.
+fn map(file: &std::fs::File) -> Option<memmap2::Mmap> {
+    // SAFETY: a private read-only mapping of a regular file (checked by `open_regular`); a
+    // file truncated under it would fault the reads, as it would gdb's and perf's.
+    unsafe { memmap2::Mmap::map(file) }.ok()
+}
+
+/// What names a module's code when no debug file does, from its file's own sections: its
+/// symbol table, MiniDebugInfo's, its dynamic symbols, or its unwind tables.
+fn own_tables(file: &object::File<'_>) -> &'static str {
+    use object::Object;
+    let has = |name| file.section_by_name(name).is_some();
+    if has(".symtab") {
+        ".symtab"
+    } else if has(".gnu_debugdata") {
+        "MiniDebugInfo"
+    } else if has(".dynsym") {
+        ".dynsym and unwind tables"
+    } else {
+        "unwind tables only"
     }
-    let p = Path::new("/usr/lib/debug/.build-id")
-        .join(&build_id[..2])
-        .join(format!("{}.debug", &build_id[2..]));
-    p.is_file().then_some(p)
 }
 
 impl Symbolizer {
-    /// A symbolizer; `vdso_image` names the vdso's functions.
+    /// A symbolizer of the files as the process named them, with the default debug directory
+    /// and no debuginfod server; `vdso_image` names the vdso's functions.
     pub fn new(vdso_image: Option<&[u8]>) -> Symbolizer {
+        Symbolizer::with_sources(vdso_image, SymbolSources::default())
+    }
+
+    /// A symbolizer that looks for files and names where `sources` say.
+    pub fn with_sources(vdso_image: Option<&[u8]>, sources: SymbolSources) -> Symbolizer {
         Symbolizer {
             files: HashMap::new(),
+            sources,
             vdso_image: vdso_image.map(<[u8]>::to_vec),
             perf_maps: HashMap::new(),
             jitdumps: HashMap::new(),
@@ -269,38 +332,32 @@ impl Symbolizer {
     }
 
     fn file(&mut self, m: &Module) -> &mut File {
+        let sources = &mut self.sources;
         self.files
             .entry((m.path.clone(), m.build_id.clone()))
-            .or_insert_with(|| {
-                let named = PathBuf::from(&m.path);
-                let open = has_file(&named)
-                    .then(|| open_regular(&named, false, MAX_MODULE_FILE))
-                    .flatten();
-                // The file as opened; a path that is no regular file is read as none (a
-                // name without a `/`).
-                let path = match &open {
-                    Some(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
-                    None if has_file(&named) => PathBuf::from("[not a regular file]"),
-                    None => named,
-                };
-                let loaders = debug_file(&m.build_id)
-                    .into_iter()
-                    .chain(open.is_some().then(|| path.clone()))
-                    .filter_map(|p| addr2line::Loader::new(&p).ok())
-                    .collect();
-                File {
-                    _open: open,
-                    loaders,
-                    symbols: std::cell::OnceCell::new(),
-                    whole_file: ModuleFile {
-                        path,
-                        start: 0,
-                        end: u64::MAX,
-                        bias: 0,
-                    },
-                    frames: HashMap::new(),
-                }
+            .or_insert_with(|| open_module(m, sources))
+    }
+
+    /// Where the names of each module file read so far came from, by path.
+    pub fn name_sources(&self) -> Vec<NameSource> {
+        let mut out: Vec<NameSource> = self
+            .files
+            .iter()
+            .map(|((path, _), f)| NameSource {
+                module: path.clone(),
+                from: f.names_from.clone(),
             })
+            .collect();
+        out.sort_by(|a, b| a.module.cmp(&b.module));
+        out
+    }
+
+    /// What went wrong with debuginfod servers in this run (each said once on stderr).
+    pub fn debuginfod_problems(&self) -> &[String] {
+        self.sources
+            .debuginfod
+            .as_ref()
+            .map_or(&[], |c| c.problems.as_slice())
     }
 
     /// The frames at `address` in `module` of process `pid` (innermost first; never empty). A
@@ -385,6 +442,136 @@ impl Symbolizer {
             start.wrapping_add(module.bias),
             end.wrapping_add(module.bias),
         ))
+    }
+}
+
+/// Opens module `m`'s file where `sources` find it (only the build the process loaded), with
+/// its debug file and that file's supplementary one, and says where its names will come from.
+fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
+    let named = PathBuf::from(&m.path);
+    let id = unhex(&m.build_id).filter(|id| id.len() >= 2);
+    let found = has_file(&named)
+        .then(|| sources.search.module_file(&named, id.as_deref()))
+        .flatten();
+    let open = found
+        .as_ref()
+        .and_then(|p| open_regular(p, false, MAX_MODULE_FILE));
+    // The file as opened; a path that is no regular file is read as none (a name without a
+    // `/`).
+    let path = match &open {
+        Some(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+        None if has_file(&named) => PathBuf::from("[not a regular file]"),
+        None => named.clone(),
+    };
+    let mapped = open.as_ref().and_then(map);
+    let object = mapped.as_deref().and_then(|d| object::File::parse(d).ok());
+    let hex_id = match object
+        .as_ref()
+        .and_then(|o| object::Object::build_id(o).ok().flatten())
+    {
+        Some(own) => crate::collect::hex(own),
+        None => m.build_id.clone(),
+    };
+    // The debug file: on this machine, else from a debuginfod server.
+    let local = match (&object, &found) {
+        (Some(o), Some(at)) => sources
+            .search
+            .debug_file(o, at, &named)
+            .map(|d| (d.path, d.via.as_str())),
+        _ => id
+            .as_deref()
+            .and_then(|id| sources.search.by_build_id(id))
+            .map(|p| (p, "build id")),
+    };
+    let debug = local
+        .map(|(p, via)| {
+            let said = format!("debug file by {via}: {}", p.display());
+            (p, said)
+        })
+        .or_else(|| {
+            let (p, server) = sources.debuginfod.as_mut()?.debuginfo(&hex_id)?;
+            let said = format!("debug file from {server}: {}", p.display());
+            Some((p, said))
+        });
+    let mut loaders = Vec::new();
+    let names_from = match &debug {
+        Some((p, said)) => {
+            let sup = supplementary(p, sources);
+            match addr2line::Loader::new_with_sup(p, sup.as_deref()) {
+                Ok(l) => {
+                    loaders.push(l);
+                    match sup {
+                        Some(s) => format!("{said} (and {})", s.display()),
+                        None => said.clone(),
+                    }
+                }
+                Err(e) => format!("{said} unreadable ({e})"),
+            }
+        }
+        None => match (&object, &found) {
+            (Some(o), Some(at)) if at != &named => format!("{} of {}", own_tables(o), at.display()),
+            (Some(o), _) => own_tables(o).to_owned(),
+            (None, Some(at)) => format!("{} is no ELF file", at.display()),
+            (None, None) if !has_file(&named) => "no file".to_owned(),
+            (None, None) => missing_file(&named, id.as_deref(), &sources.search),
+        },
+    };
+    if open.is_some() {
+        loaders.extend(addr2line::Loader::new(&path).ok());
+    }
+    File {
+        _open: open,
+        loaders,
+        symbols: std::cell::OnceCell::new(),
+        whole_file: ModuleFile {
+            path,
+            start: 0,
+            end: u64::MAX,
+            bias: 0,
+        },
+        frames: HashMap::new(),
+        names_from,
+    }
+}
+
+/// The supplementary DWARF file (dwz) of the debug file at `path`: on this machine, else from
+/// a debuginfod server.
+fn supplementary(path: &Path, sources: &mut SymbolSources) -> Option<PathBuf> {
+    let file = std::fs::File::open(path).ok()?;
+    let data = map(&file)?;
+    let object = object::File::parse(&*data).ok()?;
+    let (_, id) = unwind_samples::debug_files::alt_link(&object)?;
+    sources.search.alt_file(&object, path).or_else(|| {
+        let hex = crate::collect::hex(&id);
+        sources.debuginfod.as_mut()?.debuginfo(&hex).map(|(p, _)| p)
+    })
+}
+
+/// Why module file `named` was not read: not there (under the root either), or another build.
+fn missing_file(named: &Path, id: Option<&[u8]>, search: &DebugSearch) -> String {
+    let elsewhere = |p: &Path| {
+        id.is_some()
+            && unwind_samples::debug_files::build_id_of(p).is_some_and(|f| Some(&f[..]) != id)
+    };
+    let mut places: Vec<PathBuf> = search
+        .root
+        .iter()
+        .map(|r| r.join(named.strip_prefix("/").unwrap_or(named)))
+        .collect();
+    places.push(named.to_path_buf());
+    match places.iter().find(|p| elsewhere(p)) {
+        Some(p) => format!(
+            "not read: {} is another build than the one loaded (its build id differs)",
+            p.display()
+        ),
+        None => format!(
+            "not read: no file at {}",
+            places
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
     }
 }
 

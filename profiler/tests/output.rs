@@ -193,6 +193,7 @@ fn sample_profile() -> Profile {
             recorder_cpu: None,
         },
         heap: None,
+        names: Vec::new(),
     }
 }
 
@@ -908,6 +909,7 @@ fn two_process_profile() -> Profile {
             ..Counters::default()
         },
         heap: None,
+        names: Vec::new(),
     };
     Profile::merge(vec![sample_profile(), python]).unwrap()
 }

@@ -6,6 +6,8 @@
 //!   in a user stream, for Breakpad-compatible walkers to walk the same sample;
 //! - [`trace`]: stacks in the shape of Breakpad's `minidump_stackwalk -m`;
 //! - [`symbolize`]: function names for addresses, from ELF symbol tables;
+//! - [`debug_files`]: where a module's file and its separate debug file are (a symbol root,
+//!   build ids, `.gnu_debuglink`, `.gnu_debugaltlink`);
 //! - [`offline`]: rule tables rebuilt from module files ([`offline::table_from_files`]), and
 //!   the armv7 sample file format ([`offline::ArmSample`]);
 //! - [`sequence`]: consecutive samples of a process, for replaying in order ([`sequence::Sequence`]);
@@ -44,6 +46,7 @@
 #![warn(missing_docs)]
 
 pub mod context;
+pub mod debug_files;
 pub mod jitdump;
 #[cfg(feature = "minidump")]
 pub mod minidump;
@@ -51,6 +54,8 @@ pub mod offline;
 pub mod plt_names;
 pub mod sequence;
 pub mod symbolize;
+#[cfg(test)]
+mod test_elf;
 #[cfg(feature = "minidump")]
 pub mod trace;
 

@@ -68,6 +68,40 @@ fn usage() -> String {
     s
 }
 
+/// The sysroot an emulated program's files are in: with qemu-user as the program, its `-L`
+/// directory; else `QEMU_LD_PREFIX` (`prefix`), which qemu-user reads however it was started
+/// (binfmt_misc included).
+fn qemu_sysroot(program: &[OsString], prefix: Option<OsString>) -> Option<PathBuf> {
+    let is_qemu = program.first().is_some_and(|p| {
+        Path::new(p)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("qemu-"))
+    });
+    let mut from_flag = None;
+    if is_qemu {
+        let mut args = program[1..].iter();
+        while let Some(a) = args.next() {
+            let Some(a) = a.to_str().filter(|a| a.starts_with('-')) else {
+                break; // the guest program: what follows is its own
+            };
+            match a.trim_start_matches('-') {
+                "L" => from_flag = args.next().map(PathBuf::from),
+                // qemu's options that take a value, whose value may not start with `-`.
+                "U" | "E" | "0" | "s" | "cpu" | "B" | "R" | "d" | "D" | "p" | "r" | "g"
+                | "seed" | "plugin" | "dfilter" | "trace" => {
+                    args.next();
+                }
+                _ => {}
+            }
+        }
+    }
+    from_flag
+        .or_else(|| prefix.filter(|p| !p.is_empty()).map(PathBuf::from))
+        .and_then(|p| std::path::absolute(p).ok())
+        .filter(|p| p.is_dir())
+}
+
 /// What the command line asks for.
 struct Request {
     vars: Vec<(String, String)>,
@@ -450,9 +484,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A relative symbol root is taken from where `record` runs.
+    let mut request = request;
+    for (k, v) in &mut request.vars {
+        if k == "UNWIND_PROFILER_SYMFS" {
+            if let Ok(p) = std::path::absolute(&*v) {
+                *v = p.display().to_string();
+            }
+        }
+    }
     // Check every value now, with the same parser the library uses at start.
     let vars = request.vars.clone();
-    let config = match Config::from_vars(|name| {
+    let mut config = match Config::from_vars(|name| {
         vars.iter()
             .rev()
             .find(|(k, _)| k == name)
@@ -471,6 +514,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if config.symfs.is_none() {
+        config.symfs = qemu_sysroot(&request.program, std::env::var_os("QEMU_LD_PREFIX"));
+    }
     let musl = resolve_program(&request.program[0]).is_some_and(|p| uses_musl(&p));
     let library = match find_library(request.library, musl, config.alloc_interval.is_some()) {
         Ok(l) => l,

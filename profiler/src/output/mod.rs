@@ -505,6 +505,7 @@ mod tests {
             samples,
             counters: Counters::default(),
             heap: None,
+            names: Vec::new(),
         }
     }
 

@@ -464,6 +464,13 @@ pub fn text(profile: &Profile) -> String {
             line(format_args!("{l}"));
         }
     }
+    if !profile.names.is_empty() {
+        line(format_args!(""));
+        line(format_args!("names from (per module)"));
+        for n in &profile.names {
+            line(format_args!("  {}: {}", n.module, n.from));
+        }
+    }
     s
 }
 

@@ -33,7 +33,7 @@ use crate::collect::{self, Collector, ProcessInfo};
 use crate::profile::{Module, Profile};
 use crate::ring::Ring;
 use crate::sampler::{self, ProcessRecord, ThreadRecord};
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{SymbolSources, Symbolizer};
 use crate::Config;
 
 /// The most distinct modules one process may announce over its life (a JIT's regions and
@@ -191,6 +191,8 @@ pub struct Server {
     me: u32,
     /// Kept from one profile (or period) to the next: each address is named once.
     symbolizer: Option<Symbolizer>,
+    /// Where the symbolizer is to look for names (taken when it is made).
+    symbol_sources: Option<SymbolSources>,
     /// Whether the run is cut into periods (`--period`).
     periodic: bool,
     /// The buffer messages are received into (kept: the collection runs every few ms).
@@ -262,6 +264,7 @@ impl Server {
             uid: unsafe { libc::geteuid() },
             me: std::process::id(),
             symbolizer: None,
+            symbol_sources: Some(SymbolSources::of_config(config, |n| std::env::var(n).ok())),
             periodic: config.profile_period.is_some(),
             buffer: Vec::new(),
             period_start_ns: sampler::now_ns(),
@@ -605,9 +608,12 @@ impl Server {
     /// which then ends.
     fn profiles(&mut self, cut: bool) -> Option<Profile> {
         // The vdso is the same image in every process of one kernel: ours names theirs.
-        let symbolizer = self
-            .symbolizer
-            .get_or_insert_with(|| Symbolizer::new(unwind_in_process::vdso_image().as_deref()));
+        let symbolizer = self.symbolizer.get_or_insert_with(|| {
+            Symbolizer::with_sources(
+                unwind_in_process::vdso_image().as_deref(),
+                self.symbol_sources.take().unwrap_or_default(),
+            )
+        });
         if cut {
             symbolizer.start_period();
         }

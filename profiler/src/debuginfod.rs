@@ -1,0 +1,211 @@
+//! A client of debuginfod servers (elfutils' protocol: `GET URL/buildid/ID/debuginfo`), for the
+//! debug files of modules nothing on this machine describes, as gdb, perf and elfutils' tools
+//! fetch them: the servers of `DEBUGINFOD_URLS` (space-separated) in order, each file kept in the
+//! same cache elfutils uses (`$DEBUGINFOD_CACHE_PATH`, else `$XDG_CACHE_HOME/debuginfod_client`,
+//! else `~/.cache/debuginfod_client`, as `ID/debuginfo`), so each is fetched once for every
+//! tool. A file a server sends is used only if its build id is the one asked for.
+//!
+//! A server that does not answer within the timeout (`DEBUGINFOD_TIMEOUT` seconds, default 5)
+//! is said once on stderr and asked nothing more in this run.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The largest debug file fetched (unstripped browsers' reach 2-3 GiB).
+const MAX_FILE: u64 = 4 << 30;
+/// How long a server has to connect and answer, unless `DEBUGINFOD_TIMEOUT` says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The servers and the cache.
+#[derive(Debug)]
+pub struct Client {
+    /// The servers, in order; `None` once one has failed to answer.
+    servers: Vec<Option<String>>,
+    cache: PathBuf,
+    timeout: Duration,
+    /// What was said on stderr about servers that failed (for the summary too).
+    pub problems: Vec<String>,
+}
+
+impl Client {
+    /// A client of the servers `DEBUGINFOD_URLS` names (read through `var`), with its cache and
+    /// timeout; `None` if it names none.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Client> {
+        let servers: Vec<Option<String>> = var("DEBUGINFOD_URLS")?
+            .split_ascii_whitespace()
+            .map(|u| Some(u.trim_end_matches('/').to_owned()))
+            .collect();
+        if servers.is_empty() {
+            return None;
+        }
+        let cache = match var("DEBUGINFOD_CACHE_PATH").filter(|p| !p.is_empty()) {
+            Some(p) => PathBuf::from(p),
+            None => match var("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
+                Some(p) => Path::new(&p).join("debuginfod_client"),
+                None => Path::new(&var("HOME")?).join(".cache/debuginfod_client"),
+            },
+        };
+        let timeout = var("DEBUGINFOD_TIMEOUT")
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .filter(|&t| t > 0)
+            .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        Some(Client {
+            servers,
+            cache,
+            timeout,
+            problems: Vec::new(),
+        })
+    }
+
+    /// The servers asked, in order.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        self.servers.iter().flatten().map(String::as_str)
+    }
+
+    /// The debug file of build id `id` (lowercase hex): from the cache, else from the first
+    /// server that has it (then cached), with the server's address; `None` if no server has
+    /// it or none answered.
+    pub fn debuginfo(&mut self, id: &str) -> Option<(PathBuf, String)> {
+        if id.len() < 2 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let wanted = parse_hex(id)?;
+        let cached = self.cache.join(id).join("debuginfo");
+        if unwind_samples::debug_files::build_id_of(&cached).as_deref() == Some(&wanted[..]) {
+            return Some((cached, "debuginfod cache".to_owned()));
+        }
+        for i in 0..self.servers.len() {
+            let Some(server) = self.servers[i].clone() else {
+                continue;
+            };
+            if !server.starts_with("http://") {
+                self.fail(
+                    i,
+                    &server,
+                    "only http:// servers are asked (this build has no TLS)",
+                );
+                continue;
+            }
+            let url = format!("{server}/buildid/{id}/debuginfo");
+            match self.fetch(&url, &cached) {
+                Ok(true) => {
+                    if unwind_samples::debug_files::build_id_of(&cached).as_deref()
+                        == Some(&wanted[..])
+                    {
+                        return Some((cached, server));
+                    }
+                    // Not the file asked for: never used, and not kept.
+                    let _ = std::fs::remove_file(&cached);
+                    self.fail(i, &server, &format!("sent a file without build id {id}"));
+                }
+                Ok(false) => {}
+                Err(e) => self.fail(i, &server, &e),
+            }
+        }
+        None
+    }
+
+    /// Says once that `server` failed and why, and asks it nothing more.
+    fn fail(&mut self, i: usize, server: &str, why: &str) {
+        let line = format!("debuginfod server {server}: {why}; not asked again in this run");
+        eprintln!("unwind-profiler: {line}");
+        self.problems.push(line);
+        self.servers[i] = None;
+    }
+
+    /// Fetches `url` into `to` (through a temporary file beside it); `Ok(false)` if the server
+    /// does not have it, `Err` if it did not answer or the file could not be kept.
+    fn fetch(&self, url: &str, to: &Path) -> Result<bool, String> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(self.timeout))
+            .timeout_recv_response(Some(self.timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let response = agent.get(url).call().map_err(|e| e.to_string())?;
+        match response.status().as_u16() {
+            200 => {}
+            // elfutils' servers answer 404 for a build id they do not know.
+            404 => return Ok(false),
+            other => return Err(format!("answered {other} for {url}")),
+        }
+        let dir = to.parent().ok_or("no cache directory")?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot make the cache directory {}: {e}", dir.display()))?;
+        let temp = dir.join(format!(".debuginfo.{}.tmp", std::process::id()));
+        let mut out = std::fs::File::create(&temp)
+            .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+        let mut body = response.into_body().into_reader().take(MAX_FILE + 1);
+        let copied = std::io::copy(&mut body, &mut out);
+        let kept = match copied {
+            Ok(n) if n > MAX_FILE => Err(format!("sent more than {MAX_FILE} bytes for {url}")),
+            Ok(_) => {
+                std::fs::rename(&temp, to).map_err(|e| format!("cannot keep {}: {e}", to.display()))
+            }
+            Err(e) => Err(format!("reading {url}: {e}")),
+        };
+        if kept.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        kept.map(|()| true)
+    }
+}
+
+/// The bytes of a hex string.
+fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The servers, cache and timeout come from elfutils' variables, with its defaults.
+    #[test]
+    fn settings_come_from_elfutils_variables() {
+        let vars = |pairs: &'static [(&str, &str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(Client::from_vars(vars(&[("HOME", "/h")])).is_none());
+        assert!(Client::from_vars(vars(&[("DEBUGINFOD_URLS", "  ")])).is_none());
+        let c = Client::from_vars(vars(&[
+            ("DEBUGINFOD_URLS", "http://a:1/ https://b"),
+            ("HOME", "/h"),
+        ]))
+        .unwrap();
+        assert_eq!(c.servers().collect::<Vec<_>>(), ["http://a:1", "https://b"]);
+        assert_eq!(c.cache, Path::new("/h/.cache/debuginfod_client"));
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+        let c = Client::from_vars(vars(&[
+            ("DEBUGINFOD_URLS", "http://a"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("DEBUGINFOD_TIMEOUT", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.cache, Path::new("/x/debuginfod_client"));
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        let c = Client::from_vars(vars(&[
+            ("DEBUGINFOD_URLS", "http://a"),
+            ("DEBUGINFOD_CACHE_PATH", "/c"),
+            ("XDG_CACHE_HOME", "/x"),
+        ]))
+        .unwrap();
+        assert_eq!(c.cache, Path::new("/c"));
+    }
+
+    #[test]
+    fn build_ids_are_hex() {
+        assert_eq!(parse_hex("0aff"), Some(vec![0x0a, 0xff]));
+        assert_eq!(parse_hex("0g"), None);
+        assert_eq!(parse_hex("abc"), None);
+    }
+}

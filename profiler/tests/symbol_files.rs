@@ -1,0 +1,474 @@
+//! Names from wherever a distribution keeps them, under `unwind-profiler record`: a program
+//! spends its time in two `static` functions of a library (profiler/tests/symbols/work.c) that
+//! only a symbol table or debug information names, and the library is stripped the ways
+//! distributions strip theirs, its names put back in each place gdb and elfutils look:
+//!
+//! - a `.gnu_debuglink` debug file beside the library (no build id: its CRC decides), in
+//!   `.debug/` beside it, and under the debug directory of a symbol root (`--symfs`);
+//! - the build-id tree of the symbol root's debug directory;
+//! - MiniDebugInfo (`.gnu_debugdata`, an xz'd symbol table added with `objcopy --add-section`, as
+//!   Fedora's `find-debuginfo` does);
+//! - a real debuginfod server (elfutils', started here on loopback over a directory holding
+//!   the debug file), and the same with no server on that port: one line on stderr, no wait,
+//!   names from `.dynsym`.
+//!
+//! Where a debug file names them, each function has its source lines in the pprof profile; the
+//! summary says where each module's names came from. A debug file of another build (its CRC
+//! differs) names nothing.
+//!
+//! Needs gcc, objcopy, strip, xz, nm and debuginfod (scripts/setup installs them; a missing
+//! one fails under `CI=true`), and the release build of the command and the preload library:
+//! `cargo build --release -p unwind-profiler -p unwind-profiler-preload && cargo test --release
+//! -p unwind-profiler --test symbol_files`.
+
+// `runs` needs these; this test reads the outputs it checks itself.
+#[allow(dead_code)]
+#[path = "common/firefox.rs"]
+mod firefox;
+#[path = "common/record.rs"]
+mod record_command;
+#[allow(dead_code)]
+#[path = "common/runs.rs"]
+mod runs;
+#[allow(dead_code)]
+#[path = "common/summary.rs"]
+mod summary_text;
+#[allow(dead_code)]
+#[path = "common/svg.rs"]
+mod svg;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use runs::{folded, have, record, run, samples_with, scratch};
+use unwind_profiler::output::pprof::proto;
+use unwind_profiler::output::Outputs;
+
+/// Held by each test: the runs' sample counts are steadier one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The library's functions that only a symbol table or debug information names.
+const HIDDEN: [&str; 2] = ["hidden_spin_a", "hidden_spin_b"];
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/symbols")
+        .join(name)
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `dir/libwork.so` (with debug information, build id as `build_id`: `none` or `sha1`) and
+/// `dir/work`, which runs it for about half a second.
+fn build(dir: &Path, build_id: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    sh(Command::new("gcc")
+        .args(["-g", "-O1", "-fPIC", "-shared"])
+        .arg(format!("-Wl,--build-id={build_id}"))
+        .arg(source("work.c"))
+        .arg("-o")
+        .arg(dir.join("libwork.so")));
+    sh(Command::new("gcc")
+        .args(["-g", "-O1"])
+        .arg(source("main.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-lwork", "-Wl,-rpath,$ORIGIN"])
+        .arg("-o")
+        .arg(dir.join("work")));
+}
+
+/// Splits `dir/libwork.so`'s debug information into `debug`, and strips the library of it and
+/// of its symbol table; with `link`, adds a `.gnu_debuglink` to `debug` (named as it is, CRC of
+/// it as it is now).
+fn split(dir: &Path, debug: &Path, link: bool) {
+    let lib = dir.join("libwork.so");
+    std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+    sh(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&lib)
+        .arg(debug));
+    sh(Command::new("strip").arg("--strip-all").arg(&lib));
+    if link {
+        // objcopy finds the file by the path given and records its name alone.
+        sh(Command::new("objcopy")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&lib));
+    }
+}
+
+/// The library's build id, as hex.
+fn build_id(lib: &Path) -> String {
+    let id = unwind_samples::debug_files::build_id_of(lib).expect("a build id");
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What one run under `record` gave.
+struct Run {
+    /// Samples in each of [`HIDDEN`], and in all.
+    hidden: [u64; 2],
+    total: u64,
+    /// Whether each of [`HIDDEN`] has source lines in the pprof profile.
+    lines: [bool; 2],
+    /// The summary's line about the library's names.
+    names_from: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `dir/work` under `record` with `options` and the environment `env`.
+fn profile(dir: &Path, options: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = dir.join("profile");
+    let _ = std::fs::remove_dir_all(&out);
+    let work = dir.join("work");
+    let mut cmd = record(&out, options, &[work.to_str().unwrap()]);
+    cmd.env_remove("DEBUGINFOD_URLS");
+    cmd.envs(env.iter().copied());
+    let started = Instant::now();
+    let (status, stderr) = run(&mut cmd, None);
+    let took = started.elapsed();
+    assert!(status.success(), "{stderr}");
+    let lines = folded(&out);
+    let total = samples_with(&lines, |_| true);
+    let hidden = HIDDEN.map(|f| samples_with(&lines, |x| x == f));
+    let summary = std::fs::read_to_string(Outputs::paths(&out, "profile").summary).unwrap();
+    let names_from = summary
+        .lines()
+        .find(|l| l.trim_start().contains("libwork.so:"))
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let pprof_lines = pprof_lines(&Outputs::paths(&out, "profile").pprof);
+    Run {
+        hidden,
+        total,
+        lines: HIDDEN.map(|f| pprof_lines.get(f).is_some_and(|&l| l > 0)),
+        names_from,
+        stderr,
+        took,
+    }
+}
+
+/// The largest source line the pprof profile at `path` gives each function.
+fn pprof_lines(path: &Path) -> HashMap<String, i64> {
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).expect("a pprof profile");
+    let name: HashMap<u64, String> = p
+        .function
+        .iter()
+        .map(|f| (f.id, p.string_table[f.name as usize].clone()))
+        .collect();
+    let mut out = HashMap::new();
+    for l in p.location.iter().flat_map(|l| &l.line) {
+        let e = out.entry(name[&l.function_id].clone()).or_insert(0);
+        *e = l.line.max(*e);
+    }
+    out
+}
+
+/// Both hidden functions named, each with most of its expected share (the program spends its
+/// time in them about equally), with lines if `lines`, and the summary saying `from`.
+fn check_named(what: &str, r: &Run, lines: bool, from: &str) {
+    println!(
+        "{what}: {:?} of {} samples, lines {:?}, {} ({:.2?})",
+        r.hidden, r.total, r.lines, r.names_from, r.took
+    );
+    for (f, n) in HIDDEN.iter().zip(r.hidden) {
+        assert!(
+            n * 4 >= r.total,
+            "{what}: {f} in {n} of {} samples\n{}",
+            r.total,
+            r.stderr
+        );
+    }
+    if lines {
+        assert_eq!(r.lines, [true, true], "{what}: no source lines");
+    }
+    assert!(
+        r.names_from.contains(from),
+        "{what}: the summary says {:?}, not {from:?}",
+        r.names_from
+    );
+}
+
+fn tools() -> bool {
+    have(&[
+        ("gcc", &["--version"]),
+        ("objcopy", &["--version"]),
+        ("strip", &["--version"]),
+        ("xz", &["--version"]),
+        ("nm", &["--version"]),
+    ])
+}
+
+#[test]
+fn debug_links_beside_in_dot_debug_and_in_the_debug_directory() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() {
+        return;
+    }
+    let top = scratch("debuglink");
+    // Beside the library, with no build id: the CRC alone says it is the library's.
+    let dir = top.join("beside");
+    build(&dir, "none");
+    split(&dir, &dir.join("libwork.so.debug"), true);
+    let r = profile(&dir, &[], &[]);
+    check_named("beside", &r, true, "debug file by .gnu_debuglink");
+    // The same debug file one byte longer: its CRC differs, and it names nothing.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("libwork.so.debug"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"\0").unwrap();
+    let r = profile(&dir, &[], &[]);
+    println!(
+        "another build: {:?} of {} samples, {}",
+        r.hidden, r.total, r.names_from
+    );
+    assert_eq!(
+        r.hidden,
+        [0, 0],
+        "a debug file whose CRC differs named code"
+    );
+    assert!(r.names_from.contains(".dynsym"), "{}", r.names_from);
+    // In `.debug/` beside it.
+    let dir = top.join("dot-debug");
+    build(&dir, "sha1");
+    let debug = dir.join(".debug").join("libwork.so.debug");
+    split(&dir, &debug, true);
+    check_named(".debug", &profile(&dir, &[], &[]), true, ".gnu_debuglink");
+    // Under the debug directory of a symbol root, at the library's directory.
+    let dir = top.join("debug-dir");
+    build(&dir, "sha1");
+    let root = top.join("root");
+    let under = root
+        .join("usr/lib/debug")
+        .join(dir.strip_prefix("/").unwrap())
+        .join("libwork.so.debug");
+    split(&dir, &under, true);
+    let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &[]);
+    check_named("debug directory", &r, true, &under.display().to_string());
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+#[test]
+fn build_id_tree_of_a_symbol_root() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() {
+        return;
+    }
+    let top = scratch("build-id");
+    let dir = top.join("lib");
+    build(&dir, "sha1");
+    let id = build_id(&dir.join("libwork.so"));
+    let root = top.join("root");
+    let debug = root
+        .join("usr/lib/debug/.build-id")
+        .join(&id[..2])
+        .join(format!("{}.debug", &id[2..]));
+    split(&dir, &debug, false);
+    // Without the root, nothing names them.
+    let r = profile(&dir, &[], &[]);
+    assert_eq!(r.hidden, [0, 0], "{}", r.names_from);
+    let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &[]);
+    check_named("build-id tree", &r, true, "debug file by build id");
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+#[test]
+fn mini_debug_info() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() {
+        return;
+    }
+    let dir = scratch("minidebuginfo");
+    build(&dir, "sha1");
+    let lib = dir.join("libwork.so");
+    // Fedora's find-debuginfo: the functions .dynsym lacks, in a symbol-table-only ELF file,
+    // xz'd into .gnu_debugdata of the stripped file.
+    let debug = dir.join("libwork.debug");
+    sh(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&lib)
+        .arg(&debug));
+    let names = |args: &[&str], file: &Path| -> Vec<String> {
+        let out = Command::new("nm").args(args).arg(file).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (name, kind) = (f.next()?, f.next()?);
+                matches!(kind, "T" | "t").then(|| name.to_owned())
+            })
+            .collect()
+    };
+    let dynamic = names(&["-D", "--format=posix", "--defined-only"], &lib);
+    let keep: Vec<String> = names(&["--format=posix", "--defined-only"], &debug)
+        .into_iter()
+        .filter(|n| !dynamic.contains(n))
+        .collect();
+    assert!(
+        HIDDEN.iter().all(|h| keep.iter().any(|k| k == h)),
+        "{keep:?}"
+    );
+    std::fs::write(dir.join("keep"), keep.join("\n") + "\n").unwrap();
+    let mini = dir.join("mini");
+    sh(Command::new("objcopy")
+        .args([
+            "-S",
+            "--remove-section",
+            ".gdb_index",
+            "--remove-section",
+            ".comment",
+        ])
+        .arg(format!("--keep-symbols={}", dir.join("keep").display()))
+        .arg(&debug)
+        .arg(&mini));
+    sh(Command::new("xz").arg("-f").arg(&mini));
+    std::fs::remove_file(&debug).unwrap();
+    sh(Command::new("strip").arg("--strip-all").arg(&lib));
+    sh(Command::new("objcopy")
+        .arg(format!(
+            "--add-section=.gnu_debugdata={}.xz",
+            mini.display()
+        ))
+        .arg(&lib));
+    let r = profile(&dir, &[], &[]);
+    check_named("MiniDebugInfo", &r, false, "MiniDebugInfo");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// elfutils' server on a free loopback port over `dir`, until dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `debuginfod` over the files of `dir` and waits until it serves build id `id`.
+fn serve(dir: &Path, db: &Path, id: &str) -> Server {
+    let port = free_port();
+    let child = Command::new("debuginfod")
+        .arg("-F")
+        .arg(dir)
+        .arg("-d")
+        .arg(db)
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["-t", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    loop {
+        let asked = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("{}/buildid/{id}/debuginfo", server.url))
+            .output();
+        if asked.is_ok_and(|o| o.stdout == b"200") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "debuginfod did not serve {id} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server
+}
+
+#[test]
+fn debuginfod_server_up_and_down() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() || !have(&[("debuginfod", &["--version"]), ("curl", &["--version"])]) {
+        return;
+    }
+    let top = scratch("debuginfod");
+    let dir = top.join("lib");
+    build(&dir, "sha1");
+    let id = build_id(&dir.join("libwork.so"));
+    // The debug file in the server's directory only; the library keeps no link to it.
+    let served = top.join("served");
+    split(&dir, &served.join("libwork.so.debug"), false);
+    let cache = top.join("cache");
+    let server = serve(&served, &top.join("db.sqlite"), &id);
+    let cache_var = cache.to_str().unwrap();
+    let env = [
+        ("DEBUGINFOD_URLS", server.url.as_str()),
+        ("DEBUGINFOD_CACHE_PATH", cache_var),
+    ];
+    let r = profile(&dir, &[], &env);
+    check_named(
+        "debuginfod",
+        &r,
+        true,
+        &format!("debug file from {}", server.url),
+    );
+    assert!(
+        cache.join(&id).join("debuginfo").is_file(),
+        "not kept in the cache"
+    );
+    // Turned off: not asked (the cache is elfutils' too, and is not read either).
+    let r = profile(&dir, &["--no-debuginfod"], &env);
+    assert_eq!(r.hidden, [0, 0], "--no-debuginfod: {}", r.names_from);
+    drop(server);
+    std::fs::remove_dir_all(&cache).unwrap();
+    // No server on the port: one clear line, no wait, the library's own names.
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let env = [
+        ("DEBUGINFOD_URLS", down.as_str()),
+        ("DEBUGINFOD_CACHE_PATH", cache_var),
+    ];
+    let r = profile(&dir, &[], &env);
+    println!(
+        "server down: {:?} of {} samples, {}, {:.2?}\n{}",
+        r.hidden, r.total, r.names_from, r.took, r.stderr
+    );
+    assert_eq!(r.hidden, [0, 0]);
+    assert!(r.names_from.contains(".dynsym"), "{}", r.names_from);
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains(&format!("debuginfod server {down}")))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", r.stderr);
+    let lines = folded(&dir.join("profile"));
+    assert!(
+        samples_with(&lines, |f| f == "lib_entry") * 2 >= r.total,
+        "lib_entry (.dynsym) not named"
+    );
+    let _ = std::fs::remove_dir_all(&top);
+}
