@@ -8,5 +8,8 @@ const ROW: &str = "aarch64";
 /// (`-fasynchronous-unwind-tables`): the default build's stacks show their callers.
 const DEFAULT_BUILD_HAS_TABLES: bool = true;
 
+/// Every function of Debian's arm64 glibc has an FDE or a symbol.
+const LIBRARIES_FULLY_DESCRIBED: bool = true;
+
 #[path = "common/cross.rs"]
 mod cross;

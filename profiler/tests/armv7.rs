@@ -8,5 +8,9 @@ const ROW: &str = "armv7";
 /// `-funwind-tables`): a stack of the default build is known at its leaf only.
 const DEFAULT_BUILD_HAS_TABLES: bool = false;
 
+/// Debian's armhf glibc has code that neither a symbol nor an unwind entry describes (its
+/// `.iplt`, and static functions in its `EXIDX_CANTUNWIND` ranges).
+const LIBRARIES_FULLY_DESCRIBED: bool = false;
+
 #[path = "common/cross.rs"]
 mod cross;

@@ -940,3 +940,139 @@ fn periods_and_the_pull_endpoint_of_the_preload_library_alone() {
     assert!(files.len() >= 3, "{} period files:\n{said}", files.len());
     assert_eq!(in_periods, stored, "samples in the periods and stored");
 }
+
+/// The frames of a C program's time in glibc (tests/cross/sorting.c: qsort, rand, snprintf),
+/// recorded by this host's `record` through qemu (`-L` the row's sysroot, which `record` reads
+/// the guest's libraries under). Every frame in a library of the sysroot is named by its
+/// function: by its symbol where `.dynsym` has one (`qsort_r`, `rand`), else as `LIB+0xSTART`,
+/// START being the start of the function the library's unwind tables put it in, never an
+/// address inside it. Code that neither describes (armhf glibc's `.iplt`, and its functions in
+/// `EXIDX_CANTUNWIND` ranges without a symbol) can only be named by its address: at most 5 % of
+/// the library frames on armv7, none on aarch64. `go tool pprof -top` lists the same names as the folded stacks (the pprof file
+/// carries them), and the summary says the names came from the sysroot's files.
+#[test]
+fn library_frames_named_under_record() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    if !unwind_test_support::tool_runs_with("go", &["version"]) {
+        unwind_test_support::missing("go (go tool pprof)");
+        return;
+    }
+    let dir = work_dir("library-names");
+    let exe = build_c_program(&dir, "sorting", &["-funwind-tables"]);
+    let record = target_dir().join("release").join("unwind-profiler");
+    let out = dir.join("profile");
+    let mut cmd = Command::new(&record);
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env_remove("QEMU_LD_PREFIX");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    let done = cmd
+        .arg("record")
+        .arg("--library")
+        .arg(preload_library())
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .args(row().launcher())
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = unwind_profiler::output::folded::parse(&text);
+    let sysroot = Path::new(row().sysroot.expect("an emulated row has a sysroot"));
+    let mut functions_of: HashMap<String, Vec<unwind_dwarf::functions::Function>> = HashMap::new();
+    let (mut by_start, mut by_symbol, mut undescribed, mut wrong) = (0u64, 0u64, 0u64, Vec::new());
+    let mut names = std::collections::BTreeSet::new();
+    for (frames, n) in &lines {
+        for f in frames {
+            names.insert(f.clone());
+            let Some((lib, offset)) = f.split_once("+0x") else {
+                continue;
+            };
+            let file = sysroot.join("lib").join(lib);
+            if !file.is_file() {
+                continue;
+            }
+            let functions = functions_of.entry(lib.to_owned()).or_insert_with(|| {
+                unwind_dwarf::functions::functions_of_elf(&std::fs::read(&file).unwrap())
+            });
+            let Ok(o) = u64::from_str_radix(offset, 16) else {
+                wrong.push(f.clone());
+                continue;
+            };
+            if functions.iter().any(|f| f.start == o) {
+                by_start += n;
+            } else if functions.iter().any(|f| f.start < o && o < f.end) {
+                wrong.push(f.clone());
+            } else {
+                undescribed += n;
+            }
+        }
+        by_symbol += n * frames
+            .iter()
+            .filter(|f| ["qsort_r", "rand"].contains(&f.as_str()))
+            .count() as u64;
+    }
+    println!(
+        "library frames: {by_symbol} named qsort_r or rand, {by_start} by their function's start, {undescribed} in code nothing describes, {} otherwise",
+        wrong.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "named by an address inside a function: {wrong:?}"
+    );
+    if super::LIBRARIES_FULLY_DESCRIBED {
+        assert_eq!(
+            undescribed, 0,
+            "library frames in code nothing describes:\n{text}"
+        );
+    } else {
+        assert!(
+            undescribed * 20 <= by_start + by_symbol,
+            "{undescribed} library frames in code nothing describes:\n{text}"
+        );
+    }
+    assert!(by_symbol > 0, "qsort_r and rand unnamed:\n{text}");
+    assert!(by_start > 0, "no static function of libc sampled:\n{text}");
+    // go tool pprof lists every name the folded stacks have, and no other.
+    let top = Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodefraction=0",
+            "-nodecount=100000",
+        ])
+        .arg(out.join("profile.pb.gz"))
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    let listed: std::collections::BTreeSet<String> = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            let mut rest = l.trim_start();
+            for _ in 0..5 {
+                rest = rest.split_once(char::is_whitespace)?.1.trim_start();
+            }
+            Some(rest.to_owned())
+        })
+        .collect();
+    assert_eq!(listed, names, "go tool pprof -top:\n{top}");
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    let libc = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("/lib/libc.so.6:"))
+        .unwrap_or_else(|| panic!("no names line for libc:\n{summary}"));
+    assert!(
+        libc.contains(&sysroot.join("lib/libc.so.6").display().to_string()),
+        "{libc}"
+    );
+}
