@@ -304,12 +304,23 @@ pub(crate) fn hex(id: &[u8]) -> String {
     s
 }
 
+/// The path a profile gives module `name`: the vdso, which the loader lists by its soname
+/// (`linux-vdso.so.1`, `linux-gate.so.1`) and which has no file, is `[vdso]`, as perf and
+/// `/proc/PID/maps` call it.
+pub fn profile_path(name: &str) -> String {
+    if !name.contains('/') && (name.starts_with("linux-vdso") || name.starts_with("linux-gate")) {
+        "[vdso]".to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
 /// The modules of the rule table published now, as the profile describes them.
 pub fn modules_now() -> Vec<Module> {
     unwind_in_process::loaded_modules()
         .into_iter()
         .map(|m| Module {
-            path: m.name.clone(),
+            path: profile_path(&m.name),
             start: m.start,
             end: m.end,
             bias: m.bias,
@@ -718,8 +729,15 @@ impl Collector {
         self.busy += cpu;
     }
 
-    /// The current module containing `pc` (for a return address, the byte before it).
+    /// The current module containing `pc` (for a return address, the byte before it, unless a
+    /// module starts at the return address: qemu-user's aarch64 signal trampoline, `[sigreturn]`,
+    /// a page of its own whose first byte is the return address of the handler's frame).
     fn module_of(&self, pc: u64, leaf: bool) -> Option<usize> {
+        if let Some(&m) = self.current.iter().find(|&&m| self.modules[m].start == pc) {
+            if !leaf {
+                return Some(m);
+            }
+        }
         let probe = crate::symbolize::code_address(pc, leaf);
         let i = self
             .current

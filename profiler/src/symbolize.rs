@@ -17,6 +17,9 @@ use unwind_samples::debug_files::DebugSearch;
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::has_file;
 
+/// The name the in-process unwinder gives a signal trampoline that is a mapping of its own.
+const SIGRETURN: &str = "[sigreturn]";
+
 /// The largest module file read (unstripped browsers reach 2-3 GiB).
 const MAX_MODULE_FILE: u64 = 4 << 30;
 /// The largest perf map or jitdump file read.
@@ -51,6 +54,8 @@ struct File {
     symbols: std::cell::OnceCell<unwind_samples::symbolize::Symbolizer>,
     /// The file, for `symbols`.
     whole_file: ModuleFile,
+    /// The separate debug file found for it, whose symbol table completes the file's own.
+    debug_path: Option<PathBuf>,
     /// Frames already found, by file address and leaf or not.
     frames: HashMap<(u64, bool), Vec<Frame>>,
     /// Where its names come from, as the summary says it.
@@ -371,6 +376,15 @@ impl Symbolizer {
         address: u64,
         leaf: bool,
     ) -> Vec<Frame> {
+        // A signal trampoline in a mapping of its own (qemu-user's aarch64 one) is one function,
+        // named as the mapping is.
+        if let Some(m) = module.filter(|m| m.path == SIGRETURN) {
+            return vec![Frame {
+                function: m.path.clone(),
+                file: None,
+                line: None,
+            }];
+        }
         let Some(m) = module.filter(|m| !m.generated) else {
             let dumps = self.jitdumps.get(&pid).map_or(&[][..], Vec::as_slice);
             let started = self.started.get(&pid).copied();
@@ -406,13 +420,22 @@ impl Symbolizer {
         let vdso = self.vdso_image.clone();
         let file = self.file(m);
         let (loaders, cell, whole_file) = (&file.loaders, &file.symbols, &file.whole_file);
-        let symbols = || symbols_of(cell, whole_file, vdso.as_deref());
+        let debug = file.debug_path.as_deref();
+        let symbols = || symbols_of(cell, whole_file, vdso.as_deref(), debug);
         let before = file.frames.len();
         let frames = file
             .frames
             .entry((probe, leaf))
             .or_insert_with(|| {
-                name_in_file(loaders, symbols, probe).unwrap_or_else(|| {
+                // A return address whose call byte no function holds: a signal trampoline
+                // (glibc's `__restore_rt` follows a `nop` that is in no symbol, so that the byte
+                // before the return address finds its unwind entry) is named at the address.
+                let found = name_in_file(loaders, &symbols, probe).or_else(|| {
+                    (!leaf)
+                        .then(|| name_in_file(loaders, &symbols, probe.wrapping_add(1)))
+                        .flatten()
+                });
+                found.unwrap_or_else(|| {
                     // No symbol: named by the start of its function as the unwind tables
                     // describe it (one name for all of a function's addresses), else by the
                     // address.
@@ -436,7 +459,8 @@ impl Symbolizer {
     pub fn function_bounds(&mut self, module: &Module, address: u64) -> Option<(u64, u64)> {
         let vdso = self.vdso_image.clone();
         let file = self.file(module);
-        let (start, end) = symbols_of(&file.symbols, &file.whole_file, vdso.as_deref())
+        let debug = file.debug_path.as_deref();
+        let (start, end) = symbols_of(&file.symbols, &file.whole_file, vdso.as_deref(), debug)
             .function_bounds(address.wrapping_sub(module.bias))?;
         Some((
             start.wrapping_add(module.bias),
@@ -494,6 +518,7 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
             Some((p, said))
         });
     let mut loaders = Vec::new();
+    let debug_path = debug.as_ref().map(|(p, _)| p.clone());
     let names_from = match &debug {
         Some((p, said)) => {
             let sup = supplementary(p, sources);
@@ -531,6 +556,7 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
         },
         frames: HashMap::new(),
         names_from,
+        debug_path,
     }
 }
 
@@ -580,9 +606,14 @@ fn symbols_of<'a>(
     cell: &'a std::cell::OnceCell<unwind_samples::symbolize::Symbolizer>,
     file: &ModuleFile,
     vdso_image: Option<&[u8]>,
+    debug: Option<&Path>,
 ) -> &'a unwind_samples::symbolize::Symbolizer {
     cell.get_or_init(|| {
-        unwind_samples::symbolize::Symbolizer::new(std::slice::from_ref(file), vdso_image)
+        unwind_samples::symbolize::Symbolizer::with_debug_file(
+            std::slice::from_ref(file),
+            vdso_image,
+            debug,
+        )
     })
 }
 
@@ -590,7 +621,7 @@ fn symbols_of<'a>(
 /// the symbol tables, read only if needed).
 fn name_in_file<'a>(
     loaders: &[addr2line::Loader],
-    symbols: impl FnOnce() -> &'a unwind_samples::symbolize::Symbolizer,
+    symbols: &impl Fn() -> &'a unwind_samples::symbolize::Symbolizer,
     probe: u64,
 ) -> Option<Vec<Frame>> {
     let mut frames = Vec::new();
@@ -607,16 +638,19 @@ fn name_in_file<'a>(
                 });
             }
         }
-        if !frames.is_empty() {
+        if let Some(outer) = frames.last_mut() {
+            // The function whose code it is, by its public name where the debug information
+            // gives one of its aliases (`__libc_malloc` is `malloc`).
+            let table = symbols();
+            if table.names_function_at(probe, &outer.function) {
+                if let Some(public) = table.lookup(probe).and_then(|s| s.function) {
+                    outer.function = public.to_owned();
+                }
+            }
             return Some(frames);
         }
     }
-    // No debug information: the symbol tables.
-    for loader in loaders {
-        if let Some(name) = loader.find_symbol(probe) {
-            return Some(vec![symbol_frame(name)]);
-        }
-    }
+    // No debug information: the symbol tables (the file's own and its debug file's).
     let f = symbols().lookup(probe).and_then(|s| s.function)?;
     Some(vec![symbol_frame(f)])
 }

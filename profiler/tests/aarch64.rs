@@ -11,5 +11,8 @@ const DEFAULT_BUILD_HAS_TABLES: bool = true;
 /// Every function of Debian's arm64 glibc has an FDE or a symbol.
 const LIBRARIES_FULLY_DESCRIBED: bool = true;
 
+/// The function a signal handler returns to: qemu-aarch64's trampoline, a page of its own.
+const SIGNAL_TRAMPOLINE: &str = "[sigreturn]";
+
 #[path = "common/cross.rs"]
 mod cross;

@@ -12,5 +12,8 @@ const DEFAULT_BUILD_HAS_TABLES: bool = false;
 /// `.iplt`, and static functions in its `EXIDX_CANTUNWIND` ranges).
 const LIBRARIES_FULLY_DESCRIBED: bool = false;
 
+/// The function a signal handler returns to: glibc's restorer, which qemu-arm's frames use.
+const SIGNAL_TRAMPOLINE: &str = "__default_sa_restorer";
+
 #[path = "common/cross.rs"]
 mod cross;

@@ -472,3 +472,99 @@ fn debuginfod_server_up_and_down() {
     );
     let _ = std::fs::remove_dir_all(&top);
 }
+
+/// The mappings' file names in the pprof profile at `path`.
+fn pprof_mappings(path: &Path) -> Vec<String> {
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).expect("a pprof profile");
+    p.mapping
+        .iter()
+        .map(|m| p.string_table[m.filename as usize].clone())
+        .collect()
+}
+
+/// Builds C program `source` with `gcc -O1` into `dir`.
+fn build_program(dir: &Path, source: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join(name);
+    sh(Command::new("gcc")
+        .arg("-O1")
+        .arg(source)
+        .arg("-o")
+        .arg(&exe));
+    exe
+}
+
+/// Of a function's several names, the public one (tests/symbols/aliases.c: `read`, `open`,
+/// `malloc`, as perf gives them, never glibc's internal `__GI___libc_read`, `__libc_open64`,
+/// `__libc_malloc`), with glibc's debug symbols installed or not; a signal handler's frames go
+/// through `__restore_rt` to `_start` (tests/cross/signal_handler.c); the vdso is `[vdso]`.
+#[test]
+fn public_names_the_signal_trampoline_and_the_vdso() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() {
+        return;
+    }
+    let dir = scratch("public-names");
+    let exe = build_program(&dir, &source("aliases.c"), "aliases");
+    let out = dir.join("aliases-profile");
+    let (status, stderr) = run(&mut record(&out, &[], &[exe.to_str().unwrap()]), None);
+    assert!(status.success(), "{stderr}");
+    let lines = folded(&out);
+    let total = samples_with(&lines, |_| true);
+    let of = |f: &str| samples_with(&lines, |x| x == f);
+    let internal = samples_with(&lines, |x| {
+        x.starts_with("__GI_")
+            || ["__libc_read", "__libc_open64", "__libc_malloc", "__read"].contains(&x)
+    });
+    println!(
+        "aliases: read {}, open {}, malloc {}, free {}, internal names {internal} of {total}",
+        of("read"),
+        of("open"),
+        of("malloc"),
+        of("free")
+    );
+    assert!(of("read") * 5 >= total, "read in {} of {total}", of("read"));
+    assert!(
+        of("open") * 20 >= total,
+        "open in {} of {total}",
+        of("open")
+    );
+    assert!(of("malloc") + of("free") > 0);
+    assert_eq!(internal, 0, "internal names of public functions");
+    // The signal handler's frames, and the vdso's name.
+    let exe = build_program(
+        &dir,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cross/signal_handler.c"),
+        "signal_handler",
+    );
+    let out = dir.join("signal-profile");
+    let (status, stderr) = run(&mut record(&out, &[], &[exe.to_str().unwrap()]), None);
+    assert!(status.success(), "{stderr}");
+    let lines = folded(&out);
+    let (mut in_handler, mut through) = (0, 0);
+    for (frames, n) in &lines {
+        if let Some(at) = frames.iter().position(|f| f == "handler") {
+            in_handler += n;
+            if at >= 2 && frames[at - 1] == "__restore_rt" && frames[0] == "_start" {
+                through += n;
+            }
+        }
+    }
+    println!("signal handler: {through} of {in_handler} samples through __restore_rt to _start");
+    assert!(in_handler >= 20, "{in_handler} samples in the handler");
+    assert!(
+        through * 100 >= in_handler * 95,
+        "{through} of {in_handler}"
+    );
+    let mappings = pprof_mappings(&Outputs::paths(&out, "profile").pprof);
+    assert!(mappings.iter().any(|m| m == "[vdso]"), "{mappings:?}");
+    assert!(
+        !mappings.iter().any(|m| m.contains("linux-vdso")),
+        "{mappings:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

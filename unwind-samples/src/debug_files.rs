@@ -99,7 +99,7 @@ pub fn build_id_of(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// `path`'s bytes, mapped; `None` if it is no regular file or cannot be read.
-fn map(path: &Path) -> Option<memmap2::Mmap> {
+pub fn map(path: &Path) -> Option<memmap2::Mmap> {
     let file = std::fs::File::open(path).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;

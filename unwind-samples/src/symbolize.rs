@@ -22,8 +22,11 @@ struct SymModule {
     end: u64,
     bias: u64,
     name: String,
-    /// `(file address, size, demangled name)`, sorted by address.
+    /// `(file address, size, demangled name)`, sorted by address: of the names at one address,
+    /// the public one ([`alias_rank`]).
     symbols: Vec<(u64, u64, String)>,
+    /// Every name of a function with more than one (aliases), `(file address, name)`, sorted.
+    aliases: Vec<(u64, String)>,
     /// The functions its unwind tables describe, sorted by start.
     functions: Vec<unwind_dwarf::functions::Function>,
 }
@@ -34,9 +37,56 @@ pub struct Symbolizer {
     modules: Vec<SymModule>,
 }
 
+/// A function symbol: file address, size, demangled name, and its rank among the names of
+/// one address ([`alias_rank`]).
+type Named = (u64, u64, String, AliasRank);
+
+/// How public a symbol's name is, lowest first: visible outside its file (global or weak,
+/// default visibility) before local or hidden (`__GI___libc_malloc`), then fewer leading
+/// underscores (`malloc` before `__libc_malloc`), then global before weak, then shorter
+/// (`open` before `open64`). Of a function's aliases the first is the name a caller uses, as
+/// perf and gdb show it.
+pub type AliasRank = (bool, usize, bool, usize);
+
+/// The [`AliasRank`] of a symbol.
+fn alias_rank(s: &object::Symbol<'_, '_>, name: &str) -> AliasRank {
+    (
+        s.scope() != object::SymbolScope::Dynamic,
+        name.len() - name.trim_start_matches('_').len(),
+        s.is_weak(),
+        name.len(),
+    )
+}
+
+/// Sorts `symbols` by address, the largest and then the most public first, and keeps every
+/// name of an address with more than one in `aliases`; then one per address.
+fn one_per_address(
+    mut symbols: Vec<Named>,
+    aliases: &mut Vec<(u64, String)>,
+) -> Vec<(u64, u64, String)> {
+    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.3.cmp(&b.3)));
+    for pair in symbols.windows(2) {
+        if pair[0].0 == pair[1].0 && pair[0].2 != pair[1].2 {
+            aliases.push((pair[0].0, pair[0].2.clone()));
+            aliases.push((pair[1].0, pair[1].2.clone()));
+        }
+    }
+    aliases.sort();
+    aliases.dedup();
+    symbols.dedup_by_key(|s| s.0);
+    symbols.into_iter().map(|(a, s, n, _)| (a, s, n)).collect()
+}
+
 /// The functions `data`'s symbol tables name (`.symtab`, `.dynsym`, those of its MiniDebugInfo,
-/// its PLT stubs), sorted by address, one per address.
-fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
+/// its PLT stubs), sorted by address, one per address (the most public name), and the aliases.
+fn read_symbols(data: &[u8]) -> (Vec<(u64, u64, String)>, Vec<(u64, String)>) {
+    let mut aliases = Vec::new();
+    let symbols = one_per_address(read_named(data), &mut aliases);
+    (symbols, aliases)
+}
+
+/// The functions of `data`'s symbol tables, MiniDebugInfo's and PLT, unsorted.
+fn read_named(data: &[u8]) -> Vec<Named> {
     let Ok(file) = object::File::parse(data) else {
         return Vec::new();
     };
@@ -48,14 +98,12 @@ fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
             out.extend(symbols_of(&inner));
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    out.dedup_by_key(|s| s.0);
     out
 }
 
 /// The functions of `file`'s own symbol tables and PLT, unsorted.
-fn symbols_of(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
-    let mut out: Vec<(u64, u64, String)> = file
+fn symbols_of(file: &object::File<'_>) -> Vec<Named> {
+    let mut out: Vec<Named> = file
         .symbols()
         .chain(file.dynamic_symbols())
         // An undefined symbol is a function the file imports: in a non-PIE executable it has the
@@ -77,20 +125,24 @@ fn symbols_of(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
                     }),
                 n => n,
             };
-            Some((s.address(), size, demangle(name)))
+            Some((s.address(), size, demangle(name), alias_rank(&s, name)))
         })
         .collect();
     // PLT stubs, which no symbol table lists (`NAME@plt`).
-    out.extend(crate::plt_names::plt_symbols(file));
+    let last = (true, usize::MAX, true, usize::MAX);
+    out.extend(
+        crate::plt_names::plt_symbols(file)
+            .into_iter()
+            .map(|(a, s, n)| (a, s, n, last)),
+    );
     // A Go program without its symbol table (`-ldflags=-s`): Go's own function table names its
     // functions as Go's tracebacks do.
     if file.section_by_name(".symtab").is_none() {
         if let Some(Ok(table)) = unwind_dwarf::go::pclntab::of_elf(file) {
-            out.extend(
-                table
-                    .functions()
-                    .map(|f| (f.start, f.end.saturating_sub(f.start), f.name.to_string())),
-            );
+            out.extend(table.functions().map(|f| {
+                let size = f.end.saturating_sub(f.start);
+                (f.start, size, f.name.to_string(), last)
+            }));
         }
     }
     out
@@ -116,30 +168,35 @@ pub fn demangle(name: &str) -> String {
 /// Symbols of the file at `path`, completed from its separate debug file
 /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as Debian's `-dbg` packages install them) when
 /// the file itself is stripped; and the functions of its unwind tables.
-fn file_symbols(
-    path: &std::path::Path,
-) -> (
-    Vec<(u64, u64, String)>,
-    Vec<unwind_dwarf::functions::Function>,
-) {
-    let Ok(data) = std::fs::read(path) else {
-        return (Vec::new(), Vec::new());
+fn file_symbols(path: &std::path::Path, debug: Option<&std::path::Path>) -> FileSymbols {
+    let Some(data) = crate::debug_files::map(path) else {
+        return FileSymbols::default();
     };
     let functions = unwind_dwarf::functions::functions_of_elf(&data);
-    let mut symbols = read_symbols(&data);
-    let build_id = object::File::parse(&*data)
-        .ok()
-        .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
-    if let Some(id) = build_id.filter(|id| id.len() > 1) {
-        let hex = hex(&id);
-        let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
-        if let Ok(d) = std::fs::read(debug) {
-            symbols.extend(read_symbols(&d));
-            symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-            symbols.dedup_by_key(|s| s.0);
-        }
+    let mut named = read_named(&data);
+    let debug = debug.map(std::path::Path::to_path_buf).or_else(|| {
+        let file = object::File::parse(&*data).ok()?;
+        let found = crate::debug_files::DebugSearch::default().debug_file(&file, path, path)?;
+        Some(found.path)
+    });
+    if let Some(d) = debug.and_then(|d| crate::debug_files::map(&d)) {
+        named.extend(read_named(&d));
     }
-    (symbols, functions)
+    let mut aliases = Vec::new();
+    let symbols = one_per_address(named, &mut aliases);
+    FileSymbols {
+        symbols,
+        aliases,
+        functions,
+    }
+}
+
+/// What [`file_symbols`] reads of a file.
+#[derive(Default)]
+struct FileSymbols {
+    symbols: Vec<(u64, u64, String)>,
+    aliases: Vec<(u64, String)>,
+    functions: Vec<unwind_dwarf::functions::Function>,
 }
 
 /// Lowercase hex of `bytes` (a build id as the debug-file tree and minidumps spell it).
@@ -161,25 +218,42 @@ pub fn has_file(path: &std::path::Path) -> bool {
 
 impl Symbolizer {
     /// Reads the symbol tables of `modules` from their files. The vdso of a live process has
-    /// no file: a module named `linux-vdso*` or `linux-gate*` whose file gives no symbols (or
+    /// no file: a module named `linux-vdso*`, `linux-gate*` or `[vdso]` whose file gives no symbols (or
     /// that has no file: see [`has_file`]) takes them from `vdso_image` (the image copied from
     /// the sampled process's memory), if given.
     pub fn new(modules: &[ModuleFile], vdso_image: Option<&[u8]>) -> Self {
+        Self::with_debug_file(modules, vdso_image, None)
+    }
+
+    /// As [`new`](Self::new), the symbols of `debug` (a separate debug file found elsewhere)
+    /// added to those of every module; without it, each module's debug file is looked for in
+    /// the default places ([`crate::debug_files::DebugSearch::default`]).
+    pub fn with_debug_file(
+        modules: &[ModuleFile],
+        vdso_image: Option<&[u8]>,
+        debug: Option<&std::path::Path>,
+    ) -> Self {
         let mut out: Vec<SymModule> = modules
             .iter()
             .map(|m| {
                 let name = m.path.display().to_string();
-                let (mut symbols, mut functions) = if has_file(&m.path) {
-                    file_symbols(&m.path)
+                let mut read = if has_file(&m.path) {
+                    file_symbols(&m.path, debug)
                 } else {
-                    (Vec::new(), Vec::new())
+                    FileSymbols::default()
                 };
-                if symbols.is_empty()
-                    && (name.contains("linux-vdso") || name.contains("linux-gate"))
+                if read.symbols.is_empty()
+                    && (name.contains("linux-vdso")
+                        || name.contains("linux-gate")
+                        || name == "[vdso]")
                 {
                     if let Some(image) = vdso_image {
-                        symbols = read_symbols(image);
-                        functions = unwind_dwarf::functions::functions_of_elf(image);
+                        let (symbols, aliases) = read_symbols(image);
+                        read = FileSymbols {
+                            symbols,
+                            aliases,
+                            functions: unwind_dwarf::functions::functions_of_elf(image),
+                        };
                     }
                 }
                 SymModule {
@@ -187,13 +261,32 @@ impl Symbolizer {
                     end: m.end,
                     bias: m.bias,
                     name,
-                    symbols,
-                    functions,
+                    symbols: read.symbols,
+                    aliases: read.aliases,
+                    functions: read.functions,
                 }
             })
             .collect();
         out.sort_by_key(|m| m.start);
         Symbolizer { modules: out }
+    }
+
+    /// Whether `name` is one of the names of the function the symbol tables put at run-time
+    /// address `addr` (its most public one, or an alias of it).
+    pub fn names_function_at(&self, addr: u64, name: &str) -> bool {
+        let Some(m) = self.module_of(addr) else {
+            return false;
+        };
+        let Some(Symbol {
+            function: Some(best),
+            offset,
+            ..
+        }) = self.lookup(addr)
+        else {
+            return false;
+        };
+        let start = addr.wrapping_sub(m.bias).wrapping_sub(offset);
+        best == name || m.aliases.binary_search(&(start, name.to_owned())).is_ok()
     }
 
     /// The module containing run-time address `addr`.
@@ -372,7 +465,7 @@ mod tests {
     #[test]
     fn imported_functions_name_no_code() {
         let elf = elf_with_symbols(&[("defined", 0x1000, 0x10, 1), ("imported", 0x1040, 0, 0)]);
-        let names: Vec<String> = read_symbols(&elf).into_iter().map(|s| s.2).collect();
+        let names: Vec<String> = read_symbols(&elf).0.into_iter().map(|s| s.2).collect();
         assert_eq!(names, ["defined"]);
         let dir = std::env::temp_dir().join(format!("symbolize-und-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -941,6 +941,77 @@ fn periods_and_the_pull_endpoint_of_the_preload_library_alone() {
     assert_eq!(in_periods, stored, "samples in the periods and stored");
 }
 
+/// Runs the row's program `exe` through qemu under this host's `record`, its outputs in
+/// `dir/profile`, which it returns.
+fn record_through_qemu(dir: &Path, exe: &Path) -> PathBuf {
+    let record = target_dir().join("release").join("unwind-profiler");
+    let out = dir.join("profile");
+    let mut cmd = Command::new(&record);
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env_remove("QEMU_LD_PREFIX");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
+        cmd.env_remove(k);
+    }
+    let done = cmd
+        .arg("record")
+        .arg("--library")
+        .arg(preload_library())
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .args(row().launcher())
+        .arg(exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    out
+}
+
+/// A signal handler's samples (tests/cross/signal_handler.c, a `SIGALRM` handler spinning, run
+/// through qemu under this host's `record`): the frame between the handler and the code it
+/// interrupted is the signal trampoline, named ([`super::SIGNAL_TRAMPOLINE`]: qemu-user's
+/// aarch64 one is a page of its own, `[sigreturn]`, whose first byte is the handler's return
+/// address), and the walk goes on through it to `_start`.
+#[test]
+fn signal_trampoline_named_under_record() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) {
+        return;
+    }
+    let dir = work_dir("signal-trampoline");
+    let exe = build_c_program(&dir, "signal_handler", &["-funwind-tables"]);
+    let out = record_through_qemu(&dir, &exe);
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = unwind_profiler::output::folded::parse(&text);
+    let (mut in_handler, mut through) = (0u64, 0u64);
+    for (frames, n) in &lines {
+        let Some(at) = frames.iter().position(|f| f == "handler") else {
+            continue;
+        };
+        in_handler += n;
+        if at >= 2
+            && frames[at - 1] == super::SIGNAL_TRAMPOLINE
+            && frames[0] == "_start"
+            && frames.iter().any(|f| f == "main")
+        {
+            through += n;
+        }
+    }
+    println!(
+        "signal handler: {through} of {in_handler} samples through {} to _start",
+        super::SIGNAL_TRAMPOLINE
+    );
+    assert!(
+        in_handler >= 50,
+        "{in_handler} samples in the handler:\n{text}"
+    );
+    assert!(
+        through * 100 >= in_handler * 95,
+        "{through} of {in_handler} through the trampoline:\n{text}"
+    );
+}
+
 /// The frames of a C program's time in glibc (tests/cross/sorting.c: qsort, rand, snprintf),
 /// recorded by this host's `record` through qemu (`-L` the row's sysroot, which `record` reads
 /// the guest's libraries under). Every frame in a library of the sysroot is named by its
@@ -962,27 +1033,7 @@ fn library_frames_named_under_record() {
     }
     let dir = work_dir("library-names");
     let exe = build_c_program(&dir, "sorting", &["-funwind-tables"]);
-    let record = target_dir().join("release").join("unwind-profiler");
-    let out = dir.join("profile");
-    let mut cmd = Command::new(&record);
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .env_remove("QEMU_LD_PREFIX");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
-        cmd.env_remove(k);
-    }
-    let done = cmd
-        .arg("record")
-        .arg("--library")
-        .arg(preload_library())
-        .arg("--output")
-        .arg(&out)
-        .arg("--")
-        .args(row().launcher())
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(done.status.success(), "{stderr}");
+    let out = record_through_qemu(&dir, &exe);
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
     let sysroot = Path::new(row().sysroot.expect("an emulated row has a sysroot"));
