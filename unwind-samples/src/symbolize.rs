@@ -37,6 +37,9 @@ pub struct Symbolizer {
     modules: Vec<SymModule>,
 }
 
+/// A function: file address, size and demangled name.
+type Function = (u64, u64, String);
+
 /// A function symbol: file address, size, demangled name, and its rank among the names of
 /// one address ([`alias_rank`]).
 type Named = (u64, u64, String, AliasRank);
@@ -79,7 +82,7 @@ fn one_per_address(
 
 /// The functions `data`'s symbol tables name (`.symtab`, `.dynsym`, those of its MiniDebugInfo,
 /// its PLT stubs), sorted by address, one per address (the most public name), and the aliases.
-fn read_symbols(data: &[u8]) -> (Vec<(u64, u64, String)>, Vec<(u64, String)>) {
+fn read_symbols(data: &[u8]) -> (Vec<Function>, Vec<(u64, String)>) {
     let mut aliases = Vec::new();
     let symbols = one_per_address(read_named(data), &mut aliases);
     (symbols, aliases)
