@@ -314,7 +314,9 @@ fn every_option_reaches_the_program_as_its_variable() {
             "--keep-periods" => "5",
             "--pprof-listen" => "127.0.0.1:0",
             "--alloc-interval" => "64k",
-            "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only" => "",
+            "--symfs" => "root",
+            "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only"
+            | "--no-debuginfod" => "",
             other => panic!("{other} is new: give it a valid value in this test"),
         };
         // Both spellings of a value: `--flag VALUE` and `--flag=VALUE`.
@@ -342,9 +344,10 @@ fn every_option_reaches_the_program_as_its_variable() {
             let want = match o.flag {
                 // The command makes the directory absolute (the program may change its own).
                 "--output" => dir.join("out").display().to_string(),
-                "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only" => {
-                    "1".to_string()
-                }
+                // And the symbol root, which `record` reads from where it runs.
+                "--symfs" => dir.join("root").display().to_string(),
+                "--quiet" | "--stack-scanning" | "--verbose" | "--alloc" | "--alloc-only"
+                | "--no-debuginfod" => "1".to_string(),
                 _ => value.to_string(),
             };
             assert!(
@@ -1133,9 +1136,18 @@ fn every_process_of_a_run_is_in_one_profile_and_stays_single_threaded() {
     assert_eq!(files.len(), 5, "one set of outputs: {files:?}");
     // Two processes: the first (before and after its exec of the same program) and the child.
     assert!(stderr.contains("of 2 processes"), "{stderr}");
-    // Several processes: each stack starts with its process's name.
+    // Several processes: each stack starts with its process's name, and the two of this one
+    // name are kept apart by their pid.
     let lines = folded(&out_dir);
-    assert!(lines.iter().all(|(s, _)| s[0] == "exec_chain"), "{lines:?}");
+    let roots: std::collections::BTreeSet<&str> =
+        lines.iter().map(|(s, _)| s[0].as_str()).collect();
+    assert_eq!(roots.len(), 2, "{roots:?}");
+    assert!(
+        roots.iter().all(|r| r
+            .strip_prefix("exec_chain-")
+            .is_some_and(|pid| pid.parse::<u32>().is_ok())),
+        "{roots:?}"
+    );
     for function in ["parent_work", "child_work", "last_work"] {
         let n = samples_under(&lines, "main", function);
         println!("{function} under main: {n} samples");

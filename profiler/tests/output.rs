@@ -933,6 +933,41 @@ fn process_of_tid(tid: i64) -> (i64, &'static str) {
     }
 }
 
+/// Processes that share a name (a multiprocessing parent and its workers) are kept apart in the
+/// folded stacks and the flame graph by their pid; a name only one process has stays as it is.
+#[test]
+fn processes_of_one_name_kept_apart() {
+    let mut second = two_process_profile();
+    for t in &mut second.threads {
+        if t.process == "python3.11" {
+            t.pid = 300;
+            t.tid += 100;
+        }
+    }
+    let model = Profile::merge(vec![two_process_profile(), second]).unwrap();
+    let lines: Vec<String> = output::folded::lines(&model);
+    for want in [
+        "python3.11-200;Py_Main;eval 3",
+        "python3.11-300;Py_Main;eval 3",
+        "python3.11-200;Py_Main 1",
+        "python3.11-300;Py_Main 1",
+        "demo;main;compute;helper 8",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want} not in {lines:#?}");
+    }
+    assert!(
+        !lines.iter().any(|l| l.starts_with("python3.11;")),
+        "{lines:#?}"
+    );
+    let dir = out_dir("one-name");
+    let outputs = output::write_all(&model, &dir, "one-name").unwrap();
+    let svg = svg_text(&std::fs::read_to_string(&outputs.flamegraph).unwrap());
+    assert!(
+        svg.contains("python3.11-200 (") && svg.contains("python3.11-300 ("),
+        "{svg}"
+    );
+}
+
 #[test]
 fn two_processes_in_every_format() {
     let dir = out_dir("two-processes");

@@ -861,3 +861,41 @@ fn main() -> ExitCode {
     }
     ExitCode::from(code)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// qemu-user's `-L` directory is found among its options (not among the guest program's),
+    /// else `QEMU_LD_PREFIX`; only an existing directory, made absolute.
+    #[test]
+    fn an_emulated_programs_sysroot() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let tmp = std::env::temp_dir();
+        let t = tmp.to_str().unwrap();
+        assert_eq!(
+            qemu_sysroot(
+                &args(&["qemu-aarch64", "-E", "A=1", "-L", t, "./prog"]),
+                None
+            ),
+            Some(tmp.clone())
+        );
+        assert_eq!(
+            qemu_sysroot(
+                &args(&["/usr/bin/qemu-arm", "-cpu", "max", "./prog", "-L", "/"]),
+                None
+            ),
+            None,
+            "the guest program's own -L"
+        );
+        assert_eq!(
+            qemu_sysroot(&args(&["./prog"]), Some(OsString::from(t))),
+            Some(tmp.clone())
+        );
+        assert_eq!(qemu_sysroot(&args(&["./prog"]), None), None);
+        assert_eq!(
+            qemu_sysroot(&args(&["qemu-arm", "-L", "/no/such/dir", "x"]), None),
+            None
+        );
+    }
+}

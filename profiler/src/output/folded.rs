@@ -6,8 +6,10 @@
 //! speedscope read this format.
 //!
 //! In a profile of several processes ([`Profile::is_multi_process`]) each stack starts with its
-//! process's name ([`process_name`], `;` replaced by `:`), as in `python3.11;main;...`, and
-//! stacks are aggregated over the threads of each process name.
+//! process's name ([`process_name`], `;` replaced by `:`), as in `cc1;main;...`, and stacks are
+//! aggregated over the threads of each process. Processes that share a name (a multiprocessing
+//! parent and its workers) are kept apart by their pid, `python3.11-4242`, as pprof and the
+//! Firefox profile keep them apart (and inferno's `--pid` names them).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -36,18 +38,22 @@ pub fn stacks(profile: &Profile) -> Vec<(String, u64)> {
     // Two stacks of the model may fold to the same text (same names at other addresses).
     let mut per_text: HashMap<String, u64> = HashMap::new();
     if profile.is_multi_process() {
-        // The process's name as the root frame: stacks are aggregated per (name, stack).
-        let mut per_stack: HashMap<(&str, usize), u64> = HashMap::new();
+        // The process as the root frame: stacks are aggregated per (process, stack).
+        let mut per_stack: HashMap<((u32, &str), usize), u64> = HashMap::new();
+        let mut pids_of: HashMap<&str, std::collections::HashSet<u32>> = HashMap::new();
         for t in &profile.totals {
-            let (_, process) = profile.process_of(t.thread);
+            let process = profile.process_of(t.thread);
+            pids_of.entry(process.1).or_default().insert(process.0);
             *per_stack.entry((process, t.stack)).or_default() += t.periods;
         }
-        for ((process, stack), count) in per_stack {
-            let text = format!(
-                "{};{}",
-                process_name(process).replace(';', ":"),
-                stack_text(profile, stack)
-            );
+        for (((pid, process), stack), count) in per_stack {
+            let name = process_name(process).replace(';', ":");
+            let root = if pids_of.get(process).is_some_and(|p| p.len() > 1) {
+                format!("{name}-{pid}")
+            } else {
+                name
+            };
+            let text = format!("{root};{}", stack_text(profile, stack));
             *per_text.entry(text).or_default() += count;
         }
     } else {
