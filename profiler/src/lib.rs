@@ -26,6 +26,7 @@ pub mod alloc_sampling;
 pub mod byte_sampling;
 pub mod collect;
 pub mod config;
+pub mod debug_info;
 pub mod debuginfod;
 pub mod export;
 pub mod output;

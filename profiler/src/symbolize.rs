@@ -46,8 +46,9 @@ struct File {
     /// The file, open while it is read: its parsers read `/proc/self/fd/N`, this very file,
     /// whatever its path names by then.
     _open: Option<std::fs::File>,
-    /// Loaders for the separate debug file (first) and the module's own file.
-    loaders: Vec<addr2line::Loader>,
+    /// The DWARF of the separate debug file (first) and of the module's own file, those that
+    /// have any.
+    loaders: Vec<crate::debug_info::DebugInfo>,
     /// Its symbol tables (dynamic ones included; the vdso's from its image) and the functions
     /// its unwind tables describe, at file addresses: the fallback for names, read when first
     /// needed (debug information names most addresses without them).
@@ -69,6 +70,8 @@ pub struct SymbolSources {
     pub search: DebugSearch,
     /// The debuginfod servers to ask, if any.
     pub debuginfod: Option<crate::debuginfod::Client>,
+    /// Where decompressed DWARF is kept across runs ([`crate::debug_info`]), if anywhere.
+    pub dwarf_cache: Option<PathBuf>,
 }
 
 impl SymbolSources {
@@ -87,6 +90,7 @@ impl SymbolSources {
                 .debuginfod
                 .then(|| crate::debuginfod::Client::from_vars(var))
                 .flatten(),
+            dwarf_cache: crate::debug_info::cache_directory(),
         }
     }
 }
@@ -522,15 +526,16 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
     let names_from = match &debug {
         Some((p, said)) => {
             let sup = supplementary(p, sources);
-            match addr2line::Loader::new_with_sup(p, sup.as_deref()) {
-                Ok(l) => {
+            let cache = sources.dwarf_cache.as_deref();
+            match crate::debug_info::DebugInfo::open(p, sup.as_deref(), cache) {
+                Some(l) => {
                     loaders.push(l);
                     match sup {
                         Some(s) => format!("{said} (and {})", s.display()),
                         None => said.clone(),
                     }
                 }
-                Err(e) => format!("{said} unreadable ({e})"),
+                None => format!("{said} (its symbol table: it has no DWARF)"),
             }
         }
         None => match (&object, &found) {
@@ -542,7 +547,8 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
         },
     };
     if open.is_some() {
-        loaders.extend(addr2line::Loader::new(&path).ok());
+        let cache = sources.dwarf_cache.as_deref();
+        loaders.extend(crate::debug_info::DebugInfo::open(&path, None, cache));
     }
     File {
         _open: open,
@@ -620,24 +626,22 @@ fn symbols_of<'a>(
 /// The frames of file address `probe`: from debug information, else a symbol (`symbols` gives
 /// the symbol tables, read only if needed).
 fn name_in_file<'a>(
-    loaders: &[addr2line::Loader],
+    loaders: &[crate::debug_info::DebugInfo],
     symbols: &impl Fn() -> &'a unwind_samples::symbolize::Symbolizer,
     probe: u64,
 ) -> Option<Vec<Frame>> {
     let mut frames = Vec::new();
     for loader in loaders {
-        if let Ok(mut iter) = loader.find_frames(probe) {
-            while let Ok(Some(f)) = iter.next() {
-                let Some(name) = f.function.as_ref().and_then(|n| n.demangle().ok()) else {
-                    continue;
-                };
-                frames.push(Frame {
-                    function: name.into_owned(),
-                    file: f.location.as_ref().and_then(|l| l.file).map(str::to_owned),
-                    line: f.location.as_ref().and_then(|l| l.line),
-                });
-            }
-        }
+        frames.extend(
+            loader
+                .frames(probe)
+                .into_iter()
+                .map(|(function, file, line)| Frame {
+                    function,
+                    file,
+                    line,
+                }),
+        );
         if let Some(outer) = frames.last_mut() {
             // The function whose code it is, by its public name where the debug information
             // gives one of its aliases (`__libc_malloc` is `malloc`).

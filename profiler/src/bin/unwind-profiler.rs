@@ -652,6 +652,8 @@ fn main() -> ExitCode {
     let child = child.id() as libc::pid_t;
     unwind_profiler::session::raise_descriptor_limit();
     let status = collect_until_all_ended(server.as_mut(), child, &dir, &config, periods.as_mut());
+    // What the user waits for once the program is done: symbolizing and writing.
+    let ended = std::time::Instant::now();
     // A continuous run ends with its last, partial period; its summary is of that period with
     // the run's counters.
     let mut profile = match periods.as_mut() {
@@ -666,6 +668,7 @@ fn main() -> ExitCode {
             server.as_ref().map_or(0, Server::symbol_cache_resets),
         )
     });
+    let symbolized = ended.elapsed();
     if let Some(p) = profile.as_mut() {
         p.counters.descendants_cpu = Some(descendants_cpu());
         p.counters.recorder_cpu = Some(own_cpu());
@@ -799,6 +802,13 @@ fn main() -> ExitCode {
                     ));
                 }
                 eprintln!("{line}");
+                if config.verbose {
+                    eprintln!(
+                        "unwind-profiler: outputs written {:.3} s after the program ended ({:.3} s symbolizing)",
+                        ended.elapsed().as_secs_f64(),
+                        symbolized.as_secs_f64()
+                    );
+                }
             }
             Ok(_) => {}
             Err(e) => {
