@@ -188,8 +188,30 @@ fn write_cache(path: &Path, id: &[u8], sections: &[Option<Reader>]) -> std::io::
     written
 }
 
+/// How long a cache file is kept unused.
+const KEPT_UNUSED: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Removes the files of `dir` unused (not modified: a use touches its file) for
+/// [`KEPT_UNUSED`].
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > KEPT_UNUSED));
+        if old {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// The directory of cached DWARF in the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`):
-/// made if missing, and used only if it is the user's own and closed to others.
+/// made if missing, and used only if it is the user's own and closed to others. Files unused
+/// for a week are removed.
 pub fn cache_directory() -> Option<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let cache = std::env::var_os("XDG_CACHE_HOME")
@@ -204,7 +226,11 @@ pub fn cache_directory() -> Option<PathBuf> {
     let meta = std::fs::symlink_metadata(&dir).ok()?;
     // SAFETY: getuid has no preconditions.
     let mine = meta.uid() == unsafe { libc::getuid() };
-    (meta.is_dir() && mine && meta.mode() & 0o077 == 0).then_some(dir)
+    if !(meta.is_dir() && mine && meta.mode() & 0o077 == 0) {
+        return None;
+    }
+    prune(&dir);
+    Some(dir)
 }
 
 impl DebugInfo {
@@ -222,7 +248,17 @@ impl DebugInfo {
         };
         let id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
         let cached = match (cache, id) {
-            (Some(dir), Some(id)) => read_cache(&cache_file(dir, id), id, endian),
+            (Some(dir), Some(id)) => {
+                let path = cache_file(dir, id);
+                let read = read_cache(&path, id, endian);
+                if read.is_some() {
+                    // Used: kept another week.
+                    if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+                        let _ = f.set_modified(std::time::SystemTime::now());
+                    }
+                }
+                read
+            }
             _ => None,
         };
         let sections = match cached {

@@ -285,6 +285,26 @@ fn build_id_tree_of_a_symbol_root() {
     assert_eq!(r.hidden, [0, 0], "{}", r.names_from);
     let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &[]);
     check_named("build-id tree", &r, true, "debug file by build id");
+    // Its DWARF compressed, as distributions ship it: decompressed once into the user's cache,
+    // and read back from there by the next run, with the same names and lines.
+    sh(Command::new("objcopy")
+        .arg("--compress-debug-sections=zlib")
+        .arg(&debug));
+    let cache = top.join("cache");
+    let cached = cache.join("unwind-profiler/dwarf").join(&id);
+    let env = [("XDG_CACHE_HOME", cache.to_str().unwrap())];
+    let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &env);
+    check_named("compressed", &r, true, "debug file by build id");
+    assert!(cached.is_file(), "no {}", cached.display());
+    let written = std::fs::metadata(&cached).unwrap().len();
+    let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &env);
+    check_named(
+        "compressed, from the cache",
+        &r,
+        true,
+        "debug file by build id",
+    );
+    assert_eq!(std::fs::metadata(&cached).unwrap().len(), written);
     let _ = std::fs::remove_dir_all(&top);
 }
 
