@@ -22,10 +22,14 @@ struct SymModule {
     end: u64,
     bias: u64,
     name: String,
-    /// `(file address, size, demangled name)`, sorted by address: of the names at one address,
-    /// the public one ([`alias_rank`]).
+    /// `(file address, size, name as the table spells it)`, sorted by address: of the names at
+    /// one address, the public one ([`alias_rank`]).
     symbols: Vec<(u64, u64, String)>,
-    /// Every name of a function with more than one (aliases), `(file address, name)`, sorted.
+    /// Each symbol's name demangled, when first looked up (most never are: demangling all of a
+    /// large C++ program's names is most of the cost of reading its tables).
+    demangled: Vec<std::sync::OnceLock<String>>,
+    /// Every name of a function with more than one (aliases), `(file address, demangled name)`,
+    /// sorted.
     aliases: Vec<(u64, String)>,
     /// The functions its unwind tables describe, sorted by start.
     functions: Vec<unwind_dwarf::functions::Function>,
@@ -70,8 +74,8 @@ fn one_per_address(
     symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.3.cmp(&b.3)));
     for pair in symbols.windows(2) {
         if pair[0].0 == pair[1].0 && pair[0].2 != pair[1].2 {
-            aliases.push((pair[0].0, pair[0].2.clone()));
-            aliases.push((pair[1].0, pair[1].2.clone()));
+            aliases.push((pair[0].0, demangle(&pair[0].2)));
+            aliases.push((pair[1].0, demangle(&pair[1].2)));
         }
     }
     aliases.sort();
@@ -128,7 +132,7 @@ fn symbols_of(file: &object::File<'_>) -> Vec<Named> {
                     }),
                 n => n,
             };
-            Some((s.address(), size, demangle(name), alias_rank(&s, name)))
+            Some((s.address(), size, name.to_owned(), alias_rank(&s, name)))
         })
         .collect();
     // PLT stubs, which no symbol table lists (`NAME@plt`).
@@ -264,6 +268,7 @@ impl Symbolizer {
                     end: m.end,
                     bias: m.bias,
                     name,
+                    demangled: read.symbols.iter().map(|_| Default::default()).collect(),
                     symbols: read.symbols,
                     aliases: read.aliases,
                     functions: read.functions,
@@ -306,14 +311,18 @@ impl Symbolizer {
         let m = self.module_of(addr)?;
         let svma = addr.wrapping_sub(m.bias);
         let j = m.symbols.partition_point(|s| s.0 <= svma);
-        let sym = j.checked_sub(1).and_then(|j| m.symbols.get(j)).filter(|s| {
+        let sym = j.checked_sub(1).and_then(|i| {
+            let s = m.symbols.get(i)?;
             let next = m.symbols.get(j).map_or(u64::MAX, |n| n.0);
-            (s.1 == 0 || svma < s.0 + s.1) && svma < next
+            ((s.1 == 0 || svma < s.0 + s.1) && svma < next).then_some((i, s))
         });
         Some(match sym {
-            Some(s) => Symbol {
+            Some((i, s)) => Symbol {
                 module: &m.name,
-                function: Some(&s.2),
+                function: m
+                    .demangled
+                    .get(i)
+                    .map(|d| d.get_or_init(|| demangle(&s.2)).as_str()),
                 offset: svma - s.0,
             },
             None => Symbol {
@@ -530,6 +539,7 @@ mod tests {
         );
         let mut checked = 0;
         for (start, size, name) in &s.modules[0].symbols {
+            let name = &demangle(name);
             if *size == 0 || !name.starts_with("unwind_samples::") {
                 continue;
             }
