@@ -5,7 +5,8 @@
 //!
 //! - a `.gnu_debuglink` debug file beside the library (no build id: its CRC decides), in
 //!   `.debug/` beside it, and under the debug directory of a symbol root (`--symfs`);
-//! - the build-id tree of the symbol root's debug directory;
+//! - the build-id tree of the symbol root's debug directory, its DWARF compressed (read back from
+//!   the DWARF cache by a second run), or shared with another library's by dwz (`.gnu_debugaltlink`);
 //! - MiniDebugInfo (`.gnu_debugdata`, an xz'd symbol table added with `objcopy --add-section`, as
 //!   Fedora's `find-debuginfo` does);
 //! - a real debuginfod server (elfutils', started here on loopback over a directory holding
@@ -16,7 +17,7 @@
 //! summary says where each module's names came from. A debug file of another build (its CRC
 //! differs) names nothing.
 //!
-//! Needs gcc, objcopy, strip, xz, nm and debuginfod (scripts/setup installs them; a missing
+//! Needs gcc, objcopy, strip, xz, nm, dwz, curl and debuginfod (scripts/setup installs them; a missing
 //! one fails under `CI=true`), and the release build of the command and the preload library:
 //! `cargo build --release -p unwind-profiler -p unwind-profiler-preload && cargo test --release
 //! -p unwind-profiler --test symbol_files`.
@@ -305,6 +306,58 @@ fn build_id_tree_of_a_symbol_root() {
         "debug file by build id",
     );
     assert_eq!(std::fs::metadata(&cached).unwrap().len(), written);
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+/// dwz's supplementary file (`.gnu_debugaltlink`): two libraries' debug files in the build-id
+/// tree of a symbol root share their strings in `.dwz/common.debug` (dwz `-m`, `-r`: the link
+/// relative to each debug file), as Fedora ships them; the functions' DWARF names are in it.
+/// With it, names and lines; without it, the debug file's symbol table names the functions, with
+/// no lines.
+#[test]
+fn dwz_supplementary_file() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() || !have(&[("dwz", &["--version"])]) {
+        return;
+    }
+    let top = scratch("dwz");
+    let root = top.join("root");
+    let debug_dir = root.join("usr/lib/debug");
+    let mut debug_files = Vec::new();
+    // The same library built twice (other build ids): dwz needs two files to share anything.
+    for (name, id_style) in [("lib", "sha1"), ("other", "md5")] {
+        let dir = top.join(name);
+        build(&dir, id_style);
+        let id = build_id(&dir.join("libwork.so"));
+        let debug = debug_dir
+            .join(".build-id")
+            .join(&id[..2])
+            .join(format!("{}.debug", &id[2..]));
+        split(&dir, &debug, false);
+        debug_files.push(debug);
+    }
+    let common = debug_dir.join(".dwz/common.debug");
+    std::fs::create_dir_all(common.parent().unwrap()).unwrap();
+    sh(Command::new("dwz")
+        .arg("-m")
+        .arg(&common)
+        .arg("-r")
+        .args(&debug_files));
+    let dir = top.join("lib");
+    let symfs = ["--symfs", root.to_str().unwrap()];
+    let r = profile(&dir, &symfs, &[]);
+    check_named("dwz", &r, true, ".dwz/common.debug)");
+    std::fs::remove_file(&common).unwrap();
+    let r = profile(&dir, &symfs, &[]);
+    println!(
+        "dwz, common file gone: {:?} of {} samples, lines {:?}, {}",
+        r.hidden, r.total, r.lines, r.names_from
+    );
+    assert_eq!(
+        r.lines,
+        [false, false],
+        "lines without the supplementary file"
+    );
     let _ = std::fs::remove_dir_all(&top);
 }
 

@@ -1126,4 +1126,17 @@ fn library_frames_named_under_record() {
         libc.contains(&sysroot.join("lib/libc.so.6").display().to_string()),
         "{libc}"
     );
+    // The pprof file's mappings keep the paths the program loaded, not the host's.
+    let raw = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(out.join("profile.pb.gz"))
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    let mappings = raw.split("Mappings").nth(1).unwrap_or("");
+    assert!(mappings.contains(" /lib/libc.so.6 "), "{mappings}");
+    assert!(
+        !mappings.contains(&sysroot.display().to_string()),
+        "{mappings}"
+    );
 }
