@@ -5,8 +5,10 @@
 //! else `~/.cache/debuginfod_client`, as `ID/debuginfo`), so each is fetched once for every
 //! tool. A file a server sends is used only if its build id is the one asked for.
 //!
-//! A server that does not answer within the timeout (`DEBUGINFOD_TIMEOUT` seconds, default 5)
-//! is said once on stderr and asked nothing more in this run.
+//! A server that does not answer within the timeout (`DEBUGINFOD_TIMEOUT` seconds, default 5),
+//! or whose certificate the system's authorities (or those of `SSL_CERT_FILE`) do not vouch for,
+//! is said once on stderr and asked nothing more in this run. `https://` servers need the
+//! `https` feature (on by default).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -79,12 +81,14 @@ impl Client {
             let Some(server) = self.servers[i].clone() else {
                 continue;
             };
-            if !server.starts_with("http://") {
-                self.fail(
-                    i,
-                    &server,
-                    "only http:// servers are asked (this build has no TLS)",
-                );
+            let tls = cfg!(feature = "https") && server.starts_with("https://");
+            if !server.starts_with("http://") && !tls {
+                let why = if server.starts_with("https://") {
+                    "this build has no TLS (the `https` feature): only http:// servers are asked"
+                } else {
+                    "not an http:// or https:// address"
+                };
+                self.fail(i, &server, why);
                 continue;
             }
             let url = format!("{server}/buildid/{id}/debuginfo");
@@ -117,12 +121,13 @@ impl Client {
     /// Fetches `url` into `to` (through a temporary file beside it); `Ok(false)` if the server
     /// does not have it, `Err` if it did not answer or the file could not be kept.
     fn fetch(&self, url: &str, to: &Path) -> Result<bool, String> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .timeout_connect(Some(self.timeout))
             .timeout_recv_response(Some(self.timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+            .http_status_as_error(false);
+        #[cfg(feature = "https")]
+        let config = config.tls_config(tls_config());
+        let agent: ureq::Agent = config.build().into();
         let response = agent.get(url).call().map_err(|e| e.to_string())?;
         match response.status().as_u16() {
             200 => {}
@@ -150,6 +155,42 @@ impl Client {
         }
         kept.map(|()| true)
     }
+}
+
+/// The certificate authorities a server's certificate is checked against, as curl and OpenSSL
+/// take them: the PEM file `SSL_CERT_FILE` names, else the system's bundle (Debian's, Fedora's),
+/// else Mozilla's list built in.
+#[cfg(feature = "https")]
+fn tls_config() -> ureq::tls::TlsConfig {
+    use ureq::tls::{PemItem, RootCerts, TlsConfig};
+    let bundle = std::env::var_os("SSL_CERT_FILE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            [
+                "/etc/ssl/certs/ca-certificates.crt",
+                "/etc/pki/tls/certs/ca-bundle.crt",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+        });
+    let certs: Vec<_> = bundle
+        .and_then(|p| std::fs::read(p).ok())
+        .map(|pem| {
+            ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(PemItem::Certificate(c)) => Some(c.to_owned()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let roots = if certs.is_empty() {
+        RootCerts::WebPki
+    } else {
+        RootCerts::new_with_certs(&certs)
+    };
+    TlsConfig::builder().root_certs(roots).build()
 }
 
 /// The bytes of a hex string.

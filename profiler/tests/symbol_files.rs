@@ -437,6 +437,133 @@ impl Drop for Server {
     }
 }
 
+/// A TLS proxy (Python's `ssl`) on a free loopback port in front of a plain HTTP server, with a
+/// certificate for 127.0.0.1 from a certificate authority made for the test (`ca`), until dropped.
+struct TlsProxy {
+    child: std::process::Child,
+    url: String,
+    ca: PathBuf,
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The proxy: argv certificate, key, upstream port; prints its port.
+const TLS_PROXY: &str = r#"
+import socket, ssl, sys, threading
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[1], sys.argv[2])
+upstream = int(sys.argv[3])
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(16)
+print(listener.getsockname()[1], flush=True)
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.close()
+        except OSError:
+            pass
+def serve(client):
+    try:
+        tls = context.wrap_socket(client, server_side=True)
+    except (ssl.SSLError, OSError):
+        client.close()
+        return
+    up = socket.create_connection(("127.0.0.1", upstream))
+    threading.Thread(target=pipe, args=(tls, up), daemon=True).start()
+    pipe(up, tls)
+while True:
+    client, _ = listener.accept()
+    threading.Thread(target=serve, args=(client,), daemon=True).start()
+"#;
+
+impl TlsProxy {
+    fn start(dir: &Path, upstream: &str) -> TlsProxy {
+        std::fs::create_dir_all(dir).unwrap();
+        let openssl = |args: &[&str]| sh(Command::new("openssl").args(args).current_dir(dir));
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=unwind-profiler test authority",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ]);
+        let port = upstream.rsplit(':').next().unwrap();
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(TLS_PROXY)
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .arg(port)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        TlsProxy {
+            child,
+            url: format!("https://127.0.0.1:{}", line.trim()),
+            ca: dir.join("ca.pem"),
+        }
+    }
+}
+
 /// A loopback port nothing listens on now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -486,7 +613,14 @@ fn serve(dir: &Path, db: &Path, id: &str) -> Server {
 #[test]
 fn debuginfod_server_up_and_down() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !tools() || !have(&[("debuginfod", &["--version"]), ("curl", &["--version"])]) {
+    if !tools()
+        || !have(&[
+            ("debuginfod", &["--version"]),
+            ("curl", &["--version"]),
+            ("openssl", &["version"]),
+            ("python3", &["--version"]),
+        ])
+    {
         return;
     }
     let top = scratch("debuginfod");
@@ -517,8 +651,39 @@ fn debuginfod_server_up_and_down() {
     // Turned off: not asked (the cache is elfutils' too, and is not read either).
     let r = profile(&dir, &["--no-debuginfod"], &env);
     assert_eq!(r.hidden, [0, 0], "--no-debuginfod: {}", r.names_from);
-    drop(server);
+    // Over https (a TLS proxy in front of the server, its certificate from a test authority):
+    // with the authority trusted (SSL_CERT_FILE), names; with the system's authorities only,
+    // the server is refused, said once, and names nothing.
+    let tls = TlsProxy::start(&top.join("tls"), &server.url);
     std::fs::remove_dir_all(&cache).unwrap();
+    let ca = tls.ca.to_str().unwrap();
+    let env = [
+        ("DEBUGINFOD_URLS", tls.url.as_str()),
+        ("DEBUGINFOD_CACHE_PATH", cache_var),
+        ("SSL_CERT_FILE", ca),
+    ];
+    let r = profile(&dir, &[], &env);
+    check_named("https", &r, true, &format!("debug file from {}", tls.url));
+    std::fs::remove_dir_all(&cache).unwrap();
+    let r = profile(&dir, &[], &env[..2]);
+    println!(
+        "https, authority not trusted: {:?}, {}",
+        r.hidden,
+        r.stderr.trim()
+    );
+    assert_eq!(r.hidden, [0, 0], "an untrusted server named code");
+    assert_eq!(
+        r.stderr
+            .lines()
+            .filter(|l| l.contains(&format!("debuginfod server {}", tls.url)))
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    drop(tls);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&cache);
     // No server on the port: one clear line, no wait, the library's own names.
     let down = format!("http://127.0.0.1:{}", free_port());
     let env = [
