@@ -705,31 +705,7 @@ fn forked_workers_under_record() {
         .arg(behaviour.join("forked_workers.c"))
         .arg("-o")
         .arg(&exe));
-    let record = target_dir().join("release").join("unwind-profiler");
-    assert!(
-        record.is_file(),
-        "{} is missing: build it first (cargo build --release -p unwind-profiler)",
-        record.display()
-    );
-    let out = dir.join("profile");
-    let mut cmd = Command::new(&record);
-    cmd.env_remove("LD_LIBRARY_PATH");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
-        cmd.env_remove(k);
-    }
-    let done = cmd
-        .arg("record")
-        .arg("--library")
-        .arg(preload_library())
-        .arg("--output")
-        .arg(&out)
-        .arg("--")
-        .args(row().launcher())
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(done.status.success(), "{stderr}");
+    let (out, stderr) = record_through_qemu(&dir, &exe);
     assert!(stderr.contains("of 5 processes"), "{stderr}");
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
@@ -942,9 +918,14 @@ fn periods_and_the_pull_endpoint_of_the_preload_library_alone() {
 }
 
 /// Runs the row's program `exe` through qemu under this host's `record`, its outputs in
-/// `dir/profile`, which it returns.
-fn record_through_qemu(dir: &Path, exe: &Path) -> PathBuf {
+/// `dir/profile`; returns that directory and `record`'s stderr.
+fn record_through_qemu(dir: &Path, exe: &Path) -> (PathBuf, String) {
     let record = target_dir().join("release").join("unwind-profiler");
+    assert!(
+        record.is_file(),
+        "{} is missing: build it first (cargo build --release -p unwind-profiler)",
+        record.display()
+    );
     let out = dir.join("profile");
     let mut cmd = Command::new(&record);
     cmd.env_remove("LD_LIBRARY_PATH")
@@ -963,9 +944,9 @@ fn record_through_qemu(dir: &Path, exe: &Path) -> PathBuf {
         .arg(exe)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
+    let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
     assert!(done.status.success(), "{stderr}");
-    out
+    (out, stderr)
 }
 
 /// A signal handler's samples (tests/cross/signal_handler.c, a `SIGALRM` handler spinning, run
@@ -981,7 +962,7 @@ fn signal_trampoline_named_under_record() {
     }
     let dir = work_dir("signal-trampoline");
     let exe = build_c_program(&dir, "signal_handler", &["-funwind-tables"]);
-    let out = record_through_qemu(&dir, &exe);
+    let (out, _) = record_through_qemu(&dir, &exe);
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
     let (mut in_handler, mut through) = (0u64, 0u64);
@@ -1033,7 +1014,7 @@ fn library_frames_named_under_record() {
     }
     let dir = work_dir("library-names");
     let exe = build_c_program(&dir, "sorting", &["-funwind-tables"]);
-    let out = record_through_qemu(&dir, &exe);
+    let (out, _) = record_through_qemu(&dir, &exe);
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
     let sysroot = Path::new(row().sysroot.expect("an emulated row has a sysroot"));
