@@ -228,12 +228,14 @@ fn guard_runs(
                 .iter()
                 .any(|(m, f)| ours(m) && (f == "main" || f == "worker_main"))
         };
-        // The thread's start: glibc's `__clone3` or the program's `_start`; where the C library
+        // The thread's start: glibc's `clone3` (its public name; `__clone3` is an alias) or the
+        // program's `_start`; where the C library
         // has no symbols (Debian's arm64 cross libraries), an unnamed libc frame at which the
         // walk ended by the end-of-stack rule (glibc marks only its thread entry so).
         let at_start = |l: &str| {
             frames(l).last().is_some_and(|(m, f)| {
-                f == "__clone3"
+                f == "clone3"
+                    || f == "__clone3"
                     || (ours(m) && f == "_start")
                     || (m == "libc.so.6" && f.starts_with("?+") && l.starts_with("stop=EndOfStack"))
             })
