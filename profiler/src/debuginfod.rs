@@ -3,7 +3,8 @@
 //! fetch them: the servers of `DEBUGINFOD_URLS` (space-separated) in order, each file kept in the
 //! same cache elfutils uses (`$DEBUGINFOD_CACHE_PATH`, else `$XDG_CACHE_HOME/debuginfod_client`,
 //! else `~/.cache/debuginfod_client`, as `ID/debuginfo`), so each is fetched once for every
-//! tool. A file a server sends is used only if its build id is the one asked for.
+//! tool. A file a server sends is used only if its build id is the one asked for; a build id
+//! no server has is not asked again for 10 minutes (elfutils' negative cache entries).
 //!
 //! A server that does not answer within the timeout (`DEBUGINFOD_TIMEOUT` seconds, default 5),
 //! or whose certificate the system's authorities (or those of `SSL_CERT_FILE`) do not vouch for,
@@ -77,6 +78,10 @@ impl Client {
         if unwind_samples::debug_files::build_id_of(&cached).as_deref() == Some(&wanted[..]) {
             return Some((cached, "debuginfod cache".to_owned()));
         }
+        if self.recently_missed(&cached) {
+            return None;
+        }
+        let (mut answered, mut failed) = (false, false);
         for i in 0..self.servers.len() {
             let Some(server) = self.servers[i].clone() else {
                 continue;
@@ -103,11 +108,55 @@ impl Client {
                     let _ = std::fs::remove_file(&cached);
                     self.fail(i, &server, &format!("sent a file without build id {id}"));
                 }
-                Ok(false) => {}
-                Err(e) => self.fail(i, &server, &e),
+                Ok(false) => answered = true,
+                Err(e) => {
+                    failed = true;
+                    self.fail(i, &server, &e);
+                }
             }
         }
+        if answered && !failed {
+            self.note_missed(&cached);
+        }
         None
+    }
+
+    /// Whether `cached` marks a build id no server had, less than the cache's retry time ago:
+    /// elfutils' negative entry, an empty file with no permissions, retried after
+    /// `cache_miss_s` seconds (a file of that name in the cache; 600 by default).
+    fn recently_missed(&self, cached: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::symlink_metadata(cached) else {
+            return false;
+        };
+        let retry = std::fs::read_to_string(self.cache.join("cache_miss_s"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(600);
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .unwrap_or(Duration::MAX);
+        meta.is_file()
+            && meta.len() == 0
+            && meta.permissions().mode() & 0o777 == 0
+            && age < Duration::from_secs(retry)
+    }
+
+    /// Marks `cached` as a build id no server had (see [`recently_missed`](Self::recently_missed)).
+    fn note_missed(&self, cached: &Path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Some(dir) = cached.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::remove_file(cached);
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(cached);
     }
 
     /// Says once that `server` failed and why, and asks it nothing more.

@@ -648,6 +648,15 @@ fn debuginfod_server_up_and_down() {
         cache.join(&id).join("debuginfo").is_file(),
         "not kept in the cache"
     );
+    // The program's own build id, which the server does not have: a negative entry, as
+    // elfutils writes it (empty, no permissions), so the next runs do not ask again.
+    let missed = cache.join(build_id(&dir.join("work"))).join("debuginfo");
+    let meta = std::fs::metadata(&missed).expect("a negative cache entry");
+    assert_eq!(meta.len(), 0);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0
+    );
     // Turned off: not asked (the cache is elfutils' too, and is not read either).
     let r = profile(&dir, &["--no-debuginfod"], &env);
     assert_eq!(r.hidden, [0, 0], "--no-debuginfod: {}", r.names_from);
