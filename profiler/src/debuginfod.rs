@@ -154,7 +154,7 @@ impl Client {
         let _ = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0)
+            .mode(0o000)
             .custom_flags(libc::O_NOFOLLOW)
             .open(cached);
     }
