@@ -292,6 +292,45 @@ mod tests {
         assert_eq!(c.cache, Path::new("/c"));
     }
 
+    /// A build id with a fresh negative entry is not asked about (a server that would fail is
+    /// not even tried); an old entry, or one that is no negative entry, is asked again.
+    #[test]
+    fn negative_entries_spare_the_servers_for_a_while() {
+        use std::os::unix::fs::PermissionsExt;
+        let cache = std::env::temp_dir().join(format!("debuginfod-neg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        // A loopback port nothing listens on: asking it fails at once, and says so.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = || {
+            let url = format!("http://127.0.0.1:{closed}");
+            let cache = cache.display().to_string();
+            Client::from_vars(|k| match k {
+                "DEBUGINFOD_URLS" => Some(url.clone()),
+                "DEBUGINFOD_CACHE_PATH" => Some(cache.clone()),
+                _ => None,
+            })
+            .unwrap()
+        };
+        let id = "0123456789abcdef";
+        let entry = cache.join(id).join("debuginfo");
+        client().note_missed(&entry);
+        let meta = std::fs::metadata(&entry).unwrap();
+        assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (0, 0));
+        let mut fresh = client();
+        assert_eq!(fresh.debuginfo(id), None);
+        assert!(fresh.problems.is_empty(), "{:?}", fresh.problems);
+        // Older than the retry time (cache_miss_s): asked again.
+        std::fs::write(cache.join("cache_miss_s"), "0\n").unwrap();
+        let mut stale = client();
+        assert_eq!(stale.debuginfo(id), None);
+        assert_eq!(stale.problems.len(), 1, "{:?}", stale.problems);
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
+
     #[test]
     fn build_ids_are_hex() {
         assert_eq!(parse_hex("0aff"), Some(vec![0x0a, 0xff]));
