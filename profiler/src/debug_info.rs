@@ -65,14 +65,6 @@ pub struct DebugInfo {
 /// A frame the DWARF gives: the function's name (demangled), its file and line.
 pub type NamedFrame = (String, Option<String>, Option<u32>);
 
-/// `path` mapped; `None` if it cannot be.
-fn map(path: &Path) -> Option<memmap2::Mmap> {
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: a private read-only mapping; a file truncated under it would fault the reads, as
-    // it would gdb's and perf's (debug files and caches are replaced by renaming, not rewritten).
-    unsafe { memmap2::Mmap::map(&file) }.ok()
-}
-
 /// The sections of [`SECTIONS`] in `file` (whose bytes are `whole`), each as a reader;
 /// compressed ones decompressed. Also whether any was compressed.
 fn sections_of(
@@ -113,7 +105,7 @@ fn cache_file(dir: &Path, id: &[u8]) -> PathBuf {
 /// Reads the sections back from cache file `path`, written for build id `id`: `None` if it is
 /// missing, of another format or build, or cut short.
 fn read_cache(path: &Path, id: &[u8], endian: gimli::RunTimeEndian) -> Option<Vec<Option<Reader>>> {
-    let map = map(path)?;
+    let map = unwind_samples::debug_files::map(path)?;
     let bytes = Bytes(Arc::new(Backing::Mapped(map)));
     let head = bytes.get(..8 + 2)?;
     if &head[..8] != MAGIC {
@@ -238,7 +230,9 @@ impl DebugInfo {
     /// `None` if it has none. With a cache directory, compressed sections come from (or go
     /// to) the cache by the file's build id.
     pub fn open(path: &Path, sup: Option<&Path>, cache: Option<&Path>) -> Option<DebugInfo> {
-        let whole = Bytes(Arc::new(Backing::Mapped(map(path)?)));
+        let whole = Bytes(Arc::new(Backing::Mapped(unwind_samples::debug_files::map(
+            path,
+        )?)));
         let file = object::File::parse(&*whole).ok()?;
         file.section_by_name(".debug_info")?;
         let endian = if file.is_little_endian() {
@@ -274,7 +268,9 @@ impl DebugInfo {
         let empty = gimli::EndianReader::new(Bytes(Arc::new(Backing::Owned(Vec::new()))), endian);
         let mut dwarf = dwarf_of(&sections, &empty);
         if let Some(sup) = sup.and_then(|p| {
-            let bytes = Bytes(Arc::new(Backing::Mapped(map(p)?)));
+            let bytes = Bytes(Arc::new(Backing::Mapped(unwind_samples::debug_files::map(
+                p,
+            )?)));
             let file = object::File::parse(&*bytes).ok()?;
             let (sections, _) = sections_of(&file, &bytes, endian)?;
             Some(dwarf_of(&sections, &empty))

@@ -242,8 +242,8 @@ fn tls_config() -> ureq::tls::TlsConfig {
     TlsConfig::builder().root_certs(roots).build()
 }
 
-/// The bytes of a hex string.
-fn parse_hex(s: &str) -> Option<Vec<u8>> {
+/// The bytes of a hex string (a build id as profiles spell it); `None` if it is not one.
+pub(crate) fn parse_hex(s: &str) -> Option<Vec<u8>> {
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())

@@ -232,14 +232,6 @@ impl PerfMap {
     }
 }
 
-/// The bytes of a lowercase hex string (a build id as profiles spell it).
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The bytes of `file`, mapped.
 fn map(file: &std::fs::File) -> Option<memmap2::Mmap> {
     // SAFETY: a private read-only mapping of a regular file (checked by `open_regular`); a
@@ -477,7 +469,7 @@ impl Symbolizer {
 /// its debug file and that file's supplementary one, and says where its names will come from.
 fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
     let named = PathBuf::from(&m.path);
-    let id = unhex(&m.build_id).filter(|id| id.len() >= 2);
+    let id = crate::debuginfod::parse_hex(&m.build_id).filter(|id| id.len() >= 2);
     let found = has_file(&named)
         .then(|| sources.search.module_file(&named, id.as_deref()))
         .flatten();
