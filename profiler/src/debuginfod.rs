@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// The largest debug file fetched (unstripped browsers' reach 2-3 GiB).
 const MAX_FILE: u64 = 4 << 30;
+/// How many timeouts a server has to send a whole file (2 minutes by default).
+const BODY_TIMEOUTS: u32 = 24;
 /// How long a server has to connect and answer, unless `DEBUGINFOD_TIMEOUT` says otherwise.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -173,6 +175,8 @@ impl Client {
         let config = ureq::Agent::config_builder()
             .timeout_connect(Some(self.timeout))
             .timeout_recv_response(Some(self.timeout))
+            // A server that sends the file slower than this never holds the run up for longer.
+            .timeout_recv_body(Some(self.timeout * BODY_TIMEOUTS))
             .http_status_as_error(false);
         #[cfg(feature = "https")]
         let config = config.tls_config(tls_config());
