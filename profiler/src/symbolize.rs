@@ -240,16 +240,22 @@ fn map(file: &std::fs::File) -> Option<memmap2::Mmap> {
 }
 
 /// What names a module's code when no debug file does, from its file's own sections: its
-/// symbol table, MiniDebugInfo's, its dynamic symbols, or its unwind tables.
+/// symbol table, MiniDebugInfo's, its dynamic symbols, or its unwind tables (and on 32-bit
+/// ARM the calls between them, `unwind_dwarf::called`).
 fn own_tables(file: &object::File<'_>) -> &'static str {
     use object::Object;
     let has = |name| file.section_by_name(name).is_some();
+    let arm = file.architecture() == object::Architecture::Arm;
     if has(".symtab") {
         ".symtab"
     } else if has(".gnu_debugdata") {
         "MiniDebugInfo"
+    } else if has(".dynsym") && arm {
+        ".dynsym, unwind tables and calls"
     } else if has(".dynsym") {
         ".dynsym and unwind tables"
+    } else if arm {
+        "unwind tables and calls only"
     } else {
         "unwind tables only"
     }

@@ -54,6 +54,40 @@ pub fn return_sites(
     }
 }
 
+/// Appends to `out` the target of every call to a label in Thumb code `code` (file address
+/// `svma`, even), decoded one instruction after another from its first halfword as the
+/// processor runs it: `bl` (a Thumb target, with bit 0 set) and `blx <label>` (an A32 target).
+/// Unlike [`return_sites`], which reads at every alignment, the second halfword of a 32-bit
+/// instruction is never read as the first of another, so a call is reported only where the
+/// instruction stream from `svma` has one: a target is a function's entry, not an artifact
+/// of reading code at the wrong alignment.
+pub fn thumb_call_targets(code: &[u8], svma: u64, out: &mut Vec<u64>) {
+    let half = |i: usize| -> Option<u32> {
+        let b = code.get(i..)?.first_chunk::<2>()?;
+        Some(u32::from(u16::from_le_bytes(*b)))
+    };
+    let mut i = 0usize;
+    while let Some(hw1) = half(i) {
+        // A 32-bit instruction's first halfword starts 0b11101, 0b11110 or 0b11111.
+        if hw1 >> 11 < 0b11101 {
+            i = i.wrapping_add(2);
+            continue;
+        }
+        let Some(hw2) = half(i.wrapping_add(2)) else {
+            break;
+        };
+        if let Some(target) = thumb_call_target(hw1, hw2, svma.wrapping_add(i as u64)) {
+            // `bl` stays in Thumb state; `blx <label>` switches to A32 (a word-aligned target).
+            out.push(if hw2 & 0x1000 != 0 {
+                target | 1
+            } else {
+                target
+            });
+        }
+        i = i.wrapping_add(4);
+    }
+}
+
 /// The target of a Thumb-2 `bl` or `blx <label>` made of halfwords `hw1`, `hw2` at `at`.
 fn thumb_call_target(hw1: u32, hw2: u32, at: u64) -> Option<u64> {
     if hw1 & 0xf800 != 0xf000 || hw2 & 0xc000 != 0xc000 {
@@ -156,6 +190,45 @@ mod tests {
         // A call out of the accepted code is not a site.
         let far: Vec<u8> = 0xeb00_1000u32.to_le_bytes().to_vec();
         assert_eq!(sites(&far, 0x2000), Vec::<u64>::new());
+    }
+
+    /// The sweep reads instructions where the processor does: a `bl` hidden across two
+    /// instructions (the second half of a 32-bit one and the first half of the next) is not a
+    /// call, which reading at every alignment takes it for.
+    #[test]
+    fn the_thumb_sweep_reads_only_real_instructions() {
+        // At 0x1000: `bl 0x1100` = f000 f87e; `blx 0x1200` from 0x1004 (Align(0x1008, 4) +
+        // 0x1f8) = f000 e8fc; `movs r0, #0` = 2000.
+        let code: Vec<u8> = [0xf000u16, 0xf87e, 0xf000, 0xe8fc, 0x2000]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        thumb_call_targets(&code, 0x1000, &mut out);
+        assert_eq!(out, [0x1101, 0x1200]);
+        // `orr.w ip, ip, #0x700` = f44c 6ce0 then `bl` = f000 f800: from 0x1000, halfword
+        // 0x1002 (6ce0) is the orr's second half, so only the `bl` at 0x1004 is a call. Read
+        // from 0x1002, `6ce0` is a 16-bit load and the `bl` is still found, at the same place.
+        let code: Vec<u8> = [0xf44cu16, 0x6ce0, 0xf000, 0xf800]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        thumb_call_targets(&code, 0x1000, &mut out);
+        assert_eq!(out, [0x1009]);
+        // A `bl` whose first halfword is the second half of a 32-bit instruction: `f7ff` after
+        // `e92d` (`stmdb sp!, {...}`, whose register list it is) is not a call from 0x1000,
+        // though `f7ff fffe` read alone is one.
+        let code: Vec<u8> = [0xe92du16, 0xf7ff, 0xfffe, 0x2000]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        thumb_call_targets(&code, 0x1000, &mut out);
+        assert_eq!(out, Vec::<u64>::new());
+        let mut every = Vec::new();
+        return_sites(&code, 0x1000, &|_| true, &mut every);
+        assert!(!every.is_empty(), "reading at every alignment finds it");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! the next function symbol; an internal function without an entry or a symbol after it is
 //! taken as part of the entry's, which the index cannot tell apart).
 //!
+//! On 32-bit ARM, the code between them that calls or function pointers show to be functions
+//! of their own is added ([`crate::called`]).
+//!
 //! Unlike the rules, these need no translation: they name code that has no symbol. A stripped
 //! library (`liblzma.so.5`) keeps its unwind tables, so a profiler can show one line per
 //! function (`liblzma.so.5+0x15b80`, the function's start) instead of one per sampled address.
@@ -22,10 +25,21 @@ pub struct Function {
 }
 
 /// The functions of an ELF file's unwind tables, sorted by start, without duplicates (a
-/// function in both `.eh_frame` and `.debug_frame` once). Malformed entries are skipped: the
-/// list is for naming, and a function left out is only named by address. Empty for a file
-/// that is not ELF or has no unwind tables.
+/// function in both `.eh_frame` and `.debug_frame` once), and on 32-bit ARM those between
+/// them that calls show ([`crate::called`]). Malformed entries are skipped: the list is for
+/// naming, and a function left out is only named by address. Empty for a file that is not ELF
+/// or has no unwind tables.
 pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
+    listed(data, true)
+}
+
+/// [`functions_of_elf`] without the functions found by calls: what the unwind tables alone
+/// say (each `.ARM.exidx` entry's function running to the next entry or symbol).
+pub fn functions_of_unwind_tables(data: &[u8]) -> Vec<Function> {
+    listed(data, false)
+}
+
+fn listed(data: &[u8], with_calls: bool) -> Vec<Function> {
     let Ok(elf) = object::File::parse(data) else {
         return Vec::new();
     };
@@ -36,6 +50,8 @@ pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
     let cfi = CfiData::read(&elf, &mut unreadable);
     let sections = cfi.sections(&elf);
     let mut out = Vec::new();
+    // `.ARM.exidx`'s functions, whose ends are guesses (the next entry or symbol).
+    let mut indexed = Vec::new();
     if let Some(data) = sections.eh_frame {
         let bases = BaseAddresses::default()
             .set_eh_frame(sections.eh_frame_svma)
@@ -66,7 +82,7 @@ pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
         // 0x66048 to 0x6ad90, `malloc` among them), so its range names nothing.
         if let Ok(entries) = unwind_arm_exidx::entries(&sections) {
             let named = crate::elf::function_starts(&elf);
-            out.extend(
+            indexed.extend(
                 entries
                     .iter()
                     .zip(entries.iter().skip(1))
@@ -81,6 +97,27 @@ pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
             );
         }
     }
+    out.sort();
+    out.dedup_by_key(|f| f.start);
+    indexed.sort();
+    indexed.retain(|f| {
+        let i = out.partition_point(|o| o.start <= f.start);
+        i.checked_sub(1)
+            .and_then(|i| out.get(i))
+            .is_none_or(|o| o.end <= f.start)
+    });
+    if with_calls && elf.architecture() == object::Architecture::Arm {
+        let called = crate::called::functions_between(&elf, &out, &indexed);
+        // A function called inside an entry's guessed range ends that range.
+        for f in &mut indexed {
+            let i = called.partition_point(|c| c.start <= f.start);
+            if let Some(c) = called.get(i).filter(|c| c.start < f.end) {
+                f.end = c.start;
+            }
+        }
+        out.extend(called);
+    }
+    out.extend(indexed);
     out.sort();
     out.dedup_by_key(|f| f.start);
     out

@@ -88,6 +88,7 @@ mod arm_code;
 // counters, and its indexing is on arrays indexed by its own enums.
 #[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 pub mod breakpad;
+mod called;
 mod cfi;
 mod compile;
 pub mod eh_return;

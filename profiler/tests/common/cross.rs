@@ -994,20 +994,79 @@ fn signal_trampoline_named_under_record() {
     );
 }
 
+/// The entries binutils sees in the ARM library `file`: the targets of its `bl` and `blx`
+/// instructions as the row's `objdump -d` decodes them, and the Thumb function pointers its
+/// `R_ARM_RELATIVE` relocations store. A judge, written apart from `unwind_dwarf::called`, of
+/// the functions that one finds between the unwind tables' (empty for other architectures).
+fn call_targets(file: &Path) -> std::collections::HashSet<u64> {
+    use object::{Object, ObjectSection};
+    let mut targets = std::collections::HashSet::new();
+    if super::ROW != "armv7" {
+        return targets;
+    }
+    let out = Command::new(row().tool("objdump"))
+        .arg("-d")
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "objdump -d {}", file.display());
+    // `   15c74:\tf7ff ffe2 \tbl\t15c3c <__enable_execute_stack@@GCC_3.4.2+0x4>`
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let fields: Vec<&str> = line.split('\t').map(str::trim).collect();
+        if let Some(i) = fields.iter().position(|f| *f == "bl" || *f == "blx") {
+            let target = fields.get(i + 1).and_then(|t| t.split(' ').next());
+            if let Some(t) = target.and_then(|t| u64::from_str_radix(t, 16).ok()) {
+                targets.insert(t);
+            }
+        }
+    }
+    let data = std::fs::read(file).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    for (at, r) in elf.dynamic_relocations().into_iter().flatten() {
+        if r.flags()
+            != (object::RelocationFlags::Elf {
+                r_type: object::elf::R_ARM_RELATIVE,
+            })
+        {
+            continue;
+        }
+        for s in elf.sections() {
+            let Ok(d) = s.data() else { continue };
+            if let Some(w) = at
+                .checked_sub(s.address())
+                .and_then(|i| d.get(i as usize..i as usize + 4))
+            {
+                let v = u64::from(u32::from_le_bytes(w.try_into().unwrap()));
+                if v & 1 == 1 {
+                    targets.insert(v & !1);
+                }
+            }
+        }
+    }
+    targets
+}
+
 /// Checks the frames of `lines` (folded stacks) in the row's sysroot libraries: every one named
-/// `LIB+0xOFFSET` is at a function's start in LIB's unwind tables, but those in code that
-/// neither a symbol nor an unwind entry describes (named by their address: nothing tells where
-/// their function starts), at most `most_undescribed` % of the library frames; returns the
-/// samples' frames named one of `symbols` and those named by a function's start.
+/// `LIB+0xOFFSET` is at a function's start, in LIB's unwind tables or, between them, a target
+/// of a call or a function pointer as binutils sees it ([`call_targets`]), never inside a
+/// function its unwind tables describe but at a call's target; those in code nothing describes
+/// (named by their address: nothing tells where their function starts) are at most
+/// `most_undescribed` % of the library frames. Returns the samples' frames named one of
+/// `symbols`, those named by an unwind entry's start, and those by a call's target.
 fn check_library_frames(
     what: &str,
     lines: &[(Vec<String>, u64)],
     symbols: &[&str],
     most_undescribed: u64,
-) -> (u64, u64) {
+) -> (u64, u64, u64) {
     let sysroot = Path::new(row().sysroot.expect("an emulated row has a sysroot"));
-    let mut functions_of: HashMap<String, Vec<unwind_dwarf::functions::Function>> = HashMap::new();
-    let (mut by_start, mut by_symbol, mut undescribed, mut wrong) = (0u64, 0u64, 0u64, Vec::new());
+    type Known = (
+        Vec<unwind_dwarf::functions::Function>,
+        std::collections::HashSet<u64>,
+    );
+    let mut functions_of: HashMap<String, Known> = HashMap::new();
+    let (mut by_start, mut by_call, mut by_symbol, mut undescribed, mut wrong) =
+        (0u64, 0u64, 0u64, 0u64, Vec::new());
     for (frames, n) in lines {
         for f in frames {
             let Some((lib, offset)) = f.split_once("+0x") else {
@@ -1017,8 +1076,12 @@ fn check_library_frames(
             if !file.is_file() {
                 continue;
             }
-            let functions = functions_of.entry(lib.to_owned()).or_insert_with(|| {
-                unwind_dwarf::functions::functions_of_elf(&std::fs::read(&file).unwrap())
+            let (functions, calls) = functions_of.entry(lib.to_owned()).or_insert_with(|| {
+                let data = std::fs::read(&file).unwrap();
+                (
+                    unwind_dwarf::functions::functions_of_unwind_tables(&data),
+                    call_targets(&file),
+                )
             });
             let Ok(o) = u64::from_str_radix(offset, 16) else {
                 wrong.push(f.clone());
@@ -1026,6 +1089,8 @@ fn check_library_frames(
             };
             if functions.iter().any(|f| f.start == o) {
                 by_start += n;
+            } else if calls.contains(&o) {
+                by_call += n;
             } else if functions.iter().any(|f| f.start < o && o < f.end) {
                 wrong.push(f.clone());
             } else {
@@ -1038,7 +1103,9 @@ fn check_library_frames(
             .count() as u64;
     }
     println!(
-        "{what} library frames: {by_symbol} named {symbols:?}, {by_start} by their function's start, {undescribed} in code nothing describes, {} otherwise",
+        "{what} library frames: {by_symbol} named {symbols:?}, {by_start} by their function's \
+         start in the unwind tables, {by_call} by a call's target, {undescribed} in code nothing \
+         describes, {} otherwise",
         wrong.len()
     );
     assert!(
@@ -1046,19 +1113,24 @@ fn check_library_frames(
         "{what}: named by an address inside a function: {wrong:?}"
     );
     assert!(
-        undescribed * 100 <= (by_start + by_symbol + undescribed) * most_undescribed,
+        undescribed * 100 <= (by_start + by_call + by_symbol + undescribed) * most_undescribed,
         "{what}: {undescribed} library frames in code nothing describes"
     );
-    (by_symbol, by_start)
+    (by_symbol, by_start, by_call)
 }
 
 /// The frames of C++ exceptions thrown and caught (profiler/tests/programs/exceptions.cpp, built
 /// with the row's g++), recorded through qemu: libstdc++'s (`__cxa_throw`) and libgcc's
-/// unwinder's (`_Unwind_RaiseException`) frames named as [`check_library_frames`] checks.
+/// unwinder's (`_Unwind_RaiseException`) frames named as [`check_library_frames`] checks. On
+/// armv7, some are named by a function that only calls show (libgcc's unwinder's own).
 #[test]
 fn cpp_library_frames_named_under_record() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !tools_present(false) {
+        return;
+    }
+    // binutils judges the functions found by calls.
+    if !row().usable("checking functions found by calls", &["objdump"]) {
         return;
     }
     let dir = work_dir("cpp-library-names");
@@ -1070,7 +1142,7 @@ fn cpp_library_frames_named_under_record() {
     let (out, _) = record_through_qemu(&dir, &exe, &["2"]);
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
-    let (by_symbol, _) = check_library_frames(
+    let (by_symbol, _, by_call) = check_library_frames(
         "C++",
         &lines,
         &["__cxa_throw", "_Unwind_RaiseException"],
@@ -1080,17 +1152,21 @@ fn cpp_library_frames_named_under_record() {
         by_symbol > 0,
         "__cxa_throw and _Unwind_RaiseException unnamed:\n{text}"
     );
+    assert!(
+        super::ROW != "armv7" || by_call > 0,
+        "no frame named by a function only calls show:\n{text}"
+    );
 }
 
 /// The frames of a C program's time in glibc (tests/cross/sorting.c: qsort, rand, snprintf),
 /// recorded by this host's `record` through qemu (`-L` the row's sysroot, which `record` reads
 /// the guest's libraries under). Every frame in a library of the sysroot is named by its
 /// function: by its symbol where `.dynsym` has one (`qsort_r`, `rand`), else as `LIB+0xSTART`,
-/// START being the start of the function the library's unwind tables put it in, never an
-/// address inside it. Code that neither describes (armhf glibc's `.iplt`, and its functions in
-/// `EXIDX_CANTUNWIND` ranges without a symbol) can only be named by its address: at most 5 % of
-/// the library frames on armv7, none on aarch64. `go tool pprof -top` lists the same names as the folded stacks (the pprof file
-/// carries them), and the summary says the names came from the sysroot's files.
+/// START being the start of the function the library's unwind tables, or on armv7 the calls
+/// between them, put it in, never an address inside it. Code none of them describes (armhf
+/// glibc's `.iplt`) can only be named by its address: at most `UNDESCRIBED_LIBRARY_FRAMES` %.
+/// `go tool pprof -top` lists the same names as the folded stacks (the pprof file carries
+/// them), and the summary says the names came from the sysroot's files.
 #[test]
 fn library_frames_named_under_record() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -1101,13 +1177,17 @@ fn library_frames_named_under_record() {
         unwind_test_support::missing("go (go tool pprof)");
         return;
     }
+    // binutils judges the functions found by calls.
+    if !row().usable("checking functions found by calls", &["objdump"]) {
+        return;
+    }
     let dir = work_dir("library-names");
     let exe = build_c_program(&dir, "sorting", &["-funwind-tables"]);
     let (out, _) = record_through_qemu(&dir, &exe, &[]);
     let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let lines = unwind_profiler::output::folded::parse(&text);
     let sysroot = Path::new(row().sysroot.expect("an emulated row has a sysroot"));
-    let (by_symbol, by_start) = check_library_frames(
+    let (by_symbol, by_start, _) = check_library_frames(
         "C",
         &lines,
         &["qsort_r", "rand"],
