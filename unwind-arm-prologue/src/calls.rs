@@ -54,39 +54,106 @@ pub fn return_sites(
     }
 }
 
-/// Appends to `out` the target of every call to a label in Thumb code `code` (file address
-/// `svma`, even), decoded one instruction after another from its first halfword as the
-/// processor runs it: `bl` (a Thumb target, with bit 0 set) and `blx <label>` (an A32 target).
+/// Appends to `out` the functions that Thumb code reaches, decoded one instruction after
+/// another over `sweep` (byte offsets into `code`, whose first byte is at file address `svma`)
+/// as the processor runs it:
+/// - the target of every `bl`, a Thumb function (bit 0 set). Not `blx <label>`'s, to A32 code:
+///   compilers call A32 code through the linker's veneers, and A32 code read as Thumb decodes
+///   as `blx` (its instructions' high halfwords, `0xe...`, are `blx`'s second halfword);
+/// - every address made relative to the PC, as position-independent code passes a callback or
+///   an ifunc's resolver returns its choice: `ldr Rd, [pc, #imm]` of a literal, then `add Rd,
+///   pc` within [`LITERAL_LIFE`] instructions. Bit 0 set is a Thumb function; clear, an A32
+///   one or data, which the caller tells apart by where it points.
+///
 /// Unlike [`return_sites`], which reads at every alignment, the second halfword of a 32-bit
-/// instruction is never read as the first of another, so a call is reported only where the
-/// instruction stream from `svma` has one: a target is a function's entry, not an artifact
-/// of reading code at the wrong alignment.
-pub fn thumb_call_targets(code: &[u8], svma: u64, out: &mut Vec<u64>) {
+/// instruction is never read as the first of another, so an instruction is reported only
+/// where the instruction stream from the sweep's start has one, not as an artifact of reading
+/// code at the wrong alignment. Literals are read from all of `code`: a function's pool may lie
+/// past the sweep's end.
+pub fn thumb_references(
+    code: &[u8],
+    svma: u64,
+    sweep: core::ops::Range<usize>,
+    out: &mut Vec<u64>,
+) {
     let half = |i: usize| -> Option<u32> {
         let b = code.get(i..)?.first_chunk::<2>()?;
         Some(u32::from(u16::from_le_bytes(*b)))
     };
-    let mut i = 0usize;
-    while let Some(hw1) = half(i) {
+    let word_at = |a: u64| -> Option<u32> {
+        let i = usize::try_from(a.checked_sub(svma)?).ok()?;
+        Some(u32::from_le_bytes(*code.get(i..)?.first_chunk::<4>()?))
+    };
+    // The literal each register was last loaded with from the pool, and when (instructions
+    // decoded so far): a later write to the register is not tracked, so a literal is trusted
+    // for a few instructions only.
+    let mut literals: [Option<(u32, usize)>; 16] = [None; 16];
+    let mut decoded = 0usize;
+    let mut i = sweep.start;
+    while i < sweep.end {
+        let Some(hw1) = half(i) else { break };
+        let at = svma.wrapping_add(i as u64);
+        // The PC as a literal load reads it: the instruction's address + 4, word-aligned.
+        let pool_base = at.wrapping_add(4) & !3;
+        decoded = decoded.wrapping_add(1);
         // A 32-bit instruction's first halfword starts 0b11101, 0b11110 or 0b11111.
         if hw1 >> 11 < 0b11101 {
+            if hw1 & 0xf800 == 0x4800 {
+                // `ldr Rd, [pc, #imm8 * 4]`.
+                let rd = ((hw1 >> 8) & 7) as usize;
+                let value = word_at(pool_base.wrapping_add(u64::from(hw1 & 0xff) * 4));
+                if let Some(slot) = literals.get_mut(rd) {
+                    *slot = value.map(|v| (v, decoded));
+                }
+            } else if hw1 & 0xff78 == 0x4478 {
+                // `add Rdn, pc`: Rdn is DN:Rdn.
+                let rd = (((hw1 >> 4) & 8) | (hw1 & 7)) as usize;
+                if let Some(Some((v, when))) = literals.get(rd) {
+                    let value = u64::from(v.wrapping_add(at as u32).wrapping_add(4));
+                    if decoded.wrapping_sub(*when) <= LITERAL_LIFE {
+                        out.push(value);
+                    }
+                }
+                if let Some(slot) = literals.get_mut(rd) {
+                    *slot = None;
+                }
+            }
             i = i.wrapping_add(2);
             continue;
         }
         let Some(hw2) = half(i.wrapping_add(2)) else {
             break;
         };
-        if let Some(target) = thumb_call_target(hw1, hw2, svma.wrapping_add(i as u64)) {
-            // `bl` stays in Thumb state; `blx <label>` switches to A32 (a word-aligned target).
-            out.push(if hw2 & 0x1000 != 0 {
-                target | 1
+        if let Some(target) = thumb_call_target(hw1, hw2, at) {
+            // `bl` (bit 12 set) stays in Thumb state.
+            if hw2 & 0x1000 != 0 {
+                out.push(target | 1);
+            }
+            // A call does not keep the argument and scratch registers.
+            for slot in literals.iter_mut().take(4) {
+                *slot = None;
+            }
+        } else if hw1 & 0xff7f == 0xf85f {
+            // `ldr.w Rt, [pc, #+-imm12]` (U, bit 7 of the first halfword, adds).
+            let rt = (hw2 >> 12) as usize;
+            let offset = u64::from(hw2 & 0xfff);
+            let address = if hw1 & 0x80 != 0 {
+                pool_base.wrapping_add(offset)
             } else {
-                target
-            });
+                pool_base.wrapping_sub(offset)
+            };
+            let value = word_at(address);
+            if let Some(slot) = literals.get_mut(rt) {
+                *slot = value.map(|v| (v, decoded));
+            }
         }
         i = i.wrapping_add(4);
     }
 }
+
+/// How many instructions after its load a literal is taken to still be in its register by
+/// [`thumb_references`]: compilers put the `add Rd, pc` close to the load.
+pub const LITERAL_LIFE: usize = 8;
 
 /// The target of a Thumb-2 `bl` or `blx <label>` made of halfwords `hw1`, `hw2` at `at`.
 fn thumb_call_target(hw1: u32, hw2: u32, at: u64) -> Option<u64> {
@@ -198,14 +265,14 @@ mod tests {
     #[test]
     fn the_thumb_sweep_reads_only_real_instructions() {
         // At 0x1000: `bl 0x1100` = f000 f87e; `blx 0x1200` from 0x1004 (Align(0x1008, 4) +
-        // 0x1f8) = f000 e8fc; `movs r0, #0` = 2000.
+        // 0x1f8) = f000 e8fc, not reported; `movs r0, #0` = 2000.
         let code: Vec<u8> = [0xf000u16, 0xf87e, 0xf000, 0xe8fc, 0x2000]
             .iter()
             .flat_map(|h| h.to_le_bytes())
             .collect();
         let mut out = Vec::new();
-        thumb_call_targets(&code, 0x1000, &mut out);
-        assert_eq!(out, [0x1101, 0x1200]);
+        thumb_references(&code, 0x1000, 0..code.len(), &mut out);
+        assert_eq!(out, [0x1101]);
         // `orr.w ip, ip, #0x700` = f44c 6ce0 then `bl` = f000 f800: from 0x1000, halfword
         // 0x1002 (6ce0) is the orr's second half, so only the `bl` at 0x1004 is a call. Read
         // from 0x1002, `6ce0` is a 16-bit load and the `bl` is still found, at the same place.
@@ -214,7 +281,7 @@ mod tests {
             .flat_map(|h| h.to_le_bytes())
             .collect();
         let mut out = Vec::new();
-        thumb_call_targets(&code, 0x1000, &mut out);
+        thumb_references(&code, 0x1000, 0..code.len(), &mut out);
         assert_eq!(out, [0x1009]);
         // A `bl` whose first halfword is the second half of a 32-bit instruction: `f7ff` after
         // `e92d` (`stmdb sp!, {...}`, whose register list it is) is not a call from 0x1000,
@@ -224,7 +291,7 @@ mod tests {
             .flat_map(|h| h.to_le_bytes())
             .collect();
         let mut out = Vec::new();
-        thumb_call_targets(&code, 0x1000, &mut out);
+        thumb_references(&code, 0x1000, 0..code.len(), &mut out);
         assert_eq!(out, Vec::<u64>::new());
         let mut every = Vec::new();
         return_sites(&code, 0x1000, &|_| true, &mut every);

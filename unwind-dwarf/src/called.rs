@@ -5,11 +5,15 @@
 //! into one, so a library's internal functions often have neither (libgcc_s's own unwinder,
 //! libstdc++'s `read_encoded_value_with_base`). A profile would name their frames by address.
 //! Their entries are still known:
-//! - the target of a `bl` or `blx <label>`, read from the instruction stream as the processor
-//!   runs it (Thumb, decoded one instruction after another from a known boundary), never at
-//!   every alignment, which takes data and misaligned halves for calls;
+//! - the target of a `bl`, read from the instruction stream as the processor runs it (Thumb,
+//!   decoded one instruction after another from a known boundary), never at every alignment,
+//!   which takes data and misaligned halves for calls;
+//! - an address the code makes relative to the PC (`ldr Rd, [pc, #imm]`, `add Rd, pc`): a
+//!   callback (glibc's for `dl_iterate_phdr`), or the A32 `memcpy` an ifunc resolver returns;
 //! - a Thumb function pointer the dynamic linker relocates (`R_ARM_RELATIVE` with bit 0 set):
 //!   constructors in `.init_array`, destructors, virtual functions.
+//!
+//! `unwind_arm_prologue::calls::thumb_references` decodes the instructions.
 //!
 //! A found entry is kept only where no symbol or unwind entry covers it, and only 4-byte
 //! aligned, as GCC aligns every function: a table of data read as `bl` gives targets at 2
@@ -105,9 +109,7 @@ pub(crate) fn functions_between(
             ) else {
                 continue;
             };
-            if let Some(segment) = data.get(i & !1..j) {
-                unwind_arm_prologue::calls::thumb_call_targets(segment, b & !1, &mut targets);
-            }
+            unwind_arm_prologue::calls::thumb_references(data, svma, i & !1..j, &mut targets);
         }
     }
     targets.extend(relocated_thumb_pointers(elf));

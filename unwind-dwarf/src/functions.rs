@@ -3,8 +3,9 @@
 //! the next function symbol; an internal function without an entry or a symbol after it is
 //! taken as part of the entry's, which the index cannot tell apart).
 //!
-//! On 32-bit ARM, the code between them that calls or function pointers show to be functions
-//! of their own is added ([`crate::called`]).
+//! On 32-bit ARM, the functions between them that calls, PC-relative addresses and function
+//! pointers reach are added (the private module `called`), and an entry's function ends at
+//! the first of them inside it.
 //!
 //! Unlike the rules, these need no translation: they name code that has no symbol. A stripped
 //! library (`liblzma.so.5`) keeps its unwind tables, so a profiler can show one line per
@@ -26,9 +27,9 @@ pub struct Function {
 
 /// The functions of an ELF file's unwind tables, sorted by start, without duplicates (a
 /// function in both `.eh_frame` and `.debug_frame` once), and on 32-bit ARM those between
-/// them that calls show ([`crate::called`]). Malformed entries are skipped: the list is for
-/// naming, and a function left out is only named by address. Empty for a file that is not ELF
-/// or has no unwind tables.
+/// them that calls and pointers reach (see the module's documentation). Malformed entries are
+/// skipped: the list is for naming, and a function left out is only named by address. Empty
+/// for a file that is not ELF or has no unwind tables.
 pub fn functions_of_elf(data: &[u8]) -> Vec<Function> {
     listed(data, true)
 }

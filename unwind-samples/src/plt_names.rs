@@ -25,15 +25,24 @@ pub fn plt_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for plt in unwind_dwarf::plt::plt_sections(file) {
+    let mut sections: Vec<u64> = unwind_dwarf::plt::plt_sections(file)
+        .iter()
+        .map(|p| p.svma)
+        .collect();
+    // GNU ld's ARM `.iplt`: the stubs of the file's own ifuncs, called from inside it, as
+    // `.plt`'s entries are made (armhf glibc's `memcpy` and `strlen` are called through them).
+    if file.architecture() == object::Architecture::Arm {
+        sections.extend(file.section_by_name(".iplt").map(|s| s.address()));
+    }
+    for svma in sections {
         let Some((data, align)) = file
             .sections()
-            .find(|s| s.address() == plt.svma)
+            .find(|s| s.address() == svma)
             .and_then(|s| Some((s.data().ok()?, s.align())))
         else {
             continue;
         };
-        let base = plt.svma;
+        let base = svma;
         let mut name = |at: u64, size: u64, slot: u64| {
             if let Some(name) = slots.get(&slot) {
                 out.push((at, size, format!("{name}@plt")));
@@ -162,7 +171,8 @@ fn aarch64_slot(at: u64, code: &[u8], i: usize) -> Option<u64> {
 /// The name of the function each dynamic relocation fills a slot with, by slot address: the
 /// relocation's symbol, or for an `IRELATIVE` one (an ifunc of the file's own, which has no
 /// symbol) the function at its addend, the resolver, which has the ifunc's name (`strlen`;
-/// `objdump` prints `*ABS*+0x9f550@plt`).
+/// `objdump` prints `*ABS*+0x9f550@plt`). ARM's relocations (REL) keep the addend in the slot
+/// itself.
 fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
     let mut out = HashMap::new();
     let Some(symbols) = file.dynamic_symbol_table() else {
@@ -179,7 +189,7 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
                 .ok()
                 .and_then(|s| s.name().ok())
                 .filter(|n| !n.is_empty()),
-            RelocationTarget::Absolute if relocation.addend() > 0 => {
+            RelocationTarget::Absolute if addend(file, slot, &relocation) > 0 => {
                 let functions = by_address.get_or_insert_with(|| {
                     // Of several names for one address (`memcmp`, `bcmp`), the public one.
                     let mut names: HashMap<u64, &str> = HashMap::new();
@@ -196,7 +206,9 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
                     }
                     names
                 });
-                functions.get(&(relocation.addend() as u64)).copied()
+                functions
+                    .get(&(addend(file, slot, &relocation) as u64))
+                    .copied()
             }
             _ => None,
         };
@@ -205,6 +217,19 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
         }
     }
     out
+}
+
+/// The addend of `relocation`, which fills the slot at `slot`: its own, or for a REL one (an
+/// implicit addend) the word the file holds in the slot.
+fn addend(file: &object::File<'_>, slot: u64, relocation: &object::Relocation) -> i64 {
+    if !relocation.has_implicit_addend() {
+        return relocation.addend();
+    }
+    let word = file.sections().find_map(|s| {
+        let i = usize::try_from(slot.checked_sub(s.address())?).ok()?;
+        le_word(s.data().ok()?, i)
+    });
+    word.map_or(0, i64::from)
 }
 
 #[cfg(test)]
@@ -277,10 +302,16 @@ mod tests {
                     .filter_map(|s| s.name().ok().map(|n| format!("{n}@plt")))
                     .collect()
             };
-            let got: Vec<(u64, String)> = plt_symbols(&file)
+            type Stubs = Vec<(u64, String)>;
+            let (mut got, iplt): (Stubs, Stubs) = plt_symbols(&file)
                 .into_iter()
                 .map(|(a, _, n)| (a, n))
-                .collect();
+                .partition(|(a, _)| {
+                    file.section_by_name(".iplt")
+                        .is_none_or(|s| !(s.address()..s.address() + s.size()).contains(a))
+                });
+            got.sort();
+            named += check_iplt(&objdump, &path, &file, &iplt, &names_at);
             let addresses = |v: &[(u64, String)]| v.iter().map(|e| e.0).collect::<Vec<_>>();
             assert_eq!(addresses(&got), addresses(&want), "{}", path.display());
             for ((at, ours), (_, theirs)) in got.iter().zip(&want) {
@@ -300,5 +331,81 @@ mod tests {
             named += got.len();
         }
         assert!(named >= 2, "only {named} stubs");
+    }
+
+    /// ARM's `.iplt` stubs, which objdump does not label: each of `ours` (address, name) is
+    /// judged by its instructions as `objdump -d -j .iplt` decodes them (`add ip, pc, #A`, `add
+    /// ip, ip, #B`, `ldr pc, [ip, #C]!`, after a Thumb prefix): the slot they load the PC from
+    /// holds the address of a function (an ifunc's resolver) of which our name is a name.
+    /// Returns how many were judged; every stub objdump decodes is one of ours.
+    fn check_iplt(
+        objdump: &str,
+        path: &Path,
+        file: &object::File<'_>,
+        ours: &[(u64, String)],
+        names_at: &dyn Fn(u64) -> Vec<String>,
+    ) -> usize {
+        if file.section_by_name(".iplt").is_none() {
+            assert!(ours.is_empty(), "{ours:?}");
+            return 0;
+        }
+        let run = std::process::Command::new(objdump)
+            .args(["-d", "-j", ".iplt"])
+            .arg(path)
+            .output()
+            .unwrap();
+        // `   1dfb8:\te28fc600 \tadd\tip, pc, #0, 12` and `\tldr\tpc, [ip, #144]!\t@ 0x90`.
+        let immediate = |operands: &str| -> u32 {
+            let (_, imm) = operands.split_once('#').unwrap();
+            let imm = imm.trim_end_matches([']', '!']);
+            match imm.split_once(", ") {
+                Some((v, r)) => v.parse::<u32>().unwrap().rotate_right(r.parse().unwrap()),
+                None => imm.parse().unwrap(),
+            }
+        };
+        let mut stubs = Vec::new();
+        let (mut start, mut slot) = (0u64, 0u32);
+        for line in String::from_utf8_lossy(&run.stdout).lines() {
+            let fields: Vec<&str> = line.split('\t').map(str::trim).collect();
+            let (Some(at), Some(op), Some(operands)) = (
+                fields
+                    .first()
+                    .and_then(|a| u64::from_str_radix(a.trim_end_matches(':'), 16).ok()),
+                fields.get(2),
+                fields.get(3),
+            ) else {
+                continue;
+            };
+            match (*op, operands.split_once(", ").map(|(r, _)| r)) {
+                ("add", _) if operands.starts_with("ip, pc") => {
+                    // The entry starts at its Thumb prefix, the word before.
+                    start = at - 4;
+                    slot = (at as u32) + 8 + immediate(operands);
+                }
+                ("add", _) if operands.starts_with("ip, ip") => slot += immediate(operands),
+                ("ldr", Some("pc")) => {
+                    stubs.push((start, u64::from(slot + immediate(operands))));
+                }
+                _ => {}
+            }
+        }
+        let addresses: Vec<u64> = ours.iter().map(|o| o.0).collect();
+        let decoded: Vec<u64> = stubs.iter().map(|s| s.0).collect();
+        assert_eq!(addresses, decoded, "{} .iplt", path.display());
+        let word = |at: u64| {
+            file.sections().find_map(|s| {
+                let i = usize::try_from(at.checked_sub(s.address())?).ok()?;
+                le_word(s.data().ok()?, i)
+            })
+        };
+        for ((at, name), (_, slot)) in ours.iter().zip(&stubs) {
+            let resolver = u64::from(word(*slot).unwrap());
+            assert!(
+                names_at(resolver).contains(name),
+                "{at:#x}: {name}, its slot {slot:#x} holds {resolver:#x}, in {}",
+                path.display()
+            );
+        }
+        ours.len()
     }
 }

@@ -994,53 +994,75 @@ fn signal_trampoline_named_under_record() {
     );
 }
 
-/// The entries binutils sees in the ARM library `file`: the targets of its `bl` and `blx`
-/// instructions as the row's `objdump -d` decodes them, and the Thumb function pointers its
-/// `R_ARM_RELATIVE` relocations store. A judge, written apart from `unwind_dwarf::called`, of
-/// the functions that one finds between the unwind tables' (empty for other architectures).
+/// The entries binutils sees in the ARM library `file`, as the row's `objdump -d` decodes its
+/// instructions: the targets of its `bl` and `blx`, the addresses it makes relative to the PC
+/// (`ldr rN, [pc, #M]` of a literal, then `add rN, pc`), and the Thumb function
+/// pointers its `R_ARM_RELATIVE` relocations store. A judge, written apart from
+/// `unwind_dwarf::called`, of the functions that one finds between the unwind tables' (empty
+/// for other architectures).
 fn call_targets(file: &Path) -> std::collections::HashSet<u64> {
     use object::{Object, ObjectSection};
     let mut targets = std::collections::HashSet::new();
     if super::ROW != "armv7" {
         return targets;
     }
+    let data = std::fs::read(file).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let word_at = |at: u64| {
+        elf.sections().find_map(|s| {
+            let i = usize::try_from(at.checked_sub(s.address())?).ok()?;
+            let w = s.data().ok()?.get(i..i + 4)?;
+            Some(u64::from(u32::from_le_bytes(w.try_into().unwrap())))
+        })
+    };
     let out = Command::new(row().tool("objdump"))
         .arg("-d")
         .arg(file)
         .output()
         .unwrap();
     assert!(out.status.success(), "objdump -d {}", file.display());
+    // The literal each register was loaded with, by the register's name.
+    let mut literals: HashMap<String, u64> = HashMap::new();
     // `   15c74:\tf7ff ffe2 \tbl\t15c3c <__enable_execute_stack@@GCC_3.4.2+0x4>`
+    // `   e70c8:\t4814      \tldr\tr0, [pc, #80]\t@ (e711c <__gnu_Unwind_Find_exidx+0x60>)`
+    // `   e70d2:\t4478      \tadd\tr0, pc`
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let fields: Vec<&str> = line.split('\t').map(str::trim).collect();
-        if let Some(i) = fields.iter().position(|f| *f == "bl" || *f == "blx") {
-            let target = fields.get(i + 1).and_then(|t| t.split(' ').next());
-            if let Some(t) = target.and_then(|t| u64::from_str_radix(t, 16).ok()) {
-                targets.insert(t);
-            }
-        }
-    }
-    let data = std::fs::read(file).unwrap();
-    let elf = object::File::parse(&*data).unwrap();
-    for (at, r) in elf.dynamic_relocations().into_iter().flatten() {
-        if r.flags()
-            != (object::RelocationFlags::Elf {
-                r_type: object::elf::R_ARM_RELATIVE,
-            })
-        {
+        let hex = |f: Option<&&str>| {
+            f.and_then(|t| t.trim_start_matches("@ (").split(' ').next())
+                .and_then(|t| u64::from_str_radix(t.trim_end_matches(':'), 16).ok())
+        };
+        let (Some(at), Some(op), operands) = (hex(fields.first()), fields.get(2), fields.get(3))
+        else {
             continue;
-        }
-        for s in elf.sections() {
-            let Ok(d) = s.data() else { continue };
-            if let Some(w) = at
-                .checked_sub(s.address())
-                .and_then(|i| d.get(i as usize..i as usize + 4))
-            {
-                let v = u64::from(u32::from_le_bytes(w.try_into().unwrap()));
-                if v & 1 == 1 {
-                    targets.insert(v & !1);
+        };
+        let register = operands.and_then(|o| o.split(',').next()).unwrap_or("");
+        match *op {
+            "bl" | "blx" => {
+                if let Some(t) = hex(operands) {
+                    targets.insert(t);
                 }
             }
+            "ldr" | "ldr.w" if operands.is_some_and(|o| o.contains("[pc, #")) => {
+                match hex(fields.get(4)).and_then(word_at) {
+                    Some(v) => literals.insert(register.to_owned(), v),
+                    None => literals.remove(register),
+                };
+            }
+            "add" if operands.is_some_and(|o| o.ends_with(", pc")) => {
+                if let Some(v) = literals.remove(register) {
+                    targets.insert((v + at + 4) & 0xffff_fffe);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (at, r) in elf.dynamic_relocations().into_iter().flatten() {
+        let relative = object::RelocationFlags::Elf {
+            r_type: object::elf::R_ARM_RELATIVE,
+        };
+        if let Some(v) = word_at(at).filter(|v| r.flags() == relative && v & 1 == 1) {
+            targets.insert(v & !1);
         }
     }
     targets
