@@ -298,6 +298,36 @@ mod tests {
         assert!(!every.is_empty(), "reading at every alignment finds it");
     }
 
+    /// An address made relative to the PC, as GCC passes a callback: `ldr r0, [pc, #4]` at
+    /// 0x1000 loads the word at Align(0x1004, 4) + 4 = 0x1008, and `add r0, pc` at 0x1004 adds
+    /// 0x1008. Not once the load is more than `LITERAL_LIFE` (8) instructions back.
+    #[test]
+    fn pc_relative_addresses_are_references() {
+        // `ldr r0, [pc, #imm]`, `nops` nops, `add r0, pc`, nops to the word at 0x1018 (0x1008
+        // with no nop), which holds 0x2001 less the `add`'s PC: the references found.
+        let found = |nops: usize| -> Vec<u64> {
+            let pool: u32 = if nops == 1 { 0x1008 } else { 0x1018 };
+            let mut halves = vec![0x4800 | ((pool - 0x1004) / 4) as u16];
+            halves.extend(std::iter::repeat_n(0xbf00, nops));
+            let add_pc = 0x1000 + 2 * halves.len() as u32 + 4;
+            halves.push(0x4478);
+            while 0x1000 + 2 * (halves.len() as u32) < pool {
+                halves.push(0xbf00);
+            }
+            let mut code: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
+            code.extend((0x2001 - add_pc).to_le_bytes());
+            let mut out = Vec::new();
+            // The sweep stops before the pool; the literal is read from all of `code`.
+            thumb_references(&code, 0x1000, 0..(pool - 0x1000) as usize, &mut out);
+            out
+        };
+        assert_eq!(found(1), [0x2001]);
+        assert_eq!(LITERAL_LIFE, 8);
+        // The `add` 8 instructions after the load: trusted; 9: not.
+        assert_eq!(found(7), [0x2001]);
+        assert_eq!(found(8), Vec::<u64>::new());
+    }
+
     #[test]
     fn targets_decode_as_the_architecture_manual_says() {
         // `bl` backwards by 4 bytes from 0x1000: PC 0x1004 - 8 = 0xffc.
