@@ -335,6 +335,74 @@ mod tests {
         std::fs::remove_dir_all(&cache).unwrap();
     }
 
+    /// A hostile server: for one build id it sends a file of another (here not even ELF), for
+    /// the other it sends its answer a byte at a time, longer than the client allows. Neither
+    /// file is used or kept, and each refusal is said, once: the server is not asked again.
+    #[test]
+    fn a_server_sending_another_file_or_trickling_is_refused() {
+        use std::io::{BufRead, BufReader, Write};
+        let cache = std::env::temp_dir().join(format!("debuginfod-hostile-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // How many bytes of the trickled body the client took before hanging up.
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = String::new();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                while reader.read_line(&mut request).is_ok_and(|n| n > 2) {}
+                if request.contains("/buildid/aaaa") {
+                    let body = b"not the debug file";
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(body);
+                } else {
+                    let total = 10_000;
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n");
+                    let mut sent = 0;
+                    while sent < total && stream.write_all(b"x").is_ok() {
+                        sent += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let _ = sent_tx.send(sent);
+                }
+            }
+        });
+        let client = || Client {
+            servers: vec![Some(format!("http://127.0.0.1:{port}"))],
+            cache: cache.clone(),
+            // Long enough for a busy machine to answer; the body's limit is 12 s.
+            timeout: Duration::from_millis(500),
+            problems: Vec::new(),
+        };
+        let mut c = client();
+        assert_eq!(c.debuginfo("aaaa"), None);
+        assert!(!cache.join("aaaa/debuginfo").exists());
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        assert!(
+            c.problems[0].contains("sent a file without build id aaaa"),
+            "{:?}",
+            c.problems
+        );
+        // Refused once, the server is not asked about the next build id.
+        assert_eq!(c.debuginfo("bbbb"), None);
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        // 10,000 bytes at one per 10 ms would take 100 s; the whole file has 24 timeouts.
+        let mut c = client();
+        assert_eq!(c.debuginfo("bbbb"), None);
+        assert!(!cache.join("bbbb/debuginfo").exists());
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        assert!(c.problems[0].contains("reading"), "{:?}", c.problems);
+        let sent = sent_rx.recv().unwrap();
+        assert!(sent < 10_000, "the whole body was read: {sent} bytes");
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
     #[test]
     fn build_ids_are_hex() {
         assert_eq!(parse_hex("0aff"), Some(vec![0x0a, 0xff]));
