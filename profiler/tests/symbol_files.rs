@@ -660,6 +660,32 @@ fn debuginfod_server_up_and_down() {
     // Turned off: not asked (the cache is elfutils' too, and is not read either).
     let r = profile(&dir, &["--no-debuginfod"], &env);
     assert_eq!(r.hidden, [0, 0], "--no-debuginfod: {}", r.names_from);
+    // The preload library used alone (no `record`): the process names its own frames at its
+    // exit, from the same server, into a cache of its own.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let alone = top.join("alone");
+    let mut cmd = Command::new(dir.join("work"));
+    for o in unwind_profiler::config::OPTIONS {
+        cmd.env_remove(o.env);
+    }
+    let preload = record_command::release_dir().join("libunwind_profiler_preload.so");
+    cmd.env("LD_PRELOAD", &preload)
+        .env("UNWIND_PROFILER_OUTPUT", &alone)
+        .envs(env)
+        .stderr(std::process::Stdio::piped());
+    let (status, stderr) = run(&mut cmd, None);
+    assert!(status.success(), "{stderr}");
+    let lines = folded(&alone);
+    for f in HIDDEN {
+        assert!(
+            samples_with(&lines, |x| x == f) > 0,
+            "preload alone: {f} unnamed\n{stderr}"
+        );
+    }
+    assert!(
+        cache.join(&id).join("debuginfo").is_file(),
+        "preload alone: not kept in the cache"
+    );
     // Over https (a TLS proxy in front of the server, its certificate from a test authority):
     // with the authority trusted (SSL_CERT_FILE), names; with the system's authorities only,
     // the server is refused, said once, and names nothing.
