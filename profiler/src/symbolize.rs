@@ -499,10 +499,11 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
         None => m.build_id.clone(),
     };
     // The debug file: on this machine, else from a debuginfod server.
+    let mut refused = Vec::new();
     let local = match (&object, &found) {
         (Some(o), Some(at)) => sources
             .search
-            .debug_file(o, at, &named)
+            .debug_file_noting(o, at, &named, &mut refused)
             .map(|d| (d.path, d.via.as_str())),
         _ => id
             .as_deref()
@@ -544,6 +545,14 @@ fn open_module(m: &Module, sources: &mut SymbolSources) -> File {
             (None, None) => missing_file(&named, id.as_deref(), &sources.search),
         },
     };
+    // Said with the names' source: a file another user put beside the module.
+    let names_from = refused.iter().fold(names_from, |said, r| {
+        format!(
+            "{said}; refused {} (owned by uid {}: not root, this user or the module's owner)",
+            r.path.display(),
+            r.owner
+        )
+    });
     if open.is_some() {
         let cache = sources.dwarf_cache.as_deref();
         loaders.extend(crate::debug_info::DebugInfo::open(&path, None, cache));

@@ -26,6 +26,8 @@
 #[allow(dead_code)]
 #[path = "common/firefox.rs"]
 mod firefox;
+#[path = "common/other_user.rs"]
+mod other_user;
 #[path = "common/record.rs"]
 mod record_command;
 #[allow(dead_code)]
@@ -262,6 +264,69 @@ fn debug_links_beside_in_dot_debug_and_in_the_debug_directory() {
     split(&dir, &under, true);
     let r = profile(&dir, &["--symfs", root.to_str().unwrap()], &[]);
     check_named("debug directory", &r, true, &under.display().to_string());
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+/// A library in a directory every user can write to (mode 1777, as `/tmp`), whose debug file
+/// a second user puts in `.debug/` beside it: refused, and said in the summary, so that the
+/// code is named by the library's own tables, not by what that user wrote. The same file
+/// given to root names it: the owner is what refused it.
+#[test]
+fn another_users_debug_file_beside_a_library_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools() {
+        return;
+    }
+    let Some(uid) = other_user::other_user() else {
+        return;
+    };
+    let top = scratch("planted");
+    let dir = top.join("shared");
+    build(&dir, "sha1");
+    let staged = top.join("staged.debug");
+    split(&dir, &staged, true);
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = dir.join(".debug").join("staged.debug");
+    let made = other_user::as_other_user(
+        uid,
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg("mkdir \"$1/.debug\" && cp \"$2\" \"$1/.debug/\"")
+            .arg("sh")
+            .arg(&dir)
+            .arg(&staged),
+    )
+    .status()
+    .unwrap();
+    assert!(
+        made.success(),
+        "{} could not plant the file",
+        other_user::OTHER_USER
+    );
+    let r = profile(&dir, &[], &[]);
+    println!(
+        "planted: {:?} of {} samples, {}",
+        r.hidden, r.total, r.names_from
+    );
+    assert_eq!(r.hidden, [0, 0], "another user's debug file named code");
+    assert!(
+        r.names_from
+            .contains(&format!("refused {}", planted.display()))
+            && r.names_from.contains(&format!("uid {uid}")),
+        "{}",
+        r.names_from
+    );
+    // Root's copy of the same file names the code.
+    std::fs::remove_file(&planted).unwrap();
+    std::fs::copy(&staged, &planted).unwrap();
+    check_named(
+        "root's copy",
+        &profile(&dir, &[], &[]),
+        true,
+        ".gnu_debuglink",
+    );
     let _ = std::fs::remove_dir_all(&top);
 }
 

@@ -12,13 +12,16 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/other_user.rs"]
+mod other_user;
 #[path = "common/record.rs"]
 mod record_command;
+
+use other_user::{as_other_user, other_user};
 
 /// How long a run may take before the test calls it hung (a guard: runs take about a second,
 /// and a hung `record` is one of the failures looked for).
@@ -496,59 +499,6 @@ fn the_rule_cache_counts_are_current_at_a_kill() {
         frames > 0 && lookups >= frames,
         "{lookups} lookups for {frames} frames:\n{summary}"
     );
-}
-
-/// The name of the test's second user.
-const OTHER_USER: &str = "unwind-trust";
-
-/// The second user's uid, made if missing; `None` (failing under CI) unless root.
-fn other_user() -> Option<u32> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        unwind_test_support::missing("root, to make a second user (useradd)");
-        return None;
-    }
-    let id = || {
-        Command::new("id")
-            .args(["-u", OTHER_USER])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if id().is_none() {
-        let made = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-            ])
-            .arg(OTHER_USER)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !made && id().is_none() {
-            unwind_test_support::missing("useradd, to make a second user");
-            return None;
-        }
-    }
-    id()
-}
-
-/// `command` run as the second user, uid `uid` (its own group, no others).
-fn as_other_user(uid: u32, command: &mut Command) -> &mut Command {
-    command.uid(uid).gid(uid_group(uid)).env_clear()
-}
-
-/// The primary group of `uid`.
-fn uid_group(uid: u32) -> u32 {
-    // SAFETY: getpwuid returns null or a pointer to a static record we only read.
-    let pw = unsafe { libc::getpwuid(uid) };
-    if pw.is_null() {
-        return uid;
-    }
-    // SAFETY: as above, not null.
-    unsafe { (*pw).pw_gid }
 }
 
 /// Another user's process finds root's `record` socket and connects, says hello with its own

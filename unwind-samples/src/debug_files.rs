@@ -52,6 +52,16 @@ impl Via {
     }
 }
 
+/// A debug file beside a module that was not used: another user's (see
+/// [`DebugSearch::debug_file_noting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Where it is.
+    pub path: PathBuf,
+    /// The user who owns it, or the link to it.
+    pub owner: u32,
+}
+
 /// A separate debug file found for a module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DebugFile {
@@ -136,6 +146,27 @@ fn build_id_path(dir: &Path, id: &[u8]) -> Option<PathBuf> {
     )
 }
 
+/// The owner of the file at `path`, or of the link there, if it is neither root, this
+/// process's user, nor the owner of the file at `module`; `None` if there is no such file.
+#[cfg(unix)]
+fn foreign_owner(path: &Path, module: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let link = std::fs::symlink_metadata(path).ok()?;
+    let target = std::fs::metadata(path).ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let module_owner = std::fs::metadata(module).map_or(me, |m| m.uid());
+    [link.uid(), target.uid()]
+        .into_iter()
+        .find(|&u| u != 0 && u != me && u != module_owner)
+}
+
+/// Elsewhere files have no owner to check.
+#[cfg(not(unix))]
+fn foreign_owner(_path: &Path, _module: &Path) -> Option<u32> {
+    None
+}
+
 /// `path` read under `root`: `root` joined with `path` made relative.
 fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
@@ -180,6 +211,21 @@ impl DebugSearch {
         found_at: &Path,
         loaded_as: &Path,
     ) -> Option<DebugFile> {
+        self.debug_file_noting(file, found_at, loaded_as, &mut Vec::new())
+    }
+
+    /// [`debug_file`](Self::debug_file), noting in `refused` the files beside the module that
+    /// another user planted: one found beside the module or in `.debug/` beside it is used
+    /// only if it (and the link to it, if it is one) belongs to root, to this process's user,
+    /// or to the module file's owner, who could change the module itself. In a directory others
+    /// can write to (`/tmp`), another user's file would name the code falsely.
+    pub fn debug_file_noting(
+        &self,
+        file: &object::File<'_>,
+        found_at: &Path,
+        loaded_as: &Path,
+        refused: &mut Vec<Refused>,
+    ) -> Option<DebugFile> {
         let id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
         if let Some(path) = id.and_then(|id| self.by_build_id(id)) {
             return Some(DebugFile {
@@ -202,17 +248,31 @@ impl DebugSearch {
             add(d.clone());
             add(d.join(".debug"));
         }
+
         let loaded_dir = loaded_as.parent().filter(|d| d.is_absolute());
         for debug_dir in self.dirs() {
             for d in loaded_dir.iter().copied().chain(real_dir.as_deref()) {
                 add(under(&debug_dir, d));
             }
         }
-        dirs.into_iter().map(|d| d.join(&name)).find_map(|p| {
+        // Beside the module: where its owner, not the system, put its debug files.
+        let beside: Vec<PathBuf> = found_dir
+            .iter()
+            .chain(&real_dir)
+            .flat_map(|d| [d.clone(), d.join(".debug")])
+            .collect();
+        dirs.into_iter().find_map(|d| {
+            let p = d.join(&name);
             // The module file itself, when its link names its own name (a file that was not
             // stripped after all), is no debug file of its own.
             if p == found_at {
                 return None;
+            }
+            if beside.contains(&d) {
+                if let Some(owner) = foreign_owner(&p, found_at) {
+                    refused.push(Refused { path: p, owner });
+                    return None;
+                }
             }
             let matches = match (id, build_id_of(&p)) {
                 (Some(id), Some(found)) => found == id,
