@@ -18,3 +18,5 @@ const SIGNAL_TRAMPOLINE: &str = "[sigreturn]";
 
 #[path = "common/cross.rs"]
 mod cross;
+#[path = "common/debuginfod_server.rs"]
+mod debuginfod_server;

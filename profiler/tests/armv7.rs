@@ -23,3 +23,5 @@ const SIGNAL_TRAMPOLINE: &str = "__default_sa_restorer";
 
 #[path = "common/cross.rs"]
 mod cross;
+#[path = "common/debuginfod_server.rs"]
+mod debuginfod_server;

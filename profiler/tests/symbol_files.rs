@@ -23,6 +23,8 @@
 //! -p unwind-profiler --test symbol_files`.
 
 // `runs` needs these; this test reads the outputs it checks itself.
+#[path = "common/debuginfod_server.rs"]
+mod debuginfod_server;
 #[allow(dead_code)]
 #[path = "common/firefox.rs"]
 mod firefox;
@@ -46,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use debuginfod_server::{free_port, serve};
 use prost::Message;
 use runs::{folded, have, record, run, samples_with, scratch};
 use unwind_profiler::output::pprof::proto;
@@ -489,19 +492,6 @@ fn mini_debug_info() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// elfutils' server on a free loopback port over `dir`, until dropped.
-struct Server {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A TLS proxy (Python's `ssl`) on a free loopback port in front of a plain HTTP server, with a
 /// certificate for 127.0.0.1 from a certificate authority made for the test (`ca`), until dropped.
 struct TlsProxy {
@@ -627,52 +617,6 @@ impl TlsProxy {
             ca: dir.join("ca.pem"),
         }
     }
-}
-
-/// A loopback port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `debuginfod` over the files of `dir` and waits until it serves build id `id`.
-fn serve(dir: &Path, db: &Path, id: &str) -> Server {
-    let port = free_port();
-    let child = Command::new("debuginfod")
-        .arg("-F")
-        .arg(dir)
-        .arg("-d")
-        .arg(db)
-        .arg("-p")
-        .arg(port.to_string())
-        .args(["-t", "1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let started = Instant::now();
-    loop {
-        let asked = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
-            .arg(format!("{}/buildid/{id}/debuginfo", server.url))
-            .output();
-        if asked.is_ok_and(|o| o.stdout == b"200") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "debuginfod did not serve {id} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    server
 }
 
 #[test]

@@ -920,6 +920,17 @@ fn periods_and_the_pull_endpoint_of_the_preload_library_alone() {
 /// Runs the row's program `exe` through qemu under this host's `record`, its outputs in
 /// `dir/profile`; returns that directory and `record`'s stderr.
 fn record_through_qemu(dir: &Path, exe: &Path, args: &[&str]) -> (PathBuf, String) {
+    record_through_qemu_with(dir, exe, args, &[])
+}
+
+/// [`record_through_qemu`] with the variables `env` set for `record` (no debuginfod server
+/// unless they name one).
+fn record_through_qemu_with(
+    dir: &Path,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (PathBuf, String) {
     let record = target_dir().join("release").join("unwind-profiler");
     assert!(
         record.is_file(),
@@ -929,10 +940,12 @@ fn record_through_qemu(dir: &Path, exe: &Path, args: &[&str]) -> (PathBuf, Strin
     let out = dir.join("profile");
     let mut cmd = Command::new(&record);
     cmd.env_remove("LD_LIBRARY_PATH")
-        .env_remove("QEMU_LD_PREFIX");
+        .env_remove("QEMU_LD_PREFIX")
+        .env_remove("DEBUGINFOD_URLS");
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("UNWIND_PROFILER_")) {
         cmd.env_remove(k);
     }
+    cmd.envs(env.iter().copied());
     let done = cmd
         .arg("record")
         .arg("--library")
@@ -948,6 +961,83 @@ fn record_through_qemu(dir: &Path, exe: &Path, args: &[&str]) -> (PathBuf, Strin
     let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
     assert!(done.status.success(), "{stderr}");
     (out, stderr)
+}
+
+/// A library of the row's architecture, stripped, whose debug file only a debuginfod server
+/// has (elfutils', started on loopback over a directory holding it): its static functions,
+/// which only the debug file names, are named in the profile of a program run through qemu
+/// under this host's `record`, and the summary says the server gave them. The build id is all
+/// the server is asked by, whatever the architecture.
+#[test]
+fn debuginfod_names_a_guest_library() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !tools_present(false) || !row().usable("debug files", &["objcopy", "strip"]) {
+        return;
+    }
+    for tool in ["debuginfod", "curl"] {
+        if !tool_runs(tool) {
+            unwind_test_support::missing(tool);
+            return;
+        }
+    }
+    let dir = work_dir("debuginfod");
+    let symbols = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/symbols");
+    let lib = dir.join("libwork.so");
+    run(Command::new(row().cc())
+        .args(["-g", "-O1", "-fPIC", "-shared", "-Wl,--build-id=sha1", "-o"])
+        .arg(&lib)
+        .arg(symbols.join("work.c")));
+    let exe = dir.join("work");
+    run(Command::new(row().cc())
+        .args(["-g", "-O1", "-o"])
+        .arg(&exe)
+        .arg(symbols.join("main.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-lwork", "-Wl,-rpath,$ORIGIN"]));
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    run(Command::new(row().tool("objcopy"))
+        .arg("--only-keep-debug")
+        .arg(&lib)
+        .arg(served.join("libwork.so.debug")));
+    run(Command::new(row().tool("strip"))
+        .arg("--strip-all")
+        .arg(&lib));
+    let id: String = unwind_samples::debug_files::build_id_of(&lib)
+        .expect("a build id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let server = super::debuginfod_server::serve(&served, &dir.join("db.sqlite"), &id);
+    let cache = dir.join("cache");
+    let env = [
+        ("DEBUGINFOD_URLS", server.url.as_str()),
+        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+    ];
+    let (out, stderr) = record_through_qemu_with(&dir, &exe, &[], &env);
+    let text = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    let lines = unwind_profiler::output::folded::parse(&text);
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    for f in ["hidden_spin_a", "hidden_spin_b"] {
+        let n: u64 = lines
+            .iter()
+            .filter(|(s, _)| s.iter().any(|x| x == f))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            n * 4 >= total,
+            "{f} in {n} of {total} samples:\n{text}\n{stderr}"
+        );
+    }
+    let summary = std::fs::read_to_string(out.join("profile.summary.txt")).unwrap();
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.contains("libwork.so:")
+                && l.contains(&format!("debug file from {}", server.url))),
+        "{summary}"
+    );
+    assert!(cache.join(&id).join("debuginfo").is_file());
 }
 
 /// A signal handler's samples (tests/cross/signal_handler.c, a `SIGALRM` handler spinning, run
