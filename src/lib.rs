@@ -56,6 +56,7 @@ mod go;
 pub use go::GoRuntime;
 mod huge_pages;
 pub use huge_pages::map_huge;
+pub use mappings::SIGRETURN;
 mod jitdump;
 mod mappings;
 mod modules;

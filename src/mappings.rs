@@ -182,8 +182,9 @@ fn anonymous(m: &Mapping, described: &[Described]) -> ParsedModule {
 }
 
 /// The name of a mapping that holds the kernel's signal return trampoline and nothing else
-/// (qemu-user's page for it on aarch64), as the kernel names such mappings (`[vdso]`).
-pub(crate) const SIGRETURN: &str = "[sigreturn]";
+/// (qemu-user's page for it on aarch64), as the kernel names such mappings (`[vdso]`): the
+/// [`LoadedModule`](crate::LoadedModule) the unwinder lists for it has this name.
+pub const SIGRETURN: &str = "[sigreturn]";
 
 /// The rules of the architecture's signal return trampoline
 /// ([`unwind_dwarf::sigreturn::SignalTrampoline`]) if mapping `m` starts with it, as the

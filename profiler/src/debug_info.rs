@@ -205,22 +205,7 @@ fn prune(dir: &Path) {
 /// made if missing, and used only if it is the user's own and closed to others. Files unused
 /// for a week are removed.
 pub fn cache_directory() -> Option<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| Path::new(d).is_absolute())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
-    let dir = cache.join("unwind-profiler").join("dwarf");
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir);
-    let meta = std::fs::symlink_metadata(&dir).ok()?;
-    // SAFETY: getuid has no preconditions.
-    let mine = meta.uid() == unsafe { libc::getuid() };
-    if !(meta.is_dir() && mine && meta.mode() & 0o077 == 0) {
-        return None;
-    }
+    let dir = crate::user_cache::private_directory(&crate::user_cache::root()?, "dwarf")?;
     prune(&dir);
     Some(dir)
 }

@@ -41,6 +41,7 @@ mod static_tls;
 pub mod symbolize;
 pub mod threads;
 pub mod timer;
+pub mod user_cache;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

@@ -13,12 +13,10 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::profile::{Frame, Module, NameSource};
+use unwind_in_process::SIGRETURN;
 use unwind_samples::debug_files::DebugSearch;
 use unwind_samples::offline::ModuleFile;
 use unwind_samples::symbolize::has_file;
-
-/// The name the in-process unwinder gives a signal trampoline that is a mapping of its own.
-const SIGRETURN: &str = "[sigreturn]";
 
 /// The largest module file read (unstripped browsers reach 2-3 GiB).
 const MAX_MODULE_FILE: u64 = 4 << 30;

@@ -1,7 +1,6 @@
 //! The directories where the processes of a run share the rules of their modules
 //! ([`unwind_in_process::set_rules_cache`]).
 
-use std::io;
 use std::time::Duration;
 
 use crate::collect;
@@ -15,11 +14,7 @@ use crate::collect;
 /// (each rebuild of the library is another build: a developer's cache grew to 650 MB in a
 /// day). `None` if the library has no build id or the directory cannot be made.
 pub fn lasting_rules_cache(library: &std::path::Path) -> Option<std::path::PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| std::path::Path::new(d).is_absolute())
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
-    lasting_rules_cache_in(&cache, library)
+    lasting_rules_cache_in(&crate::user_cache::root()?, library)
 }
 
 /// How many other builds' rules directories are kept (the most recently used), besides the
@@ -32,30 +27,14 @@ fn lasting_rules_cache_in(
     cache: &std::path::Path,
     library: &std::path::Path,
 ) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let file = std::fs::File::open(library).ok()?;
     // SAFETY: a read-only private mapping of the library, only parsed here; a library
     // rewritten meanwhile gives bytes like any other to the parser.
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let id = object::Object::build_id(&object::File::parse(&*map).ok()?).ok()??;
-    let base = cache.join("unwind-profiler");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&base)
-        .ok()?;
-    let dir = base.join(format!("rules-{}", collect::hex(id)));
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(_) => return None,
-    }
     // Only a directory of this user's, closed to others, is shared (not one planted there).
-    let meta = std::fs::symlink_metadata(&dir).ok()?;
-    // SAFETY: getuid has no preconditions.
-    if !meta.is_dir() || meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 {
-        return None;
-    }
+    let dir = crate::user_cache::private_directory(cache, &format!("rules-{}", collect::hex(id)))?;
+    let base = cache.join("unwind-profiler");
     // Used now: its time is what keeps it among the newest for other builds' runs.
     if let Ok(d) = std::fs::File::open(&dir) {
         let _ = d.set_modified(std::time::SystemTime::now());
