@@ -15,17 +15,18 @@
 //!
 //! `unwind_arm_prologue::calls::thumb_references` decodes the instructions.
 //!
-//! A found entry is kept only where no symbol or unwind entry covers it, and only 4-byte
-//! aligned, as GCC aligns every function: a table of data read as `bl` gives targets at 2
-//! modulo 4. Such a function runs to the next known start. A function nothing calls directly
-//! nor points at is taken as part of the one before it, as with an unwind entry.
+//! A found entry is kept only where no symbol or FDE covers it (an `.ARM.exidx` entry's range,
+//! which runs to the next entry, is a guess that it ends), and only 4-byte aligned, as GCC
+//! aligns every function: a table of data read as `bl` gives targets at 2 modulo 4. Such a
+//! function runs to the next known start. A function reached in none of these ways is taken
+//! as part of the one before it, as with an unwind entry.
 
 use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, SectionKind, SymbolKind};
 
 use crate::functions::Function;
 
-/// The functions of ARM ELF file `elf` found by calls and function pointers in its code that
-/// its symbols and `exact` (sorted functions of its FDEs) leave out, sorted. `guessed` (sorted
+/// The functions of ARM ELF file `elf` found by calls, PC-relative addresses and function
+/// pointers that its symbols and `exact` (sorted functions of its FDEs) leave out, sorted. `guessed` (sorted
 /// functions of `.ARM.exidx`, each to the next entry) are starts, but a function found inside
 /// one is kept: its range was a guess.
 pub(crate) fn functions_between(
