@@ -8,103 +8,32 @@
 //! invalidates every cache without touching it.
 //!
 //! 509 slots is the size Valgrind, LUL and framehop settled on. They index with `addr % 509`;
-//! here the slot is a Fibonacci hash scaled to 509 by a multiply and a shift (two multiplies,
-//! no division), because the slot computation sits on the unwind loop's chain of dependent
-//! loads. Scaling by a multiply is 2 instructions a frame cheaper than keeping the hash's top 9
-//! bits and wrapping the 3 values past 508. A cheaper xor-fold was tried and dropped: it made
-//! structured sets of return addresses collide (two misses per unwind on a 32-frame recursion).
+//! here the slot is a Fibonacci hash scaled to 509 by a multiply and a shift, because the slot
+//! computation sits on the unwind loop's chain of dependent loads and a division would lengthen
+//! it.
 //!
-//! Behind the slots is a second level: [`SECOND_LEVEL_SETS`] sets of [`SECOND_LEVEL_WAYS`]
-//! entries holding every answer the table gave. Real programs' return addresses do not fit 509
-//! slots: replayed in order, cc1's samples (6,389 distinct addresses in 60,479 lookups) hit the
-//! slots 76.6 % of the time, python3's 93.5 %, and each miss was a table lookup on cold memory. A
-//! lookup that misses its slot probes the address's set (out of line, about 30 instructions and
-//! no call when it hits), and the answer replaces what the slot held, which stays in its own
-//! set. The sets are allocated once, zeroed, when the cache is made (never in a handler), and
-//! stamped with the cache's epoch, so that a new table (or [`Cache::clear`]) empties them
-//! without writing them; their memory is committed as sets are first used.
+//! Behind the slots are two more levels, because real programs' return addresses do not fit
+//! 509 slots and a signal handler meets most addresses for the first time:
+//! - a second level of [`SECOND_LEVEL_SETS`] sets of [`SECOND_LEVEL_WAYS`] entries holding
+//!   every answer the table gave, probed out of line when a slot misses; a hit moves to the
+//!   front of its set, a new entry goes in front;
+//! - an extent level of [`EXTENT_SETS`] sets of [`EXTENT_WAYS`] extents (start, length,
+//!   answer), the set picked by the address's granule of 1 KiB ([`EXTENT_GRANULE_BITS`]): the
+//!   table's answer is the same for every address of an extent, so an answer kept with its
+//!   extent answers addresses never looked up before. Frame 0's extent set is prefetched with
+//!   its second-level set at the walk's start.
 //!
-//! A hit moves to the front of its set by swapping with the first way; a new entry goes in
-//! front and the last way goes out. On the sequences this keeps a little more than strict
-//! least-recently-used order (cc1: 400 misses a pass against 415), for fewer moves.
+//! Both are allocated once, zeroed, when the cache is made (never in a handler), their memory
+//! committed as sets are first used, and stamped with the cache's epoch, so that a new table
+//! (or [`Cache::clear`]) empties them without writing them.
 //!
-//! An earlier design had 32 victim slots (Jouppi's victim cache) between the slots and the
-//! table. With the second level they cost more than they saved: a victim hit was not moved back
-//! into its slot, so an address that had once been evicted kept missing its slot. Without them
-//! python3's lookups that miss their slot fell from 11,120 a pass to 3,991, and the walks from
-//! 60.8 to 51.3 instructions a frame (cc1: 73.2 to 58.0). Two of a stack's return addresses
-//! that share a slot now cost two second-level hits an unwind (rec20 in BENCHMARKS.md).
+//! In a handler every line a walk reads is cold, so the layout counts lines: the slots start
+//! the cache and never straddle two lines, the fields a walk touches besides them share one,
+//! and a second-level set is one line (two on ARM), its epoch beside it.
 //!
-//! The second level's size is chosen by those sequences (`bench-sequence SEQ counts`, the
-//! second pass of each, 4 ways):
-//!
-//! | sets | entries | cc1 hits | python3 hits | rustfmt hits |
-//! |---|---|---|---|---|
-//! | none (the slots alone) | 509 | 76.6 % | 93.5 % | 90.5 % |
-//! | 1024 | 4,096 | 91.1 % | 99.72 % | 99.78 % |
-//! | 2048 | 8,192 | 96.5 % | 99.96 % | 99.95 % |
-//! | 4096 | 16,384 | 99.3 % | 100 % | 100 % |
-//! | 8192 | 32,768 | 99.9 % | 100 % | 100 % |
-//!
-//! 4096 sets: cc1's working set (6,389 distinct return addresses in 3 s) needs about twice its
-//! size. Its sets are a line on x86_64 and two on ARM, with their epochs apart: 272 KiB and
-//! 528 KiB per cache, per registered thread in-process, committed only as far as the thread's
-//! samples reach. A whole cache ([`Cache::bytes`], with the slots and the extent level) is 408
-//! KiB on x86_64 and 736 KiB on ARM. One second level shared by the threads would cut it.
-//!
-//! # Lines, not instructions
-//!
-//! In a signal handler every line a walk reads is cold, so the layout counts lines: the slots
-//! start the cache and are 16 bytes on x86_64 (never across two lines), the fields a walk
-//! touches besides them share one line, and a second-level set is one line (its epoch in
-//! another, read beside it). Replayed with the CPU caches evicted before every walk, under
-//! callgrind's cache simulation (`DLmr` in `OursReplay::walk_with`, 4 MiB last level, 8 MiB
-//! evicted), cc1's sequence read 72.7 lines from memory a walk with 24-byte slots, fields over
-//! three lines after them and 104-byte sets, and 64.1 now; python3's 61.2 and 55.3. Of cc1's,
-//! 31 are the stack's words and 21 the slots (one a frame).
-//!
-//! # The extent level
-//!
-//! The two levels above are keyed by address, and a signal handler meets most addresses for the
-//! first time: frame 0 is wherever the program was interrupted (86 % of cc1's frame-0 addresses
-//! are new to the cache), and the callers near it are often new too. Replayed from empty caches
-//! in order, as the handler met them (`bench-sequence SEQ counts`, *first pass*), cc1's 3,000
-//! samples made 6,340 table lookups, python3's 2,320 made 1,727, and a table lookup in the
-//! handler took 2,000-3,400 cycles (a diagnostic build timing each with `rdtscp`: the slot, the
-//! set, the module, the page index, the starts and the rule's dictionary entry, each a cold line
-//! read after the one before). Yet most of those addresses are in an extent of the table that an
-//! earlier lookup had already found: the table's answer is the same for every address of an
-//! extent, so an answer kept with its extent answers them all.
-//!
-//! So a miss of the second level looks in a third: [`EXTENT_SETS`] sets of [`EXTENT_WAYS`]
-//! extents (start, length, answer) with the answers the table gave for them, the set picked by
-//! the address's granule of 1 KiB ([`EXTENT_GRANULE_BITS`]), where the addresses of one
-//! function's body meet. A way answers an address inside its extent; a table answer enters its
-//! set in front with its extent (none outside every module, or past a module's last extent).
-//! Stamped with the same epoch as the second level, so a new table empties it too. Frame 0's
-//! extent set is prefetched with its second-level set at the walk's start.
-//!
-//! Chosen by simulating the sequences' lookups (granules of 64 B to 4 KiB, 512 to 4,096 sets,
-//! 2 or 4 ways; the extent level in place of the second level, or behind it): behind the
-//! second level, 1,024 sets of 4 ways on 1 KiB granules is within 3 % of the best first pass
-//! tried and keeps the second level's later passes (keyed by extent alone, cc1's second pass
-//! made 797 misses instead of 367: a granule's many addresses crowd its set). Measured:
-//!
-//! | sequence | table lookups, first pass | after it |
-//! |---|---|---|
-//! | cc1 | 6,340 → 4,185 (2.11 → 1.40 a sample) | 359 → 79 |
-//! | python3 | 1,727 → 768 (0.74 → 0.33) | 0 → 0 |
-//! | rustfmt | 2,267 → 916 | 0 → 0 |
-//! | demo | 524 → 186 | 0 → 0 |
-//!
-//! In the profiler's handler (walks alternating between answering from the extent level and
-//! not, in one run, 3 runs each): cc1 9-13 % and python3 15-19 % fewer cycles a walk. Without
-//! the prefetch of frame 0's set, 1-5 % and 8-18 % (a true miss read one more cold line);
-//! prefetching the extent set at every second-level miss as well added nothing measurable.
-//! Its cost: 128 KiB a cache on x86_64 and 192 KiB on ARM (committed as sets are used), and a
-//! table lookup reads its extent's bounds (on cc1's sequence, 146 → 172 instructions a lookup
-//! in `from_table` after the first pass, 159 in it; the lookups that remain are the ones in
-//! extents never met, more often in another module).
+//! The sizes, the hash, the replacement order and the levels were chosen by measurement on
+//! real programs' sequences; the figures, and the designs tried and dropped (an xor-fold hash,
+//! a victim cache), are in BENCHMARKS.md, "Design decisions: the rule cache".
 
 use alloc::boxed::Box;
 use core::mem::MaybeUninit;
@@ -139,9 +68,9 @@ pub enum Cached<S> {
 /// A rule's form ready for the cache ([`TableRule::ready`](crate::table::TableRule::ready)),
 /// made when its module's table is built: the [`Cached`] form itself, except that a rule applied
 /// from the table ([`Cached::Table`]) has no place yet (its module's index is known only in a
-/// published table), which a miss fills in. A miss copies it and fills in that place, where
-/// converting a separate enum into [`Cached`] rebuilt the form field by field: on the python3
-/// sequence (x86_64, callgrind) 153.4 → 141.5 instructions a table lookup, cc1 142.8 → 130.8.
+/// published table), which a miss fills in. A miss copies it and fills in that place, which
+/// is cheaper than converting a separate enum into [`Cached`] field by field (BENCHMARKS.md,
+/// "Design decisions: the rule cache").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ready<S>(Cached<S>);
 
@@ -207,8 +136,7 @@ fn slot_offset<E>(addr: u64) -> usize {
 /// The low 32 bits of `addr` times -2^32 / phi (modulo 2^32: 2^32 less the prime 0x9e37_79b1
 /// nearest 2^32 / phi, the same spread): as a 64-bit immediate the constant fits x86_64's
 /// signed 32 bits, where LLVM, which widens the multiply, kept 0x9e37_79b1 in a register and
-/// reloaded it every frame (callgrind, the aarch64 sequence replayed on x86_64: 40.6
-/// instructions a frame against 38.6).
+/// reloaded it every frame.
 #[inline(always)]
 fn fibonacci(addr: u64) -> u32 {
     (addr as u32).wrapping_mul(0x61c8_864f)
@@ -662,15 +590,11 @@ impl<A: Arch> Cache<A> {
 
     /// Starts loading the second-level and extent sets of `addr` (see [`crate::prefetch`]). The
     /// walk does this for frame 0 before its first lookup: the interrupted instruction's address
-    /// is rarely in a slot (cc1: 82 % of frame-0 lookups went on to the table), and the sets'
-    /// lines then load while the slot's is read instead of after it (with the extent set's, the
-    /// extent level saves cc1 9-13 % of its cycles a walk in the handler; without, 1-5 %: see
-    /// the module docs). On x86_64 only, where it was measured in the handler: on 32-bit ARM it
-    /// cost 6 to 8 instructions a frame (armv7 samples counted under qemu: 84.8 to 93.0, 74.4
-    /// to 80.9), and was never timed there. And for x86_64's own walks only: a walk of another
-    /// architecture's stack on an x86_64 machine is an offline one (a minidump, a replay), where
-    /// frame 0's miss was not measured (the aarch64 samples on the host: 1.1 instructions a
-    /// frame).
+    /// is rarely in a slot, and the sets' lines then load while the slot's is read instead of
+    /// after it. On x86_64 only, where it was measured in the handler: on 32-bit ARM it cost
+    /// instructions and was never timed there. And for x86_64's own walks only: a walk of
+    /// another architecture's stack on an x86_64 machine is an offline one (a minidump, a
+    /// replay). The figures: BENCHMARKS.md, "Design decisions: the rule cache".
     #[inline(always)]
     pub(crate) fn prefetch_set(&self, addr: u64) {
         #[cfg(target_arch = "x86_64")]
@@ -695,10 +619,8 @@ impl<A: Arch> Cache<A> {
     /// Answers a lookup that missed `slot` from the second level or else the table, and puts
     /// the answer in the slot (what the slot held stays in the second level, which every answer
     /// from the table goes through). A second-level hit makes no call, so this needs no stack
-    /// frame: 24 instructions for a hit in the first way, and about 16 more in the loop for
-    /// the call and the registers it saves around it. Inlining the first way's test into the
-    /// loop cost more than it saved (cc1's sequence: 56.3 -> 58.5 instructions a frame), by the
-    /// registers it took from the loop.
+    /// frame. Inlining the first way's test into the loop cost more than it saved, by the
+    /// registers it took from the loop (BENCHMARKS.md, "Design decisions: the rule cache").
     #[cold]
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {
@@ -709,7 +631,7 @@ impl<A: Arch> Cache<A> {
             let set = &mut second.sets[at];
             let k = &set.keys;
             // The hit moves to the front by a swap with the first way: cheaper than keeping
-            // the ways in order of use, and as good on the sequences (module docs). A hit in
+            // the ways in order of use, and as good on the sequences (BENCHMARKS.md). A hit in
             // the first way, the most frequent, writes nothing in the set.
             let w = if k[0] == addr {
                 // SAFETY: the set is of the current epoch, whose rules are all initialized.
