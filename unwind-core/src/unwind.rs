@@ -118,12 +118,9 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
     cache.prepare(table);
     cache.prefetch_set(at);
     let len = pcs.len();
-    // By index: walked by its tail, the array kept LLVM at three induction variables in the
-    // aarch64 walk built for x86_64 (callgrind, a real sequence: 47.5 instructions a frame
-    // against 44.9); x86_64's walk is the same either way, armv7's on x86_64 costs 8 more by
-    // the tail (67.9 against 59.7). armv7's own code under qemu-arm is the other way round
-    // (64.4 by the tail against 68.9: its registers spill either way); one loop per form, the
-    // body shared as a closure, cost every architecture 2 to 10.
+    // By index: walked by its tail, the array kept LLVM at three induction variables, which
+    // cost the aarch64 and armv7 walks built for x86_64 instructions a frame; one loop per
+    // form cost every architecture more (BENCHMARKS.md, "Design decisions: the rule cache").
     #[allow(clippy::needless_range_loop)]
     for i in 0..len {
         pcs[i] = A::pc(&regs);
