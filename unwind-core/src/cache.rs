@@ -33,7 +33,7 @@
 //!
 //! The sizes, the hash, the replacement order and the levels were chosen by measurement on
 //! real programs' sequences; the figures, and the designs tried and dropped (an xor-fold hash,
-//! a victim cache), are in BENCHMARKS.md, "Design decisions: the rule cache".
+//! a victim cache), are in BENCHMARKS.md, "Design decisions".
 
 use alloc::boxed::Box;
 use core::mem::MaybeUninit;
@@ -70,7 +70,7 @@ pub enum Cached<S> {
 /// from the table ([`Cached::Table`]) has no place yet (its module's index is known only in a
 /// published table), which a miss fills in. A miss copies it and fills in that place, which
 /// is cheaper than converting a separate enum into [`Cached`] field by field (BENCHMARKS.md,
-/// "Design decisions: the rule cache").
+/// "Design decisions").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ready<S>(Cached<S>);
 
@@ -594,7 +594,7 @@ impl<A: Arch> Cache<A> {
     /// after it. On x86_64 only, where it was measured in the handler: on 32-bit ARM it cost
     /// instructions and was never timed there. And for x86_64's own walks only: a walk of
     /// another architecture's stack on an x86_64 machine is an offline one (a minidump, a
-    /// replay). The figures: BENCHMARKS.md, "Design decisions: the rule cache".
+    /// replay). The figures: BENCHMARKS.md, "Design decisions".
     #[inline(always)]
     pub(crate) fn prefetch_set(&self, addr: u64) {
         #[cfg(target_arch = "x86_64")]
@@ -620,7 +620,7 @@ impl<A: Arch> Cache<A> {
     /// the answer in the slot (what the slot held stays in the second level, which every answer
     /// from the table goes through). A second-level hit makes no call, so this needs no stack
     /// frame. Inlining the first way's test into the loop cost more than it saved, by the
-    /// registers it took from the loop (BENCHMARKS.md, "Design decisions: the rule cache").
+    /// registers it took from the loop (BENCHMARKS.md, "Design decisions").
     #[cold]
     #[inline(never)]
     fn fill(&mut self, table: &RuleTable<A::Rule>, addr: u64, slot: usize) -> &Cached<A::Simple> {

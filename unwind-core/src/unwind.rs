@@ -120,7 +120,7 @@ fn walk<A: Arch, M: Memory + ?Sized, const TRUST: bool>(
     let len = pcs.len();
     // By index: walked by its tail, the array kept LLVM at three induction variables, which
     // cost the aarch64 and armv7 walks built for x86_64 instructions a frame; one loop per
-    // form cost every architecture more (BENCHMARKS.md, "Design decisions: the rule cache").
+    // form cost every architecture more (BENCHMARKS.md, "Design decisions").
     #[allow(clippy::needless_range_loop)]
     for i in 0..len {
         pcs[i] = A::pc(&regs);
