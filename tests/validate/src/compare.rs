@@ -70,7 +70,13 @@ pub enum Class {
     /// loader points there, so the callee's CFI reads that save slot as its return address.
     /// (Seen on aarch64: `_dl_runtime_resolve`, then libgcc's `uw_init_context_1` at its
     /// `memset` call, whose caller Breakpad gave as itself; ours, `_Unwind_RaiseException`,
-    /// is the instruction after its call to that function.)
+    /// is the instruction after its call to that function.) Also any caller of the frame just
+    /// above a loader frame read from dump_syms's file: dump_syms drops the first instruction
+    /// of `_dl_runtime_resolve`'s FDE (the 16 bytes the PLT's first entry pushed: its file says
+    /// CFA `sp + 208` where the FDE says `sp + 224`), so the stack pointer Breakpad carries
+    /// out of the resolver is 16 bytes short and its callee's caller is read from the wrong
+    /// slot (aarch64: `main` at its first call of `clock_gettime`, its caller given as `_fini`;
+    /// with our exported file the same sample is identical).
     BreakpadAfterResolver,
     /// An earlier frame differed.
     AfterDifference,
@@ -323,7 +329,10 @@ pub fn compare(
         } else {
             let c = match (o, t) {
                 (Some(o), Some(t)) if o == norm(sample, t.address) => Class::Identical,
-                (Some(_), Some(_)) if repeats_above_resolver(sample, theirs, i) => {
+                (Some(_), Some(_))
+                    if repeats_above_resolver(sample, theirs, i)
+                        || above_dump_syms_resolver(sample, theirs, i, symbols) =>
+                {
                     Class::BreakpadAfterResolver
                 }
                 _ => classify(sample, i, o, t, theirs, offline, symbols),
@@ -433,6 +442,24 @@ fn repeats_above_resolver(sample: &Sample, theirs: &[BreakpadFrame], i: usize) -
     };
     norm(sample, frame.address) == norm(sample, callee.address)
         && theirs[..i - 1].iter().rev().take(2).any(in_loader)
+}
+
+/// Whether Breakpad's frame `i - 2` is in the dynamic loader and was walked with dump_syms's
+/// file for it (see [`Class::BreakpadAfterResolver`]).
+fn above_dump_syms_resolver(
+    sample: &Sample,
+    theirs: &[BreakpadFrame],
+    i: usize,
+    symbols: &dyn Fn(u64) -> Option<SymbolSource>,
+) -> bool {
+    let Some(resolver) = i.checked_sub(2).and_then(|j| theirs.get(j)) else {
+        return false;
+    };
+    let at = norm(sample, resolver.address);
+    let in_loader = sample
+        .module_of(at)
+        .is_some_and(|m| m.name().starts_with("ld-linux") || m.name().starts_with("ld-musl"));
+    in_loader && symbols(at) == Some(SymbolSource::DumpSyms)
 }
 
 /// Whether each of Breakpad's frames 1 to `i - 1` came from CFI.
@@ -719,6 +746,40 @@ mod tests {
             debug_id: String::new(),
         });
         let (classes, genuine) = classes(&s);
+        assert_eq!(genuine, 0);
+        assert_eq!(classes.get(&Class::BreakpadAfterResolver), Some(&1));
+    }
+
+    /// A caller that differs just above a loader frame is Breakpad's when that frame was
+    /// walked with dump_syms's file for the loader, and genuine with ours.
+    #[test]
+    fn a_caller_above_dump_syms_resolver_is_breakpads() {
+        let mut s = sample(&[0x3100, 0x3200, 0x1300, 0x1400]);
+        s.modules.push(SampleModule {
+            code_file: "/lib/ld-linux-aarch64.so.1".into(),
+            base: 0x3000,
+            size: 0x1000,
+            debug_id: String::new(),
+        });
+        let theirs = bp(&[
+            (0x3100, FrameTrust::Context),
+            (0x3200, CFI),
+            (0x1300, CFI),
+            (0x1480, CFI),
+        ]);
+        let classes = |source: SymbolSource| {
+            let mut t = Tally::default();
+            compare(
+                &s,
+                &theirs,
+                Some(&offline(&s, None)),
+                &|_| Some(source),
+                &mut t,
+            );
+            (t.classes, t.genuine.len())
+        };
+        assert_eq!(classes(SymbolSource::Ours).1, 1);
+        let (classes, genuine) = classes(SymbolSource::DumpSyms);
         assert_eq!(genuine, 0);
         assert_eq!(classes.get(&Class::BreakpadAfterResolver), Some(&1));
     }
