@@ -24,16 +24,31 @@ thread_local! {
     static SPAWNING_UNSAMPLED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Spawns one of the profiler's own threads, which is not sampled.
+/// Spawns one of the profiler's own threads, which is not sampled, with every signal blocked
+/// (it inherits the mask it is spawned with): a signal sent to the process is the program's,
+/// and the kernel gives it to a thread that does not block it. Were ours such a thread, a
+/// program that blocks a signal in all its threads to `sigwait` for it would have it taken
+/// (and its default action, often the end of the process, run) by ours, and a program's
+/// handler would run on our thread.
 pub fn spawn_unsampled(
     name: &str,
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     SPAWNING_UNSAMPLED.with(|s| s.set(true));
+    // SAFETY: plain C structures filled by libc; the calling thread's mask is restored below.
+    let before = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        before
+    };
     let t = std::thread::Builder::new().name(name.into()).spawn(|| {
         crate::alloc_sampling::this_thread_is_ours();
         f()
     });
+    // SAFETY: restores the mask read above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
     SPAWNING_UNSAMPLED.with(|s| s.set(false));
     t
 }

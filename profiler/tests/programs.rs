@@ -851,3 +851,54 @@ fn a_process_that_execs_itself_keeps_running() {
     }
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A signal sent to the process is the program's: one that blocks `SIGUSR1` in its only
+/// thread, sends it to itself and waits for it with `sigtimedwait` takes it, under the preload
+/// library alone (whose collector thread runs beside the program's). That thread once left
+/// every signal unblocked, so the kernel gave it the signal, whose default action ended the
+/// process.
+#[test]
+fn a_signal_the_program_waits_for_is_not_taken_by_the_profilers_thread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = fresh_dir("sigwait");
+    let source = work.join("sigwait.c");
+    std::fs::write(
+        &source,
+        "#include <signal.h>\n#include <stdio.h>\n#include <time.h>\n#include <unistd.h>\n\
+         int main(void) {\n\
+             sigset_t usr1; sigemptyset(&usr1); sigaddset(&usr1, SIGUSR1);\n\
+             sigprocmask(SIG_BLOCK, &usr1, NULL);\n\
+             struct timespec start, now;\n\
+             clock_gettime(CLOCK_MONOTONIC, &start);\n\
+             do clock_gettime(CLOCK_MONOTONIC, &now); while (now.tv_sec - start.tv_sec < 1);\n\
+             kill(getpid(), SIGUSR1);\n\
+             struct timespec wait = {2, 0};\n\
+             int got = sigtimedwait(&usr1, NULL, &wait);\n\
+             printf(\"%s\\n\", got == SIGUSR1 ? \"taken\" : \"not taken\");\n\
+             return got == SIGUSR1 ? 0 : 1;\n\
+         }\n",
+    )
+    .unwrap();
+    let exe = work.join("sigwait");
+    unwind_test_support::run(
+        Command::new("gcc")
+            .arg("-O1")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&source),
+    );
+    let preload = release_dir().join("libunwind_profiler_preload.so");
+    let run = Command::new(&exe)
+        .env("LD_PRELOAD", &preload)
+        .env("UNWIND_PROFILER_OUTPUT", work.join("profile"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.trim() == "taken",
+        "{}: {stdout} {}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
