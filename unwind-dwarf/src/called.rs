@@ -148,18 +148,6 @@ fn relocated_thumb_pointers(elf: &object::File<'_>) -> Vec<u64> {
     let Some(relocations) = elf.dynamic_relocations() else {
         return Vec::new();
     };
-    let sections: Vec<(u64, &[u8])> = elf
-        .sections()
-        .filter(|s| s.kind() != SectionKind::UninitializedData)
-        .filter_map(|s| Some((s.address(), s.data().ok()?)))
-        .collect();
-    let word_at = |a: u64| -> Option<u64> {
-        let &(s, d) = sections
-            .iter()
-            .find(|&&(s, d)| s <= a && a < s.wrapping_add(d.len() as u64))?;
-        let i = usize::try_from(a.wrapping_sub(s)).ok()?;
-        Some(u64::from(u32::from_le_bytes(*d.get(i..)?.first_chunk()?)))
-    };
     relocations
         .filter(|(_, r)| {
             r.flags()
@@ -167,7 +155,7 @@ fn relocated_thumb_pointers(elf: &object::File<'_>) -> Vec<u64> {
                     r_type: object::elf::R_ARM_RELATIVE,
                 }
         })
-        .filter_map(|(at, _)| word_at(at))
+        .filter_map(|(at, _)| crate::elf::word_at(elf, at).map(u64::from))
         .filter(|v| v & 1 == 1)
         .collect()
 }

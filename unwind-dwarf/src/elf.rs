@@ -86,6 +86,17 @@ pub fn load_elf_file<A: DwarfArch>(path: &Path) -> Result<LoadedRules<A>, DwarfE
     with_mapped_file(path, rules_from_elf::<A>)?
 }
 
+/// The little-endian 32-bit word at file address `address` in `elf`'s sections that have
+/// contents (one without, such as `.tbss`, is passed over even where its addresses overlap
+/// another's); `None` if none holds all four bytes. Reads what REL relocations keep in place.
+pub fn word_at(elf: &object::File<'_>, address: u64) -> Option<u32> {
+    use object::ObjectSection;
+    elf.sections().find_map(|s| {
+        let i = usize::try_from(address.checked_sub(s.address())?).ok()?;
+        Some(u32::from_le_bytes(*s.data().ok()?.get(i..)?.first_chunk()?))
+    })
+}
+
 /// Maps the file at `path` and calls `read` with its bytes, which stay mapped only during the
 /// call (to read several things from one mapping: [`rules_from_elf`],
 /// [`crate::return_sites_from_elf`]).

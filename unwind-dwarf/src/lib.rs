@@ -112,7 +112,7 @@ pub use cfi::{
 };
 pub use compile::compile_expression;
 pub use elf::{
-    debug_frame, load_elf_file, rules_from_elf, rules_from_memory_image, with_mapped_file,
+    debug_frame, load_elf_file, rules_from_elf, rules_from_memory_image, with_mapped_file, word_at,
     LoadedRules,
 };
 pub use return_sites::{return_sites, return_sites_from_elf, CallSiteSources};

@@ -225,11 +225,7 @@ fn addend(file: &object::File<'_>, slot: u64, relocation: &object::Relocation) -
     if !relocation.has_implicit_addend() {
         return relocation.addend();
     }
-    let word = file.sections().find_map(|s| {
-        let i = usize::try_from(slot.checked_sub(s.address())?).ok()?;
-        le_word(s.data().ok()?, i)
-    });
-    word.map_or(0, i64::from)
+    unwind_dwarf::word_at(file, slot).map_or(0, i64::from)
 }
 
 #[cfg(test)]
