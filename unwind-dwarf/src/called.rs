@@ -21,7 +21,7 @@
 //! function runs to the next known start. A function reached in none of these ways is taken
 //! as part of the one before it, as with an unwind entry.
 
-use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, SectionKind, SymbolKind};
+use object::{Object, ObjectSection, RelocationFlags, SectionKind};
 
 use crate::functions::Function;
 
@@ -49,18 +49,7 @@ pub(crate) fn functions_between(
             .any(|&(s, d)| s <= a && a < s.wrapping_add(d.len() as u64))
     };
     // Symbols' ranges: a sized symbol covers its code; one without a size marks a start.
-    let mut symbols: Vec<(u64, u64)> = elf
-        .symbols()
-        .chain(elf.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
-        .filter(|s| s.name().is_ok_and(|n| !n.starts_with('$')))
-        .map(|s| {
-            let start = s.address() & !1;
-            (start, start.saturating_add(s.size()))
-        })
-        .collect();
-    symbols.sort_unstable();
-    symbols.dedup();
+    let symbols = crate::elf::function_ranges(elf);
     // The code sized symbols cover, as disjoint ranges (aliases and nested symbols merged).
     let mut by_symbols: Vec<(u64, u64)> = Vec::new();
     for &(s, e) in symbols.iter().filter(|(s, e)| s < e) {

@@ -332,17 +332,29 @@ pub(crate) fn section_data<'a, S: ObjectSection<'a>>(
 /// bit 0 (ARM's Thumb bit) clear, sorted and without duplicates. ARM's `$a`/`$t`/`$d` mapping
 /// symbols are not functions.
 pub(crate) fn function_starts(elf: &object::File<'_>) -> Vec<u64> {
+    let mut starts: Vec<u64> = function_ranges(elf).into_iter().map(|(s, _)| s).collect();
+    starts.dedup();
+    starts
+}
+
+/// The `[start, end)` of every function `elf`'s symbol tables define (as
+/// [`function_starts`]; `end == start` for a symbol without a size), sorted, without
+/// duplicates.
+pub(crate) fn function_ranges(elf: &object::File<'_>) -> Vec<(u64, u64)> {
     use object::{ObjectSymbol, SymbolKind};
-    let mut starts: Vec<u64> = elf
+    let mut ranges: Vec<(u64, u64)> = elf
         .symbols()
         .chain(elf.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
         .filter(|s| s.name().is_ok_and(|n| !n.starts_with('$')))
-        .map(|s| s.address() & !1)
+        .map(|s| {
+            let start = s.address() & !1;
+            (start, start.saturating_add(s.size()))
+        })
         .collect();
-    starts.sort_unstable();
-    starts.dedup();
-    starts
+    ranges.sort_unstable();
+    ranges.dedup();
+    ranges
 }
 
 /// The functions `elf`'s symbol table (`.symtab`) defines, as `[start, end)` file addresses
