@@ -244,9 +244,14 @@ impl DebugSearch {
         let real_dir = std::fs::canonicalize(found_at)
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf));
-        for d in found_dir.iter().chain(&real_dir) {
+        // Beside the module: where its owner, not the system, put its debug files.
+        let beside: Vec<PathBuf> = found_dir
+            .iter()
+            .chain(&real_dir)
+            .flat_map(|d| [d.clone(), d.join(".debug")])
+            .collect();
+        for d in &beside {
             add(d.clone());
-            add(d.join(".debug"));
         }
 
         let loaded_dir = loaded_as.parent().filter(|d| d.is_absolute());
@@ -255,12 +260,6 @@ impl DebugSearch {
                 add(under(&debug_dir, d));
             }
         }
-        // Beside the module: where its owner, not the system, put its debug files.
-        let beside: Vec<PathBuf> = found_dir
-            .iter()
-            .chain(&real_dir)
-            .flat_map(|d| [d.clone(), d.join(".debug")])
-            .collect();
         dirs.into_iter().find_map(|d| {
             let p = d.join(&name);
             // The module file itself, when its link names its own name (a file that was not
